@@ -34,8 +34,12 @@ func Redact(text string) string {
 	if strings.Contains(text, "PRIVATE KEY-----") {
 		text = privateKey.ReplaceAllString(text, "[REDACTED PRIVATE KEY]")
 	}
+	// One pass finds which patterns' literals the text holds; each
+	// prefilter below asks it while the text is unchanged, and looks
+	// again in a chunk or a changed text.
+	found := &literalsFound{text: text, sets: prefilter.find(text, allSets)}
 	text = replaceChunks(text, authHeader, cutAfter(authSeps), func(c string) bool {
-		return containsFold(c, "authorization")
+		return found.in(c, authSet)
 	}, func(s string) string {
 		m := authHeader.FindStringSubmatch(s)
 		return m[1] + mask(m[2])
@@ -47,20 +51,19 @@ func Redact(text string) string {
 		return m[1] + "***" + m[3]
 	})
 	text = replaceChunks(text, queryParam, cutAfter(querySeps), func(c string) bool {
-		return strings.ContainsAny(c, "?&") && strings.Contains(c, "=") &&
-			containsAnyFold(c, queryWords)
+		return found.in(c, querySet) && strings.ContainsAny(c, "?&") && strings.Contains(c, "=")
 	}, func(s string) string {
 		m := queryParam.FindStringSubmatch(s)
 		return m[1] + mask(m[2])
 	})
 	text = replaceChunks(text, jsonField, cutJSON, func(c string) bool {
-		return containsAnyFold(c, jsonWords)
+		return found.in(c, jsonSet)
 	}, func(s string) string {
 		m := jsonField.FindStringSubmatch(s)
 		return m[1] + mask(m[2]) + `"`
 	})
 	text = replaceChunks(text, envAssign, cutEnv, func(c string) bool {
-		return strings.Contains(c, "=") && containsAny(c, envWords)
+		return strings.Contains(c, "=") && found.in(c, envSet)
 	}, func(s string) string {
 		m := envAssign.FindStringSubmatch(s)
 		return m[1] + m[2] + mask(m[3]) + m[4]
@@ -69,7 +72,7 @@ func Redact(text string) string {
 		return strings.Contains(c, "eyJ")
 	}, mask)
 	text = replaceChunks(text, prefixed, cutAfter(tokenSeps), func(c string) bool {
-		return containsAny(c, prefixes)
+		return found.in(c, keySet)
 	}, mask)
 	return text
 }
@@ -84,13 +87,14 @@ var (
 	// envWords: every variable name envAssign matches holds one
 	// (API_KEY holds KEY, PASSWORD and PASSWD hold PASS).
 	envWords = []string{"KEY", "TOKEN", "SECRET", "PASS", "PW", "CREDENTIAL", "AUTH"}
-	// prefixes: every key prefixed matches starts with one (gsk_ holds
-	// sk_, glrtr- holds glrt, do[po]_v1_ holds _v1_).
-	prefixes = []string{
+	// keyStarts: every match of prefixed starts with one, at the start
+	// of the text or after a byte that is not an ASCII word byte: its
+	// (?:^|\b) before a letter. (sk_ holds sk_live_ and sk_test_.)
+	keyStarts = []string{
 		"sk-", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "xapp-", "xox",
-		"AIza", "pplx-", "fal_", "fc-", "AKIA", "k_live_", "sk_", "SG.", "hf_", "r8_",
-		"npm_", "pypi-", "_v1_", "tvly-", "exa_", "syt_", "xai-", "ntn_",
-		"glpat-", "gloas-", "gldt-", "glrt", "glcbt-", "glptt-", "glft-", "glimt-",
+		"AIza", "pplx-", "fal_", "fc-", "AKIA", "rk_live_", "sk_", "SG.", "hf_", "r8_",
+		"npm_", "pypi-", "dop_v1_", "doo_v1_", "tvly-", "exa_", "gsk_", "syt_", "xai-", "ntn_",
+		"glpat-", "gloas-", "gldt-", "glrt-", "glrtr-", "glcbt-", "glptt-", "glft-", "glimt-",
 		"glagent-", "glsoat-", "glffct-", "glwt-", "pk-lf-",
 	}
 )
@@ -179,10 +183,13 @@ func cutEnv(text string, start int) int {
 }
 
 // cutJSON cuts jsonField's chunks, at least minChunk bytes on, just
-// after the comma of a `","` or `", "` (between a JSON object's fields).
-// A match holding that comma holds it in its value, right after the
-// value's opening quote, and the next quote ends the value after one or
-// two bytes, short of the four a match needs.
+// after the comma of a `",` that no match holds. A match holds a comma
+// only in its value, and one after a quote only as the value's first
+// byte, that quote being the value's opening one, after a ":" and \s.
+// So no match holds the comma when the quote follows no such ":" (the
+// `",` ending a value: `"a": "b",` compact or pretty-printed), nor when
+// `"` or ` "` follows it, which would end the value after one or two
+// bytes, short of the four a match needs.
 func cutJSON(text string, start int) int {
 	for from := start + minChunk; from < len(text); from++ {
 		i := strings.Index(text[from:], `",`)
@@ -190,63 +197,24 @@ func cutJSON(text string, start int) int {
 			break
 		}
 		from += i
-		if rest := text[from+2:]; strings.HasPrefix(rest, `"`) || strings.HasPrefix(rest, ` "`) {
+		rest := text[from+2:]
+		if !afterColon(text[:from]) || strings.HasPrefix(rest, `"`) || strings.HasPrefix(rest, ` "`) {
 			return from + 2
 		}
 	}
 	return len(text)
 }
 
+// afterColon reports whether s ends in a ":" and any \s.
+func afterColon(s string) bool {
+	s = strings.TrimRight(s, spaces)
+	return strings.HasSuffix(s, ":")
+}
+
 // envCont reports whether an envAssign match may go on after c.
 func envCont(c byte) bool {
 	return 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' ||
 		c == '\'' || c == '"' || c == '=' || strings.IndexByte(spaces, c) >= 0
-}
-
-// containsAny reports whether s contains any of words.
-func containsAny(s string, words []string) bool {
-	for _, w := range words {
-		if strings.Contains(s, w) {
-			return true
-		}
-	}
-	return false
-}
-
-// containsAnyFold reports whether s may contain any of words under (?i).
-func containsAnyFold(s string, words []string) bool {
-	for _, w := range words {
-		if containsFold(s, w) {
-			return true
-		}
-	}
-	return false
-}
-
-// containsFold reports whether s may contain word (lower-case ASCII,
-// starting with a letter) as a (?i) pattern sees it. ASCII letters fold
-// to their other case; the only other runes Unicode folds to ASCII are
-// the Kelvin sign (to k) and the long s (to s), and a text holding one
-// is answered true when word has a k or an s.
-func containsFold(s, word string) bool {
-	if strings.ContainsAny(word, "ks") &&
-		(strings.Contains(s, "\u212a") || strings.Contains(s, "\u017f")) {
-		return true
-	}
-	n := len(word)
-	for _, first := range []byte{word[0], word[0] - 'a' + 'A'} {
-		for rest := s; ; {
-			i := strings.IndexByte(rest, first)
-			if i < 0 || len(rest)-i < n {
-				break
-			}
-			if strings.EqualFold(rest[i:i+n], word) {
-				return true
-			}
-			rest = rest[i+1:]
-		}
-	}
-	return false
 }
 
 // MaxMatch bounds, in practice, the text one secret's mask replaces, for

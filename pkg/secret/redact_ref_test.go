@@ -241,5 +241,24 @@ var hardInputs = []string{
 	"x(eyJabcdefghij.abcdefghij.abcdefghij)sk-abcdefghijklmn:AKIAABCDEFGHIJKLMNOP|ghp_abcdefghij",
 	"\xe2\x84 \xc5 sk-abcdefghijk\xe2\x84\xaa sk-abcdefghijk\u00e9 \u212aEY=abcdefgh",
 	"TOKEN=sk-abcdefghijklmnopqrstuvwxyz&token=sk-abcdefghijklmn \"token\": \"eyJabcdefgh.abcdefgh.abcdefgh\"",
+	// Every vendor prefix, after every kind of byte a word may follow or
+	// not (ASCII word bytes, other ASCII, UTF-8 and invalid bytes), where
+	// prefixes overlap or hold others, in the wrong case, and cut short
+	// at the text's end.
+	"ghu_abcdefghij ghs_abcdefghij,ghr_abcdefghij;xoxa-abcdefghij(xoxp-abcdefghij)xoxr-abcdefghij|xoxs-abcdefghij sk_test_abcdefghij",
+	"gldt-abcdefghij glrt-abcdefghij glcbt-abcdefghij\tglptt-abcdefghij\nglft-abcdefghij glimt-abcdefghij glsoat-abcdefghij glffct-abcdefghij glwt-abcdefghij",
+	"\u00e9sk-abcdefghijklmn \xffghp_abcdefghij _sk-abcdefghijklmn 9AKIAABCDEFGHIJKLMNOP -AKIAABCDEFGHIJKLMNOP\u212asyt_abcdefghij dop_v1_abcdefghijk",
+	"gsk_abcdefghijk xgsk_abcdefghijkl sk-gsk_abcdefghijklmn SG.SG.abcdefghijkl glrtr-glrt-abcdefghij xoxb-xapp-1-abcdefghijk AKIAAIzaAKIAABCDEFGHIJKLMNOPQRSTUVWXYZabcd",
+	"SK-ABCDEFGHIJKLMN GHP_ABCDEFGHIJ sg.abcdefghijkl aiza0123456789012345678901234567890 akiaabcdefghijklmnop Sk_live_abcdefghij XOXB-abcdefghijk",
+	"x sk", "gl", "AKI", "see glrt", "pk-lf", "s",
+	// Pretty-printed JSON: a `",` ends most values there, and a value
+	// may start with one (after ":" and \s) and go on past the newline.
+	"{\n  \"token\": \",\n    \",\n  \"name\": \"x\",\n  \"password\":\n    \",\n    abcd\",\n  \"secret\" :\t\",\t\t\"\n}",
+	"{\n\t\"api_key\": \"abcdefghijkl\",\n\t\"b\": \"\",\n\t\"token\":\r\n\f\",\r\n  \"x\",\n\t\"z\": \"a\\\",\n  \"}",
+	"[\n  {\n    \"id\": 1,\n    \"client_secret\": \"abcdefgh\",\n    \"tags\": [\n      \"a\",\n      \"b\"\n    ],\n    \"token\": \"\",\n    \"x\": \"abcd\"\n  }\n]",
+	// The (?i) patterns' keywords in every mix of cases, the first two
+	// letters' above all, and beside the case-sensitive ones'.
+	"aUTHORIZATION=basic abcdefgh AuThOrIzAtIoN: Bearer abcd ?tOKEN=abcd&SiG=abcdefgh&sIG=abcd {\"cREDENTIAL\": \"abcd\", \"PASSW\": \"abcd\", \"kEY\":\"abcd\"}",
+	"Key=abcdefgh KEY=abcdefgh kEY=abcd tOKEN=abcd pW=abcd PW=abcd ?sECRET=abcd&pASSWORD=abcd \"sEcReT\": \"abcd\" aUTH=abcd",
 	strings.Repeat("API_KEY=abcdefgh ?token=abcd \"secret\": \"abcd\", Authorization: Bearer abcd sk-abcdefghijklmn\n", 12),
 }
