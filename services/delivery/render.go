@@ -1272,10 +1272,15 @@ func (s *Service) endToolMessage(ctx context.Context, ev *repliesv1.ReplyEvent) 
 // progress sends a best-effort operation straight to the gateway, without
 // an outbox row.
 func (s *Service) progress(ctx context.Context, req *deliveryv1.SendRequested) (*deliveryv1.SendReceipt, error) {
+	return s.progressWith(ctx, req, nil)
+}
+
+// progressWith is progress with headers on the request.
+func (s *Service) progressWith(ctx context.Context, req *deliveryv1.SendRequested, hdr nats.Header) (*deliveryv1.SendReceipt, error) {
 	rctx, cancel := context.WithTimeout(ctx, s.cfg.SendTimeout)
 	defer cancel()
 	var rec deliveryv1.SendReceipt
-	err := s.bus.Request(rctx, s.bus.Topology().SendSubject(req.GetTarget().GetPlatform()), req, &rec)
+	_, err := s.bus.RequestHeaders(rctx, s.bus.Topology().SendSubject(req.GetTarget().GetPlatform()), hdr, req, &rec)
 	result := "ok"
 	switch {
 	case err != nil:
