@@ -43,6 +43,12 @@ const (
 	// release, which never does: the router removes the message of
 	// steering such a turn took.
 	HeaderSteerQueue = "Sb-Steer-Queue"
+	// HeaderStartWithin, on a best-effort request to a gateway (a typing
+	// indicator's), is how many milliseconds after the gateway got it
+	// the request may still be carried out: its sender goes on without
+	// it after a while (the turn's answer follows), and carried out later
+	// it would show after what followed it. The gateway gives it up then.
+	HeaderStartWithin = "Sb-Start-Within"
 )
 
 // ErrDecode marks a message whose payload cannot be decoded: a poison

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -298,6 +299,7 @@ func (r *Runner) Run(ctx context.Context) error {
 	sendCtx, cancelSends := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelSends()
 	sub, err := r.bus.Conn().QueueSubscribe(r.bus.Topology().SendSubject(r.name), "gateway-"+r.name, func(m *nats.Msg) {
+		got := time.Now() // before the wait for room: a request's time runs from here (startWithin)
 		sem <- struct{}{}
 		if !inflight.add() {
 			<-sem
@@ -305,7 +307,9 @@ func (r *Runner) Run(ctx context.Context) error {
 		}
 		go func() {
 			defer func() { <-sem; inflight.done() }()
-			r.serveSend(bus.ContextFrom(sendCtx, m.Header), m)
+			ctx, cancel := startWithin(bus.ContextFrom(sendCtx, m.Header), m.Header, got)
+			defer cancel()
+			r.serveSend(ctx, m)
 		}()
 	})
 	if err != nil {
@@ -684,6 +688,19 @@ func hashKey(s string) string {
 	return hex.EncodeToString(sum[:20])
 }
 
+// startWithin bounds ctx by the time a best-effort request's header
+// gives it (bus.HeaderStartWithin), counted from got, when the gateway
+// got it: its sender goes on without it after that (the turn's answer
+// follows a typing request), and carried out later it would show after
+// what followed it. A typing request is given up then (perform).
+func startWithin(ctx context.Context, h nats.Header, got time.Time) (context.Context, context.CancelFunc) {
+	ms, err := strconv.Atoi(h.Get(bus.HeaderStartWithin))
+	if err != nil || ms <= 0 {
+		return ctx, func() {}
+	}
+	return context.WithDeadline(ctx, got.Add(time.Duration(ms)*time.Millisecond))
+}
+
 func (r *Runner) serveSend(ctx context.Context, m *nats.Msg) {
 	// The platform send: a server span in the trace of the delivery.
 	ctx, span := otel.Tracer("github.com/switchboard-chat/switchboard/pkg/platform").Start(ctx, "platform send "+r.name,
@@ -892,6 +909,10 @@ func (r *Runner) perform(ctx context.Context, req *deliveryv1.SendRequested) (st
 		}
 		if req.GetFinal() {
 			return "", nil // the turn ended without a message: nothing to show
+		}
+		if err := ctx.Err(); err != nil {
+			// Past its time (startWithin): the answer may be out.
+			return "", fmt.Errorf("typing too late: %w", err)
 		}
 		return "", r.p.Typing(ctx, req)
 	case deliveryv1.SendOp_SEND_OP_STREAM_DELTA:

@@ -619,3 +619,59 @@ func TestPanicsAreRecoveredPerItem(t *testing.T) {
 		t.Fatalf("sent %d times, want once", got)
 	}
 }
+
+// slowTyping is a platform whose typing requests take delay, and count
+// only once carried out.
+type slowTyping struct {
+	*platformtest.Memory
+	delay time.Duration
+	shown atomic.Int32
+}
+
+func (p *slowTyping) Typing(ctx context.Context, _ *deliveryv1.SendRequested) error {
+	t := time.NewTimer(p.delay)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		p.shown.Add(1)
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// A typing request the gateway cannot carry out within the time its
+// header gives it (bus.HeaderStartWithin: delivery sends the turn's
+// answer after that) is given up, not carried out after the answer,
+// where the indicator would show under it for 5–10 s. Without the header
+// a slow typing request is carried out, as before.
+func TestATypingRequestIsGivenUpPastItsHeadersTime(t *testing.T) {
+	t.Parallel()
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	p := &slowTyping{Memory: platformtest.NewMemory("bot", false), delay: 400 * time.Millisecond}
+	h := startRunner(t, p, b, platform.Options{})
+	platformtest.WaitFor(t, "connected", func() bool { return state(h.r) == platform.StateConnected })
+	typing := func(key string, hdr nats.Header) *deliveryv1.SendReceipt {
+		req := &deliveryv1.SendRequested{IdempotencyKey: key, Op: deliveryv1.SendOp_SEND_OP_TYPING,
+			Target: &deliveryv1.Target{Platform: p.Name(), ChatId: "c1"}, TurnId: "t1"}
+		var rec deliveryv1.SendReceipt
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if _, err := b.RequestHeaders(ctx, b.Topology().SendSubject(p.Name()), hdr, req, &rec); err != nil {
+			t.Fatal(err)
+		}
+		return &rec
+	}
+	if rec := typing("t1:typing:0", nats.Header{bus.HeaderStartWithin: []string{"100"}}); rec.GetOk() {
+		t.Errorf("a typing request past its time: receipt %+v, want it given up", rec)
+	}
+	if n := p.shown.Load(); n != 0 {
+		t.Errorf("%d typing indicators shown past their time, want 0", n)
+	}
+	if rec := typing("t1:typing:1", nil); !rec.GetOk() {
+		t.Errorf("a slow typing request without the header: receipt %+v, want ok", rec)
+	}
+	if n := p.shown.Load(); n != 1 {
+		t.Errorf("%d typing indicators shown, want 1", n)
+	}
+}

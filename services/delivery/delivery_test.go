@@ -940,6 +940,78 @@ func TestTheEndOfATurnDoesNotWaitOutAHungTypingRequest(t *testing.T) {
 	}
 }
 
+// A gateway that is slow on typing requests (its platform takes two
+// seconds on them) never shows the indicator after the answer: the
+// answer goes out a moment after the turn's end, and the typing request
+// still unanswered then is one the gateway gives up (its
+// bus.HeaderStartWithin) rather than carries out after the answer, which
+// would show "typing…" under it for 5–10 s. Every typing request is
+// answered or given up before the answer is sent, the ticking ones too.
+func TestALateTypingRequestNeverShowsAfterTheAnswer(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name     string
+		interval time.Duration
+		late     func(n int) bool // whether typing request n (from 1) is slow
+	}{
+		{"the first request", time.Hour, func(int) bool { return true }},
+		{"a later request", 200 * time.Millisecond, func(n int) bool { return n >= 3 }},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			cfg := testConfig()
+			cfg.TypingInterval = tt.interval
+			cfg.SendTimeout, cfg.Lease, cfg.AckWait = 20*time.Second, 30*time.Second, 30*time.Second
+			e.start(t, cfg, "a")
+			var typings atomic.Int32
+			e.gw.setBehaviour(func(req *deliveryv1.SendRequested, _ int) behaviour {
+				if req.GetOp() != deliveryv1.SendOp_SEND_OP_TYPING {
+					return behaviour{}
+				}
+				if tt.late(int(typings.Add(1))) {
+					return behaviour{late: 2 * time.Second}
+				}
+				return behaviour{}
+			})
+			e.publish(t, event("t1", 1, "s1", &repliesv1.Typing{Active: true}))
+			eventually(t, e.clock, 0, "the slow typing request", func() bool {
+				calls, _ := e.gw.snapshot()
+				n := 0
+				for _, c := range calls {
+					if c.Op == deliveryv1.SendOp_SEND_OP_TYPING && tt.late(n+1) {
+						return true
+					} else if c.Op == deliveryv1.SendOp_SEND_OP_TYPING {
+						n++
+					}
+				}
+				return false
+			})
+			e.publish(t, event("t1", 2, "s1", final("a quick answer")))
+			eventually(t, e.clock, 0, "the answer", func() bool { return len(e.gw.sends()) == 1 })
+			// Whatever the slow request would show, it shows before the
+			// gateway is done with it.
+			eventually(t, e.clock, 0, "the gateway done with the slow request", func() bool {
+				e.gw.mu.Lock()
+				defer e.gw.mu.Unlock()
+				return len(e.gw.inflight) == 0
+			})
+			e.gw.mu.Lock()
+			shown := append([]call(nil), e.gw.shownAt...)
+			e.gw.mu.Unlock()
+			answered := false
+			for _, c := range shown {
+				switch {
+				case c.Op == deliveryv1.SendOp_SEND_OP_SEND:
+					answered = true
+				case answered:
+					t.Errorf("typing request %s showed after the answer", c.Key)
+				}
+			}
+		})
+	}
+}
+
 // A streamed answer's final that could not be queued the first time (its
 // outbox write failed) is queued by the retry: the stream plans its final
 // edits once, so the retry must reuse them rather than plan nothing.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -82,6 +83,9 @@ type gateway struct {
 	tries    map[string]int
 	inflight map[string]bool
 	behave   func(req *deliveryv1.SendRequested, try int) behaviour
+	// shownAt are the typing indicators that showed and the sends that
+	// posted, with when (wall time), in order.
+	shownAt []call
 }
 
 func newGateway(t *testing.T, b *bus.Bus, c *clock, platforms ...string) *gateway {
@@ -138,7 +142,20 @@ func (g *gateway) serve(m *nats.Msg) {
 		// slowness must not hold up the gateway's other requests.
 		g.inflight[c.Key] = true
 		g.mu.Unlock()
+		// A typing request is good for as long as its header says
+		// (bus.HeaderStartWithin), as the platform runner has it: past
+		// that the gateway gives it up, and it shows nothing.
+		within, _ := strconv.Atoi(m.Header.Get(bus.HeaderStartWithin))
 		go func() {
+			if req.GetOp() == deliveryv1.SendOp_SEND_OP_TYPING && within > 0 && b.late > time.Duration(within)*time.Millisecond {
+				time.Sleep(time.Duration(within) * time.Millisecond)
+				g.mu.Lock()
+				delete(g.inflight, c.Key)
+				g.mu.Unlock()
+				_ = bus.Reply(context.Background(), m, &deliveryv1.SendReceipt{IdempotencyKey: c.Key, ErrorClass: deliveryv1.ErrorClass_ERROR_CLASS_RETRYABLE,
+					Error: "typing too late: context deadline exceeded"})
+				return
+			}
 			time.Sleep(b.late)
 			g.mu.Lock()
 			delete(g.inflight, c.Key)
@@ -160,6 +177,11 @@ func (g *gateway) post(m *nats.Msg, c call, req *deliveryv1.SendRequested, b beh
 	if req.GetOp() != deliveryv1.SendOp_SEND_OP_TYPING && req.GetOp() != deliveryv1.SendOp_SEND_OP_STREAM_DELTA {
 		g.posted = append(g.posted, c)
 		g.receipts[c.Key] = rec
+	}
+	if op := req.GetOp(); op == deliveryv1.SendOp_SEND_OP_SEND || op == deliveryv1.SendOp_SEND_OP_TYPING && !req.GetFinal() {
+		shown := c
+		shown.At = time.Now()
+		g.shownAt = append(g.shownAt, shown)
 	}
 	g.mu.Unlock()
 	if b.hang {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"strconv"
 	"strings"
 	"sync"
@@ -82,6 +83,10 @@ type turnState struct {
 	// next call's reasoning restart to close that block's message with
 	// (foreignBlock).
 	block string
+	// shownBlock is the block of a call that only reasoned, left alone
+	// in its messages above the call's tools (closeBlock), which the
+	// break after them may finish (wholeBlock).
+	shownBlock *shownBlock
 	// partition is the reply partition of the turn's events: this
 	// replica forgets the stream when it lets go of it (lostPartition).
 	partition int
@@ -98,6 +103,18 @@ type turnState struct {
 type segmentClose struct {
 	segment int64
 	rows    []*deliveryv1.SendRequested
+}
+
+// shownBlock is a reasoning block a replica left showing, alone, in the
+// messages of a stream segment above a tools' step: the reasoning it
+// shows, the segment, how many messages it took and their platform ids
+// as known then (a message posted through the outbox is looked up by
+// its send's key, segmentMessageKey).
+type shownBlock struct {
+	thought  string
+	segment  int64
+	messages int
+	ids      map[int]string
 }
 
 // unsureSend is a stream send or edit that may or may not have been
@@ -555,6 +572,9 @@ func (s *Service) delta(ctx context.Context, ev *repliesv1.ReplyEvent, text, tho
 			st.thought.WriteString(thought)
 			st.said = st.said || strings.TrimSpace(text) != ""
 			if restart && !reasoningDelta && ev.GetSeq() > 0 {
+				if err := s.wholeBlock(ctx, ev, st); err != nil {
+					return err
+				}
 				return s.foreignBreak(ctx, ev, st)
 			}
 			if restart && reasoningDelta && ev.GetSeq() > 0 {
@@ -567,6 +587,11 @@ func (s *Service) delta(ctx context.Context, ev *repliesv1.ReplyEvent, text, tho
 			// makes no update (a clock that moved since would make one
 			// early, with the text twice).
 			return nil
+		}
+		if restart && !reasoningDelta {
+			if err := s.wholeBlock(ctx, ev, st); err != nil {
+				return err
+			}
 		}
 		if restart && (!reasoningDelta && strings.TrimSpace(st.raw.String()) != "" || reasoningDelta && s.reasoningAboveTools(ev, st)) {
 			// The break before a later call's text (and its reasoning,
@@ -666,7 +691,16 @@ func (s *Service) closeBlock(ctx context.Context, ev *repliesv1.ReplyEvent) erro
 	if !st.reasoned || len(st.ids) == 0 || strings.TrimSpace(st.raw.String()) != "" {
 		return nil
 	}
-	return s.split(ctx, ev, st)
+	b := &shownBlock{thought: st.thought.String(), segment: st.segment, ids: maps.Clone(st.ids)}
+	offset := st.offset
+	err := s.split(ctx, ev, st)
+	if st.segment == ev.GetSeq() {
+		// Split (its rows stored or not): the block's messages are the
+		// ones the segment before took.
+		b.messages = st.offset - offset
+		st.shownBlock = b
+	}
+	return err
 }
 
 // foreignReasoning takes ev, a tool's step whose progress message or
@@ -692,9 +726,63 @@ func (s *Service) foreignReasoning(ctx context.Context, ev *repliesv1.ReplyEvent
 	for _, r := range rows {
 		r.Final = false
 	}
+	st.shownBlock = &shownBlock{thought: st.thought.String(), segment: seg.Segment, messages: len(rows)}
 	st.thought.Reset()
 	st.closing = &segmentClose{segment: ev.GetSeq(), rows: rows}
 	return s.closeSegment(ctx, ev, st)
+}
+
+// wholeBlock takes the break (ev) after the tools of a call that only
+// reasoned, when this replica left that call's block showing alone above
+// them (closeBlock, foreignReasoning): the break carries the call's
+// whole reasoning (segment_reasoning), which the block lacks the start
+// of when this replica took the turn over in the middle of the call
+// (the replica before it got the first deltas and stopped before it
+// showed them, and no replica can read them back). The block's messages
+// are finished with the whole of it, by edits queued after the rows
+// that posted them. A message whose send is still queued hands the
+// break back to come again (the error); one that was never posted (a
+// dead row) keeps what it showed, as does the block of an older
+// worker's break (no segment_reasoning).
+func (s *Service) wholeBlock(ctx context.Context, ev *repliesv1.ReplyEvent, st *turnState) error {
+	b := st.shownBlock
+	d := ev.GetTextDelta()
+	if b == nil || d.SegmentText == nil || strings.TrimSpace(d.GetSegmentText()) != "" {
+		return nil // a call that said something has its block closed with its text
+	}
+	whole := reasoning.Block(d.GetSegmentReasoning())
+	if whole == "" || whole == reasoning.Block(b.thought) {
+		st.shownBlock = nil
+		return nil
+	}
+	ids := make([]string, b.messages)
+	for i := range ids {
+		if ids[i] = b.ids[i]; ids[i] != "" {
+			continue
+		}
+		key := segmentMessageKey(ev.GetTurnId(), b.segment, i)
+		row, err := s.store.GetByKey(ctx, key)
+		switch {
+		case err != nil && !errors.Is(err, outbox.ErrNotFound):
+			return fmt.Errorf("look up the message of a reasoning block: %w", err)
+		case err == nil && row.State == outbox.Sent && row.PlatformMessageID != "":
+			ids[i] = row.PlatformMessageID
+		case err == nil && (row.State == outbox.Queued || row.State == outbox.Sending):
+			return fmt.Errorf("reasoning block message %s not sent yet", key)
+		default:
+			st.shownBlock = nil
+			return nil // never posted: nothing to finish
+		}
+	}
+	rows := s.rewrite(ev, keyBase(ctx, ev)+":b", b.segment, ids, whole, deliveryv1.TextFormat_TEXT_FORMAT_MARKDOWN)
+	for _, r := range rows {
+		r.Final = false
+	}
+	if err := s.enqueue(ctx, rows...); err != nil {
+		return err
+	}
+	st.shownBlock = nil
+	return nil
 }
 
 // firstEvent remembers a turn whose first event (seq 1) reached this
@@ -802,8 +890,15 @@ func (s *Service) split(ctx context.Context, ev *repliesv1.ReplyEvent, st *turnS
 		images, answer = extractImages(answer)
 	}
 	text := answer
-	if st.reasoned {
-		text = shown(st.thought.String(), answer)
+	thought := st.thought.String()
+	if d := ev.GetTextDelta(); d.GetRestart() && d.SegmentText != nil {
+		// A break carries the call's whole reasoning: this replica
+		// may have got only its end (it took the turn over in the
+		// middle of the call).
+		thought = d.GetSegmentReasoning()
+	}
+	if st.reasoned || strings.TrimSpace(thought) != "" {
+		text = shown(thought, answer)
 	}
 	acts := st.stream.Final(text)
 	used := 0 // messages the segment took: the next starts after them
@@ -1177,10 +1272,15 @@ func (s *Service) endToolMessage(ctx context.Context, ev *repliesv1.ReplyEvent) 
 // progress sends a best-effort operation straight to the gateway, without
 // an outbox row.
 func (s *Service) progress(ctx context.Context, req *deliveryv1.SendRequested) (*deliveryv1.SendReceipt, error) {
+	return s.progressWith(ctx, req, nil)
+}
+
+// progressWith is progress with headers on the request.
+func (s *Service) progressWith(ctx context.Context, req *deliveryv1.SendRequested, hdr nats.Header) (*deliveryv1.SendReceipt, error) {
 	rctx, cancel := context.WithTimeout(ctx, s.cfg.SendTimeout)
 	defer cancel()
 	var rec deliveryv1.SendReceipt
-	err := s.bus.Request(rctx, s.bus.Topology().SendSubject(req.GetTarget().GetPlatform()), req, &rec)
+	_, err := s.bus.RequestHeaders(rctx, s.bus.Topology().SendSubject(req.GetTarget().GetPlatform()), hdr, req, &rec)
 	result := "ok"
 	switch {
 	case err != nil:

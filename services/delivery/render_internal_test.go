@@ -34,7 +34,7 @@ func TestTypingForgetsPausedTurnsItNeverSawEnd(t *testing.T) {
 	for _, turn := range []string{"old", "recent"} {
 		done := make(chan struct{})
 		close(done) // its first request went out
-		ty.m[turn] = &indicator{cancel: func() {}, sent: done, first: done}
+		ty.m[turn] = &indicator{cancel: func() {}, sent: done, answered: done}
 		ty.pause(turn)
 	}
 	ty.paused["old"] = time.Now().Add(-3 * time.Hour)

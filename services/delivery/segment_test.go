@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -1338,5 +1339,91 @@ func TestTakeoverBeforeACallThatReasonedAndSaidShowsItsBlockOnce(t *testing.T) {
 	}
 	if blocks != 1 || !slices.Contains(got, reasoning.WithAnswer(looked, told)) {
 		t.Errorf("the chat shows:\n%s\nwant the block of the call that said %q once, with that text", strings.Join(got, "\n---\n"), told)
+	}
+}
+
+// With /reasoning show, a replica that takes a turn over in the middle
+// of a model call's reasoning (the replica before it got the call's
+// first deltas and posted nothing of them: its sends failed) shows the
+// call's whole block above the tools' progress lines, not only the part
+// it got: the break after the tools carries the whole reasoning
+// (segment_reasoning), and the block posted at the tools' step is
+// finished with it; a call that said something too has its block shown
+// with its text, from the same break. Whether the turn said nothing
+// before the call (the new replica streams the block itself) or
+// something (it takes the turn as another replica's), the block is whole.
+func TestTakeoverInTheMiddleOfAReasoningBlockShowsItWhole(t *testing.T) {
+	t.Parallel()
+	const (
+		asked  = "Let me check the calendar for you."
+		began  = "I should look"
+		went   = " at the calendar for today, and then at the clock."
+		looked = began + went
+		told   = "Looking at the calendar now."
+		said   = "The calendar says the meeting is at noon."
+	)
+	brk := func(segment, thought string) *repliesv1.TextDelta {
+		return &repliesv1.TextDelta{Text: "\n\n", Restart: true, SegmentText: proto.String(segment), SegmentReasoning: thought}
+	}
+	progress := "⚙️ calendar: \"today\""
+	for i, tt := range []struct {
+		name   string
+		before []any
+		told   string // what the call said after its reasoning
+		want   []string
+	}{
+		{"the first call", nil, "", []string{reasoning.Block(looked), progress, reasoning.WithAnswer(said, segAnswer)}},
+		{"a later call", []any{&repliesv1.TextDelta{Text: asked}, brk(asked, "")}, "",
+			[]string{asked, reasoning.Block(looked), progress, reasoning.WithAnswer(said, segAnswer)}},
+		{"the first call, which said something", nil, told,
+			[]string{reasoning.WithAnswer(looked, told), progress, reasoning.WithAnswer(said, segAnswer)}},
+		// Another replica's turn: its text goes with the block the break
+		// carries, below the progress lines (as in
+		// TestTakeoverBeforeACallThatReasonedAndSaidShowsItsBlockOnce).
+		{"a later call, which said something", []any{&repliesv1.TextDelta{Text: asked}, brk(asked, "")}, told,
+			[]string{asked, progress, reasoning.WithAnswer(looked, told), reasoning.WithAnswer(said, segAnswer)}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			turn := fmt.Sprintf("t-mid-%d", i)
+			e := newEnv(t)
+			cfg := streamConfig()
+			cfg.ToolProgress = delivery.ToolProgressAll
+			var failing atomic.Bool
+			e.gw.setBehaviour(func(req *deliveryv1.SendRequested, _ int) behaviour {
+				if failing.Load() && req.GetOp() == deliveryv1.SendOp_SEND_OP_SEND {
+					return behaviour{fail: &deliveryv1.SendReceipt{ErrorClass: deliveryv1.ErrorClass_ERROR_CLASS_RETRYABLE, Error: "try again"}}
+				}
+				return behaviour{}
+			})
+			stream := e.streamer(t, turn)
+			a := e.start(t, cfg, "a")
+			for _, body := range tt.before {
+				stream(body)
+			}
+			if len(tt.before) > 0 {
+				eventually(t, e.clock, 0, "a's first segment", e.showing(turn)(asked))
+			}
+			failing.Store(true)
+			stream(&repliesv1.ReasoningDelta{Text: began})
+			a.stop(t)
+			failing.Store(false)
+			e.start(t, cfg, "b")
+			call := []any{&repliesv1.ReasoningDelta{Text: went}}
+			if tt.told != "" {
+				call = append(call, &repliesv1.TextDelta{Text: tt.told})
+			}
+			for _, body := range append(call, started("calendar", "today"), brk(tt.told, looked),
+				&repliesv1.ReasoningDelta{Text: said, Restart: true}, &repliesv1.TextDelta{Text: segAnswer},
+				final(reasoning.WithAnswer(said, segAnswer))) {
+				stream(body)
+			}
+			eventually(t, e.clock, 0, "the final", func() bool { return e.gw.finals(turn) > 0 })
+			e.consumed(t, "s1")
+			e.waitShown(t, "chat-s1", tt.want)
+			if n := e.gw.finals(turn); n != 1 {
+				t.Errorf("%d messages marked the turn's end, want 1", n)
+			}
+		})
 	}
 }

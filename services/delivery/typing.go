@@ -3,10 +3,14 @@ package delivery
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
+	"github.com/switchboard-chat/switchboard/pkg/bus"
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	repliesv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/replies/v1"
 	"github.com/switchboard-chat/switchboard/pkg/panics"
@@ -30,31 +34,71 @@ type typing struct {
 type indicator struct {
 	cancel context.CancelFunc
 	// sent is closed once the indicator's first request was made (or
-	// will never be), first once it was answered (or given up on): the
-	// turn's end waits for both (halt).
-	sent, first chan struct{}
+	// will never be): the turn's end waits for it (halt).
+	sent chan struct{}
+	mu   sync.Mutex
+	// answered is closed once the request last made was answered (or
+	// given up on): the turn's end waits for it too, a moment at most.
+	answered chan struct{}
+	// halting: the turn's end is waiting; no request is made after it.
+	halting bool
 }
 
+// begin marks a request about to be made; the returned channel is
+// closed once it is answered. ok is false once the indicator halts:
+// the request is not to be made.
+func (in *indicator) begin() (answered chan struct{}, ok bool) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.halting {
+		return nil, false
+	}
+	in.answered = make(chan struct{})
+	return in.answered, true
+}
+
+// halted makes no more requests begin, and returns the channel of the
+// request last made (nil: none).
+func (in *indicator) halted() chan struct{} {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	in.halting = true
+	return in.answered
+}
+
+// typingStartWithin is how long after a gateway got a typing request it
+// may still carry it out (bus.HeaderStartWithin): past it, the gateway
+// gives it up. A typing request carried out after the answer shows
+// "typing…" under it for 5–10 s.
+const typingStartWithin = 750 * time.Millisecond
+
 // typingAnswerWait bounds how long a turn's end waits for the answer to
-// its indicator's first request, once that request was made. It is only
-// typing: a gateway that hangs on it must not hold the turn's end, and
-// its partition, for the send timeout.
+// its indicator's request in flight, once its first request was made.
+// It is only typing: a gateway that hangs on it must not hold the
+// turn's end, and its partition, for the send timeout. Longer than
+// typingStartWithin by the request's way to the gateway: a request not
+// answered by then was given up, and shows nothing after the answer.
 const typingAnswerWait = time.Second
 
-// halt stops the indicator once its first request is done: the gateway
-// gets that request before anything that follows the turn's end (the
-// answer, the final typing request of an interrupted turn), which a
-// stop cutting it short on a busy machine (the request not yet made)
-// left the gateway without. The wait for the request to be made needs
-// only this machine to run the indicator; the wait for its answer is
-// bounded by typingAnswerWait.
+// halt stops the indicator once its request in flight (the first, or a
+// later one the indicator repeats) is done: the gateway gets that
+// request before anything that follows the turn's end (the answer, the
+// final typing request of an interrupted turn), which a stop cutting it
+// short on a busy machine (the request not yet made) left the gateway
+// without, and which a request answered late (a slow gateway) would
+// follow. The wait for the first request to be made needs only this
+// machine to run the indicator; the wait for its answer is bounded by
+// typingAnswerWait, by which time a gateway that did not answer gave
+// the request up (typingStartWithin).
 func (in *indicator) halt() {
 	<-in.sent
-	t := time.NewTimer(typingAnswerWait)
-	defer t.Stop()
-	select {
-	case <-in.first:
-	case <-t.C:
+	if answered := in.halted(); answered != nil {
+		t := time.NewTimer(typingAnswerWait)
+		defer t.Stop()
+		select {
+		case <-answered:
+		case <-t.C:
+		}
 	}
 	in.cancel()
 }
@@ -115,17 +159,15 @@ func (t *typing) start(ctx context.Context, ev *repliesv1.ReplyEvent) {
 	// the partition, and the indicator stops with it (the next owner
 	// shows its own). It outlives the event's handler.
 	ctx, cancel := context.WithTimeout(ctx, t.s.cfg.TypingMax)
-	in := &indicator{cancel: cancel, sent: make(chan struct{}), first: make(chan struct{})}
+	in := &indicator{cancel: cancel, sent: make(chan struct{})}
 	t.m[turn] = in
-	var sent, first sync.Once
+	var sent sync.Once
 	sentDone := func() { sent.Do(func() { close(in.sent) }) }
-	firstDone := func() { first.Do(func() { close(in.first) }) }
 	t.wg.Add(1)
 	go func() {
 		defer t.wg.Done()
 		defer t.forget(turn, in)
 		defer sentDone()
-		defer firstDone()
 		// Best effort: a panic stops this turn's indicator (recovered,
 		// logged and counted), not the replica.
 		_ = panics.Recover(t.s.log, "delivery_typing", func() error {
@@ -136,9 +178,9 @@ func (t *typing) start(ctx context.Context, ev *repliesv1.ReplyEvent) {
 			defer tick.Stop()
 			for n := 0; ; n++ {
 				req := t.s.request(ev, fmt.Sprintf("%s:typing:%d", turn, n), deliveryv1.SendOp_SEND_OP_TYPING)
-				sentDone()
-				_, _ = t.s.progress(ctx, req)
-				firstDone()
+				if !t.send(ctx, in, req, sentDone) {
+					return nil // halted: the turn's end is on its way
+				}
 				select {
 				case <-ctx.Done():
 					return nil
@@ -147,6 +189,20 @@ func (t *typing) start(ctx context.Context, ev *repliesv1.ReplyEvent) {
 			}
 		}, "turn_id", turn)
 	}()
+}
+
+// send makes one of in's typing requests, good for typingStartWithin
+// at the gateway, unless in halts (false); made runs as it goes.
+func (t *typing) send(ctx context.Context, in *indicator, req *deliveryv1.SendRequested, made func()) bool {
+	answered, ok := in.begin()
+	if !ok {
+		return false
+	}
+	defer close(answered)
+	made()
+	hdr := nats.Header{bus.HeaderStartWithin: []string{strconv.FormatInt(typingStartWithin.Milliseconds(), 10)}}
+	_, _ = t.s.progressWith(ctx, req, hdr)
+	return true
 }
 
 // forget takes in, which ended (its turn's indicator ran out or was
