@@ -156,9 +156,58 @@ func (p *Platform) keepForRetry(inv *heldInvoke) {
 		return
 	}
 	p.invokesMu.Lock()
+	defer p.invokesMu.Unlock()
+	if p.stopped {
+		return // the endpoint serves no retry any more
+	}
 	inv.users++
+	k := &keptInvoke{inv: inv}
+	if p.keeps == nil {
+		p.keeps = map[*keptInvoke]struct{}{}
+	}
+	p.keeps[k] = struct{}{}
+	k.timer = time.AfterFunc(retryHold, func() { p.endKeep(k) })
+}
+
+// keptInvoke is one keepForRetry's use of a press, let go by its timer
+// or by endKeeps, whichever comes first.
+type keptInvoke struct {
+	inv   *heldInvoke
+	timer *time.Timer
+}
+
+// endKeep lets go of k when its time is up, unless endKeeps did.
+func (p *Platform) endKeep(k *keptInvoke) {
+	p.invokesMu.Lock()
+	_, ok := p.keeps[k]
+	delete(p.keeps, k)
 	p.invokesMu.Unlock()
-	time.AfterFunc(retryHold, func() { p.releaseInvoke(inv) })
+	if ok {
+		p.releaseInvoke(k.inv)
+	}
+}
+
+// startKeeps lets keepForRetry hold presses on (Connect, serving again).
+func (p *Platform) startKeeps() {
+	p.invokesMu.Lock()
+	p.stopped = false
+	p.invokesMu.Unlock()
+}
+
+// endKeeps lets go at once of every press held on for a retry, as the
+// endpoint stops serving (Connect returns): the Run that returns leaves
+// no hold on the bus, nor a goroutine waiting for its answer, for
+// retryHold after.
+func (p *Platform) endKeeps() {
+	p.invokesMu.Lock()
+	p.stopped = true
+	keeps := p.keeps
+	p.keeps = nil
+	p.invokesMu.Unlock()
+	for k := range keeps {
+		k.timer.Stop()
+		p.releaseInvoke(k.inv)
+	}
 }
 
 // releaseInvoke lets go of inv, held by holdInvoke; the last to let go

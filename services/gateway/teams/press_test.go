@@ -69,6 +69,8 @@ type replica struct {
 	p    *Platform
 	conn *pressConn
 	url  string
+	// stop ends the replica's Run and waits for it to return.
+	stop func()
 }
 
 // startReplica runs a gateway replica named instance on b until the test
@@ -85,17 +87,21 @@ func startReplica(t *testing.T, f *teamsfake.Fake, cfg Config, b *bus.Bus, insta
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, stop := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- svc.Run(ctx) }()
-	t.Cleanup(func() {
-		stop()
-		if err := <-done; err != nil {
-			t.Errorf("run %s: %v", instance, err)
-		}
-	})
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("run %s: %v", instance, err)
+			}
+		})
+	}
+	t.Cleanup(stop)
 	platformtest.WaitFor(t, "replica "+instance+" ready", func() bool { return svc.Ready(context.Background()) == nil && p.Addr() != "" })
-	return &replica{p: p, conn: conn, url: "http://" + p.Addr() + cfg.Path}
+	return &replica{p: p, conn: conn, url: "http://" + p.Addr() + cfg.Path, stop: stop}
 }
 
 // invokeAnswered is what an invoke was answered, and when.
@@ -460,5 +466,53 @@ func invokeRetriedElsewhereAfterTheWord(t *testing.T, failed bool) {
 	}
 	if n := inboundCount(t, b); n != 1 {
 		t.Fatalf("the bus has %d messages, want the press once", n)
+	}
+}
+
+// A press held on for its invoke's retry (keepForRetry) is let go when
+// the replica stops: once Run has returned, no hold of the replica's is
+// left on the bus (answering other replicas' questions, taking the
+// press's refusal from delivery) and none of its goroutines waits for
+// an answer. Held on instead, the press stayed held for retryHold after
+// Run returned.
+func TestInvokeHoldsEndWhenTheReplicaStops(t *testing.T) {
+	t.Parallel()
+	f := teamsfake.New(t)
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	cfg := testConfig(f)
+	a := startReplica(t, f, cfg, b, "a", true)
+	t.Cleanup(func() {
+		platformtest.DeleteBuckets(b)
+		_ = b.JetStream().DeleteKeyValue(context.Background(), b.Topology().Stream(BucketRoutes))
+	})
+	evs := platformtest.InboundEvents(t, b)
+
+	act := f.Press(dmConv, "personal", "aad-stranger", "Mallory", "card-1", "hermes_approve", map[string]any{"hermes_action": "approve_once"})
+	if got := <-postInvoke(context.Background(), f, a.url, act); got.err != nil || got.code != http.StatusInternalServerError {
+		t.Fatalf("the failed publish's invoke was answered %d %q (%v), want 500", got.code, got.body, got.err)
+	}
+	id := platformtest.NextEvent(t, evs).GetInteraction().GetId()
+	held := func() bool {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		held, err := platform.RetryPress(ctx, b, "teams", id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return held
+	}
+	if id == "" || !held() {
+		t.Fatalf("the press %q of a failed publish is not held for its retry", id)
+	}
+
+	a.stop()
+	if held() {
+		t.Fatal("the press is held after the replica's Run returned")
+	}
+	a.p.invokesMu.Lock()
+	defer a.p.invokesMu.Unlock()
+	if n := len(a.p.invokes); n != 0 {
+		t.Fatalf("%d presses held after the replica's Run returned", n)
 	}
 }

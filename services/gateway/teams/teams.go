@@ -272,6 +272,11 @@ type Platform struct {
 	// router's answer, by interaction id (invokes.go).
 	invokesMu sync.Mutex
 	invokes   map[string]*heldInvoke
+	// keeps are the presses held on for a retry (keepForRetry), each
+	// until its timer lets go, or the endpoint stops serving (endKeeps);
+	// stopped: it has, and keeps none (guarded by invokesMu).
+	keeps   map[*keptInvoke]struct{}
+	stopped bool
 }
 
 // NewPlatform validates cfg and builds the platform; b holds the
@@ -333,6 +338,10 @@ func (p *Platform) Connect(ctx context.Context, conn platform.Conn) error {
 	if err := p.checkCredentials(ctx); err != nil {
 		return err
 	}
+	p.startKeeps()
+	// A retry once the endpoint stops comes to another replica: the
+	// presses held on here for one are let go as Connect returns.
+	defer p.endKeeps()
 	return p.serve(ctx, conn)
 }
 
