@@ -234,6 +234,10 @@ type Platform struct {
 	// retryWaitOver, when set (tests), is called as a failed press's
 	// wait for its retry runs out (awaitRetry), before it is let go.
 	retryWaitOver func(id string)
+	// watchOver, when set (tests), is called once a watch of a press
+	// left to another replica's hold (watchHolder) is over, with
+	// whether the holder said it answered the press.
+	watchOver func(id string, answered bool)
 
 	mu       sync.Mutex
 	username string
