@@ -685,3 +685,94 @@ func TestPressLeftToItsHolderIsAnsweredOnce(t *testing.T) {
 		t.Fatalf("answers %+v, want the router's word as the query's answer", a)
 	}
 }
+
+// askedDuplicateConn publishes a press twice, so that its handling is
+// told it is a duplicate (a press decided before, Telegram sending it
+// again), and between the two publishes calls asked, as another replica
+// handed the press again asks whether one holds it.
+type askedDuplicateConn struct {
+	platform.Conn
+	asked func(id string)
+}
+
+func (c *askedDuplicateConn) Deliver(ctx context.Context, ev *eventsv1.MessageReceived) (platform.Accepted, error) {
+	if ev.GetInteraction() == nil {
+		return c.Conn.Deliver(ctx, ev)
+	}
+	if _, err := c.Conn.Deliver(ctx, ev); err != nil {
+		return platform.Accepted{}, err
+	}
+	c.asked(ev.GetInteraction().GetId())
+	return c.Conn.Deliver(ctx, ev)
+}
+
+func (c *askedDuplicateConn) HoldPress(id string) (*platform.PressHold, error) {
+	return c.Conn.(platform.PressHolder).HoldPress(id)
+}
+
+// A handling of a press the bus says is a duplicate, whose hold told
+// another replica handed the press again that the press is held here
+// (platform.RetryPress), answers the query, and that replica, watching
+// (platform.PressWatch), hears before the hold ends that it need not:
+// the query is this handling's. Its hold closed before its answer and
+// its word, the press looked held by no one without the word, and the
+// watcher answered the query too.
+func TestPressDuplicateAskedForWhileHeld(t *testing.T) {
+	t.Parallel()
+	f := newFake(t)
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	cfg := webhookConfig(t, f)
+	var answering, release chan struct{}
+	cfg.APIBaseURL, answering, release = slowAnswers(t, f.URL)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	watched := make(chan bool, 1)
+	s, _ := startWrapped(t, cfg, b, "a", func(c platform.Conn) platform.Conn {
+		return &askedDuplicateConn{Conn: c, asked: func(id string) {
+			w, err := platform.WatchPress(b, "telegram", id)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if held, err := platform.RetryPress(ctx, b, "telegram", id); err != nil || !held {
+				t.Errorf("asked while the press is held here: held %v, %v", held, err)
+			}
+			go func() {
+				defer w.Close()
+				// As watchHolder watches, asking more often.
+				watched <- w.Wait(ctx, maxPressHold+answerTimeout, 10*time.Millisecond)
+			}()
+		}}
+	})
+	waitFor(t, "connected", 20*time.Second, func() bool { st, _ := s.Runner().State(); return st == platform.StateConnected })
+	card := sendApprovalCard(t, f, b)
+	id, query, err := f.Press("99", card.ID, alice, "ea:once:call_1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		if code, err := f.Push(context.Background(), id); err != nil || code != http.StatusOK {
+			t.Errorf("push: %d %v", code, err)
+		}
+	}()
+	select {
+	case <-answering:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the query was not answered")
+	}
+	// The watcher decides while the handling's answer is on its way.
+	var said bool
+	select {
+	case said = <-watched:
+	case <-time.After(maxPressHold + answerTimeout + 5*time.Second):
+		t.Fatal("the watch did not end")
+	}
+	close(release)
+	if !said {
+		t.Error("the watcher found the press held by no one without its holder's word while the holder answered it: it answers the query too")
+	}
+	waitFor(t, "the query answered", 10*time.Second, func() bool { return len(f.CallbackAnswers()) == 1 })
+	if a := f.CallbackAnswers(); a[0].QueryID != query || a[0].Text != "" {
+		t.Fatalf("answers %+v, want the query answered without text", a)
+	}
+}

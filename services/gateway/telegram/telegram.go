@@ -425,7 +425,16 @@ func (p *Platform) handle(ctx context.Context, conn platform.Conn, raw []byte) (
 					p.answerCallback(ctx, out.callbackID)
 					return
 				}
-				q.hold.Close()
+				// A replica told meanwhile that the press is held
+				// here left the query to this hold (heldElsewhere), and
+				// watches it: it hears, before the hold ends, that the
+				// query is this handling's, which answers it or watches
+				// the replica it leaves it to. Closed first, the hold
+				// looked like a dead holder's, and that replica
+				// answered the query too.
+				if q.hold.LetGo() {
+					q.hold.Answered()
+				}
 				if duplicate && p.heldElsewhere(ctx, out.callbackID, q) {
 					return
 				}
