@@ -432,7 +432,11 @@ func (p *Platform) heldElsewhere(ctx context.Context, id string, q *query) bool 
 // says so before its hold ends, so the query is not answered twice.
 func (p *Platform) watchHolder(ctx context.Context, id string, w *platform.PressWatch) {
 	defer w.Close()
-	if w.Wait(ctx, maxPressHold+answerTimeout, holderCheck) {
+	answered := w.Wait(ctx, maxPressHold+answerTimeout, holderCheck)
+	if p.watchOver != nil {
+		defer p.watchOver(id, answered)
+	}
+	if answered {
 		return
 	}
 	p.log.Info("the replica holding a telegram button press's query stopped holding it unanswered; answering it here")

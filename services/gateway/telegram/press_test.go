@@ -10,6 +10,7 @@ import (
 	neturl "net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -589,5 +590,189 @@ func TestPressHolderDiesAfterSayingItHoldsThePress(t *testing.T) {
 	waitFor(t, "the query answered", maxPressHold, func() bool { return len(f.CallbackAnswers()) > 0 })
 	if a := f.CallbackAnswers(); len(a) != 1 || a[0].QueryID != query || a[0].Text != "" {
 		t.Fatalf("answers %+v, want the query answered once without text", a)
+	}
+}
+
+// countedAnswers is the Bot API at target, counting its
+// answerCallbackQuery calls (also those Telegram refuses, which the
+// fake does not record).
+func countedAnswers(t *testing.T, target string) (url string, calls *atomic.Int32) {
+	t.Helper()
+	u, err := neturl.Parse(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls = &atomic.Int32{}
+	proxy := httputil.NewSingleHostReverseProxy(u)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/answerCallbackQuery") {
+			calls.Add(1)
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL, calls
+}
+
+// A replica that left a press's query to the replica holding it
+// (heldElsewhere) and watches it hears the holder's word that it
+// answered the query with the router's word (PressHold.Answered), and
+// does not answer it again. Closed without the word, the hold looked
+// like a dead holder's, and the watcher answered the query a second
+// time: refused by Telegram when it came second, the router's text
+// lost when it came first.
+func TestPressLeftToItsHolderIsAnsweredOnce(t *testing.T) {
+	t.Parallel()
+	f := newFake(t)
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	cfg := testConfig(f)
+	cfg.LeaseTTL = time.Second
+	cfg.PressHold = maxPressHold
+	lost := make(chan struct{})
+	sa, stopA := startWrapped(t, cfg, b, "a", func(c platform.Conn) platform.Conn {
+		return &cutOffConn{Conn: c, lost: lost, once: &sync.Once{}}
+	})
+	waitFor(t, "a connected", 20*time.Second, func() bool { st, _ := sa.Runner().State(); return st == platform.StateConnected })
+	cfgB := cfg
+	var calls *atomic.Int32
+	cfgB.APIBaseURL, calls = countedAnswers(t, f.URL)
+	type watched struct {
+		id       string
+		answered bool
+	}
+	over := make(chan watched, 1)
+	sb, _ := startWrappedWith(t, cfgB, b, "b", func(p *Platform) {
+		p.watchOver = func(id string, answered bool) { over <- watched{id, answered} }
+	}, func(c platform.Conn) platform.Conn { return c })
+	waitFor(t, "b standing by", 20*time.Second, func() bool { st, _ := sb.Runner().State(); return st == platform.StateStandby })
+
+	card := sendApprovalCard(t, f, b)
+	id, query, err := f.Press("99", card.ID, alice, "ea:once:call_1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-lost:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the press was not published")
+	}
+	// The lease moves; b, handed the press again and told it is a
+	// duplicate, leaves it to a's hold and watches it.
+	stopA()
+	waitFor(t, "b polling the press again", 20*time.Second, func() bool { return f.Confirmed() > id })
+	evs := inbound(t, b)
+	if len(evs) != 1 || evs[0].GetInteraction().GetId() != query {
+		t.Fatalf("published %v, want the press once", evs)
+	}
+	const word = "✅ Approved once"
+	if err := platform.PublishPressAnswer(b, &deliveryv1.SendRequested{Target: &deliveryv1.Target{Platform: "telegram", Account: "4242", ChatId: "99",
+		Interaction: evs[0].GetInteraction()}, Text: word}); err != nil {
+		t.Fatal(err)
+	}
+	var w watched
+	select {
+	case w = <-over:
+	case <-time.After(maxPressHold + answerTimeout + 10*time.Second):
+		t.Fatal("b's watch of the press did not end")
+	}
+	if w.id != query || !w.answered {
+		t.Errorf("b's watch of %q over, answered %v; want %q answered by its holder", w.id, w.answered, query)
+	}
+	if n := calls.Load(); n != 0 {
+		t.Errorf("b answered the query %d times, want none: its holder answered it", n)
+	}
+	if a := f.CallbackAnswers(); len(a) != 1 || a[0].QueryID != query || a[0].Text != word {
+		t.Fatalf("answers %+v, want the router's word as the query's answer", a)
+	}
+}
+
+// askedDuplicateConn publishes a press twice, so that its handling is
+// told it is a duplicate (a press decided before, Telegram sending it
+// again), and between the two publishes calls asked, as another replica
+// handed the press again asks whether one holds it.
+type askedDuplicateConn struct {
+	platform.Conn
+	asked func(id string)
+}
+
+func (c *askedDuplicateConn) Deliver(ctx context.Context, ev *eventsv1.MessageReceived) (platform.Accepted, error) {
+	if ev.GetInteraction() == nil {
+		return c.Conn.Deliver(ctx, ev)
+	}
+	if _, err := c.Conn.Deliver(ctx, ev); err != nil {
+		return platform.Accepted{}, err
+	}
+	c.asked(ev.GetInteraction().GetId())
+	return c.Conn.Deliver(ctx, ev)
+}
+
+func (c *askedDuplicateConn) HoldPress(id string) (*platform.PressHold, error) {
+	return c.Conn.(platform.PressHolder).HoldPress(id)
+}
+
+// A handling of a press the bus says is a duplicate, whose hold told
+// another replica handed the press again that the press is held here
+// (platform.RetryPress), answers the query, and that replica, watching
+// (platform.PressWatch), hears before the hold ends that it need not:
+// the query is this handling's. Its hold closed before its answer and
+// its word, the press looked held by no one without the word, and the
+// watcher answered the query too.
+func TestPressDuplicateAskedForWhileHeld(t *testing.T) {
+	t.Parallel()
+	f := newFake(t)
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	cfg := webhookConfig(t, f)
+	var answering, release chan struct{}
+	cfg.APIBaseURL, answering, release = slowAnswers(t, f.URL)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	watched := make(chan bool, 1)
+	s, _ := startWrapped(t, cfg, b, "a", func(c platform.Conn) platform.Conn {
+		return &askedDuplicateConn{Conn: c, asked: func(id string) {
+			w, err := platform.WatchPress(b, "telegram", id)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if held, err := platform.RetryPress(ctx, b, "telegram", id); err != nil || !held {
+				t.Errorf("asked while the press is held here: held %v, %v", held, err)
+			}
+			go func() {
+				defer w.Close()
+				// As watchHolder watches, asking more often.
+				watched <- w.Wait(ctx, maxPressHold+answerTimeout, 10*time.Millisecond)
+			}()
+		}}
+	})
+	waitFor(t, "connected", 20*time.Second, func() bool { st, _ := s.Runner().State(); return st == platform.StateConnected })
+	card := sendApprovalCard(t, f, b)
+	id, query, err := f.Press("99", card.ID, alice, "ea:once:call_1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		if code, err := f.Push(context.Background(), id); err != nil || code != http.StatusOK {
+			t.Errorf("push: %d %v", code, err)
+		}
+	}()
+	select {
+	case <-answering:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the query was not answered")
+	}
+	// The watcher decides while the handling's answer is on its way.
+	var said bool
+	select {
+	case said = <-watched:
+	case <-time.After(maxPressHold + answerTimeout + 5*time.Second):
+		t.Fatal("the watch did not end")
+	}
+	close(release)
+	if !said {
+		t.Error("the watcher found the press held by no one without its holder's word while the holder answered it: it answers the query too")
+	}
+	waitFor(t, "the query answered", 10*time.Second, func() bool { return len(f.CallbackAnswers()) == 1 })
+	if a := f.CallbackAnswers(); a[0].QueryID != query || a[0].Text != "" {
+		t.Fatalf("answers %+v, want the query answered without text", a)
 	}
 }

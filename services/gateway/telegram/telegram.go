@@ -234,6 +234,10 @@ type Platform struct {
 	// retryWaitOver, when set (tests), is called as a failed press's
 	// wait for its retry runs out (awaitRetry), before it is let go.
 	retryWaitOver func(id string)
+	// watchOver, when set (tests), is called once a watch of a press
+	// left to another replica's hold (watchHolder) is over, with
+	// whether the holder said it answered the press.
+	watchOver func(id string, answered bool)
 
 	mu       sync.Mutex
 	username string
@@ -421,7 +425,16 @@ func (p *Platform) handle(ctx context.Context, conn platform.Conn, raw []byte) (
 					p.answerCallback(ctx, out.callbackID)
 					return
 				}
-				q.hold.Close()
+				// A replica told meanwhile that the press is held
+				// here left the query to this hold (heldElsewhere), and
+				// watches it: it hears, before the hold ends, that the
+				// query is this handling's, which answers it or watches
+				// the replica it leaves it to. Closed first, the hold
+				// looked like a dead holder's, and that replica
+				// answered the query too.
+				if q.hold.LetGo() {
+					q.hold.Answered()
+				}
 				if duplicate && p.heldElsewhere(ctx, out.callbackID, q) {
 					return
 				}
