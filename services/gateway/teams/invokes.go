@@ -1,6 +1,7 @@
 package teams
 
 import (
+	"container/list"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -147,40 +148,111 @@ func (p *Platform) askElsewhere(inv *heldInvoke) {
 // answered without the router's word if that came before it.
 const retryHold = 30 * time.Second
 
+// maxKeeps bounds the presses a replica keeps holding for a retry
+// (keepForRetry): each is a subscription on the bus, a goroutine and a
+// timer for retryHold, so a flood of presses (signed ones: the Bot
+// Framework's token is checked first) would otherwise hold about
+// presses/s × retryHold of them. Past it the oldest kept press is let
+// go: its retry, if one still comes, is the least likely.
+const maxKeeps = 1024
+
 // keepForRetry keeps holding inv, the press of an invoke whose delivery
 // ends, for retryHold: a retry on this replica joins the hold
 // (holdInvoke) and gets the router's answer, or its refusal, that came
-// meanwhile, or comes. The caller still releases its own use of inv.
+// meanwhile, or comes. At the cap (maxKeeps) the oldest kept press is
+// let go first. The caller still releases its own use of inv.
 func (p *Platform) keepForRetry(inv *heldInvoke) {
 	if inv == nil || inv.hold == nil {
 		return
 	}
 	p.invokesMu.Lock()
-	defer p.invokesMu.Unlock()
 	if p.stopped {
+		p.invokesMu.Unlock()
 		return // the endpoint serves no retry any more
 	}
 	inv.users++
 	k := &keptInvoke{inv: inv}
 	if p.keeps == nil {
-		p.keeps = map[*keptInvoke]struct{}{}
+		p.keeps = list.New()
 	}
-	p.keeps[k] = struct{}{}
-	k.timer = time.AfterFunc(retryHold, func() { p.endKeep(k) })
+	k.elem = p.keeps.PushBack(k)
+	k.timer = time.AfterFunc(p.keepTime(), func() { p.endKeep(k) })
+	oldest := p.overCap()
+	p.invokesMu.Unlock()
+	if oldest != nil {
+		p.letGoEarly(oldest)
+	}
 }
 
-// keptInvoke is one keepForRetry's use of a press, let go by its timer
-// or by endKeeps, whichever comes first.
+// keptInvoke is one keepForRetry's use of a press, let go by its timer,
+// by endKeeps or by the cap (letGoEarly), whichever comes first: the
+// one that takes it off keeps (elem nil after) releases it.
 type keptInvoke struct {
 	inv   *heldInvoke
 	timer *time.Timer
+	elem  *list.Element // in Platform.keeps, nil once taken off
 }
 
-// endKeep lets go of k when its time is up, unless endKeeps did.
+// keepCap is how many presses keepForRetry holds on at most: maxKeeps
+// unless a test says otherwise.
+func (p *Platform) keepCap() int {
+	if p.maxKeeps > 0 {
+		return p.maxKeeps
+	}
+	return maxKeeps
+}
+
+// keepTime is how long keepForRetry holds a press on: retryHold unless
+// a test says otherwise.
+func (p *Platform) keepTime() time.Duration {
+	if p.keepFor > 0 {
+		return p.keepFor
+	}
+	return retryHold
+}
+
+// overCap takes the oldest kept press off keeps when there are more
+// than the cap (maxKeeps unless a test says otherwise), for the caller
+// to let go once the lock is released. Called with invokesMu held.
+func (p *Platform) overCap() *keptInvoke {
+	if p.keeps.Len() <= p.keepCap() {
+		return nil
+	}
+	k := p.keeps.Remove(p.keeps.Front()).(*keptInvoke)
+	k.elem = nil
+	return k
+}
+
+// letGoEarly lets go of k, taken off keeps at the cap, before its time:
+// its timer, if already running, finds it taken and releases nothing.
+// Counted, and logged once per burst (at most once each retryHold), not
+// for each press.
+func (p *Platform) letGoEarly(k *keptInvoke) {
+	k.timer.Stop()
+	p.releaseInvoke(k.inv)
+	keepsLetGo.Inc()
+	now := time.Now()
+	p.invokesMu.Lock()
+	quiet := now.Sub(p.capLogged) >= retryHold
+	if quiet {
+		p.capLogged = now
+	}
+	p.invokesMu.Unlock()
+	if quiet {
+		p.log.Warn("teams presses held for a retry at the cap; letting go of the oldest first",
+			"cap", p.keepCap(), "metric", "switchboard_teams_kept_presses_let_go_total")
+	}
+}
+
+// endKeep lets go of k when its time is up, unless endKeeps or the cap
+// did.
 func (p *Platform) endKeep(k *keptInvoke) {
 	p.invokesMu.Lock()
-	_, ok := p.keeps[k]
-	delete(p.keeps, k)
+	ok := k.elem != nil
+	if ok {
+		p.keeps.Remove(k.elem)
+		k.elem = nil
+	}
 	p.invokesMu.Unlock()
 	if ok {
 		p.releaseInvoke(k.inv)
@@ -201,10 +273,17 @@ func (p *Platform) startKeeps() {
 func (p *Platform) endKeeps() {
 	p.invokesMu.Lock()
 	p.stopped = true
-	keeps := p.keeps
-	p.keeps = nil
+	var keeps []*keptInvoke
+	if p.keeps != nil {
+		for e := p.keeps.Front(); e != nil; e = e.Next() {
+			k := e.Value.(*keptInvoke)
+			k.elem = nil
+			keeps = append(keeps, k)
+		}
+		p.keeps.Init()
+	}
 	p.invokesMu.Unlock()
-	for k := range keeps {
+	for _, k := range keeps {
 		k.timer.Stop()
 		p.releaseInvoke(k.inv)
 	}

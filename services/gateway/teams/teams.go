@@ -20,6 +20,7 @@
 package teams
 
 import (
+	"container/list"
 	"context"
 	"errors"
 	"fmt"
@@ -272,11 +273,17 @@ type Platform struct {
 	// router's answer, by interaction id (invokes.go).
 	invokesMu sync.Mutex
 	invokes   map[string]*heldInvoke
-	// keeps are the presses held on for a retry (keepForRetry), each
-	// until its timer lets go, or the endpoint stops serving (endKeeps);
-	// stopped: it has, and keeps none (guarded by invokesMu).
-	keeps   map[*keptInvoke]struct{}
-	stopped bool
+	// keeps are the presses held on for a retry (keepForRetry), oldest
+	// first, each until its timer lets go, the cap lets go of it
+	// (maxKeeps), or the endpoint stops serving (endKeeps); stopped: it
+	// has, and keeps none; capLogged: when the cap was last logged
+	// (guarded by invokesMu). maxKeeps and keepFor, when set (tests),
+	// stand for the cap and retryHold.
+	keeps     *list.List // of *keptInvoke
+	stopped   bool
+	capLogged time.Time
+	maxKeeps  int
+	keepFor   time.Duration
 }
 
 // NewPlatform validates cfg and builds the platform; b holds the
