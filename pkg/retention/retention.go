@@ -50,6 +50,7 @@ const (
 	KindSessions       = "sessions"
 	KindHistory        = "session_history"
 	KindTurns          = "worker_turns"
+	KindTurnAttempts   = "worker_turn_attempts"
 	KindMessages       = "transcript_messages"
 	KindSummaries      = "transcript_summaries"
 	KindPrompts        = "session_prompts"
@@ -69,7 +70,7 @@ const (
 var (
 	deletedRows = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "switchboard_retention_deleted_rows_total",
-		Help: "Rows the session retention deleted, by kind (sessions, session_history, worker_turns, transcript_messages, transcript_summaries, session_prompts, tool_approvals: /approve session approvals and /deny all answers, delivery_outbox, delivery_stream_messages, session_yolo, session_context, command_effects, session_goals, goal_verdicts, session_loops, memory_pending_writes: decided memory writes, agent_denial_breaker: counts of the smart-approval judge's denials in a row; and what forgetting a user deletes of theirs: agent_memories, memory_write_approval, cron_jobs, pairing, telegram_topic_bindings).",
+		Help: "Rows the session retention deleted, by kind (sessions, session_history, worker_turns, worker_turn_attempts: later attempts' claims of turns, transcript_messages, transcript_summaries, session_prompts, tool_approvals: /approve session approvals and /deny all answers, delivery_outbox, delivery_stream_messages, session_yolo, session_context, command_effects, session_goals, goal_verdicts, session_loops, memory_pending_writes: decided memory writes, agent_denial_breaker: counts of the smart-approval judge's denials in a row; and what forgetting a user deletes of theirs: agent_memories, memory_write_approval, cron_jobs, pairing, telegram_topic_bindings).",
 	}, []string{"kind"})
 	skipped = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "switchboard_retention_skipped_total",
@@ -417,6 +418,7 @@ var deletes = []struct{ kind, sql string }{
 	{KindSummaries, `DELETE FROM transcript_summaries WHERE session_id = ANY($2) AND session_key = ANY($1)`},
 	{KindPrompts, `DELETE FROM session_prompts WHERE session_id = ANY($2) AND session_key = ANY($1)`},
 	{KindTurns, `DELETE FROM worker_turns WHERE session_key = ANY($1)`},
+	{KindTurnAttempts, `DELETE FROM worker_turn_attempts WHERE session_key = ANY($1)`},
 	{KindYolo, `DELETE FROM session_yolo WHERE session_key = ANY($1)`},
 	{KindContext, `DELETE FROM session_context WHERE session_key = ANY($1)`},
 	{KindCommandEffects, `DELETE FROM command_effects WHERE session_key = ANY($1)`},

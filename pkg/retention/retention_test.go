@@ -39,6 +39,7 @@ var tables = map[string]string{
 	"session_history":          `SELECT count(*) FROM session_history WHERE session_key = $1`,
 	"session_queue":            `SELECT count(*) FROM session_queue WHERE session_key = $1`,
 	"worker_turns":             `SELECT count(*) FROM worker_turns WHERE session_key = $1`,
+	"worker_turn_attempts":     `SELECT count(*) FROM worker_turn_attempts WHERE session_key = $1`,
 	"transcript_messages":      `SELECT count(*) FROM transcript_messages WHERE session_key = $1`,
 	"transcript_summaries":     `SELECT count(*) FROM transcript_summaries WHERE session_key = $1`,
 	"session_prompts":          `SELECT count(*) FROM session_prompts WHERE session_key = $1`,
@@ -67,6 +68,7 @@ func seed(t *testing.T, db *pgxpool.Pool, key, platform string, age time.Duratio
 		`INSERT INTO session_history (session_key, session_id, started_at) VALUES ($1, 'c1-' || $1, $3), ($1, 'c2-' || $1, $3)`,
 		`INSERT INTO worker_turns (turn_id, session_key, session_id, generation, status, started_at, updated_at)
 			VALUES ('t1-' || $1, $1, 'c1-' || $1, 1, 'completed', $3, $3), ('t2-' || $1, $1, 'c2-' || $1, 2, 'completed', $3, $3)`,
+		`INSERT INTO worker_turn_attempts (turn_id, session_key, attempt, claimed_at) VALUES ('t2-' || $1, $1, 2, $3)`,
 		`INSERT INTO transcript_messages (session_key, session_id, turn_id, generation, step, role, content, created_at)
 			VALUES ($1, 'c1-' || $1, 't1-' || $1, 1, 0, 'user', 'hello marmalade', $3),
 			       ($1, 'c2-' || $1, 't2-' || $1, 2, 0, 'user', 'hello again', $3)`,
@@ -230,7 +232,7 @@ func TestSweep(t *testing.T) {
 	want := map[string]int64{retention.KindSessions: 2, retention.KindHistory: 4, retention.KindTurns: 4, retention.KindMessages: 4,
 		retention.KindSummaries: 2, retention.KindPrompts: 2, retention.KindApprovals: 2, retention.KindOutbox: 2, retention.KindStreamMessages: 2,
 		retention.KindYolo: 2, retention.KindCommandEffects: 2, retention.KindGoals: 2, retention.KindGoalVerdicts: 2,
-		retention.KindLoops: 2, retention.KindDenialBreaker: 2}
+		retention.KindLoops: 2, retention.KindDenialBreaker: 2, retention.KindTurnAttempts: 2}
 	for k, v := range want {
 		if res.Rows[k] != v {
 			t.Errorf("rows %s = %d, want %d", k, res.Rows[k], v)

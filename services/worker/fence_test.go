@@ -3,6 +3,7 @@ package worker_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"slices"
 	"sync/atomic"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
 	"github.com/switchboard-chat/switchboard/pkg/redisx/redistest"
 	"github.com/switchboard-chat/switchboard/services/worker"
+	"github.com/switchboard-chat/switchboard/services/worker/internal/store"
 	"github.com/switchboard-chat/switchboard/services/worker/internal/tools"
 )
 
@@ -95,5 +97,64 @@ func TestRedisBlipAtTheToolFenceDoesNotEndTheAttempt(t *testing.T) {
 	}
 	if typing != 1 {
 		t.Errorf("the turn ran %d times, want once", typing)
+	}
+}
+
+// A first attempt frozen (SIGSTOP, a VM pause) while the model answers
+// wakes up after the bus gave its turn to a second attempt, which
+// claimed the turn as it read it (store.BeginTurn, attempt 2). The Redis
+// checks are bypassed here: the session lock still names the first
+// attempt, as it would in the few instructions between a lock check and
+// a commit. Postgres refuses the first attempt's write all the same —
+// its final, or the step that carries a tool's result — and the attempt
+// ends superseded, committing nothing. Before, the generation fence let
+// it commit: both attempts run the same turn at the same generation.
+func TestFrozenAttemptsWriteIsRefusedOnceALaterAttemptClaimedTheTurn(t *testing.T) {
+	t.Parallel()
+	for name, text := range map[string]string{
+		"final": "hello there",
+		"step":  "[[tool:send {}]] tell them",
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t)
+			h.setGeneration("s1", 1)
+			h.startWorker("w1", func(_ *worker.Config, d *worker.Deps) {
+				d.Tools = []tools.Tool{{Name: "send", Run: func(context.Context, tools.Call, json.RawMessage) (string, error) {
+					return "sent", nil
+				}}}
+			})
+			// requestTurn names the turn by the harness's next number.
+			turnID := fmt.Sprintf("turn-s1-%d", h.seq.Load()+1)
+			var froze atomic.Bool
+			h.fake.SetScript(func(*fakellm.Request) (fakellm.Reply, bool) {
+				if froze.CompareAndSwap(false, true) {
+					// While the first attempt is frozen, the second starts.
+					second := store.Turn{TurnID: turnID, SessionKey: "s1", SessionID: "sid-s1", Generation: 1, Attempt: 2}
+					if _, err := store.New(h.db).BeginTurn(context.Background(), second); err != nil {
+						t.Errorf("the second attempt's claim: %v", err)
+					}
+				}
+				return fakellm.Reply{}, false
+			})
+			req := h.requestTurn("s1", text, turnOpts{lockTTL: time.Minute})
+			if req.TurnId != turnID {
+				t.Fatalf("turn %s, want %s", req.TurnId, turnID)
+			}
+			if c := h.waitCompleted(req.TurnId); c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_STALE {
+				t.Errorf("the frozen attempt ended %v (%s), want STALE", c.GetStatus(), c.GetError())
+			}
+			if got := h.transcript(req.TurnId); len(got) != 0 {
+				t.Errorf("the frozen attempt committed %q after the second attempt's claim", got)
+			}
+			if f, err := store.New(h.db).Decided(context.Background(), req.TurnId); err != nil || f != nil {
+				t.Errorf("the frozen attempt decided the turn: %+v %v", f, err)
+			}
+			for _, ev := range h.replies(req.TurnId) {
+				if ev.GetFinalText() != nil {
+					t.Errorf("the frozen attempt published a final: %v", ev)
+				}
+			}
+		})
 	}
 }

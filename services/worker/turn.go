@@ -156,7 +156,10 @@ type beganTurn struct {
 // overlaps the lock claim: the two round trips go out together. The read
 // takes no lock and writes nothing; a claim that had to wait for another
 // attempt drops it (that attempt may write meanwhile), and a turn whose
-// claim fails never uses it.
+// claim fails never uses it. Only a first attempt reads ahead: a later
+// one's read claims the turn in Postgres (store.BeginTurn), fencing the
+// earlier attempts' writes, which it must do only once it holds the
+// session lock, not while an earlier attempt still does.
 func (r *turnRun) readAhead(ctx context.Context) {
 	ch := make(chan beganTurn, 1)
 	go func() {
@@ -193,6 +196,7 @@ func newTurnRun(s *Service, req *turnsv1.TurnRequested, attempt, spent int) *tur
 			SessionKey: req.GetSessionKey(),
 			SessionID:  req.GetSessionId(),
 			Generation: req.GetGeneration(),
+			Attempt:    attempt,
 			UserKey:    userKey(req),
 			StartedAt:  s.now(),
 		},
@@ -274,7 +278,7 @@ func replyTarget(req *turnsv1.TurnRequested) *deliveryv1.Target {
 // run is the whole life of one delivery. It returns nil when the turn
 // reached an end (acked), an error to have the bus redeliver it.
 func (r *turnRun) run(ctx context.Context) error {
-	if r.s.agent == nil {
+	if r.s.agent == nil && r.attempt <= 1 {
 		r.readAhead(ctx)
 	}
 	if err := r.claimLock(ctx); err != nil {

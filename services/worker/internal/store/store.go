@@ -29,7 +29,15 @@ type Turn struct {
 	SessionKey string
 	SessionID  string
 	Generation int64
-	UserKey    string
+	// Attempt is the attempt's number among the turn's deliveries (the
+	// bus counts them from 1, and a later one has a greater number).
+	// Every fenced write of the turn is refused (ErrStaleGeneration) once
+	// a later attempt claimed the turn (BeginTurn, migration 00217): the
+	// generation alone does not tell a frozen attempt from the one that
+	// took its turn over, since both run the same turn. 0 writes unfenced
+	// by attempt, as a worker from before the claim did.
+	Attempt int
+	UserKey string
 	// StartedAt is when the attempt that decides the turn began: the
 	// turn's row, written once the turn is decided, keeps it.
 	StartedAt time.Time
@@ -171,6 +179,13 @@ const (
 
 const (
 	fenceSQL = `SELECT switchboard_fence($1, $2)`
+	// fenceAttemptSQL is fenceSQL for a turn's attempt (Turn.Attempt): it
+	// also raises fenceCode once a later attempt claimed the turn
+	// (claimAttemptSQL, migration 00217).
+	fenceAttemptSQL = `SELECT switchboard_fence_attempt($1, $2, $3, $4)`
+	// claimAttemptSQL makes the attempt the turn's, fencing the earlier
+	// ones; it raises fenceCode when a later one claimed it already.
+	claimAttemptSQL = `SELECT switchboard_claim_attempt($1, $2, $3)`
 	// takeSteeringSQL removes the queued messages of the steering a write
 	// gives to the model (Turn.Steered), raising fenceCode when one is
 	// gone (migration 00216).
@@ -205,7 +220,7 @@ func (s *Store) writeLocking(ctx context.Context, t Turn, d Durability, lockSess
 	if lockSession {
 		b.Queue(lockSessionSQL, t.SessionKey)
 	}
-	b.Queue(fenceSQL, t.SessionKey, t.Generation)
+	queueFence(b, t)
 	if len(t.Steered) > 0 {
 		b.Queue(takeSteeringSQL, t.SessionKey, t.Steered)
 	}
@@ -227,6 +242,16 @@ func (s *Store) writeLocking(ctx context.Context, t Turn, d Durability, lockSess
 		err = cerr
 	}
 	return fenceError(err)
+}
+
+// queueFence queues the fence of t's write: of its generation, and of
+// its attempt when t knows it.
+func queueFence(b *pgx.Batch, t Turn) {
+	if t.Attempt > 0 && t.TurnID != "" {
+		b.Queue(fenceAttemptSQL, t.SessionKey, t.Generation, t.TurnID, t.Attempt)
+		return
+	}
+	b.Queue(fenceSQL, t.SessionKey, t.Generation)
 }
 
 // queueCut queues the removal of t.Cut and what follows it, unless the
@@ -329,17 +354,34 @@ func scanMessage(r pgx.Row) (Message, error) {
 
 // BeginTurn returns, in one round trip, what earlier attempts of the turn
 // left (its decided final, if any), the conversation so far and the
-// stored system prompt. It only reads, so it is not fenced: a turn that
-// is no longer current learns it at its first write, and its lock claim
-// (the session lock names the turn) stops most such turns before this.
+// stored system prompt. It is not fenced by generation: a turn that is no
+// longer current learns it at its first write, and its lock claim (the
+// session lock names the turn) stops most such turns before this.
 // The turn's row is written once, when the turn is decided (Finish).
+//
+// An attempt after the first (t.Attempt > 1) claims the turn first, in
+// the same round trip, and so fences every earlier attempt's writes for
+// good (Turn.Attempt); a later attempt's claim made already refuses this
+// one (ErrStaleGeneration). Such an attempt calls it only once it holds
+// the session lock: an attempt that waits for an earlier one still
+// holding it must not fence that one. Its reads see every write of an
+// earlier attempt that the claim fenced out of the turn's future.
 func (s *Store) BeginTurn(ctx context.Context, t Turn) (TurnState, error) {
 	var st TurnState
 	b := &pgx.Batch{}
+	claim := t.Attempt > 1
+	if claim {
+		b.Queue(claimAttemptSQL, t.SessionKey, t.TurnID, t.Attempt)
+	}
 	b.Queue(beginSQL, t.TurnID, t.SessionID)
 	b.Queue(historySQL, t.SessionID)
 	br := s.db.SendBatch(ctx, b)
 	err := func() error {
+		if claim {
+			if _, err := br.Exec(); err != nil {
+				return fmt.Errorf("claim turn %s for attempt %d: %w", t.TurnID, t.Attempt, fenceError(err))
+			}
+		}
 		var f Final
 		var decided, prompted bool
 		var p Prompt
