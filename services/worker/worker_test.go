@@ -344,6 +344,47 @@ func TestAnswerOnlyAPITurnLaterAttemptListsItsCallsAfterSeq1(t *testing.T) {
 	}
 }
 
+// During a rolling upgrade an older worker's first attempt of a chat
+// completion that does not stream published its tool calls' steps from
+// the counter (older releases did for every answer-only API turn), then
+// failed; the newer worker's retry, whose turn lists no calls, must not
+// take seq 1 for its final, which the bus would drop as the step's
+// duplicate: it asks the counter and its final is delivered at seq 2.
+func TestAnswerOnlyAPITurnRetryAfterAnOlderWorkersStep(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.setGeneration("s1", 1)
+	h.startWorker("w1", func(c *worker.Config, d *worker.Deps) {
+		c.MaxDeliver = 3
+		d.LLM.Provider = &panicsOnce{Provider: d.LLM.Provider}
+	})
+	ctx := context.Background()
+	turnID := fmt.Sprintf("turn-s1-%d", h.seq.Load()+1) // requestTurn's next
+	api := &eventsv1.SessionSource{Platform: "api", Account: "default", ChatId: "req_1", ChatType: "dm", UserId: "key"}
+	// The older worker's step, from the counter, as its nextSeq took it.
+	if n, err := h.rdb.Incr(ctx, h.prefix+"turnseq:"+turnID).Result(); err != nil || n != 1 {
+		t.Fatalf("counter %d, %v", n, err)
+	}
+	step := &repliesv1.ReplyEvent{TurnId: turnID, SessionKey: "s1", Generation: 1, Seq: 1,
+		Target: &deliveryv1.Target{Platform: "api", Account: "default", ChatId: "req_1"},
+		Body: &repliesv1.ReplyEvent_ToolProgress{ToolProgress: &repliesv1.ToolProgress{ToolCallId: "call_0", ToolName: "clock",
+			Phase: repliesv1.ToolPhase_TOOL_PHASE_STARTED}}}
+	if _, err := h.bus.Publish(ctx, h.bus.Topology().ReplySubject("s1"), fmt.Sprintf("reply:%s:1", turnID), step); err != nil {
+		t.Fatal(err)
+	}
+	req := h.requestTurn("s1", "what time is it [[tool:clock {\"tz\":\"UTC\"}]]", turnOpts{answerOnly: true, origin: api})
+	if req.TurnId != turnID {
+		t.Fatalf("turn %s, want %s", req.TurnId, turnID)
+	}
+	if done := h.waitCompleted(req.TurnId); done.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_COMPLETED {
+		t.Fatalf("status %v (%s)", done.GetStatus(), done.GetError())
+	}
+	final := checkReplies(t, h.replies(req.TurnId))
+	if final.GetSeq() != 2 || !strings.HasPrefix(final.GetFinalText().GetText(), "echo: ") {
+		t.Errorf("final %v at seq %d, want the answer at seq 2", final.GetBody(), final.GetSeq())
+	}
+}
+
 func TestTwoWorkersOneSessionTurnsNeverOverlap(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
