@@ -756,14 +756,17 @@ func (r *turnRun) checkpoint(ctx context.Context) error {
 // nextSeq allocates the next reply seq of the turn. The counter lives in
 // Redis so a redelivered turn continues the sequence instead of reusing ids
 // that JetStream would deduplicate away. A later attempt of a turn whose
-// first attempt may take seq 1 without the counter (finalSeq) is handed
-// 2 and up: seq 1 stays that final's, should the first attempt be frozen
+// first attempt may take seq 1 without the counter (finalSeq) and whose
+// answer lists its tool calls is handed 2 and up: seq 1 stays that final's, should the first attempt be frozen
 // past its lock rather than dead and wake to commit and publish it.
 func (r *turnRun) nextSeq(ctx context.Context) (int64, error) {
 	r.seqUsed.Store(true)
 	key := r.s.cfg.RedisPrefix + "turnseq:" + r.req.GetTurnId()
 	floor := 0
-	if r.attempt > 1 && r.finalUncounted() {
+	if r.attempt > 1 && r.finalUncounted() && r.listsSteps {
+		// Only a turn whose later attempt publishes steps before its
+		// final: another's final at the counter's 1 is a final too, and
+		// Finish keeps one of the two, which both then publish.
 		floor = 1
 	}
 	n, err := nextSeqScript.Run(ctx, r.s.rdb, []string{key}, seqTTL.Milliseconds(), floor).Int64()
