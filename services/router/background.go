@@ -69,6 +69,10 @@ func (s *Service) background(ctx context.Context, m *msgCtx, sess sessionstore.S
 	bg.ev = proto.CloneOf(m.ev)
 	bg.ev.Text = prompt
 	bg.ev.AnswerOnly = true
+	// The task's answer is a message of its own in the chat, which lists
+	// no tool calls: a Responses request's /background must not have its
+	// turn publish its calls' steps for nobody (lists_tool_calls).
+	bg.ev.ListsToolCalls = false
 	bg.holder, bg.token, bg.lockKey, bg.early, bg.home, bg.hold = nil, "", "", nil, nil, 0
 
 	// The acknowledgement first (a redelivery publishes it again under

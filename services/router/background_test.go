@@ -399,3 +399,33 @@ func TestBackgroundTasksCappedPerChat(t *testing.T) {
 	})
 	close(gate("unbounded"))
 }
+
+// A /background asked in a Responses request (whose message says its
+// answer lists the turn's tool calls, lists_tool_calls) starts a task
+// whose turn does not say so: the task's answer goes to the chat as a
+// message of its own, which lists nothing, and a turn that said so would
+// publish its tool calls' steps for nobody to list.
+func TestBackgroundTaskListsNoToolCalls(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.startRouter(testConfig(), nil, nil)
+	w := e.startWorker(nil)
+	ev := dm("alice", "/background look it up")
+	ev.AnswerOnly, ev.ListsToolCalls = true, true
+	e.publish(ev)
+	var task *turnsv1.TurnRequested
+	waitFor(t, "the task's turn", func() bool {
+		turns, _ := w.snapshot()
+		for _, tr := range turns {
+			if tr.GetBackgroundTaskId() != "" {
+				task = tr
+			}
+		}
+		return task != nil
+	})
+	in := task.GetInputs()[0]
+	if in.GetText() != "look it up" || !in.GetAnswerOnly() || in.GetListsToolCalls() {
+		t.Errorf("the task's input %q, answer only %v, lists tool calls %v; want answer only, listing none",
+			in.GetText(), in.GetAnswerOnly(), in.GetListsToolCalls())
+	}
+}

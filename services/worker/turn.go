@@ -759,11 +759,21 @@ func (r *turnRun) checkpoint(ctx context.Context) error {
 
 // nextSeq allocates the next reply seq of the turn. The counter lives in
 // Redis so a redelivered turn continues the sequence instead of reusing ids
-// that JetStream would deduplicate away.
+// that JetStream would deduplicate away. A later attempt of a turn whose
+// first attempt may take seq 1 without the counter (finalSeq) and whose
+// answer lists its tool calls is handed 2 and up: seq 1 stays that final's, should the first attempt be frozen
+// past its lock rather than dead and wake to commit and publish it.
 func (r *turnRun) nextSeq(ctx context.Context) (int64, error) {
 	r.seqUsed.Store(true)
 	key := r.s.cfg.RedisPrefix + "turnseq:" + r.req.GetTurnId()
-	n, err := nextSeqScript.Run(ctx, r.s.rdb, []string{key}, seqTTL.Milliseconds()).Int64()
+	floor := 0
+	if r.attempt > 1 && r.finalUncounted() && r.listsSteps {
+		// Only a turn whose later attempt publishes steps before its
+		// final: another's final at the counter's 1 is a final too, and
+		// Finish keeps one of the two, which both then publish.
+		floor = 1
+	}
+	n, err := nextSeqScript.Run(ctx, r.s.rdb, []string{key}, seqTTL.Milliseconds(), floor).Int64()
 	if err != nil {
 		return 0, fmt.Errorf("allocate reply seq: %w", err)
 	}
@@ -781,25 +791,34 @@ func (r *turnRun) withUsage() store.Turn {
 
 // finalSeq is the seq of the turn's final event. A turn run here (not by
 // a remote agent) whose inputs all wait for the whole answer publishes no
-// event before its final — its progress is not sent, and every attempt's
+// event before its final but its tool calls' steps when its answer lists
+// them (answerListsSteps) — its progress is not sent, and every attempt's
 // final is committed with its seq before it is published and republished
-// as it is — so when this attempt allocated none, the final is the
-// turn's first event: seq 1, without the counter's round trip. The
-// counter stays unset, so a later attempt that does allocate (the last
-// attempt's apology) starts at 1 too, and Finish keeps whichever final
-// was committed first. A later attempt of a turn whose answer lists its
-// tool calls asks the counter: an earlier one may have published tool
-// steps (answerListsSteps).
+// as it is — so when its first attempt allocated none, the final is the
+// turn's first event: seq 1, without the counter's round trip. Only the
+// first attempt's: a later one asks the counter, which hands it 2 and up
+// (nextSeq), since an earlier attempt may have published steps (one of
+// an older release did for every answer-only API turn) or, frozen past
+// its lock, may still publish its final at 1. Finish keeps whichever
+// final was committed first, and every attempt publishes that one at
+// its own seq.
 func (r *turnRun) finalSeq(ctx context.Context) (int64, error) {
-	if r.answerOnly && r.s.agent == nil && !r.seqUsed.Load() && (r.attempt <= 1 || !r.listsSteps) {
+	if r.finalUncounted() && !r.seqUsed.Load() && r.attempt <= 1 {
 		return 1, nil
 	}
 	return r.nextSeq(ctx)
 }
 
+// finalUncounted reports whether the turn's first attempt may publish
+// its final at seq 1 without the counter (finalSeq).
+func (r *turnRun) finalUncounted() bool { return r.answerOnly && r.s.agent == nil }
+
 // nextSeqScript increments a turn's seq counter, setting its expiry when
-// it is created: one round trip.
+// it is created: one round trip. A floor (ARGV[2]) above 0 starts a
+// counter not yet created there, so the first seq it hands out is the
+// floor's next.
 var nextSeqScript = redis.NewScript(`
+if ARGV[2] ~= "0" then redis.call("SET", KEYS[1], ARGV[2], "NX", "PX", ARGV[1]) end
 local n = redis.call("INCR", KEYS[1])
 if n == 1 then redis.call("PEXPIRE", KEYS[1], ARGV[1]) end
 return n`)
@@ -844,14 +863,13 @@ func (r *turnRun) sends(ev *repliesv1.ReplyEvent) bool {
 // as steps: a call's start and end, nothing else. Only a turn an input
 // of which says its answer lists them (lists_tool_calls) does: a chat
 // completion that does not stream shows none. A turn that calls no
-// tool publishes nothing more. Only its first attempt does: an earlier
-// attempt, frozen past its lock rather than dead, may still commit its
-// final at seq 1 without the counter (finalSeq), and a step a later
-// attempt took seq 1 for would have the bus drop that final, and every
-// republication of it, as the step's duplicate. A retried answer lists
-// the first attempt's calls only.
+// tool publishes nothing more. A later attempt does too, its steps at
+// seq 2 and up (nextSeq): an earlier attempt, frozen past its lock
+// rather than dead, may still commit its final at seq 1 without the
+// counter (finalSeq), and a step at seq 1 would have the bus drop that
+// final, and every republication of it, as the step's duplicate.
 func (r *turnRun) answerListsSteps(ev *repliesv1.ReplyEvent) bool {
-	if r.attempt > 1 || !r.listsSteps {
+	if !r.listsSteps {
 		return false
 	}
 	switch ev.GetToolProgress().GetPhase() {

@@ -255,13 +255,102 @@ func (p *panicsOnce) Stream(ctx context.Context, req llm.Request, fn func(llm.De
 	return p.Provider.Stream(ctx, req, fn)
 }
 
-// A later attempt of an answer-only turn answering the API gateway
-// publishes no tool steps: the first attempt, frozen past its lock (not
-// dead), may still commit a final at seq 1 without the counter, and a
-// step the later attempt took seq 1 for would have the bus drop that
-// final, and the kept final's every republication, as its duplicate.
-// Its final takes the counter's next seq.
-func TestAnswerOnlyAPITurnLaterAttemptPublishesNoSteps(t *testing.T) {
+// A later attempt of a turn whose answer lists its tool calls (a
+// Responses request) publishes its calls' steps too — the answer lists
+// them — but never at seq 1: a first attempt frozen past its lock rather
+// than dead may still commit its final at seq 1 without the counter
+// (finalSeq), and a step at seq 1 would have the bus drop that final,
+// and its every republication, as the step's duplicate. Here the first
+// attempt fails (panicsOnce) before it publishes anything; the test then
+// does what it would have done had it been frozen instead: while the
+// second attempt runs its tool, it commits its final at seq 1 and
+// publishes it. That final is delivered, the second attempt's Finish
+// keeps it, and its steps are at seq 2 and 3.
+func TestAnswerOnlyAPITurnLaterAttemptListsItsCallsAfterSeq1(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.setGeneration("s1", 1)
+	g := newGate()
+	h.startWorker("w1", func(c *worker.Config, d *worker.Deps) {
+		c.MaxDeliver = 3
+		d.LLM.Provider = &panicsOnce{Provider: d.LLM.Provider}
+		d.Tools = []tools.Tool{{Name: "wait", Run: func(ctx context.Context, _ tools.Call, _ json.RawMessage) (string, error) {
+			g.entered <- struct{}{}
+			<-g.release
+			return "waited", nil
+		}}}
+	})
+	api := &eventsv1.SessionSource{Platform: "api", Account: "default", ChatId: "req_1", ChatType: "dm", UserId: "key"}
+	req := h.requestTurn("s1", "[[tool:wait {}]] go", turnOpts{answerOnly: true, listsCalls: true, origin: api})
+	select {
+	case <-g.entered:
+	case <-time.After(60 * time.Second):
+		close(g.release)
+		t.Fatal("the second attempt never ran its tool")
+	}
+	started := func() *repliesv1.ReplyEvent {
+		for _, ev := range h.replies(req.TurnId) {
+			if ev.GetToolProgress().GetPhase() == repliesv1.ToolPhase_TOOL_PHASE_STARTED {
+				return ev
+			}
+		}
+		return nil
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for started() == nil && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	ev := started()
+	if ev == nil {
+		close(g.release)
+		t.Fatal("the second attempt published no step of its tool call")
+	}
+	if ev.GetSeq() == 1 {
+		t.Errorf("the second attempt's step took seq 1, the first attempt's final's")
+	}
+	// The frozen first attempt wakes: its model call failed, and it
+	// commits and publishes its final at seq 1, as finalSeq gives it.
+	ctx := context.Background()
+	frozen := store.Final{Status: store.StatusFailed, Kind: store.FinalError, ErrorCode: "provider", Text: "the first attempt's answer", Seq: 1}
+	kept, err := store.New(h.db).Finish(ctx, store.Turn{TurnID: req.TurnId, SessionKey: "s1", SessionID: "sid-s1", Generation: 1, UserKey: "api:key"},
+		nil, 0, nil, frozen)
+	if err != nil || kept.Seq != 1 {
+		close(g.release)
+		t.Fatalf("the first attempt's Finish: %+v, %v", kept, err)
+	}
+	final := &repliesv1.ReplyEvent{TurnId: req.TurnId, SessionKey: "s1", Generation: 1, Seq: 1, Target: ev.GetTarget(),
+		Body: &repliesv1.ReplyEvent_Error{Error: &repliesv1.ReplyError{Code: frozen.ErrorCode, Message: frozen.Text}}}
+	if _, err := h.bus.Publish(ctx, h.bus.Topology().ReplySubject("s1"), fmt.Sprintf("reply:%s:1", req.TurnId), final); err != nil {
+		close(g.release)
+		t.Fatal(err)
+	}
+	close(g.release)
+	h.waitCompleted(req.TurnId)
+	var got []string
+	for _, ev := range h.replies(req.TurnId) {
+		switch {
+		case ev.GetToolProgress() != nil:
+			tp := ev.GetToolProgress()
+			got = append(got, fmt.Sprintf("%d %s %s", ev.GetSeq(), tp.GetToolName(), strings.ToLower(strings.TrimPrefix(tp.GetPhase().String(), "TOOL_PHASE_"))))
+		case ev.GetError() != nil:
+			got = append(got, fmt.Sprintf("%d error %s", ev.GetSeq(), ev.GetError().GetMessage()))
+		default:
+			got = append(got, fmt.Sprintf("%d %T", ev.GetSeq(), ev.GetBody()))
+		}
+	}
+	want := []string{"1 error the first attempt's answer", "2 wait started", "3 wait finished"}
+	if strings.Join(got, ", ") != strings.Join(want, ", ") {
+		t.Errorf("published %v, want %v", got, want)
+	}
+}
+
+// During a rolling upgrade an older worker's first attempt of a chat
+// completion that does not stream published its tool calls' steps from
+// the counter (older releases did for every answer-only API turn), then
+// failed; the newer worker's retry, whose turn lists no calls, must not
+// take seq 1 for its final, which the bus would drop as the step's
+// duplicate: it asks the counter and its final is delivered at seq 2.
+func TestAnswerOnlyAPITurnRetryAfterAnOlderWorkersStep(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
 	h.setGeneration("s1", 1)
@@ -269,17 +358,30 @@ func TestAnswerOnlyAPITurnLaterAttemptPublishesNoSteps(t *testing.T) {
 		c.MaxDeliver = 3
 		d.LLM.Provider = &panicsOnce{Provider: d.LLM.Provider}
 	})
+	ctx := context.Background()
+	turnID := fmt.Sprintf("turn-s1-%d", h.seq.Load()+1) // requestTurn's next
 	api := &eventsv1.SessionSource{Platform: "api", Account: "default", ChatId: "req_1", ChatType: "dm", UserId: "key"}
-	req := h.requestTurn("s1", "what time is it [[tool:clock {\"tz\":\"UTC\"}]]", turnOpts{answerOnly: true, listsCalls: true, origin: api})
+	// The older worker's step, from the counter, as its nextSeq took it.
+	if n, err := h.rdb.Incr(ctx, h.prefix+"turnseq:"+turnID).Result(); err != nil || n != 1 {
+		t.Fatalf("counter %d, %v", n, err)
+	}
+	step := &repliesv1.ReplyEvent{TurnId: turnID, SessionKey: "s1", Generation: 1, Seq: 1,
+		Target: &deliveryv1.Target{Platform: "api", Account: "default", ChatId: "req_1"},
+		Body: &repliesv1.ReplyEvent_ToolProgress{ToolProgress: &repliesv1.ToolProgress{ToolCallId: "call_0", ToolName: "clock",
+			Phase: repliesv1.ToolPhase_TOOL_PHASE_STARTED}}}
+	if _, err := h.bus.Publish(ctx, h.bus.Topology().ReplySubject("s1"), fmt.Sprintf("reply:%s:1", turnID), step); err != nil {
+		t.Fatal(err)
+	}
+	req := h.requestTurn("s1", "what time is it [[tool:clock {\"tz\":\"UTC\"}]]", turnOpts{answerOnly: true, origin: api})
+	if req.TurnId != turnID {
+		t.Fatalf("turn %s, want %s", req.TurnId, turnID)
+	}
 	if done := h.waitCompleted(req.TurnId); done.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_COMPLETED {
 		t.Fatalf("status %v (%s)", done.GetStatus(), done.GetError())
 	}
-	evs := h.replies(req.TurnId)
-	checkReplies(t, evs)
-	for _, ev := range evs {
-		if ev.GetToolProgress() != nil {
-			t.Errorf("the later attempt published a tool step at seq %d: %v", ev.GetSeq(), ev.GetToolProgress())
-		}
+	final := checkReplies(t, h.replies(req.TurnId))
+	if final.GetSeq() != 2 || !strings.HasPrefix(final.GetFinalText().GetText(), "echo: ") {
+		t.Errorf("final %v at seq %d, want the answer at seq 2", final.GetBody(), final.GetSeq())
 	}
 }
 

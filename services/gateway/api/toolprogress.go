@@ -46,10 +46,13 @@ type shownCall struct {
 // (its name starts with "_") not at all, and the end of a call only
 // after its start — a keyed request's retry, which joins the turn
 // midway, shows no end of a call it did not see start, nor a step
-// delivered twice.
+// delivered twice, nor a call's start again after its end (call ids are
+// unique in a turn: that is an earlier attempt of the turn, frozen past
+// its lock, waking to run a call a later attempt ran already).
 type toolCalls struct {
 	open  map[string]*shownCall
 	order []string // the ids of open, in the order the calls started
+	ended map[string]bool
 }
 
 // step takes a step of a call and returns the call and whether the
@@ -62,7 +65,7 @@ func (c *toolCalls) step(s *deliveryv1.ToolStep) (call *shownCall, started, ok b
 	}
 	switch s.GetPhase() {
 	case "started":
-		if _, seen := c.open[id]; seen {
+		if _, seen := c.open[id]; seen || c.ended[id] {
 			return nil, false, false
 		}
 		if c.open == nil {
@@ -77,6 +80,10 @@ func (c *toolCalls) step(s *deliveryv1.ToolStep) (call *shownCall, started, ok b
 			return nil, false, false
 		}
 		delete(c.open, id)
+		if c.ended == nil {
+			c.ended = map[string]bool{}
+		}
+		c.ended[id] = true
 		c.order = slices.DeleteFunc(c.order, func(x string) bool { return x == id })
 		return call, false, true
 	}

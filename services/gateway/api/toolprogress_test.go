@@ -393,3 +393,45 @@ func TestResponsesAnswerListsToolCalls(t *testing.T) {
 		t.Errorf("messages list tool calls %v, want [true false] (the response's, the chat completion's)", lists)
 	}
 }
+
+// A call's start that comes again after its end — a frozen earlier
+// attempt of the turn waking to run a call the later attempt already
+// ran (call ids are unique in a turn), or a step delivered twice — is
+// not listed again: the answer lists each call once, completed, and no
+// second, incomplete copy of it.
+func TestResponsesAnswerListsACallOnce(t *testing.T) {
+	t.Parallel()
+	b := newBus(t)
+	s := startService(t, b, nil)
+	r := startResponder(t, b)
+	_, final := toolTurn(r)
+	r.mu.Lock()
+	again := &deliveryv1.ToolStep{ToolCallId: "call_1", ToolName: "terminal", Phase: "started", Detail: "date", Arguments: `{"command":"date"}`}
+	r.tools[2] = append(r.tools[2], again)
+	r.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	client := sdkClient(s)
+	answer, err := client.Responses.New(ctx, responses.ResponseNewParams{Model: "switchboard", Input: inputText("what time is it?")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var o struct{ Output []json.RawMessage }
+	if err := json.Unmarshal([]byte(answer.RawJSON()), &o); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, it := range o.Output {
+		got = append(got, itemOf(t, string(it)))
+	}
+	want := []string{
+		`function_call completed terminal call_1 {"command":"date"}`,
+		`function_call completed clock call_3 {}`,
+		`function_call_output completed call_1 "Sat Dec  5 17:00:00 UTC 2026"`,
+		`function_call_output completed call_3 "error: no clock"`,
+		fmt.Sprintf("message completed %q", final),
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("output\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
