@@ -45,9 +45,10 @@ const (
 	HeaderSteerQueue = "Sb-Steer-Queue"
 	// HeaderStartWithin, on a best-effort request to a gateway (a typing
 	// indicator's), is how many milliseconds after the gateway got it
-	// the request may still be carried out: its sender goes on without
-	// it after a while (the turn's answer follows), and carried out later
-	// it would show after what followed it. The gateway gives it up then.
+	// the request may still be started: its sender goes on without it
+	// after a while (the turn's answer follows), and started later it
+	// would show after what followed it. The gateway gives it up then;
+	// one started in time is carried out however long it takes.
 	HeaderStartWithin = "Sb-Start-Within"
 )
 

@@ -307,9 +307,7 @@ func (r *Runner) Run(ctx context.Context) error {
 		}
 		go func() {
 			defer func() { <-sem; inflight.done() }()
-			ctx, cancel := startWithin(bus.ContextFrom(sendCtx, m.Header), m.Header, got)
-			defer cancel()
-			r.serveSend(ctx, m)
+			r.serveSend(startWithin(bus.ContextFrom(sendCtx, m.Header), m.Header, got), m)
 		}()
 	})
 	if err != nil {
@@ -688,17 +686,31 @@ func hashKey(s string) string {
 	return hex.EncodeToString(sum[:20])
 }
 
-// startWithin bounds ctx by the time a best-effort request's header
-// gives it (bus.HeaderStartWithin), counted from got, when the gateway
-// got it: its sender goes on without it after that (the turn's answer
-// follows a typing request), and carried out later it would show after
-// what followed it. A typing request is given up then (perform).
-func startWithin(ctx context.Context, h nats.Header, got time.Time) (context.Context, context.CancelFunc) {
+// startWithin notes on ctx the time a best-effort request's header gives
+// it to start in (bus.HeaderStartWithin), counted from got, when the
+// gateway got it: its sender goes on without it after that (the turn's
+// answer follows a typing request), and started later it would show
+// after what followed it. A typing request not started by then is given
+// up (perform); one started in time is carried out however long the
+// platform takes, or a platform slower than that (a far-away API, a
+// rate limit's wait) would never show the indicator.
+func startWithin(ctx context.Context, h nats.Header, got time.Time) context.Context {
 	ms, err := strconv.Atoi(h.Get(bus.HeaderStartWithin))
 	if err != nil || ms <= 0 {
-		return ctx, func() {}
+		return ctx
 	}
-	return context.WithDeadline(ctx, got.Add(time.Duration(ms)*time.Millisecond))
+	return context.WithValue(ctx, startByKey{}, got.Add(time.Duration(ms)*time.Millisecond))
+}
+
+// startByKey is the context key of the time a request must start by
+// (startWithin).
+type startByKey struct{}
+
+// late reports whether ctx's request is past the time it had to start
+// by (startWithin).
+func late(ctx context.Context) bool {
+	by, ok := ctx.Value(startByKey{}).(time.Time)
+	return ok && time.Now().After(by)
 }
 
 func (r *Runner) serveSend(ctx context.Context, m *nats.Msg) {
@@ -910,9 +922,9 @@ func (r *Runner) perform(ctx context.Context, req *deliveryv1.SendRequested) (st
 		if req.GetFinal() {
 			return "", nil // the turn ended without a message: nothing to show
 		}
-		if err := ctx.Err(); err != nil {
-			// Past its time (startWithin): the answer may be out.
-			return "", fmt.Errorf("typing too late: %w", err)
+		if late(ctx) {
+			// Past its time to start (startWithin): the answer may be out.
+			return "", errors.New("typing too late: not started within its time")
 		}
 		return "", r.p.Typing(ctx, req)
 	case deliveryv1.SendOp_SEND_OP_STREAM_DELTA:

@@ -741,9 +741,10 @@ func (s *Service) foreignReasoning(ctx context.Context, ev *repliesv1.ReplyEvent
 // showed them, and no replica can read them back). The block's messages
 // are finished with the whole of it, by edits queued after the rows
 // that posted them. A message whose send is still queued hands the
-// break back to come again (the error); one that was never posted (a
-// dead row) keeps what it showed, as does the block of an older
-// worker's break (no segment_reasoning).
+// break back to come again (the error), a few times (lastBlockTry);
+// one that was never posted (a dead row), or not by then, keeps what
+// it showed, as does the block of an older worker's break (no
+// segment_reasoning).
 func (s *Service) wholeBlock(ctx context.Context, ev *repliesv1.ReplyEvent, st *turnState) error {
 	b := st.shownBlock
 	d := ev.GetTextDelta()
@@ -767,7 +768,7 @@ func (s *Service) wholeBlock(ctx context.Context, ev *repliesv1.ReplyEvent, st *
 			return fmt.Errorf("look up the message of a reasoning block: %w", err)
 		case err == nil && row.State == outbox.Sent && row.PlatformMessageID != "":
 			ids[i] = row.PlatformMessageID
-		case err == nil && (row.State == outbox.Queued || row.State == outbox.Sending):
+		case err == nil && (row.State == outbox.Queued || row.State == outbox.Sending) && !lastBlockTry(ctx):
 			return fmt.Errorf("reasoning block message %s not sent yet", key)
 		default:
 			st.shownBlock = nil
@@ -783,6 +784,21 @@ func (s *Service) wholeBlock(ctx context.Context, ev *repliesv1.ReplyEvent, st *
 	}
 	st.shownBlock = nil
 	return nil
+}
+
+// wholeBlockTries bounds the deliveries of a break that wait for a
+// reasoning block's message to be sent (wholeBlock): about a second
+// of the reply consumer's backoff. The partition's turns wait behind
+// the break (strict order), and a chat rate-limited for minutes would
+// hold them that long, then have the break dead-lettered; the block
+// only lacks its start.
+const wholeBlockTries = 3
+
+// lastBlockTry reports whether ctx's event may not be handed back again
+// to wait for a reasoning block's message (wholeBlockTries).
+func lastBlockTry(ctx context.Context) bool {
+	d, ok := bus.DeliveryFrom(ctx)
+	return ok && d.Spent() >= wholeBlockTries
 }
 
 // firstEvent remembers a turn whose first event (seq 1) reached this

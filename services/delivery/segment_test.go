@@ -1427,3 +1427,56 @@ func TestTakeoverInTheMiddleOfAReasoningBlockShowsItWhole(t *testing.T) {
 		})
 	}
 }
+
+// A takeover's reasoning block whose message is still queued when the
+// break after the tools comes (the chat rate-limited, a slow gateway)
+// hands the break back a moment at most, then keeps the block as it
+// showed: handed back until the message is sent, the break held every
+// turn of its reply partition (strict order) and, after its attempts,
+// was dead-lettered.
+func TestATakeoverBlockStillQueuedDoesNotHoldItsPartition(t *testing.T) {
+	t.Parallel()
+	const (
+		turn   = "t-mid-queued"
+		asked  = "Let me check the calendar for you."
+		began  = "I should look"
+		went   = " at the calendar for today, and then at the clock."
+		looked = began + went
+		said   = "The calendar says the meeting is at noon."
+	)
+	brk := func(segment, thought string) *repliesv1.TextDelta {
+		return &repliesv1.TextDelta{Text: "\n\n", Restart: true, SegmentText: proto.String(segment), SegmentReasoning: thought}
+	}
+	e := newEnv(t)
+	cfg := streamConfig()
+	cfg.ToolProgress = delivery.ToolProgressAll
+	var failing atomic.Bool
+	e.gw.setBehaviour(func(req *deliveryv1.SendRequested, _ int) behaviour {
+		switch {
+		case req.GetOp() != deliveryv1.SendOp_SEND_OP_SEND:
+		case failing.Load():
+			return behaviour{fail: &deliveryv1.SendReceipt{ErrorClass: deliveryv1.ErrorClass_ERROR_CLASS_RETRYABLE, Error: "try again"}}
+		case strings.Contains(req.GetText(), "then at the clock"):
+			// The block's message: the chat is rate-limited for an hour.
+			return behaviour{fail: &deliveryv1.SendReceipt{ErrorClass: deliveryv1.ErrorClass_ERROR_CLASS_RATE_LIMITED,
+				Error: "too many requests", RetryAfterMs: time.Hour.Milliseconds()}}
+		}
+		return behaviour{}
+	})
+	stream := e.streamer(t, turn)
+	a := e.start(t, cfg, "a")
+	stream(&repliesv1.TextDelta{Text: asked})
+	stream(brk(asked, ""))
+	eventually(t, e.clock, 0, "a's first segment", e.showing(turn)(asked))
+	failing.Store(true)
+	stream(&repliesv1.ReasoningDelta{Text: began})
+	a.stop(t)
+	failing.Store(false)
+	e.start(t, cfg, "b")
+	for _, body := range []any{&repliesv1.ReasoningDelta{Text: went}, started("calendar", "today"), brk("", looked),
+		&repliesv1.ReasoningDelta{Text: said, Restart: true}, &repliesv1.TextDelta{Text: segAnswer},
+		final(reasoning.WithAnswer(said, segAnswer))} {
+		stream(body)
+	}
+	e.consumed(t, "s1")
+}

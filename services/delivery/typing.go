@@ -67,8 +67,8 @@ func (in *indicator) halted() chan struct{} {
 }
 
 // typingStartWithin is how long after a gateway got a typing request it
-// may still carry it out (bus.HeaderStartWithin): past it, the gateway
-// gives it up. A typing request carried out after the answer shows
+// may still start it (bus.HeaderStartWithin): past it, the gateway gives
+// it up. A typing request carried out after the answer shows
 // "typing…" under it for 5–10 s.
 const typingStartWithin = 750 * time.Millisecond
 
@@ -77,7 +77,8 @@ const typingStartWithin = 750 * time.Millisecond
 // It is only typing: a gateway that hangs on it must not hold the
 // turn's end, and its partition, for the send timeout. Longer than
 // typingStartWithin by the request's way to the gateway: a request not
-// answered by then was given up, and shows nothing after the answer.
+// answered by then was given up, or started in time and is slow at the
+// platform (carried out, or a slow platform would never show typing).
 const typingAnswerWait = time.Second
 
 // halt stops the indicator once its request in flight (the first, or a
@@ -89,7 +90,7 @@ const typingAnswerWait = time.Second
 // follow. The wait for the first request to be made needs only this
 // machine to run the indicator; the wait for its answer is bounded by
 // typingAnswerWait, by which time a gateway that did not answer gave
-// the request up (typingStartWithin).
+// the request up or has it under way at the platform (typingStartWithin).
 func (in *indicator) halt() {
 	<-in.sent
 	if answered := in.halted(); answered != nil {
@@ -191,8 +192,9 @@ func (t *typing) start(ctx context.Context, ev *repliesv1.ReplyEvent) {
 	}()
 }
 
-// send makes one of in's typing requests, good for typingStartWithin
-// at the gateway, unless in halts (false); made runs as it goes.
+// send makes one of in's typing requests, to start within
+// typingStartWithin at the gateway, unless in halts (false); made runs
+// as it goes.
 func (t *typing) send(ctx context.Context, in *indicator, req *deliveryv1.SendRequested, made func()) bool {
 	answered, ok := in.begin()
 	if !ok {
