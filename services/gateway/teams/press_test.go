@@ -153,6 +153,36 @@ func inboundCount(t *testing.T, b *bus.Bus) uint64 {
 	return info.State.Msgs
 }
 
+// pressBus is a test's own bus, whose Teams buckets are deleted when
+// the test ends (after its replicas stopped).
+func pressBus(t *testing.T) *bus.Bus {
+	t.Helper()
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	t.Cleanup(func() {
+		platformtest.DeleteBuckets(b)
+		_ = b.JetStream().DeleteKeyValue(context.Background(), b.Topology().Stream(BucketRoutes))
+	})
+	return b
+}
+
+// strangerPress is a stranger's press of an approval card's "approve
+// once" in a DM: a press the router refuses or answers.
+func strangerPress(f *teamsfake.Fake) map[string]any {
+	return f.Press(dmConv, "personal", "aad-stranger", "Mallory", "card-1", "hermes_approve", map[string]any{"hermes_action": "approve_once"})
+}
+
+// checkRetryAnswered fails the test unless the retry got the router's
+// word before its own hold ended, and the bus has the press once.
+func checkRetryAnswered(t *testing.T, b *bus.Bus, got invokeAnswered, word string, pressHold time.Duration) {
+	t.Helper()
+	if v := answerValue(t, got); v != word || got.took >= pressHold {
+		t.Fatalf("the retry was answered %q after %v, want %q before its hold ends", v, got.took, word)
+	}
+	if n := inboundCount(t, b); n != 1 {
+		t.Fatalf("the bus has %d messages, want the press once", n)
+	}
+}
+
 // waitDuplicate waits until r was told a press is a duplicate.
 func waitDuplicate(t *testing.T, r *replica) {
 	t.Helper()
@@ -196,7 +226,7 @@ func TestInvokeRetried(t *testing.T) {
 
 func invokeRetried(t *testing.T, elsewhere, gone, refuse bool) {
 	f := teamsfake.New(t)
-	b := bustest.New(t, bustest.EmbeddedURL(t))
+	b := pressBus(t)
 	cfg := testConfig(f)
 	// The longest there is, so that the router's word always comes
 	// first, however busy the machine.
@@ -207,13 +237,9 @@ func invokeRetried(t *testing.T, elsewhere, gone, refuse bool) {
 	if elsewhere {
 		retry = startReplica(t, f, cfg, b, "b", false)
 	}
-	t.Cleanup(func() {
-		platformtest.DeleteBuckets(b)
-		_ = b.JetStream().DeleteKeyValue(context.Background(), b.Topology().Stream(BucketRoutes))
-	})
 	evs := platformtest.InboundEvents(t, b)
 
-	act := f.Press(dmConv, "personal", "aad-stranger", "Mallory", "card-1", "hermes_approve", map[string]any{"hermes_action": "approve_once"})
+	act := strangerPress(f)
 	firstCtx, giveUp := context.WithCancel(context.Background())
 	defer giveUp()
 	first := postInvoke(firstCtx, f, a.url, act)
@@ -281,18 +307,14 @@ func TestInvokeStoredByAFailedPublish(t *testing.T) {
 
 func invokeStoredByAFailedPublish(t *testing.T, refuse bool) {
 	f := teamsfake.New(t)
-	b := bustest.New(t, bustest.EmbeddedURL(t))
+	b := pressBus(t)
 	cfg := testConfig(f)
 	const pressHold = 2 * time.Second
 	cfg.PressHold = pressHold
 	a := startReplica(t, f, cfg, b, "a", true)
-	t.Cleanup(func() {
-		platformtest.DeleteBuckets(b)
-		_ = b.JetStream().DeleteKeyValue(context.Background(), b.Topology().Stream(BucketRoutes))
-	})
 	evs := platformtest.InboundEvents(t, b)
 
-	act := f.Press(dmConv, "personal", "aad-stranger", "Mallory", "card-1", "hermes_approve", map[string]any{"hermes_action": "approve_once"})
+	act := strangerPress(f)
 	if got := <-postInvoke(context.Background(), f, a.url, act); got.err != nil || got.code != http.StatusInternalServerError {
 		t.Fatalf("the failed publish's invoke was answered %d %q (%v), want 500", got.code, got.body, got.err)
 	}
@@ -313,12 +335,7 @@ func invokeStoredByAFailedPublish(t *testing.T, refuse bool) {
 		t.Fatal(err)
 	}
 	got := <-postInvoke(context.Background(), f, a.url, act)
-	if v := answerValue(t, got); v != word || got.took >= pressHold {
-		t.Fatalf("the retry was answered %q after %v, want %q before its hold ends", v, got.took, word)
-	}
-	if n := inboundCount(t, b); n != 1 {
-		t.Fatalf("the bus has %d messages, want the press once", n)
-	}
+	checkRetryAnswered(t, b, got, word, pressHold)
 }
 
 // The router's word on a press whose invoke's request ended before it
@@ -331,18 +348,14 @@ func invokeStoredByAFailedPublish(t *testing.T, refuse bool) {
 func TestInvokeAnsweredAfterItsRequestEnded(t *testing.T) {
 	t.Parallel()
 	f := teamsfake.New(t)
-	b := bustest.New(t, bustest.EmbeddedURL(t))
+	b := pressBus(t)
 	cfg := testConfig(f)
 	const pressHold = 2 * time.Second
 	cfg.PressHold = pressHold
 	a := startReplica(t, f, cfg, b, "a", false)
-	t.Cleanup(func() {
-		platformtest.DeleteBuckets(b)
-		_ = b.JetStream().DeleteKeyValue(context.Background(), b.Topology().Stream(BucketRoutes))
-	})
 	evs := platformtest.InboundEvents(t, b)
 
-	act := f.Press(dmConv, "personal", "aad-stranger", "Mallory", "card-1", "hermes_approve", map[string]any{"hermes_action": "approve_once"})
+	act := strangerPress(f)
 	firstCtx, giveUp := context.WithCancel(context.Background())
 	first := postInvoke(firstCtx, f, a.url, act)
 	ev := platformtest.NextEvent(t, evs)
@@ -377,12 +390,7 @@ func TestInvokeAnsweredAfterItsRequestEnded(t *testing.T) {
 		}
 	})
 	got := <-postInvoke(context.Background(), f, a.url, act)
-	if v := answerValue(t, got); v != word || got.took >= pressHold {
-		t.Fatalf("the retry was answered %q after %v, want %q before its hold ends", v, got.took, word)
-	}
-	if n := inboundCount(t, b); n != 1 {
-		t.Fatalf("the bus has %d messages, want the press once", n)
-	}
+	checkRetryAnswered(t, b, got, word, pressHold)
 }
 
 // A retry on another replica, told the press is a duplicate, is
@@ -410,19 +418,15 @@ func TestInvokeRetriedElsewhereAfterTheWord(t *testing.T) {
 
 func invokeRetriedElsewhereAfterTheWord(t *testing.T, failed bool) {
 	f := teamsfake.New(t)
-	b := bustest.New(t, bustest.EmbeddedURL(t))
+	b := pressBus(t)
 	cfg := testConfig(f)
 	const pressHold = 2 * time.Second
 	cfg.PressHold = pressHold
 	a := startReplica(t, f, cfg, b, "a", failed)
 	other := startReplica(t, f, cfg, b, "b", false)
-	t.Cleanup(func() {
-		platformtest.DeleteBuckets(b)
-		_ = b.JetStream().DeleteKeyValue(context.Background(), b.Topology().Stream(BucketRoutes))
-	})
 	evs := platformtest.InboundEvents(t, b)
 
-	act := f.Press(dmConv, "personal", "aad-stranger", "Mallory", "card-1", "hermes_approve", map[string]any{"hermes_action": "approve_once"})
+	act := strangerPress(f)
 	firstCtx, giveUp := context.WithCancel(context.Background())
 	defer giveUp()
 	first := postInvoke(firstCtx, f, a.url, act)
@@ -461,12 +465,7 @@ func invokeRetriedElsewhereAfterTheWord(t *testing.T, failed bool) {
 		}
 	})
 	got := <-postInvoke(context.Background(), f, other.url, act)
-	if v := answerValue(t, got); v != word || got.took >= pressHold {
-		t.Fatalf("the retry was answered %q after %v, want %q before its hold ends", v, got.took, word)
-	}
-	if n := inboundCount(t, b); n != 1 {
-		t.Fatalf("the bus has %d messages, want the press once", n)
-	}
+	checkRetryAnswered(t, b, got, word, pressHold)
 }
 
 // A press held on for its invoke's retry (keepForRetry) is let go when
@@ -478,16 +477,12 @@ func invokeRetriedElsewhereAfterTheWord(t *testing.T, failed bool) {
 func TestInvokeHoldsEndWhenTheReplicaStops(t *testing.T) {
 	t.Parallel()
 	f := teamsfake.New(t)
-	b := bustest.New(t, bustest.EmbeddedURL(t))
+	b := pressBus(t)
 	cfg := testConfig(f)
 	a := startReplica(t, f, cfg, b, "a", true)
-	t.Cleanup(func() {
-		platformtest.DeleteBuckets(b)
-		_ = b.JetStream().DeleteKeyValue(context.Background(), b.Topology().Stream(BucketRoutes))
-	})
 	evs := platformtest.InboundEvents(t, b)
 
-	act := f.Press(dmConv, "personal", "aad-stranger", "Mallory", "card-1", "hermes_approve", map[string]any{"hermes_action": "approve_once"})
+	act := strangerPress(f)
 	if got := <-postInvoke(context.Background(), f, a.url, act); got.err != nil || got.code != http.StatusInternalServerError {
 		t.Fatalf("the failed publish's invoke was answered %d %q (%v), want 500", got.code, got.body, got.err)
 	}
