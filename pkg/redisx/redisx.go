@@ -46,21 +46,23 @@ if redis.call("GET", KEYS[1]) == ARGV[1] then
 end
 return 0`)
 	// claimScript: KEYS[1] lock; ARGV[1] grant token, ARGV[2] holder,
-	// ARGV[3] ttl ms. 0 claimed, 1 busy (another holder of the grant), 2
-	// lost (another grant), 3 claimed a free lock.
+	// ARGV[3] ttl ms. {code, seconds, microseconds}: code 0 claimed, 1
+	// busy (another holder of the grant), 2 lost (another grant), 3
+	// claimed a free lock; the rest is Redis's clock at the claim.
 	claimScript = redis.NewScript(`
+local now = redis.call("TIME")
 local v = redis.call("GET", KEYS[1])
 if (not v) or v == ARGV[1] or v == ARGV[2] then
   redis.call("SET", KEYS[1], ARGV[2], "PX", ARGV[3])
   if not v then
-    return 3
+    return {3, now[1], now[2]}
   end
-  return 0
+  return {0, now[1], now[2]}
 end
 if string.sub(v, 1, string.len(ARGV[1]) + 1) == ARGV[1] .. "/" then
-  return 1
+  return {1, now[1], now[2]}
 end
-return 2`)
+return {2, now[1], now[2]}`)
 	swapScript = redis.NewScript(`
 if redis.call("GET", KEYS[1]) == ARGV[1] then
   redis.call("SET", KEYS[1], ARGV[2], "PX", ARGV[3])
@@ -279,11 +281,24 @@ func GrantOf(value string) string {
 // the holder itself, or nothing (expired). Two holders of one grant — two
 // attempts at the same turn — therefore never hold the lock at once.
 func (l *Locker) Claim(ctx context.Context, name, token, holder string, ttl time.Duration) (Claim, error) {
-	n, err := claimScript.Run(ctx, l.rdb, []string{l.Key(name)}, token, holder, ttl.Milliseconds()).Int()
+	c, _, err := l.ClaimAt(ctx, name, token, holder, ttl)
+	return c, err
+}
+
+// ClaimAt is Claim, also returning when it happened by Redis's clock.
+// Holders of one lock take it one after the other, so the times of their
+// claims order them: a fencing token that, unlike a count kept elsewhere
+// (the bus's delivery count), does not start again when that count's
+// keeper does.
+func (l *Locker) ClaimAt(ctx context.Context, name, token, holder string, ttl time.Duration) (Claim, time.Time, error) {
+	v, err := claimScript.Run(ctx, l.rdb, []string{l.Key(name)}, token, holder, ttl.Milliseconds()).Int64Slice()
 	if err != nil {
-		return ClaimLost, fmt.Errorf("claim lock %s: %w", name, err)
+		return ClaimLost, time.Time{}, fmt.Errorf("claim lock %s: %w", name, err)
 	}
-	return Claim(n), nil
+	if len(v) != 3 {
+		return ClaimLost, time.Time{}, fmt.Errorf("claim lock %s: unexpected reply %v", name, v)
+	}
+	return Claim(v[0]), time.Unix(v[1], v[2]*int64(time.Microsecond)), nil
 }
 
 // Swap replaces the lock's value from with to (and resets its TTL) if from

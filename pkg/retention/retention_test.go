@@ -68,7 +68,7 @@ func seed(t *testing.T, db *pgxpool.Pool, key, platform string, age time.Duratio
 		`INSERT INTO session_history (session_key, session_id, started_at) VALUES ($1, 'c1-' || $1, $3), ($1, 'c2-' || $1, $3)`,
 		`INSERT INTO worker_turns (turn_id, session_key, session_id, generation, status, started_at, updated_at)
 			VALUES ('t1-' || $1, $1, 'c1-' || $1, 1, 'completed', $3, $3), ('t2-' || $1, $1, 'c2-' || $1, 2, 'completed', $3, $3)`,
-		`INSERT INTO worker_turn_attempts (turn_id, session_key, attempt, claimed_at) VALUES ('t2-' || $1, $1, 2, $3)`,
+		`INSERT INTO worker_turn_attempts (turn_id, session_key, attempt, locked_at, claimed_at) VALUES ('t2-' || $1, $1, 2, $3, $3)`,
 		`INSERT INTO transcript_messages (session_key, session_id, turn_id, generation, step, role, content, created_at)
 			VALUES ($1, 'c1-' || $1, 't1-' || $1, 1, 0, 'user', 'hello marmalade', $3),
 			       ($1, 'c2-' || $1, 't2-' || $1, 2, 0, 'user', 'hello again', $3)`,

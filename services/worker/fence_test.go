@@ -130,7 +130,7 @@ func TestFrozenAttemptsWriteIsRefusedOnceALaterAttemptClaimedTheTurn(t *testing.
 			h.fake.SetScript(func(*fakellm.Request) (fakellm.Reply, bool) {
 				if froze.CompareAndSwap(false, true) {
 					// While the first attempt is frozen, the second starts.
-					second := store.Turn{TurnID: turnID, SessionKey: "s1", SessionID: "sid-s1", Generation: 1, Attempt: 2}
+					second := store.Turn{TurnID: turnID, SessionKey: "s1", SessionID: "sid-s1", Generation: 1, Attempt: 2, LockedAt: time.Now()}
 					if _, err := store.New(h.db).BeginTurn(context.Background(), second); err != nil {
 						t.Errorf("the second attempt's claim: %v", err)
 					}
@@ -156,5 +156,31 @@ func TestFrozenAttemptsWriteIsRefusedOnceALaterAttemptClaimedTheTurn(t *testing.
 				}
 			}
 		})
+	}
+}
+
+// The bus's delivery count starts again at 1 when the workers' consumer
+// is recreated (an operator deleted it, a stream was restored) or the
+// turn's message is published anew. An attempt of the turn that claimed
+// it before (here its third delivery, whose worker then died) must not
+// refuse the new first delivery, which took the session lock after it:
+// the turn completes instead of ending stale with no answer.
+func TestATurnDeliveredAgainFromOneAfterALaterAttemptsClaimCompletes(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.setGeneration("s1", 1)
+	h.startWorker("w1", nil)
+	turnID := fmt.Sprintf("turn-s1-%d", h.seq.Load()+1)
+	before := store.Turn{TurnID: turnID, SessionKey: "s1", SessionID: "sid-s1", Generation: 1, Attempt: 3,
+		LockedAt: time.Now().Add(-time.Minute)}
+	if _, err := store.New(h.db).BeginTurn(context.Background(), before); err != nil {
+		t.Fatal(err)
+	}
+	req := h.requestTurn("s1", "hello", turnOpts{})
+	if req.TurnId != turnID {
+		t.Fatalf("turn %s, want %s", req.TurnId, turnID)
+	}
+	if c := h.waitCompleted(req.TurnId); c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_COMPLETED {
+		t.Errorf("the turn delivered again from 1 ended %v (%s), want COMPLETED", c.GetStatus(), c.GetError())
 	}
 }

@@ -162,8 +162,9 @@ type beganTurn struct {
 // session lock, not while an earlier attempt still does.
 func (r *turnRun) readAhead(ctx context.Context) {
 	ch := make(chan beganTurn, 1)
+	t := r.st // claimLock sets its LockedAt meanwhile
 	go func() {
-		ts, err := r.s.store.BeginTurn(ctx, r.st)
+		ts, err := r.s.store.BeginTurn(ctx, t)
 		ch <- beganTurn{ts, err}
 	}()
 	r.ahead = ch
@@ -549,13 +550,15 @@ func (r *turnRun) claimLock(ctx context.Context) error {
 	key, token := r.req.GetSessionKey(), r.req.GetLockToken()
 	deadline := time.Now().Add(2 * r.ttl)
 	for {
-		c, err := r.s.locker.Claim(ctx, key, token, r.holder, r.ttl)
+		c, at, err := r.s.locker.ClaimAt(ctx, key, token, r.holder, r.ttl)
 		switch {
 		case err != nil:
 			return err
 		case c == redisx.Claimed:
+			r.st.LockedAt = at // orders this attempt's claim and writes (store.Turn)
 			return nil
 		case c == redisx.ClaimedFree:
+			r.st.LockedAt = at
 			return r.claimedFree(ctx)
 		case c == redisx.ClaimLost:
 			return errLockLost

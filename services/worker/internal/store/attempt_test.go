@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/switchboard-chat/switchboard/pkg/pg/pgtest"
 	"github.com/switchboard-chat/switchboard/services/worker/internal/store"
@@ -25,7 +26,8 @@ func TestLaterAttemptsClaimFencesTheEarlierOnesWrites(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := store.New(db)
-	first := store.Turn{TurnID: "t1", SessionKey: "k", SessionID: "sid", Generation: 1, Attempt: 1}
+	locked := time.Now().Truncate(time.Microsecond)
+	first := store.Turn{TurnID: "t1", SessionKey: "k", SessionID: "sid", Generation: 1, Attempt: 1, LockedAt: locked}
 	st, err := s.BeginTurn(ctx, first)
 	if err != nil || st.Final != nil {
 		t.Fatalf("first attempt's begin: %+v %v", st, err)
@@ -39,7 +41,7 @@ func TestLaterAttemptsClaimFencesTheEarlierOnesWrites(t *testing.T) {
 
 	// The second attempt starts: it claims the turn as it reads it.
 	second := first
-	second.Attempt = 2
+	second.Attempt, second.LockedAt = 2, locked.Add(time.Minute)
 	if st, err := s.BeginTurn(ctx, second); err != nil || len(st.History) != 3 {
 		t.Fatalf("second attempt's begin: %+v %v", st, err)
 	}
@@ -85,7 +87,7 @@ func TestLaterAttemptsClaimFencesTheEarlierOnesWrites(t *testing.T) {
 	// and its claim coming late (it was frozen before it read) cannot
 	// take the turn back.
 	third := first
-	third.Attempt = 3
+	third.Attempt, third.LockedAt = 3, locked.Add(2*time.Minute)
 	if _, err := s.BeginTurn(ctx, third); err != nil {
 		t.Fatal(err)
 	}
@@ -121,7 +123,7 @@ func TestWritesOfAWorkerFromBeforeTheClaimAreNotFencedByAttempt(t *testing.T) {
 	// A newer worker's first attempt, after an older worker's attempt,
 	// finds no claim.
 	newer := older
-	newer.Attempt = 3
+	newer.Attempt, newer.LockedAt = 3, time.Now()
 	if _, err := s.Append(ctx, newer, store.Durable, 0, store.Message{Role: "user", Content: "hi"}); err != nil {
 		t.Fatalf("a newer worker's write with no claim: %v", err)
 	}
@@ -138,5 +140,48 @@ func TestWritesOfAWorkerFromBeforeTheClaimAreNotFencedByAttempt(t *testing.T) {
 	if _, err := s.Finish(ctx, older, nil, 2, &store.Message{Role: "assistant", Content: "done"},
 		store.Final{Status: store.StatusCompleted, Kind: store.FinalText, Text: "done", Seq: 1}); err != nil {
 		t.Fatalf("an older worker's final after a claim: %v", err)
+	}
+}
+
+// The bus's delivery count is not the order of a turn's attempts: it
+// starts again at 1 when the consumer is recreated (deleted by an
+// operator, a stream restored) or the turn's message is published anew,
+// and a NATS crash can lose its last increments. An attempt that took
+// the session lock after an earlier attempt's claim is the newer one
+// whatever its number: its writes and its claim must not be refused,
+// or the turn ends stale and its user never gets an answer.
+func TestAnAttemptWhoseDeliveryCountStartedAgainIsNotRefused(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := context.Background()
+	if _, err := db.Exec(ctx, `INSERT INTO sessions (session_key, session_id, platform, generation) VALUES ('k', 'sid', 'x', 1)`); err != nil {
+		t.Fatal(err)
+	}
+	s := store.New(db)
+	// Attempt 3 claimed the turn, then its worker died; the consumer was
+	// recreated and delivers the turn again from 1.
+	locked := time.Now()
+	old := store.Turn{TurnID: "t1", SessionKey: "k", SessionID: "sid", Generation: 1, Attempt: 3, LockedAt: locked}
+	if _, err := s.BeginTurn(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	again := old
+	again.Attempt, again.LockedAt = 1, locked.Add(time.Minute)
+	if _, err := s.BeginTurn(ctx, again); err != nil {
+		t.Fatalf("the new first delivery's read: %v", err)
+	}
+	if _, err := s.Append(ctx, again, store.Durable, 0, store.Message{Role: "user", Content: "hi"}); err != nil {
+		t.Fatalf("the new first delivery's step: %v", err)
+	}
+	// Its worker stops and hands the turn back; the next delivery (2)
+	// claims the turn and ends it.
+	next := old
+	next.Attempt, next.LockedAt = 2, locked.Add(2*time.Minute)
+	if _, err := s.BeginTurn(ctx, next); err != nil {
+		t.Fatalf("the new second delivery's claim: %v", err)
+	}
+	if _, err := s.Finish(ctx, next, nil, 1, &store.Message{Role: "assistant", Content: "hello"},
+		store.Final{Status: store.StatusCompleted, Kind: store.FinalText, Text: "hello", Seq: 1}); err != nil {
+		t.Fatalf("the new second delivery's final: %v", err)
 	}
 }

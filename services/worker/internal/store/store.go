@@ -30,14 +30,21 @@ type Turn struct {
 	SessionID  string
 	Generation int64
 	// Attempt is the attempt's number among the turn's deliveries (the
-	// bus counts them from 1, and a later one has a greater number).
-	// Every fenced write of the turn is refused (ErrStaleGeneration) once
-	// a later attempt claimed the turn (BeginTurn, migration 00217): the
-	// generation alone does not tell a frozen attempt from the one that
-	// took its turn over, since both run the same turn. 0 writes unfenced
-	// by attempt, as a worker from before the claim did.
+	// bus's delivery count): one after the first claims the turn in
+	// BeginTurn (migration 00217). The count does not order the attempts
+	// (it starts again when the bus's consumer is recreated); LockedAt
+	// does.
 	Attempt int
-	UserKey string
+	// LockedAt is when the attempt took the session lock, by Redis's
+	// clock (redisx.Locker.ClaimAt): the lock's holders take it one after
+	// the other. Every fenced write of the turn is refused
+	// (ErrStaleGeneration) once an attempt that took the lock later
+	// claimed the turn: the generation alone does not tell a frozen
+	// attempt from the one that took its turn over, since both run the
+	// same turn. Zero writes unfenced by attempt and claims nothing, as a
+	// worker from before the claim did.
+	LockedAt time.Time
+	UserKey  string
 	// StartedAt is when the attempt that decides the turn began: the
 	// turn's row, written once the turn is decided, keeps it.
 	StartedAt time.Time
@@ -179,13 +186,13 @@ const (
 
 const (
 	fenceSQL = `SELECT switchboard_fence($1, $2)`
-	// fenceAttemptSQL is fenceSQL for a turn's attempt (Turn.Attempt): it
-	// also raises fenceCode once a later attempt claimed the turn
-	// (claimAttemptSQL, migration 00217).
+	// fenceAttemptSQL is fenceSQL for a turn's attempt (Turn.LockedAt):
+	// it also raises fenceCode once an attempt that took the lock later
+	// claimed the turn (claimAttemptSQL, migration 00217).
 	fenceAttemptSQL = `SELECT switchboard_fence_attempt($1, $2, $3, $4)`
 	// claimAttemptSQL makes the attempt the turn's, fencing the earlier
 	// ones; it raises fenceCode when a later one claimed it already.
-	claimAttemptSQL = `SELECT switchboard_claim_attempt($1, $2, $3)`
+	claimAttemptSQL = `SELECT switchboard_claim_attempt($1, $2, $3, $4)`
 	// takeSteeringSQL removes the queued messages of the steering a write
 	// gives to the model (Turn.Steered), raising fenceCode when one is
 	// gone (migration 00216).
@@ -247,8 +254,8 @@ func (s *Store) writeLocking(ctx context.Context, t Turn, d Durability, lockSess
 // queueFence queues the fence of t's write: of its generation, and of
 // its attempt when t knows it.
 func queueFence(b *pgx.Batch, t Turn) {
-	if t.Attempt > 0 && t.TurnID != "" {
-		b.Queue(fenceAttemptSQL, t.SessionKey, t.Generation, t.TurnID, t.Attempt)
+	if !t.LockedAt.IsZero() && t.TurnID != "" {
+		b.Queue(fenceAttemptSQL, t.SessionKey, t.Generation, t.TurnID, t.LockedAt)
 		return
 	}
 	b.Queue(fenceSQL, t.SessionKey, t.Generation)
@@ -361,17 +368,17 @@ func scanMessage(r pgx.Row) (Message, error) {
 //
 // An attempt after the first (t.Attempt > 1) claims the turn first, in
 // the same round trip, and so fences every earlier attempt's writes for
-// good (Turn.Attempt); a later attempt's claim made already refuses this
-// one (ErrStaleGeneration). Such an attempt calls it only once it holds
+// good (Turn.LockedAt); the claim of an attempt that took the lock later
+// refuses this one (ErrStaleGeneration). Such an attempt calls it only once it holds
 // the session lock: an attempt that waits for an earlier one still
 // holding it must not fence that one. Its reads see every write of an
 // earlier attempt that the claim fenced out of the turn's future.
 func (s *Store) BeginTurn(ctx context.Context, t Turn) (TurnState, error) {
 	var st TurnState
 	b := &pgx.Batch{}
-	claim := t.Attempt > 1
+	claim := t.Attempt > 1 && !t.LockedAt.IsZero()
 	if claim {
-		b.Queue(claimAttemptSQL, t.SessionKey, t.TurnID, t.Attempt)
+		b.Queue(claimAttemptSQL, t.SessionKey, t.TurnID, t.Attempt, t.LockedAt)
 	}
 	b.Queue(beginSQL, t.TurnID, t.SessionID)
 	b.Queue(historySQL, t.SessionID)
