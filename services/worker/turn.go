@@ -764,8 +764,9 @@ func (r *turnRun) checkpoint(ctx context.Context) error {
 // Redis so a redelivered turn continues the sequence instead of reusing ids
 // that JetStream would deduplicate away. A later attempt of a turn whose
 // first attempt may take seq 1 without the counter (finalSeq) and whose
-// answer lists its tool calls is handed 2 and up: seq 1 stays that final's, should the first attempt be frozen
-// past its lock rather than dead and wake to commit and publish it.
+// answer lists its tool calls is handed 2 and up: seq 1 stays that
+// final's, should the first attempt be frozen past its lock rather than
+// dead and wake to commit and publish it.
 func (r *turnRun) nextSeq(ctx context.Context) (int64, error) {
 	r.seqUsed.Store(true)
 	key := r.s.cfg.RedisPrefix + "turnseq:" + r.req.GetTurnId()

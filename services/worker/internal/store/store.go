@@ -369,9 +369,9 @@ func scanMessage(r pgx.Row) (Message, error) {
 // An attempt after the first (t.Attempt > 1) claims the turn first, in
 // the same round trip, and so fences every earlier attempt's writes for
 // good (Turn.LockedAt); the claim of an attempt that took the lock later
-// refuses this one (ErrStaleGeneration). Such an attempt calls it only once it holds
-// the session lock: an attempt that waits for an earlier one still
-// holding it must not fence that one. Its reads see every write of an
+// refuses this one (ErrStaleGeneration). Such an attempt calls it only
+// once it holds the session lock: an attempt that waits for an earlier
+// one still holding it must not fence that one. Its reads see every write of an
 // earlier attempt that the claim fenced out of the turn's future.
 func (s *Store) BeginTurn(ctx context.Context, t Turn) (TurnState, error) {
 	var st TurnState
