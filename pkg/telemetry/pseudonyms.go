@@ -188,25 +188,47 @@ func idList(v any) ([]string, bool) {
 	return ids, true
 }
 
-// structured is v, a struct, a map or a pointer to one (a proto message
-// among them), as encoding/json writes it, which is how the JSON handler
-// logs it: an object whose names are the json names (a proto's are its
-// fields' names, chat_id, user_id), decoded, for pseudonymizeTree to find
-// the ids in by their names. It is false for any other value and for
-// one that does not encode as an object (a time, a text marshaler's).
-func structured(v any) (any, bool) {
-	t := reflect.TypeOf(v)
+// holdsNames reports whether a value of type t may hold named fields
+// when encoding/json writes it: a struct, a map, a pointer to one (a
+// proto message among them), or a list of them or of any values. Its
+// kinds are checked only, with no allocation: a record's scan asks it
+// of every value logged with slog.Any.
+func holdsNames(t reflect.Type) bool {
 	if t == nil {
-		return nil, false
+		return false
 	}
 	if t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
-	if k := t.Kind(); k != reflect.Struct && k != reflect.Map {
+	switch t.Kind() {
+	case reflect.Struct, reflect.Map:
+		return true
+	case reflect.Slice, reflect.Array:
+		e := t.Elem()
+		if e.Kind() == reflect.Pointer {
+			e = e.Elem()
+		}
+		switch e.Kind() {
+		case reflect.Struct, reflect.Map, reflect.Interface, reflect.Slice, reflect.Array:
+			return true
+		}
+	}
+	return false
+}
+
+// structured is v, a struct, a map, a pointer to one (a proto message
+// among them) or a list of them (holdsNames), as encoding/json writes
+// it, which is how the JSON handler logs it: an object or a list whose
+// names are the json names (a proto's are its fields' names, chat_id,
+// user_id), decoded, for pseudonymizeTree to find the ids in by their
+// names. It is false for any other value and for one that does not
+// encode as an object or a list (a time, a text marshaler's).
+func structured(v any) (any, bool) {
+	if !holdsNames(reflect.TypeOf(v)) {
 		return nil, false
 	}
 	b, err := json.Marshal(v)
-	if err != nil || len(b) == 0 || b[0] != '{' {
+	if err != nil || len(b) == 0 || b[0] != '{' && b[0] != '[' {
 		return nil, false
 	}
 	d := json.NewDecoder(bytes.NewReader(b))
@@ -248,6 +270,31 @@ func pseudonymizeTree(p *pseudonym.Pseudonymizer, name string, v any, changed *b
 		}
 	}
 	return v
+}
+
+// treeIDs calls add with each id in a decoded JSON value (structured)
+// under the names of idAttrs, at any depth: the ids a struct, a proto or
+// a map logged with slog.Any names, as pseudonymizeTree shows them.
+func treeIDs(v any, add func(string)) {
+	switch v := v.(type) {
+	case map[string]any:
+		for k, inner := range v {
+			if !idAttrs[k] {
+				treeIDs(inner, add)
+				continue
+			}
+			switch id := inner.(type) {
+			case string:
+				add(id)
+			case json.Number:
+				add(id.String())
+			}
+		}
+	case []any:
+		for _, inner := range v {
+			treeIDs(inner, add)
+		}
+	}
 }
 
 // errorAttrs hold an error's text as a string (a send receipt's, an
@@ -323,12 +370,15 @@ var withheld = fmt.Sprintf("(error text withheld: the record names more than %d 
 // recordScan is what a record's attributes hold, groups and nested
 // groups among them: the distinct ids under idAttrs (up to
 // maxRecordIDs, in an array: a record's scan allocates nothing),
-// whether there were more, and whether an error is among them.
+// whether there were more, whether an error is among them, and whether
+// a value that may hold ids by name (holdsNames: a struct, a proto, a
+// map, a list of them) is, whose ids addNamed takes in.
 type recordScan struct {
-	buf  [maxRecordIDs]string
-	n    int
-	over bool
-	errs bool
+	buf   [maxRecordIDs]string
+	n     int
+	over  bool
+	errs  bool
+	named bool
 }
 
 func (s *recordScan) ids() []string { return s.buf[:s.n] }
@@ -361,10 +411,41 @@ func (s *recordScan) add(a slog.Attr) {
 			s.add(g)
 		}
 	case v.Kind() == slog.KindAny:
-		_, isErr := v.Any().(error)
-		s.errs = s.errs || isErr
+		if _, isErr := v.Any().(error); isErr {
+			s.errs = true
+		} else {
+			s.named = s.named || holdsNames(reflect.TypeOf(v.Any()))
+		}
 	case v.Kind() == slog.KindString && errorAttrs[a.Key]:
 		s.errs = true
+	}
+}
+
+// addNamed takes in the ids inside a's values that hold them by name
+// (a struct, a proto, a map, a list of them, in groups too), as their
+// JSON shows them: an error beside a proto naming its chat names that
+// chat as much as one beside a chat_id attribute. It encodes and
+// decodes each such value (what pseudonymizeAttr does to show it), so
+// a record's handler calls it only when the record has such a value
+// and an error for the ids to be taken out of.
+func (s *recordScan) addNamed(a slog.Attr) {
+	v := a.Value
+	if v.Kind() == slog.KindLogValuer {
+		v = v.Resolve()
+	}
+	switch {
+	case idAttrs[a.Key]:
+	case v.Kind() == slog.KindGroup:
+		for _, g := range v.Group() {
+			s.addNamed(g)
+		}
+	case v.Kind() == slog.KindAny:
+		if _, isErr := v.Any().(error); isErr {
+			return
+		}
+		if tree, ok := structured(v.Any()); ok {
+			treeIDs(tree, s.addID)
+		}
 	}
 }
 
@@ -374,6 +455,14 @@ func (h namingHandler) Handle(ctx context.Context, r slog.Record) error {
 		s.add(a)
 		return true
 	})
+	if s.named && (s.errs || h.steps != nil) {
+		// Ids inside structs and protos, for errors of the record or
+		// of the logger's With to be scrubbed of.
+		r.Attrs(func(a slog.Attr) bool {
+			s.addNamed(a)
+			return true
+		})
+	}
 	// The logger's With'd errors are marked with its ids already.
 	rebuild := h.steps != nil && !h.over && (s.over || h.adds(&s))
 	if !rebuild && (!s.errs || s.n+len(h.ids) == 0 && !s.over && !h.over) {
@@ -453,6 +542,13 @@ func (h namingHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
 	var s recordScan
 	for _, a := range attrs {
 		s.add(a)
+	}
+	if s.named {
+		// Whether the logger's records will log an error is not known
+		// yet; a logger is made once for many records.
+		for _, a := range attrs {
+			s.addNamed(a)
+		}
 	}
 	ids, over := h.ids, h.over
 	if (s.n > 0 || s.over) && !over { // past the bound, no more to keep

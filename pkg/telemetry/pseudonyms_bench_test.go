@@ -6,6 +6,7 @@ import (
 	"io"
 	"testing"
 
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	"github.com/switchboard-chat/switchboard/pkg/telemetry"
 )
 
@@ -27,6 +28,31 @@ func BenchmarkLogRecord(b *testing.B) {
 				l.InfoContext(ctx, "turn started", "session_key", "agent:main:telegram:dm:123456789", "user_id", "123456789",
 					"chat_type", "dm", "event", "telegram:main:42", "turn_id", "01HXYZ")
 				l.WarnContext(ctx, "turn finished", "session_key", "agent:main:telegram:dm:123456789", "err", err, "tool", "terminal")
+			}
+		})
+	}
+}
+
+// BenchmarkLogRecordWithAProto: a record logging a proto that names a
+// chat, with and without an error beside it (pseudonyms on), whose
+// text is scrubbed of the proto's ids.
+func BenchmarkLogRecordWithAProto(b *testing.B) {
+	src := &eventsv1.SessionSource{Platform: "discord", ChatId: "900000000000000001", ChatType: "group", UserId: "15551234567"}
+	for _, withErr := range []bool{false, true} {
+		name := "no_error"
+		if withErr {
+			name = "error"
+		}
+		b.Run(name, func(b *testing.B) {
+			l := telemetry.NewLogger(telemetry.LogConfig{Level: "info", Format: "json", Pseudonymize: true}, io.Discard)
+			ctx := context.Background()
+			args := []any{"source", src, "attempt", 2}
+			if withErr {
+				args = append(args, "err", errors.New("chat 900000000000000001: forbidden"))
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				l.WarnContext(ctx, "send failed", args...)
 			}
 		})
 	}

@@ -199,6 +199,41 @@ func TestLogPseudonyms(t *testing.T) {
 			}{"slack", user, 3})
 		}, []string{"target", "chat_id"}, p.ID(user)},
 		{"a map", func(l *slog.Logger) { l.Info("m", "ids", map[string]any{"user_id": user, "n": 2}) }, []string{"ids", "user_id"}, p.ID(user)},
+		// Ids inside values logged with slog.Any (found by the names
+		// their JSON has, a proto's by its fields' names) are about
+		// the record's errors as much as an id attribute is.
+		{"error beside a proto naming its chat", func(l *slog.Logger) {
+			l.Warn("m", "source", &eventsv1.SessionSource{Platform: "discord", ChatId: user}, "err", fmt.Errorf("chat %s: forbidden", user))
+		}, []string{"err"}, "chat " + p.ID(user) + ": forbidden"},
+		{"error before a proto naming its user within another", func(l *slog.Logger) {
+			l.Warn("m", "err", fmt.Errorf("user %s blocked the bot", user),
+				"event", &eventsv1.MessageReceived{EventId: "42", Source: &eventsv1.SessionSource{Platform: "telegram", UserId: user}})
+		}, []string{"err"}, "user " + p.ID(user) + " blocked the bot"},
+		{"error text beside a struct naming its user as a number", func(l *slog.Logger) {
+			l.Warn("m", "last_error", "user "+user+" blocked the bot", "target", struct {
+				UserID int64 `json:"user_id"`
+			}{123456789})
+		}, []string{"last_error"}, "user " + p.ID(user) + " blocked the bot"},
+		{"error beside a map in a group", func(l *slog.Logger) {
+			l.Warn("m", slog.Group("g", "ids", map[string]any{"thread_id": user}), "err", fmt.Errorf("thread %s gone", user))
+		}, []string{"err"}, "thread " + p.ID(user) + " gone"},
+		{"error beside a slice of protos", func(l *slog.Logger) {
+			l.Warn("m", "sources", []*eventsv1.SessionSource{{Platform: "slack", ChatId: "C0CHANNEL"}, {Platform: "slack", ChatId: user}},
+				"err", fmt.Errorf("chat %s: forbidden", user))
+		}, []string{"err"}, "chat " + p.ID(user) + ": forbidden"},
+		{"a slice of structs", func(l *slog.Logger) {
+			l.Info("m", "targets", []struct {
+				ChatID string `json:"chat_id"`
+			}{{user}})
+		}, []string{"targets"}, []any{map[string]any{"chat_id": p.ID(user)}}},
+		{"error under a logger With a proto naming its chat", func(l *slog.Logger) {
+			l.With("source", &eventsv1.SessionSource{Platform: "discord", ChatId: user}).Warn("m", "err", fmt.Errorf("chat %s: forbidden", user))
+		}, []string{"err"}, "chat " + p.ID(user) + ": forbidden"},
+		{"error With'd before a record's struct naming its chat", func(l *slog.Logger) {
+			l.With("err", fmt.Errorf("chat %s: forbidden", user)).Warn("m", "target", struct {
+				ChatID string `json:"chat_id"`
+			}{user})
+		}, []string{"err"}, "chat " + p.ID(user) + ": forbidden"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
