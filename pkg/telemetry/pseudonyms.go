@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"reflect"
 	"slices"
 	"strconv"
@@ -587,7 +588,12 @@ func (h namingHandler) WithGroup(name string) slog.Handler {
 // pseudonymizingExporter hands its exporter spans whose names, status
 // descriptions and string attributes (the spans' own, their events' —
 // a recorded error's message — and their links') are pseudonymized as
-// log attributes are.
+// log attributes are, the ids in their URLs too (pseudonymizeURL). The
+// spans of the HTTP and gRPC instrumentation libraries (otelhttp,
+// otelgrpc) have their error texts withheld: a gRPC status's message
+// or a client's error is the text of a handler or a platform this code
+// does not write, which may name a chat or a user and names no id
+// attribute to take them out by, as SpanError does for ours.
 type pseudonymizingExporter struct {
 	sdktrace.SpanExporter
 	p *pseudonym.Pseudonymizer
@@ -607,10 +613,43 @@ type pseudonymizedSpan struct {
 	p *pseudonym.Pseudonymizer
 }
 
-func (s pseudonymizedSpan) Name() string { return s.p.Text(s.ReadOnlySpan.Name()) }
+// instrumentationScope starts the names of the instrumentation
+// libraries' tracers (go.opentelemetry.io/contrib/instrumentation/
+// net/http/otelhttp, …/google.golang.org/grpc/otelgrpc).
+const instrumentationScope = "go.opentelemetry.io/contrib/instrumentation/"
+
+// withheldSpanText replaces an instrumentation library's error text on
+// an exported span; the span keeps its status code, and its attributes
+// the RPC's status code or the HTTP response's.
+const withheldSpanText = "(error text withheld: an instrumentation library's text may name a chat or a user)"
+
+// fromLibrary reports whether an instrumentation library recorded s.
+func (s pseudonymizedSpan) fromLibrary() bool {
+	return strings.HasPrefix(s.InstrumentationScope().Name, instrumentationScope)
+}
+
+// Name is the span's name, a URL path in it (the API gateway names its
+// server spans by the request's path) pseudonymized as url.path is.
+func (s pseudonymizedSpan) Name() string {
+	name := s.ReadOnlySpan.Name()
+	if strings.Contains(name, "/") {
+		words := strings.Split(name, " ")
+		for i, w := range words {
+			if strings.HasPrefix(w, "/") || strings.Contains(w, "://") {
+				words[i] = pseudonymizeURL(s.p, w)
+			}
+		}
+		name = strings.Join(words, " ")
+	}
+	return s.p.Text(name)
+}
 
 func (s pseudonymizedSpan) Status() sdktrace.Status {
 	st := s.ReadOnlySpan.Status()
+	if st.Description != "" && s.fromLibrary() {
+		st.Description = withheldSpanText
+		return st
+	}
 	st.Description = s.p.Text(st.Description)
 	return st
 }
@@ -621,11 +660,27 @@ func (s pseudonymizedSpan) Attributes() []attribute.KeyValue {
 
 func (s pseudonymizedSpan) Events() []sdktrace.Event {
 	events := s.ReadOnlySpan.Events()
+	library := s.fromLibrary()
 	out := make([]sdktrace.Event, len(events))
 	for i, ev := range events {
 		ev.Attributes = pseudonymizeKVs(s.p, ev.Attributes)
+		if library {
+			ev.Attributes = withholdErrorTexts(ev.Attributes)
+		}
 		out[i] = ev
 	}
+	return out
+}
+
+// withholdErrorTexts is kvs with a recorded error's message
+// (exception.message) withheld; it copies only when there is one.
+func withholdErrorTexts(kvs []attribute.KeyValue) []attribute.KeyValue {
+	i := slices.IndexFunc(kvs, func(kv attribute.KeyValue) bool { return kv.Key == "exception.message" })
+	if i < 0 {
+		return kvs
+	}
+	out := slices.Clone(kvs)
+	out[i] = attribute.String("exception.message", withheldSpanText)
 	return out
 }
 
@@ -653,7 +708,12 @@ func pseudonymizeKVs(p *pseudonym.Pseudonymizer, kvs []attribute.KeyValue) []att
 			name = name[j+1:]
 		}
 		s := kv.Value.AsString()
-		ps := pseudonymizeString(p, name, s)
+		var ps string
+		if urlAttrs[kv.Key] {
+			ps = pseudonymizeURL(p, s)
+		} else {
+			ps = pseudonymizeString(p, name, s)
+		}
 		if ps == s {
 			continue
 		}
@@ -666,4 +726,100 @@ func pseudonymizeKVs(p *pseudonym.Pseudonymizer, kvs []attribute.KeyValue) []att
 		return kvs
 	}
 	return out
+}
+
+// urlAttrs are the span attributes that hold a URL or a part of one
+// (the semantic conventions' current names and their older ones).
+var urlAttrs = map[attribute.Key]bool{
+	"url.full": true, "url.path": true, "url.query": true, "url.original": true,
+	"http.url": true, "http.target": true,
+}
+
+// pseudonymizeURL pseudonymizes the ids in a URL, or in its path and
+// query: a query parameter by its name as a log attribute of that name
+// (chat_id=…), and any path segment or query value shaped as an id
+// (idShaped: a Telegram chat, a phone number, a Matrix room, an e-mail
+// address) by its ID, the value unescaped (a room "%21r:server" as
+// "!r:server"). The scheme and the host are kept; a port is no id.
+func pseudonymizeURL(p *pseudonym.Pseudonymizer, u string) string {
+	start := 0
+	if i := strings.Index(u, "://"); i >= 0 {
+		if j := strings.IndexByte(u[i+3:], '/'); j >= 0 {
+			start = i + 3 + j
+		} else {
+			return p.Text(u) // no path
+		}
+	}
+	rest, fragment, hasFragment := strings.Cut(u[start:], "#")
+	path, query, hasQuery := strings.Cut(rest, "?")
+	var b strings.Builder
+	b.WriteString(u[:start])
+	for i, seg := range strings.Split(path, "/") {
+		if i > 0 {
+			b.WriteByte('/')
+		}
+		if id, err := url.PathUnescape(seg); err == nil && idShaped(id) {
+			b.WriteString(p.ID(id))
+		} else {
+			b.WriteString(p.Text(seg))
+		}
+	}
+	if hasQuery {
+		b.WriteByte('?')
+		for i, param := range strings.Split(query, "&") {
+			if i > 0 {
+				b.WriteByte('&')
+			}
+			k, v, hasValue := strings.Cut(param, "=")
+			name, err1 := url.QueryUnescape(k)
+			value, err2 := url.QueryUnescape(v)
+			b.WriteString(k)
+			if !hasValue {
+				continue
+			}
+			b.WriteByte('=')
+			switch {
+			case err1 != nil || err2 != nil || value == "":
+				b.WriteString(p.Text(v))
+			case idShaped(value):
+				b.WriteString(p.ID(value))
+			default:
+				if ps := pseudonymizeString(p, name, value); ps != value {
+					b.WriteString(ps)
+				} else {
+					b.WriteString(v)
+				}
+			}
+		}
+	}
+	if hasFragment {
+		b.WriteString("#" + p.Text(fragment))
+	}
+	return b.String()
+}
+
+// idShaped reports whether a URL's path segment or query value has the
+// shape of a platform's id of a chat or a user: 5 digits in a row (a
+// Telegram or Discord id, a phone number; shorter numbers are pages,
+// limits and statuses, as Scrub leaves them), an "@" inside it (an
+// e-mail address, a Matrix user, a WhatsApp JID), or a Matrix room's
+// "!room:server".
+func idShaped(s string) bool {
+	if at := strings.IndexByte(s, '@'); at > 0 && at < len(s)-1 || strings.HasPrefix(s, "@") && strings.Contains(s, ":") {
+		return true
+	}
+	if strings.HasPrefix(s, "!") && strings.Contains(s, ":") {
+		return true
+	}
+	digits := 0
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			digits = 0
+			continue
+		}
+		if digits++; digits >= 5 {
+			return true
+		}
+	}
+	return false
 }

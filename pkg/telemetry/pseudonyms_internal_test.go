@@ -1,0 +1,56 @@
+package telemetry
+
+import (
+	"net/url"
+	"testing"
+
+	"github.com/switchboard-chat/switchboard/pkg/pseudonym"
+)
+
+// TestPseudonymizeURL: the ids a span's URL holds, by a query
+// parameter's name or by their shape, become pseudonyms; the scheme, the
+// host and its port, short numbers (a page, a limit) and the route's
+// words are kept.
+func TestPseudonymizeURL(t *testing.T) {
+	t.Parallel()
+	p := pseudonym.New("k")
+	for _, tt := range []struct{ in, want string }{
+		{"/v1/responses/resp_abc/cancel", "/v1/responses/resp_abc/cancel"},
+		{"/v1/chats/-100123456789/messages", "/v1/chats/" + p.ID("-100123456789") + "/messages"},
+		{"https://api.example.org:8443/rooms/%21r:example.org/send?limit=20", "https://api.example.org:8443/rooms/" + p.ID("!r:example.org") + "/send?limit=20"},
+		{"http://127.0.0.1:43215/send?chat_id=C0CHANNEL&to=%2B15551234567&page=2",
+			"http://127.0.0.1:43215/send?chat_id=" + p.ID("C0CHANNEL") + "&to=" + p.ID("+15551234567") + "&page=2"},
+		{"/users/@bob:example.org/profile#u-12345", "/users/" + p.ID("@bob:example.org") + "/profile#u-12345"},
+		{"/mail/bob@example.com", "/mail/" + p.ID("bob@example.com")},
+		{"/sessions/agent:main:telegram:dm:42", "/sessions/" + p.Key("agent:main:telegram:dm:42")},
+		{"https://example.org", "https://example.org"},
+		{"/v1/media/2024", "/v1/media/2024"},
+		{"/q?flag&x=%zz", "/q?flag&x=%zz"},
+	} {
+		if got := pseudonymizeURL(p, tt.in); got != tt.want {
+			t.Errorf("pseudonymizeURL(%q) = %q, want %q", tt.in, got, tt.want)
+		}
+	}
+}
+
+// FuzzPseudonymizeURL: any text goes through without a panic, and an
+// id-shaped path segment, escaped as a client writes it, comes out as
+// its pseudonym with the path around it as it was.
+func FuzzPseudonymizeURL(f *testing.F) {
+	for _, seed := range []string{"-100123456789", "+15551234567", "!room:example.org", "bob@example.com", "@bob:server", "12345", "a/b?c=d#e", "%zz"} {
+		f.Add(seed)
+	}
+	p := pseudonym.New("k")
+	f.Fuzz(func(t *testing.T, s string) {
+		_ = pseudonymizeURL(p, s)
+		_ = pseudonymizeURL(p, "https://example.org/x?q="+s)
+		if !idShaped(s) {
+			return
+		}
+		in := "https://example.org:8443/v1/" + url.PathEscape(s) + "/send?limit=20"
+		want := "https://example.org:8443/v1/" + p.ID(s) + "/send?limit=20"
+		if got := pseudonymizeURL(p, in); got != want {
+			t.Errorf("pseudonymizeURL(%q) = %q, want %q", in, got, want)
+		}
+	})
+}
