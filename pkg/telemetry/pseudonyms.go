@@ -228,7 +228,7 @@ func structured(v any) (any, bool) {
 	if !holdsNames(reflect.TypeOf(v)) {
 		return nil, false
 	}
-	b, err := json.Marshal(v)
+	b, err := marshalJSON(v)
 	if err != nil || len(b) == 0 || b[0] != '{' && b[0] != '[' {
 		return nil, false
 	}
@@ -239,6 +239,21 @@ func structured(v any) (any, bool) {
 		return nil, false
 	}
 	return tree, true
+}
+
+// marshalJSON is json.Marshal(v), with a panic in a MarshalJSON method
+// (one that does not guard against a nil field) returned as an error.
+// encoding/json passes such a panic on; slog's handlers recover from it
+// where they write the value ("!PANIC: …"), but the record's scan and
+// ReplaceAttr encode the value before, outside that recovery, where the
+// panic would end the log call, and the process with it.
+func marshalJSON(v any) (b []byte, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			b, err = nil, fmt.Errorf("encode %T: panic: %v", v, r)
+		}
+	}()
+	return json.Marshal(v)
 }
 
 // pseudonymizeTree pseudonymizes a decoded JSON value logged under the

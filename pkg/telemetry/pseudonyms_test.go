@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/url"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -385,4 +386,57 @@ func cutTime(line string) string {
 		return line[i:]
 	}
 	return line
+}
+
+// chatPanics is a value whose MarshalJSON panics, as a method that
+// does not guard against a nil field does.
+type chatPanics struct {
+	ChatID string `json:"chat_id"`
+	n      *int
+}
+
+func (c chatPanics) MarshalJSON() ([]byte, error) {
+	return []byte(strconv.Itoa(*c.n)), nil
+}
+
+// chatFails is a value whose MarshalJSON fails.
+type chatFails struct {
+	ChatID string `json:"chat_id"`
+}
+
+func (chatFails) MarshalJSON() ([]byte, error) { return nil, errors.New("not now") }
+
+// TestValuesThatFailToEncodeLoggedAsWithoutPseudonyms: a value whose
+// MarshalJSON panics or fails, alone or in a list, beside an error or
+// in a logger's With, is written as it is without pseudonyms (the JSON
+// handler's "!PANIC: …" or "!ERROR:…", the text handler's %+v): the
+// log call does not panic though the pseudonymizer encodes the value
+// to look for ids in it.
+func TestValuesThatFailToEncodeLoggedAsWithoutPseudonyms(t *testing.T) {
+	t.Parallel()
+	values := map[string]any{
+		"panics": chatPanics{ChatID: "-100123456789"}, "list that panics": []chatPanics{{ChatID: "-100123456789"}},
+		"fails": chatFails{ChatID: "-100123456789"}, "list that fails": []chatFails{{ChatID: "-100123456789"}},
+	}
+	logs := map[string]func(l *slog.Logger, v any){
+		"record":                 func(l *slog.Logger, v any) { l.Info("m", "v", v) },
+		"record with an error":   func(l *slog.Logger, v any) { l.Warn("m", "v", v, "err", errors.New("forbidden")) },
+		"With":                   func(l *slog.Logger, v any) { l.With("v", v).Warn("m", "err", errors.New("forbidden")) },
+		"With'd error, a record": func(l *slog.Logger, v any) { l.With("err", errors.New("forbidden")).Warn("m", "v", v) },
+	}
+	for vname, v := range values {
+		for lname, log := range logs {
+			for _, format := range []string{"json", "text"} {
+				t.Run(vname+"/"+lname+"/"+format, func(t *testing.T) {
+					var out bytes.Buffer
+					for _, pseudonymize := range []bool{false, true} {
+						log(telemetry.NewLogger(telemetry.LogConfig{Level: "info", Format: format, Pseudonymize: pseudonymize}, &out), v)
+					}
+					if lines := strings.Split(strings.TrimSpace(out.String()), "\n"); len(lines) != 2 || cutTime(lines[0]) != cutTime(lines[1]) {
+						t.Errorf("with pseudonyms the record is written differently:\n%s", out.String())
+					}
+				})
+			}
+		}
+	}
 }
