@@ -757,13 +757,17 @@ var urlAttrs = map[attribute.Key]bool{
 // address) by its ID, the value unescaped (a room "%21r:server" as
 // "!r:server"). The scheme and the host are kept; a port is no id.
 func pseudonymizeURL(p *pseudonym.Pseudonymizer, u string) string {
+	// The scheme and the host (with its port, an IPv6 one in brackets)
+	// run up to the path, or to the query or the fragment of a URL with
+	// no path; a "://" after a path or a query's start is no scheme's (a
+	// URL in a query parameter).
 	start := 0
-	if i := strings.Index(u, "://"); i >= 0 {
-		if j := strings.IndexByte(u[i+3:], '/'); j >= 0 {
-			start = i + 3 + j
-		} else {
-			return p.Text(u) // no path
+	if i := strings.Index(u, "://"); i >= 0 && !strings.ContainsAny(u[:i], "/?#") {
+		j := strings.IndexAny(u[i+3:], "/?#")
+		if j < 0 {
+			return p.Text(u) // a host alone
 		}
+		start = i + 3 + j
 	}
 	rest, fragment, hasFragment := strings.Cut(u[start:], "#")
 	path, query, hasQuery := strings.Cut(rest, "?")
@@ -773,7 +777,7 @@ func pseudonymizeURL(p *pseudonym.Pseudonymizer, u string) string {
 		if i > 0 {
 			b.WriteByte('/')
 		}
-		if id, err := url.PathUnescape(seg); err == nil && idShaped(id) {
+		if id := unescaped(seg, url.PathUnescape); idShaped(id) {
 			b.WriteString(p.ID(id))
 		} else {
 			b.WriteString(p.Text(seg))
@@ -786,16 +790,14 @@ func pseudonymizeURL(p *pseudonym.Pseudonymizer, u string) string {
 				b.WriteByte('&')
 			}
 			k, v, hasValue := strings.Cut(param, "=")
-			name, err1 := url.QueryUnescape(k)
-			value, err2 := url.QueryUnescape(v)
+			name, value := unescaped(k, url.QueryUnescape), unescaped(v, url.QueryUnescape)
 			b.WriteString(k)
 			if !hasValue {
 				continue
 			}
 			b.WriteByte('=')
 			switch {
-			case err1 != nil || err2 != nil || value == "":
-				b.WriteString(p.Text(v))
+			case value == "":
 			case idShaped(value):
 				b.WriteString(p.ID(value))
 			default:
@@ -811,6 +813,16 @@ func pseudonymizeURL(p *pseudonym.Pseudonymizer, u string) string {
 		b.WriteString("#" + p.Text(fragment))
 	}
 	return b.String()
+}
+
+// unescaped is s unescaped by unescape, or s as it is when it holds
+// something that is no escape ("%zz"), for an id beside it to be found
+// by its shape or its name all the same.
+func unescaped(s string, unescape func(string) (string, error)) string {
+	if u, err := unescape(s); err == nil {
+		return u
+	}
+	return s
 }
 
 // idShaped reports whether a URL's path segment or query value has the

@@ -26,6 +26,15 @@ func TestPseudonymizeURL(t *testing.T) {
 		{"https://example.org", "https://example.org"},
 		{"/v1/media/2024", "/v1/media/2024"},
 		{"/q?flag&x=%zz", "/q?flag&x=%zz"},
+		// A host with no path before its query or fragment.
+		{"https://api.example.org?chat_id=C0CHANNEL", "https://api.example.org?chat_id=" + p.ID("C0CHANNEL")},
+		{"http://[2001:db8::1]:8080?to=%2B15551234567#top", "http://[2001:db8::1]:8080?to=" + p.ID("+15551234567") + "#top"},
+		// A "://" in the query of a path, not a scheme's.
+		{"/v1/chats/-100123456789/hook?url=https://hooks.example.org", "/v1/chats/" + p.ID("-100123456789") + "/hook?url=https://hooks.example.org"},
+		// An id beside an escape that is no escape.
+		{"/v1/chats/-100123456789%zz", "/v1/chats/" + p.ID("-100123456789%zz")},
+		{"/send?to=%zz15551234567", "/send?to=" + p.ID("%zz15551234567")},
+		{"", ""},
 	} {
 		if got := pseudonymizeURL(p, tt.in); got != tt.want {
 			t.Errorf("pseudonymizeURL(%q) = %q, want %q", tt.in, got, tt.want)
