@@ -724,9 +724,14 @@ func pseudonymizeKVs(p *pseudonym.Pseudonymizer, kvs []attribute.KeyValue) []att
 		}
 		s := kv.Value.AsString()
 		var ps string
-		if urlAttrs[kv.Key] {
+		switch {
+		case kv.Key == "url.query":
+			// A query without its "?", its parameters looked at as a
+			// URL's are, not as a path.
+			ps = strings.TrimPrefix(pseudonymizeURL(p, "?"+s), "?")
+		case urlAttrs[kv.Key]:
 			ps = pseudonymizeURL(p, s)
-		} else {
+		default:
 			ps = pseudonymizeString(p, name, s)
 		}
 		if ps == s {

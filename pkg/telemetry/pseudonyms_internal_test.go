@@ -4,6 +4,8 @@ import (
 	"net/url"
 	"testing"
 
+	"go.opentelemetry.io/otel/attribute"
+
 	"github.com/switchboard-chat/switchboard/pkg/pseudonym"
 )
 
@@ -62,4 +64,26 @@ func FuzzPseudonymizeURL(f *testing.F) {
 			t.Errorf("pseudonymizeURL(%q) = %q, want %q", in, got, want)
 		}
 	})
+}
+
+// TestURLAttributesPseudonyms: each span attribute that holds a URL or
+// a part of one is pseudonymized as that part: url.query's parameters
+// by their names and shapes, as a full URL's query is.
+func TestURLAttributesPseudonyms(t *testing.T) {
+	t.Parallel()
+	p := pseudonym.New("k")
+	for _, tt := range []struct {
+		kv   attribute.KeyValue
+		want string
+	}{
+		{attribute.String("url.query", "chat_id=C0CHANNEL&page=2"), "chat_id=" + p.ID("C0CHANNEL") + "&page=2"},
+		{attribute.String("url.query", "to=%2B15551234567"), "to=" + p.ID("+15551234567")},
+		{attribute.String("url.query", "limit=20"), "limit=20"},
+		{attribute.String("url.path", "/v1/chats/-100123456789"), "/v1/chats/" + p.ID("-100123456789")},
+		{attribute.String("url.full", "https://api.example.org/send?chat_id=C0CHANNEL"), "https://api.example.org/send?chat_id=" + p.ID("C0CHANNEL")},
+	} {
+		if got := pseudonymizeKVs(p, []attribute.KeyValue{tt.kv}); got[0].Value.AsString() != tt.want {
+			t.Errorf("%s=%q exported as %q, want %q", tt.kv.Key, tt.kv.Value.AsString(), got[0].Value.AsString(), tt.want)
+		}
+	}
 }
