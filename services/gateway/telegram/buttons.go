@@ -202,18 +202,59 @@ func pressed(u *models.Update, me identity) (outcome, error) {
 
 // answerCallback answers a callback query, so the client stops showing
 // its progress: best effort (a redelivered press's query is answered
-// already, and Telegram refuses a second answer).
-func (p *Platform) answerCallback(ctx context.Context, id string) { p.answerCallbackText(ctx, id, "") }
+// already, and Telegram refuses a second answer). settled reports
+// whether the query needs no answer from anyone any more (queryDone):
+// only then may a replica say it answered it (PressHold.Answered,
+// confirmAnswered), and a replica watching for that word leave it.
+func (p *Platform) answerCallback(ctx context.Context, id string) (settled bool) {
+	return p.answerCallbackText(ctx, id, "")
+}
 
 // answerCallbackText is answerCallback with text, a toast only the
 // presser sees ("" for none).
-func (p *Platform) answerCallbackText(ctx context.Context, id, text string) {
+func (p *Platform) answerCallbackText(ctx context.Context, id, text string) (settled bool) {
 	if utf8.RuneCountInString(text) > maxCallbackText {
 		text = string([]rune(text)[:maxCallbackText])
 	}
-	if _, err := p.api.AnswerCallbackQuery(ctx, &bot.AnswerCallbackQueryParams{CallbackQueryID: id, Text: text}); err != nil {
+	_, err := p.api.AnswerCallbackQuery(ctx, &bot.AnswerCallbackQueryParams{CallbackQueryID: id, Text: text})
+	if err != nil {
 		p.log.Debug("answerCallbackQuery failed", "err", p.redact(err))
 	}
+	return queryDone(err)
+}
+
+// queryDone reports whether a callback query needs no answer from
+// anyone after an answerCallbackQuery that returned err: Telegram took
+// the answer, or refused it because no answer can be taken any more.
+// The Bot API words that refusal "Bad Request: query is too old and
+// response timeout expired or query ID is invalid" (also its answer to a
+// query answered already); MTProto's QUERY_ID_INVALID is the same
+// refusal. Any other failure (a 5xx, a 429, the network, another 400)
+// leaves the query open: whoever said it answered it then would leave it
+// to no one.
+func queryDone(err error) bool {
+	if err == nil {
+		return true
+	}
+	if !errors.Is(err, bot.ErrorBadRequest) {
+		return false
+	}
+	msg := strings.ToLower(err.Error())
+	return strings.Contains(msg, "query is too old") || strings.Contains(msg, "query id is invalid") ||
+		strings.Contains(msg, "query_id_invalid")
+}
+
+// settle ends hold, the hold of a press whose query this replica
+// claimed and tried to answer: it says the query answered when the
+// answer settled it (queryDone), and otherwise ends without the word, so
+// that a replica that left the query to this hold and watches it
+// (watchHolder) finds it gone and answers the query itself.
+func settle(hold *platform.PressHold, settled bool) {
+	if settled {
+		hold.Answered()
+		return
+	}
+	hold.Close()
 }
 
 // maxPressHold bounds Config.PressHold, how long a published press's
@@ -353,10 +394,9 @@ func (p *Platform) awaitRetry(ctx context.Context, id string, q *query) {
 			// Refused: the refusal answers the query and ends its hold.
 		case req := <-answered:
 			if p.claimQuery(id) != nil {
-				defer q.hold.Answered()
 				actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), answerTimeout)
 				defer cancel()
-				p.answerCallbackText(actx, id, req.GetText())
+				settle(q.hold, p.answerCallbackText(actx, id, req.GetText()))
 			}
 		case <-t.C:
 			if p.retryWaitOver != nil {
@@ -442,8 +482,9 @@ func (p *Platform) watchHolder(ctx context.Context, id string, w *platform.Press
 	p.log.Info("the replica holding a telegram button press's query stopped holding it unanswered; answering it here")
 	actx, cancel := context.WithTimeout(ctx, answerTimeout)
 	defer cancel()
-	p.answerCallback(actx, id)
-	p.confirmAnswered(id)
+	if p.answerCallback(actx, id) {
+		p.confirmAnswered(id)
+	}
 }
 
 // confirmAnswered says that this replica answered callback query id,
@@ -489,10 +530,9 @@ func (p *Platform) hold(ctx context.Context, id string, q *query) {
 			return // refused: the refusal answers the query
 		}
 		if p.claimQuery(id) != nil {
-			defer q.hold.Answered()
 			actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), answerTimeout)
 			defer cancel()
-			p.answerCallbackText(actx, id, text)
+			settle(q.hold, p.answerCallbackText(actx, id, text))
 		}
 	}()
 }
@@ -542,8 +582,11 @@ func (p *Platform) refuse(ctx context.Context, req *deliveryv1.SendRequested) (s
 	ia := req.GetTarget().GetInteraction()
 	q := p.claimQuery(ia.GetId())
 	held := q != nil
+	// settled: the query needs no answer any more (queryDone), said so
+	// only then.
+	settled := false
 	if held {
-		defer q.hold.Answered()
+		defer func() { settle(q.hold, settled) }()
 	}
 	// Sent on to a holder also past the press's end: the replica whose
 	// publish failed holds the query until its retry, which another
@@ -558,14 +601,19 @@ func (p *Platform) refuse(ctx context.Context, req *deliveryv1.SendRequested) (s
 	}
 	if !held {
 		// A replica watching for the query's answer (watchHolder)
-		// leaves it to this one.
-		defer p.confirmAnswered(ia.GetId())
+		// leaves it to this one, once it is answered.
+		defer func() {
+			if settled {
+				p.confirmAnswered(ia.GetId())
+			}
+		}()
 	}
 	text := req.GetText()
 	if utf8.RuneCountInString(text) > maxCallbackText {
 		text = string([]rune(text)[:maxCallbackText])
 	}
 	_, err := p.api.AnswerCallbackQuery(ctx, &bot.AnswerCallbackQueryParams{CallbackQueryID: ia.GetId(), Text: text})
+	settled = queryDone(err)
 	switch {
 	case err == nil:
 		return "", nil
@@ -576,7 +624,7 @@ func (p *Platform) refuse(ctx context.Context, req *deliveryv1.SendRequested) (s
 	if held {
 		// Telegram did not take it: the query is answered without text,
 		// as its hold would have, and the refusal is not retried.
-		p.answerCallback(context.WithoutCancel(ctx), ia.GetId())
+		settled = p.answerCallback(context.WithoutCancel(ctx), ia.GetId())
 		p.log.Warn("answer telegram callback query with the refusal", "err", p.redact(err))
 		return "", nil
 	}

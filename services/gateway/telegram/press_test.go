@@ -19,6 +19,7 @@ import (
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	"github.com/switchboard-chat/switchboard/pkg/platform"
+	"github.com/switchboard-chat/switchboard/pkg/telegramfake"
 )
 
 // wrappedPlatform is the Telegram platform whose connection to the
@@ -774,5 +775,95 @@ func TestPressDuplicateAskedForWhileHeld(t *testing.T) {
 	waitFor(t, "the query answered", 10*time.Second, func() bool { return len(f.CallbackAnswers()) == 1 })
 	if a := f.CallbackAnswers(); a[0].QueryID != query || a[0].Text != "" {
 		t.Fatalf("answers %+v, want the query answered without text", a)
+	}
+}
+
+// A holder whose own answer to Telegram failed says nothing on the
+// press's answered subject: the replica that left the query to it,
+// watching, finds the hold gone without the word and answers the query
+// itself. A refusal that means no one can answer the query any more
+// (Telegram's "query is too old ... or query ID is invalid") is the
+// query's end, said as answered: the watcher leaves it. Said answered
+// whatever Telegram replied, the failed answer left the query to no one,
+// its spinner on until it expired.
+func TestPressHolderWhoseAnswerFailed(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		// fail is Telegram's reply to the holder's answer.
+		fail telegramfake.APIError
+		// watcherAnswers: the watcher answers the query (without text).
+		watcherAnswers bool
+	}{
+		{name: "server error", fail: telegramfake.APIError{Code: 500, Description: "Internal Server Error"}, watcherAnswers: true},
+		{name: "query too old", fail: telegramfake.APIError{Code: 400, Description: "Bad Request: query is too old and response timeout expired or query ID is invalid"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFake(t)
+			b := bustest.New(t, bustest.EmbeddedURL(t))
+			cfg := testConfig(f)
+			cfg.LeaseTTL = time.Second
+			cfg.PressHold = maxPressHold
+			lost := make(chan struct{})
+			sa, stopA := startWrapped(t, cfg, b, "a", func(c platform.Conn) platform.Conn {
+				return &cutOffConn{Conn: c, lost: lost, once: &sync.Once{}}
+			})
+			waitFor(t, "a connected", 20*time.Second, func() bool { st, _ := sa.Runner().State(); return st == platform.StateConnected })
+			cfgB := cfg
+			var calls *atomic.Int32
+			cfgB.APIBaseURL, calls = countedAnswers(t, f.URL)
+			over := make(chan bool, 1)
+			sb, _ := startWrappedWith(t, cfgB, b, "b", func(p *Platform) {
+				p.watchOver = func(_ string, answered bool) { over <- answered }
+			}, func(c platform.Conn) platform.Conn { return c })
+			waitFor(t, "b standing by", 20*time.Second, func() bool { st, _ := sb.Runner().State(); return st == platform.StateStandby })
+
+			card := sendApprovalCard(t, f, b)
+			id, query, err := f.Press("99", card.ID, alice, "ea:once:call_1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-lost:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the press was not published")
+			}
+			stopA()
+			waitFor(t, "b polling the press again", 20*time.Second, func() bool { return f.Confirmed() > id })
+			evs := inbound(t, b)
+			if len(evs) != 1 || evs[0].GetInteraction().GetId() != query {
+				t.Fatalf("published %v, want the press once", evs)
+			}
+			// a's answer with the router's word is the next one Telegram
+			// gets: b left the query to a.
+			f.FailNext("answerCallbackQuery", tc.fail)
+			if err := platform.PublishPressAnswer(b, &deliveryv1.SendRequested{Target: &deliveryv1.Target{Platform: "telegram", Account: "4242", ChatId: "99",
+				Interaction: evs[0].GetInteraction()}, Text: "✅ Approved once"}); err != nil {
+				t.Fatal(err)
+			}
+			var said bool
+			select {
+			case said = <-over:
+			case <-time.After(maxPressHold + answerTimeout + 10*time.Second):
+				t.Fatal("b's watch of the press did not end")
+			}
+			if said == tc.watcherAnswers {
+				t.Errorf("b's watch over, holder said answered %v; want %v", said, !tc.watcherAnswers)
+			}
+			want := int32(0)
+			if tc.watcherAnswers {
+				want = 1
+			}
+			if n := calls.Load(); n != want {
+				t.Errorf("b answered the query %d times, want %d", n, want)
+			}
+			if !tc.watcherAnswers {
+				return
+			}
+			if a := f.CallbackAnswers(); len(a) != 1 || a[0].QueryID != query || a[0].Text != "" {
+				t.Fatalf("answers %+v, want the query answered once without text by b", a)
+			}
+		})
 	}
 }

@@ -438,8 +438,7 @@ func (p *Platform) handle(ctx context.Context, conn platform.Conn, raw []byte) (
 				if duplicate && p.heldElsewhere(ctx, out.callbackID, q) {
 					return
 				}
-				if p.claimQuery(out.callbackID) != nil {
-					p.answerCallback(ctx, out.callbackID)
+				if p.claimQuery(out.callbackID) != nil && p.answerCallback(ctx, out.callbackID) {
 					// Its hold, closed, may have told a replica the
 					// press is held here.
 					p.confirmAnswered(out.callbackID)
