@@ -276,6 +276,14 @@ const answerTimeout = 10 * time.Second
 // it (watchHolder).
 const holderCheck = time.Second
 
+// holderGrace is how long the replica holding a press's query must be
+// found absent (asked every holderCheck) before the replica that left
+// the query to it answers the query itself (watchHolder): longer than a
+// holder takes to reconnect to the bus and subscribe again (the bus
+// retries every second), short enough that a dead holder's query is
+// taken over within a few seconds, while Telegram still takes an answer.
+const holderGrace = 3 * time.Second
+
 // query is the callback query of a press this replica holds (holdQuery)
 // until it is claimed (claimQuery).
 type query struct {
@@ -466,13 +474,14 @@ func (p *Platform) heldElsewhere(ctx context.Context, id string, q *query) bool 
 // watchHolder waits for the replica holding callback query id, which
 // this replica left it to (heldElsewhere), to say it answered it
 // (platform.PressWatch), and answers it here, without text, when that
-// replica holds it no more without having said so (it died, or lost its
-// connection to the bus), or has not said so by the latest a live
+// replica has held it no more for holderGrace without having said so (it
+// died, or lost its connection to the bus for longer than a
+// reconnection), or has not said so by the latest a live
 // holder answers: a hold's longest, then its answer's. A live holder
 // says so before its hold ends, so the query is not answered twice.
 func (p *Platform) watchHolder(ctx context.Context, id string, w *platform.PressWatch) {
 	defer w.Close()
-	answered := w.Wait(ctx, maxPressHold+answerTimeout, holderCheck)
+	answered := w.Wait(ctx, maxPressHold+answerTimeout, holderCheck, holderGrace)
 	if p.watchOver != nil {
 		defer p.watchOver(id, answered)
 	}

@@ -741,7 +741,7 @@ func TestPressDuplicateAskedForWhileHeld(t *testing.T) {
 			go func() {
 				defer w.Close()
 				// As watchHolder watches, asking more often.
-				watched <- w.Wait(ctx, maxPressHold+answerTimeout, 10*time.Millisecond)
+				watched <- w.Wait(ctx, maxPressHold+answerTimeout, 10*time.Millisecond, holderGrace)
 			}()
 		}}
 	})
