@@ -379,9 +379,28 @@ func (p *Platform) awaitRetry(ctx context.Context, id string, q *query) {
 	if q.hold != nil {
 		answered, retried = q.hold.Answer(), q.hold.Retried()
 	}
-	go func() {
+	p.goPress(func() {
 		t := time.NewTimer(maxPressHold)
 		defer t.Stop()
+		// letGo ends the wait: let go, unless another replica asked
+		// meanwhile and was told it is held here (PressHold.LetGo): then
+		// held here on, as in the retried case.
+		letGo := func() {
+			p.heldMu.Lock()
+			taken := q.retry != retry
+			asked := false
+			if !taken {
+				q.retry = nil
+				asked = q.hold.LetGo()
+				if !asked && p.held[id] == q {
+					delete(p.held, id)
+				}
+			}
+			p.heldMu.Unlock()
+			if asked {
+				p.hold(ctx, id, q)
+			}
+		}
 		select {
 		case <-retry:
 			return // the retry holds it now
@@ -410,25 +429,14 @@ func (p *Platform) awaitRetry(ctx context.Context, id string, q *query) {
 			if p.retryWaitOver != nil {
 				p.retryWaitOver(id)
 			}
-			// Let go, unless another replica asked meanwhile and was
-			// told it is held here (PressHold.LetGo): then held here
-			// on, as in the retried case.
-			p.heldMu.Lock()
-			taken := q.retry != retry
-			asked := false
-			if !taken {
-				q.retry = nil
-				asked = q.hold.LetGo()
-				if !asked && p.held[id] == q {
-					delete(p.held, id)
-				}
-			}
-			p.heldMu.Unlock()
-			if asked {
-				p.hold(ctx, id, q)
-			}
+			letGo()
+		case <-p.life.Done():
+			// The gateway stops: its wait ends as when it runs out. Held
+			// on for a replica told so, the hold answers the query at
+			// once (hold).
+			letGo()
 		}
-	}()
+	})
 }
 
 // heldElsewhere reports whether another replica holds callback query
@@ -467,7 +475,7 @@ func (p *Platform) heldElsewhere(ctx context.Context, id string, q *query) bool 
 		delete(p.held, id)
 	}
 	p.heldMu.Unlock()
-	go p.watchHolder(context.WithoutCancel(ctx), id, w)
+	p.goPress(func() { p.watchHolder(id, w) })
 	return true
 }
 
@@ -479,14 +487,30 @@ func (p *Platform) heldElsewhere(ctx context.Context, id string, q *query) bool 
 // reconnection), or has not said so by the latest a live
 // holder answers: a hold's longest, then its answer's. A live holder
 // says so before its hold ends, so the query is not answered twice.
-func (p *Platform) watchHolder(ctx context.Context, id string, w *platform.PressWatch) {
+//
+// The watch ends when the gateway stops (Platform.life). Then this
+// replica asks once more whether the holder still holds the query: if
+// it does (or the bus does not answer), the query is left to it, which
+// answers it with the router's word; if it does not, without its word,
+// this replica answers the query on its way out, without text, rather
+// than leave it to no one (no replica watches it any more).
+func (p *Platform) watchHolder(id string, w *platform.PressWatch) {
 	defer w.Close()
-	answered := w.Wait(ctx, maxPressHold+answerTimeout, holderCheck, holderGrace)
+	answered := w.Wait(p.life, maxPressHold+answerTimeout, holderCheck, holderGrace)
 	if p.watchOver != nil {
 		defer p.watchOver(id, answered)
 	}
 	if answered {
 		return
+	}
+	ctx := context.WithoutCancel(p.life)
+	if p.life.Err() != nil {
+		rctx, cancel := context.WithTimeout(ctx, holderCheck)
+		held, err := platform.RetryPress(rctx, p.bus, p.Name(), id)
+		cancel()
+		if held || err != nil {
+			return
+		}
 	}
 	p.log.Info("the replica holding a telegram button press's query stopped holding it unanswered; answering it here")
 	actx, cancel := context.WithTimeout(ctx, answerTimeout)
@@ -494,6 +518,36 @@ func (p *Platform) watchHolder(ctx context.Context, id string, w *platform.Press
 	if p.answerCallback(actx, id) {
 		p.confirmAnswered(id)
 	}
+}
+
+// goPress runs f, a hold or a watch of a press, on its own goroutine,
+// counted until it returns (stopPresses waits for it). Once the gateway
+// stopped, f runs at once on the caller's: it finds life over and ends
+// at once.
+func (p *Platform) goPress(f func()) {
+	p.pressMu.Lock()
+	if p.stopped {
+		p.pressMu.Unlock()
+		f()
+		return
+	}
+	p.presses.Add(1)
+	p.pressMu.Unlock()
+	go func() {
+		defer p.presses.Done()
+		f()
+	}()
+}
+
+// stopPresses ends the holds and watches of presses (Platform.life) and
+// waits for them: each answers its query on the way out when no one
+// else will (hold, watchHolder).
+func (p *Platform) stopPresses() {
+	p.pressMu.Lock()
+	p.stopped = true
+	p.pressMu.Unlock()
+	p.endLife()
+	p.presses.Wait()
 }
 
 // confirmAnswered says that this replica answered callback query id,
@@ -514,7 +568,8 @@ func (p *Platform) confirmAnswered(id string) {
 // first (claimQuery), which ends the hold there: the router sends a
 // press it refuses no other answer. Off the update loop: the next update
 // does not wait. Nor does the hold end with ctx: a webhook's is its
-// request's, which ends at once.
+// request's, which ends at once; it ends with the gateway (Platform.life),
+// answering the query without text on the way out.
 //
 // Whoever claims the query ends its hold once it has answered it, not
 // before, and says so (PressHold.Answered): until then a replica handed
@@ -527,12 +582,15 @@ func (p *Platform) hold(ctx context.Context, id string, q *query) {
 	if q.hold != nil {
 		answered = q.hold.Answer()
 	}
-	go func() {
+	p.goPress(func() {
 		t := time.NewTimer(p.cfg.PressHold)
 		defer t.Stop()
 		text := ""
 		select {
 		case <-t.C:
+		case <-p.life.Done():
+			// The gateway stops: the router's word can no longer reach
+			// this hold, and the query is answered on the way out.
 		case req := <-answered:
 			text = req.GetText()
 		case <-q.claimed:
@@ -543,7 +601,7 @@ func (p *Platform) hold(ctx context.Context, id string, q *query) {
 			defer cancel()
 			settle(q.hold, p.answerCallbackText(actx, id, text))
 		}
-	}()
+	})
 }
 
 // sentAgain reports whether Telegram sent the press of query q again

@@ -44,6 +44,20 @@ func startWrapped(t *testing.T, cfg Config, b *bus.Bus, instance string, wrap fu
 // before it runs.
 func startWrappedWith(t *testing.T, cfg Config, b *bus.Bus, instance string, setup func(*Platform), wrap func(platform.Conn) platform.Conn) (*platform.Service, func()) {
 	t.Helper()
+	return startWrappedRun(t, cfg, b, instance, setup, wrap, false)
+}
+
+// startWrappedGateway is startWrappedWith whose stop stops the whole
+// replica (Service.Run), its holds and watches of presses too; stop in
+// startWrappedWith stops its runner only, as a lease move does, the
+// process living on.
+func startWrappedGateway(t *testing.T, cfg Config, b *bus.Bus, instance string, setup func(*Platform), wrap func(platform.Conn) platform.Conn) (*platform.Service, func()) {
+	t.Helper()
+	return startWrappedRun(t, cfg, b, instance, setup, wrap, true)
+}
+
+func startWrappedRun(t *testing.T, cfg Config, b *bus.Bus, instance string, setup func(*Platform), wrap func(platform.Conn) platform.Conn, gateway bool) (*platform.Service, func()) {
+	t.Helper()
 	tp, err := NewPlatform(cfg, quietLog(), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -55,9 +69,13 @@ func startWrappedWith(t *testing.T, cfg Config, b *bus.Bus, instance string, set
 	if err != nil {
 		t.Fatal(err)
 	}
+	run := svc.Run
+	if gateway {
+		run = (&Service{Service: svc, p: tp}).Run
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- svc.Run(ctx) }()
+	go func() { done <- run(ctx) }()
 	var once sync.Once
 	stop := func() {
 		once.Do(func() {
@@ -863,6 +881,126 @@ func TestPressHolderWhoseAnswerFailed(t *testing.T) {
 			}
 			if a := f.CallbackAnswers(); len(a) != 1 || a[0].QueryID != query || a[0].Text != "" {
 				t.Fatalf("answers %+v, want the query answered once without text by b", a)
+			}
+		})
+	}
+}
+
+// A replica that stops while it holds a press's query ends the hold with
+// it: it answers the query on its way out, without text (the router's
+// word can no longer reach it), and holds nothing after, so a replica
+// handed the press again is not told it is held by a replica that is
+// gone. Left to its own bound, the hold outlived the service by up to
+// maxPressHold, and its query was answered after the replica stopped.
+func TestPressHeldWhenTheReplicaStops(t *testing.T) {
+	t.Parallel()
+	f := newFake(t)
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	cfg := testConfig(f)
+	cfg.PressHold = maxPressHold
+	s, stop := startService(t, cfg, b, "a")
+	waitFor(t, "connected", 20*time.Second, func() bool { st, _ := s.Runner().State(); return st == platform.StateConnected })
+	card := sendApprovalCard(t, f, b)
+	if _, _, err := f.Press("99", card.ID, alice, "ea:once:call_1"); err != nil {
+		t.Fatal(err)
+	}
+	var query string
+	waitFor(t, "the press published", 20*time.Second, func() bool {
+		evs := inbound(t, b)
+		if len(evs) == 1 {
+			query = evs[0].GetInteraction().GetId()
+		}
+		return query != ""
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	waitFor(t, "the press held", 10*time.Second, func() bool {
+		held, err := platform.RetryPress(ctx, b, "telegram", query)
+		return err == nil && held
+	})
+	stop()
+	if held, err := platform.RetryPress(ctx, b, "telegram", query); err != nil || held {
+		t.Errorf("asked after the replica stopped: held %v, %v; want held by no one", held, err)
+	}
+	if a := f.CallbackAnswers(); len(a) != 1 || a[0].QueryID != query || a[0].Text != "" {
+		t.Fatalf("answers %+v once the replica stopped, want the query answered once without text", a)
+	}
+}
+
+// A replica that stops while it watches the replica it left a press's
+// query to ends its watch with it: when the holder is gone without its
+// word, it answers the query on its way out, without text; when the
+// holder still holds it, it leaves the query to that holder. Left to
+// its own bound, the watch outlived the service.
+func TestPressWatchedWhenTheReplicaStops(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		// holderGone: the holder's connection to the bus closes before
+		// the watcher stops.
+		holderGone bool
+	}{{"holder holds", false}, {"holder gone", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFake(t)
+			url := bustest.EmbeddedURL(t)
+			b := bustest.New(t, url)
+			ba := bustest.NewWith(t, url, b.Topology())
+			cfg := testConfig(f)
+			cfg.LeaseTTL = time.Second
+			cfg.PressHold = maxPressHold
+			cfgA := cfg
+			var kill chan struct{}
+			cfgA.APIBaseURL, kill = killableAPI(t, f.URL)
+			lost := make(chan struct{})
+			sa, stopA := startWrapped(t, cfgA, ba, "a", func(c platform.Conn) platform.Conn {
+				return &cutOffConn{Conn: c, lost: lost, once: &sync.Once{}}
+			})
+			waitFor(t, "a connected", 20*time.Second, func() bool { st, _ := sa.Runner().State(); return st == platform.StateConnected })
+			cfgB := cfg
+			var calls *atomic.Int32
+			cfgB.APIBaseURL, calls = countedAnswers(t, f.URL)
+			over := make(chan bool, 1)
+			sb, stopB := startWrappedGateway(t, cfgB, b, "b", func(p *Platform) {
+				p.watchOver = func(_ string, answered bool) { over <- answered }
+			}, func(c platform.Conn) platform.Conn { return c })
+			waitFor(t, "b standing by", 20*time.Second, func() bool { st, _ := sb.Runner().State(); return st == platform.StateStandby })
+
+			card := sendApprovalCard(t, f, b)
+			id, query, err := f.Press("99", card.ID, alice, "ea:once:call_1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-lost:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the press was not published")
+			}
+			stopA()
+			waitFor(t, "b polling the press again", 20*time.Second, func() bool { return f.Confirmed() > id })
+			if tc.holderGone {
+				// a dies; b stops within its grace, before it would take
+				// the query over.
+				close(kill)
+				ba.Conn().Close()
+			}
+			stopB()
+			select {
+			case <-over:
+			default:
+				t.Fatal("b's watch of the press outlived b")
+			}
+			want := int32(0)
+			if tc.holderGone {
+				want = 1
+			}
+			if n := calls.Load(); n != want {
+				t.Errorf("b answered the query %d times on its way out, want %d", n, want)
+			}
+			if tc.holderGone {
+				if a := f.CallbackAnswers(); len(a) != 1 || a[0].QueryID != query || a[0].Text != "" {
+					t.Fatalf("answers %+v, want the query answered once without text by b", a)
+				}
 			}
 		})
 	}
