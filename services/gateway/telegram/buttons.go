@@ -276,6 +276,24 @@ const answerTimeout = 10 * time.Second
 // it (watchHolder).
 const holderCheck = time.Second
 
+// queryAnswerable is how long after a press Telegram is taken to
+// accept its callback query's answer. The Bot API documents no limit
+// (answerCallbackQuery names none); a later answer is refused "Bad
+// Request: query is too old and response timeout expired or query ID is
+// invalid", and users report the window at about 15 s (an answer after
+// about 20 s refused in eternnoir/pyTelegramBotAPI#1615, "the timeout
+// is pretty low" in LonamiWebs/Telethon#4073).
+const queryAnswerable = 15 * time.Second
+
+// watchBound bounds a watch of a press left to another replica
+// (watchHolder), from when this replica was handed the press: below
+// queryAnswerable by the time an answer takes, so that the watch's
+// last-resort answer is taken. A live holder answers before it: its hold
+// (at most maxPressHold) began before this replica was handed the press.
+// The press itself may be older (the query carries no time): then the
+// answer may come too late all the same, and is refused harmlessly.
+const watchBound = queryAnswerable - 3*time.Second
+
 // holderGrace is how long the replica holding a press's query must be
 // found absent (asked every holderCheck) before the replica that left
 // the query to it answers the query itself (watchHolder): longer than a
@@ -451,7 +469,7 @@ func (p *Platform) awaitRetry(ctx context.Context, id string, q *query) {
 // It watches that replica (watchHolder), from before it asks: a holder
 // that dies, or loses its connection to the bus, before it answers the
 // query leaves it to this replica.
-func (p *Platform) heldElsewhere(ctx context.Context, id string, q *query) bool {
+func (p *Platform) heldElsewhere(ctx context.Context, id string, q *query, handed time.Time) bool {
 	if p.bus == nil {
 		return false
 	}
@@ -475,7 +493,7 @@ func (p *Platform) heldElsewhere(ctx context.Context, id string, q *query) bool 
 		delete(p.held, id)
 	}
 	p.heldMu.Unlock()
-	p.goPress(func() { p.watchHolder(id, w) })
+	p.goPress(func() { p.watchHolder(id, w, handed.Add(watchBound)) })
 	return true
 }
 
@@ -484,9 +502,10 @@ func (p *Platform) heldElsewhere(ctx context.Context, id string, q *query) bool 
 // (platform.PressWatch), and answers it here, without text, when that
 // replica has held it no more for holderGrace without having said so (it
 // died, or lost its connection to the bus for longer than a
-// reconnection), or has not said so by the latest a live
-// holder answers: a hold's longest, then its answer's. A live holder
-// says so before its hold ends, so the query is not answered twice.
+// reconnection), or has not said so by until (watchBound after this
+// replica was handed the press), the latest Telegram still takes the
+// answer. A live holder says so before its hold ends, so the query is
+// not answered twice.
 //
 // The watch ends when the gateway stops (Platform.life). Then this
 // replica asks once more whether the holder still holds the query: if
@@ -494,9 +513,9 @@ func (p *Platform) heldElsewhere(ctx context.Context, id string, q *query) bool 
 // answers it with the router's word; if it does not, without its word,
 // this replica answers the query on its way out, without text, rather
 // than leave it to no one (no replica watches it any more).
-func (p *Platform) watchHolder(id string, w *platform.PressWatch) {
+func (p *Platform) watchHolder(id string, w *platform.PressWatch, until time.Time) {
 	defer w.Close()
-	answered := w.Wait(p.life, maxPressHold+answerTimeout, holderCheck, holderGrace)
+	answered := w.Wait(p.life, time.Until(until), holderCheck, holderGrace)
 	if p.watchOver != nil {
 		defer p.watchOver(id, answered)
 	}

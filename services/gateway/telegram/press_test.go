@@ -1005,3 +1005,53 @@ func TestPressWatchedWhenTheReplicaStops(t *testing.T) {
 		})
 	}
 }
+
+// A replica that left a press's query to a holder that neither answers
+// it nor goes away (a stuck replica, or one whose answer hangs) answers
+// the query itself at the watch's bound, while Telegram still takes an
+// answer (about 15 s after the press). Bound at a hold's longest and
+// its answer's (20 s), the last-resort answer came after Telegram had
+// closed the query, and was refused.
+func TestPressWatchEndsWhileTheQueryIsOpen(t *testing.T) {
+	t.Parallel()
+	f := newFake(t)
+	f.SetQueryLife(queryAnswerable)
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	cfg := webhookConfig(t, f)
+	var stuck *platform.PressHold
+	defer func() { stuck.Close() }()
+	over := make(chan bool, 1)
+	s, _ := startWrappedWith(t, cfg, b, "a", func(p *Platform) {
+		p.watchOver = func(_ string, answered bool) { over <- answered }
+	}, func(c platform.Conn) platform.Conn {
+		return &askedDuplicateConn{Conn: c, asked: func(id string) {
+			// Another replica holds the press and never answers it.
+			h, err := platform.HoldPress(b, "telegram", id)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			stuck = h
+		}}
+	})
+	waitFor(t, "connected", 20*time.Second, func() bool { st, _ := s.Runner().State(); return st == platform.StateConnected })
+	card := sendApprovalCard(t, f, b)
+	id, query, err := f.Press("99", card.ID, alice, "ea:once:call_1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, err := f.Push(context.Background(), id); err != nil || code != http.StatusOK {
+		t.Fatalf("push: %d %v", code, err)
+	}
+	select {
+	case said := <-over:
+		if said {
+			t.Fatal("the watch says the stuck holder answered the query")
+		}
+	case <-time.After(maxPressHold + answerTimeout + 10*time.Second):
+		t.Fatal("the watch did not end")
+	}
+	if a := f.CallbackAnswers(); len(a) != 1 || a[0].QueryID != query || a[0].Text != "" {
+		t.Fatalf("answers %+v, want the query answered once without text while Telegram takes it", a)
+	}
+}

@@ -407,6 +407,9 @@ func (p *Platform) Connect(ctx context.Context, conn platform.Conn) error {
 // handle normalizes and publishes one raw update. It returns an error
 // only when the update was not stored and must not be confirmed.
 func (p *Platform) handle(ctx context.Context, conn platform.Conn, raw []byte) (err error) {
+	// handed is when this replica was handed the press: a watch of it
+	// (heldElsewhere) ends while Telegram still takes its answer.
+	handed := time.Now()
 	out, err := parseUpdate(raw, p.identity(), p.gate)
 	if err != nil {
 		conn.Reject(ctx, "malformed update", err)
@@ -456,7 +459,7 @@ func (p *Platform) handle(ctx context.Context, conn platform.Conn, raw []byte) (
 				if q.hold.LetGo() {
 					q.hold.Answered()
 				}
-				if duplicate && p.heldElsewhere(ctx, out.callbackID, q) {
+				if duplicate && p.heldElsewhere(ctx, out.callbackID, q, handed) {
 					return
 				}
 				if p.claimQuery(out.callbackID) != nil && p.answerCallback(ctx, out.callbackID) {
