@@ -47,8 +47,8 @@ import (
 // says so on the press's answered subject (PressHold.Answered,
 // ConfirmPressAnswered), before its hold ends; a watch that finds the
 // press held by no one without that word (the holder died, or lost its
-// connection to the bus), or has no word within its bound, leaves the
-// query to its own replica to answer.
+// connection to the bus for longer than its grace), or has no word
+// within its bound, leaves the query to its own replica to answer.
 
 // PressHolder is implemented by the Runner's Conn: HoldPress starts
 // holding the press with interaction id, until Close.
@@ -305,15 +305,21 @@ func (w *PressWatch) Close() {
 
 // Wait waits for the press's holder to say it answered the press, and
 // reports whether it did: false when, asked every interval
-// (RetryPress), no replica holds the press any more and none said it
-// answered it (its holder died, or lost its connection to the bus, with
-// the query unanswered), or when bound or ctx ends first. The caller
-// then answers the query itself.
-func (w *PressWatch) Wait(ctx context.Context, bound, every time.Duration) bool {
+// (RetryPress), no replica has held the press for grace and none said
+// it answered it (its holder died, or lost its connection to the bus
+// for longer than a reconnection takes, with the query unanswered), or
+// when bound or ctx ends first. The caller then answers the query
+// itself. A holder found absent and then holding the press again (it
+// reconnected, and its subscription with it) is waited for on: taken
+// over on one unanswered ask, its query was answered without its word.
+func (w *PressWatch) Wait(ctx context.Context, bound, every, grace time.Duration) bool {
 	end := time.NewTimer(bound)
 	defer end.Stop()
 	tick := time.NewTicker(every)
 	defer tick.Stop()
+	// gone is when the press was first found held by no one, since the
+	// last ask that found it held; zero while it is held.
+	var gone time.Time
 	for {
 		select {
 		case <-w.answered:
@@ -323,11 +329,21 @@ func (w *PressWatch) Wait(ctx context.Context, bound, every time.Duration) bool 
 		case <-ctx.Done():
 			return w.said()
 		case <-tick.C:
-			if !w.held(ctx, every) {
-				// The holder's word comes before its hold ends, on
-				// one connection, and this connection has it before
-				// the question's reply that no one holds the press.
-				return w.said()
+			if w.held(ctx, every) {
+				gone = time.Time{}
+				continue
+			}
+			// The holder's word comes before its hold ends, on one
+			// connection, and this connection has it before the
+			// question's reply that no one holds the press.
+			if w.said() {
+				return true
+			}
+			if gone.IsZero() {
+				gone = time.Now()
+			}
+			if time.Since(gone) >= grace {
+				return false
 			}
 		}
 	}

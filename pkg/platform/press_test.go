@@ -110,7 +110,7 @@ func TestPressWatch(t *testing.T) {
 			h.Close()
 		}
 		// The bound is never reached: the question finds the hold gone.
-		if got := w.Wait(ctx, time.Hour, 10*time.Millisecond); got != tc.answered {
+		if got := w.Wait(ctx, time.Hour, 10*time.Millisecond, 0); got != tc.answered {
 			t.Errorf("%s: watch says answered %v, want %v", tc.name, got, tc.answered)
 		}
 		w.Close()
@@ -169,5 +169,69 @@ func TestAskPress(t *testing.T) {
 	asker.Close()
 	if req := ask(); req.GetText() != answer.GetText() {
 		t.Fatalf("asked after the answer: %v, want %q", req, answer.GetText())
+	}
+}
+
+// A watch takes the press over only when its holder's absence lasts:
+// a holder that briefly loses its connection to the bus (its hold gone
+// from the server until it reconnects and subscribes again) and then
+// says it answered the press is left the press, while a holder that
+// is gone for good is found gone within the grace and a few asks, long
+// before the watch's bound. Taken over on a single unanswered ask, the
+// briefly absent holder's query was answered at once, without text, by
+// the watcher.
+func TestPressWatchHolderAbsence(t *testing.T) {
+	t.Parallel()
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	const (
+		every = 20 * time.Millisecond
+		grace = 2 * time.Second
+		// away is how long the briefly absent holder is gone: many asks,
+		// well within the grace.
+		away = 500 * time.Millisecond
+	)
+	for _, tc := range []struct {
+		name string
+		// back: the holder holds the press again after away, and says it
+		// answered it.
+		back bool
+	}{{"holder briefly absent", true}, {"holder gone", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			id := "q-" + tc.name
+			h, err := platform.HoldPress(b, "telegram", id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			w, err := platform.WatchPress(b, "telegram", id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer w.Close()
+			if held, err := platform.RetryPress(ctx, b, "telegram", id); err != nil || !held {
+				t.Fatalf("held %v, %v", held, err)
+			}
+			got := make(chan bool, 1)
+			go func() { got <- w.Wait(ctx, time.Hour, every, grace) }()
+			h.Close()
+			if tc.back {
+				time.Sleep(away)
+				h2, err := platform.HoldPress(b, "telegram", id)
+				if err != nil {
+					t.Fatal(err)
+				}
+				h2.Answered()
+			}
+			select {
+			case answered := <-got:
+				if answered != tc.back {
+					t.Errorf("watch says answered %v, want %v", answered, tc.back)
+				}
+			case <-ctx.Done():
+				t.Fatal("the watch did not end before the test's bound")
+			}
+		})
 	}
 }

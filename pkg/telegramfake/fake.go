@@ -153,10 +153,14 @@ type Server struct {
 	commands     []BotCommand        // the bot's command menu (setMyCommands)
 	// allowed are the update kinds the bot last asked for
 	// (allowed_updates of getUpdates or setWebhook; nil: all).
-	allowed  []string
-	queries  map[string]bool // callback query id → answered
-	nextCBQ  int
-	answered []CallbackAnswer
+	allowed []string
+	queries map[string]bool // callback query id → answered
+	// queryAt is when each callback query was made, and queryLife how
+	// long after that an answer is taken (SetQueryLife; 0: always).
+	queryAt   map[string]time.Time
+	queryLife time.Duration
+	nextCBQ   int
+	answered  []CallbackAnswer
 	// deletedTopics are forum topics (chat/thread id) that are gone:
 	// sends naming one are refused with "message thread not found".
 	deletedTopics map[string]bool
@@ -192,7 +196,7 @@ func New(token, username string) (*Server, error) {
 		URL: "http://" + ln.Addr().String(), token: token, botID: id, username: username, ln: ln,
 		changed: make(chan struct{}), drop: make(chan struct{}), nextID: 100000, nextMsgID: 1,
 		fail: map[string][]APIError{}, calls: map[string]int{}, files: map[string]file{}, paths: map[string]string{},
-		reactions: map[string][]string{}, queries: map[string]bool{}, deletedTopics: map[string]bool{},
+		reactions: map[string][]string{}, queries: map[string]bool{}, queryAt: map[string]time.Time{}, deletedTopics: map[string]bool{},
 		dmTopics: map[string]map[int]string{}, nextTopic: 100,
 	}
 	s.srv = &http.Server{Handler: http.HandlerFunc(s.serve), ReadHeaderTimeout: 10 * time.Second}
@@ -277,6 +281,7 @@ func (s *Server) Press(chat string, id int, user map[string]any, data string) (i
 	s.nextCBQ++
 	qid := fmt.Sprintf("%d%06d", s.botID, s.nextCBQ)
 	s.queries[qid] = false
+	s.queryAt[qid] = time.Now()
 	wire := s.wireMessage(m)
 	s.mu.Unlock()
 	upd := map[string]any{"callback_query": map[string]any{"id": qid, "from": user, "message": wire,
@@ -293,8 +298,20 @@ func (s *Server) InjectQuery(raw string) (int64, string) {
 	s.nextCBQ++
 	qid := fmt.Sprintf("%d%06d", s.botID, s.nextCBQ)
 	s.queries[qid] = false
+	s.queryAt[qid] = time.Now()
 	s.mu.Unlock()
 	return s.InjectRaw(fmt.Sprintf(raw, qid)), qid
+}
+
+// SetQueryLife makes answerCallbackQuery refuse an answer that comes
+// more than d after its query was made, as Telegram refuses one to a
+// query too old ("query is too old and response timeout expired or
+// query ID is invalid"; the Bot API names no limit, about 15 s is
+// reported). 0, the default, takes an answer however late.
+func (s *Server) SetQueryLife(d time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.queryLife = d
 }
 
 // CallbackAnswers returns the answerCallbackQuery calls so far.
@@ -1363,7 +1380,7 @@ func (s *Server) answerCallback(w http.ResponseWriter, p params) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	done, ok := s.queries[id]
-	if !ok || done {
+	if !ok || done || s.queryLife > 0 && time.Since(s.queryAt[id]) > s.queryLife {
 		writeErr(w, APIError{Code: 400, Description: "Bad Request: query is too old and response timeout expired or query ID is invalid"})
 		return
 	}

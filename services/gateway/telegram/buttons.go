@@ -202,18 +202,59 @@ func pressed(u *models.Update, me identity) (outcome, error) {
 
 // answerCallback answers a callback query, so the client stops showing
 // its progress: best effort (a redelivered press's query is answered
-// already, and Telegram refuses a second answer).
-func (p *Platform) answerCallback(ctx context.Context, id string) { p.answerCallbackText(ctx, id, "") }
+// already, and Telegram refuses a second answer). settled reports
+// whether the query needs no answer from anyone any more (queryDone):
+// only then may a replica say it answered it (PressHold.Answered,
+// confirmAnswered), and a replica watching for that word leave it.
+func (p *Platform) answerCallback(ctx context.Context, id string) (settled bool) {
+	return p.answerCallbackText(ctx, id, "")
+}
 
 // answerCallbackText is answerCallback with text, a toast only the
 // presser sees ("" for none).
-func (p *Platform) answerCallbackText(ctx context.Context, id, text string) {
+func (p *Platform) answerCallbackText(ctx context.Context, id, text string) (settled bool) {
 	if utf8.RuneCountInString(text) > maxCallbackText {
 		text = string([]rune(text)[:maxCallbackText])
 	}
-	if _, err := p.api.AnswerCallbackQuery(ctx, &bot.AnswerCallbackQueryParams{CallbackQueryID: id, Text: text}); err != nil {
+	_, err := p.api.AnswerCallbackQuery(ctx, &bot.AnswerCallbackQueryParams{CallbackQueryID: id, Text: text})
+	if err != nil {
 		p.log.Debug("answerCallbackQuery failed", "err", p.redact(err))
 	}
+	return queryDone(err)
+}
+
+// queryDone reports whether a callback query needs no answer from
+// anyone after an answerCallbackQuery that returned err: Telegram took
+// the answer, or refused it because no answer can be taken any more.
+// The Bot API words that refusal "Bad Request: query is too old and
+// response timeout expired or query ID is invalid" (also its answer to a
+// query answered already); MTProto's QUERY_ID_INVALID is the same
+// refusal. Any other failure (a 5xx, a 429, the network, another 400)
+// leaves the query open: whoever said it answered it then would leave it
+// to no one.
+func queryDone(err error) bool {
+	if err == nil {
+		return true
+	}
+	if !errors.Is(err, bot.ErrorBadRequest) {
+		return false
+	}
+	msg := strings.ToLower(err.Error())
+	return strings.Contains(msg, "query is too old") || strings.Contains(msg, "query id is invalid") ||
+		strings.Contains(msg, "query_id_invalid")
+}
+
+// settle ends hold, the hold of a press whose query this replica
+// claimed and tried to answer: it says the query answered when the
+// answer settled it (queryDone), and otherwise ends without the word, so
+// that a replica that left the query to this hold and watches it
+// (watchHolder) finds it gone and answers the query itself.
+func settle(hold *platform.PressHold, settled bool) {
+	if settled {
+		hold.Answered()
+		return
+	}
+	hold.Close()
 }
 
 // maxPressHold bounds Config.PressHold, how long a published press's
@@ -234,6 +275,32 @@ const answerTimeout = 10 * time.Second
 // replica holding it (heldElsewhere) asks whether that one still holds
 // it (watchHolder).
 const holderCheck = time.Second
+
+// queryAnswerable is how long after a press Telegram is taken to
+// accept its callback query's answer. The Bot API documents no limit
+// (answerCallbackQuery names none); a later answer is refused "Bad
+// Request: query is too old and response timeout expired or query ID is
+// invalid", and users report the window at about 15 s (an answer after
+// about 20 s refused in eternnoir/pyTelegramBotAPI#1615, "the timeout
+// is pretty low" in LonamiWebs/Telethon#4073).
+const queryAnswerable = 15 * time.Second
+
+// watchBound bounds a watch of a press left to another replica
+// (watchHolder), from when this replica was handed the press: below
+// queryAnswerable by the time an answer takes, so that the watch's
+// last-resort answer is taken. A live holder answers before it: its hold
+// (at most maxPressHold) began before this replica was handed the press.
+// The press itself may be older (the query carries no time): then the
+// answer may come too late all the same, and is refused harmlessly.
+const watchBound = queryAnswerable - 3*time.Second
+
+// holderGrace is how long the replica holding a press's query must be
+// found absent (asked every holderCheck) before the replica that left
+// the query to it answers the query itself (watchHolder): longer than a
+// holder takes to reconnect to the bus and subscribe again (the bus
+// retries every second), short enough that a dead holder's query is
+// taken over within a few seconds, while Telegram still takes an answer.
+const holderGrace = 3 * time.Second
 
 // query is the callback query of a press this replica holds (holdQuery)
 // until it is claimed (claimQuery).
@@ -330,9 +397,28 @@ func (p *Platform) awaitRetry(ctx context.Context, id string, q *query) {
 	if q.hold != nil {
 		answered, retried = q.hold.Answer(), q.hold.Retried()
 	}
-	go func() {
+	p.goPress(func() {
 		t := time.NewTimer(maxPressHold)
 		defer t.Stop()
+		// letGo ends the wait: let go, unless another replica asked
+		// meanwhile and was told it is held here (PressHold.LetGo): then
+		// held here on, as in the retried case.
+		letGo := func() {
+			p.heldMu.Lock()
+			taken := q.retry != retry
+			asked := false
+			if !taken {
+				q.retry = nil
+				asked = q.hold.LetGo()
+				if !asked && p.held[id] == q {
+					delete(p.held, id)
+				}
+			}
+			p.heldMu.Unlock()
+			if asked {
+				p.hold(ctx, id, q)
+			}
+		}
 		select {
 		case <-retry:
 			return // the retry holds it now
@@ -353,34 +439,22 @@ func (p *Platform) awaitRetry(ctx context.Context, id string, q *query) {
 			// Refused: the refusal answers the query and ends its hold.
 		case req := <-answered:
 			if p.claimQuery(id) != nil {
-				defer q.hold.Answered()
 				actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), answerTimeout)
 				defer cancel()
-				p.answerCallbackText(actx, id, req.GetText())
+				settle(q.hold, p.answerCallbackText(actx, id, req.GetText()))
 			}
 		case <-t.C:
 			if p.retryWaitOver != nil {
 				p.retryWaitOver(id)
 			}
-			// Let go, unless another replica asked meanwhile and was
-			// told it is held here (PressHold.LetGo): then held here
-			// on, as in the retried case.
-			p.heldMu.Lock()
-			taken := q.retry != retry
-			asked := false
-			if !taken {
-				q.retry = nil
-				asked = q.hold.LetGo()
-				if !asked && p.held[id] == q {
-					delete(p.held, id)
-				}
-			}
-			p.heldMu.Unlock()
-			if asked {
-				p.hold(ctx, id, q)
-			}
+			letGo()
+		case <-p.life.Done():
+			// The gateway stops: its wait ends as when it runs out. Held
+			// on for a replica told so, the hold answers the query at
+			// once (hold).
+			letGo()
 		}
-	}()
+	})
 }
 
 // heldElsewhere reports whether another replica holds callback query
@@ -395,7 +469,7 @@ func (p *Platform) awaitRetry(ctx context.Context, id string, q *query) {
 // It watches that replica (watchHolder), from before it asks: a holder
 // that dies, or loses its connection to the bus, before it answers the
 // query leaves it to this replica.
-func (p *Platform) heldElsewhere(ctx context.Context, id string, q *query) bool {
+func (p *Platform) heldElsewhere(ctx context.Context, id string, q *query, handed time.Time) bool {
 	if p.bus == nil {
 		return false
 	}
@@ -419,31 +493,80 @@ func (p *Platform) heldElsewhere(ctx context.Context, id string, q *query) bool 
 		delete(p.held, id)
 	}
 	p.heldMu.Unlock()
-	go p.watchHolder(context.WithoutCancel(ctx), id, w)
+	p.goPress(func() { p.watchHolder(id, w, handed.Add(watchBound)) })
 	return true
 }
 
 // watchHolder waits for the replica holding callback query id, which
 // this replica left it to (heldElsewhere), to say it answered it
 // (platform.PressWatch), and answers it here, without text, when that
-// replica holds it no more without having said so (it died, or lost its
-// connection to the bus), or has not said so by the latest a live
-// holder answers: a hold's longest, then its answer's. A live holder
-// says so before its hold ends, so the query is not answered twice.
-func (p *Platform) watchHolder(ctx context.Context, id string, w *platform.PressWatch) {
+// replica has held it no more for holderGrace without having said so (it
+// died, or lost its connection to the bus for longer than a
+// reconnection), or has not said so by until (watchBound after this
+// replica was handed the press), the latest Telegram still takes the
+// answer. A live holder says so before its hold ends, so the query is
+// not answered twice.
+//
+// The watch ends when the gateway stops (Platform.life). Then this
+// replica asks once more whether the holder still holds the query: if
+// it does (or the bus does not answer), the query is left to it, which
+// answers it with the router's word; if it does not, without its word,
+// this replica answers the query on its way out, without text, rather
+// than leave it to no one (no replica watches it any more).
+func (p *Platform) watchHolder(id string, w *platform.PressWatch, until time.Time) {
 	defer w.Close()
-	answered := w.Wait(ctx, maxPressHold+answerTimeout, holderCheck)
+	answered := w.Wait(p.life, time.Until(until), holderCheck, holderGrace)
 	if p.watchOver != nil {
 		defer p.watchOver(id, answered)
 	}
 	if answered {
 		return
 	}
+	ctx := context.WithoutCancel(p.life)
+	if p.life.Err() != nil {
+		rctx, cancel := context.WithTimeout(ctx, holderCheck)
+		held, err := platform.RetryPress(rctx, p.bus, p.Name(), id)
+		cancel()
+		if held || err != nil {
+			return
+		}
+	}
 	p.log.Info("the replica holding a telegram button press's query stopped holding it unanswered; answering it here")
 	actx, cancel := context.WithTimeout(ctx, answerTimeout)
 	defer cancel()
-	p.answerCallback(actx, id)
-	p.confirmAnswered(id)
+	if p.answerCallback(actx, id) {
+		p.confirmAnswered(id)
+	}
+}
+
+// goPress runs f, a hold or a watch of a press, on its own goroutine,
+// counted until it returns (stopPresses waits for it). Once the gateway
+// stopped, f runs at once on the caller's: it finds life over and ends
+// at once.
+func (p *Platform) goPress(f func()) {
+	p.pressMu.Lock()
+	if p.stopped {
+		p.pressMu.Unlock()
+		f()
+		return
+	}
+	p.presses.Add(1)
+	p.pressMu.Unlock()
+	go func() {
+		defer p.presses.Done()
+		f()
+	}()
+}
+
+// stopPresses ends the holds and watches of presses (Platform.life) and
+// waits for them: each answers its query on the way out when no one
+// else will (hold, watchHolder).
+func (p *Platform) stopPresses() {
+	p.pressMu.Lock()
+	p.stopped = true
+	p.pressMu.Unlock()
+	p.endLife()
+	p.presses.Wait()
 }
 
 // confirmAnswered says that this replica answered callback query id,
@@ -464,7 +587,8 @@ func (p *Platform) confirmAnswered(id string) {
 // first (claimQuery), which ends the hold there: the router sends a
 // press it refuses no other answer. Off the update loop: the next update
 // does not wait. Nor does the hold end with ctx: a webhook's is its
-// request's, which ends at once.
+// request's, which ends at once; it ends with the gateway (Platform.life),
+// answering the query without text on the way out.
 //
 // Whoever claims the query ends its hold once it has answered it, not
 // before, and says so (PressHold.Answered): until then a replica handed
@@ -477,24 +601,26 @@ func (p *Platform) hold(ctx context.Context, id string, q *query) {
 	if q.hold != nil {
 		answered = q.hold.Answer()
 	}
-	go func() {
+	p.goPress(func() {
 		t := time.NewTimer(p.cfg.PressHold)
 		defer t.Stop()
 		text := ""
 		select {
 		case <-t.C:
+		case <-p.life.Done():
+			// The gateway stops: the router's word can no longer reach
+			// this hold, and the query is answered on the way out.
 		case req := <-answered:
 			text = req.GetText()
 		case <-q.claimed:
 			return // refused: the refusal answers the query
 		}
 		if p.claimQuery(id) != nil {
-			defer q.hold.Answered()
 			actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), answerTimeout)
 			defer cancel()
-			p.answerCallbackText(actx, id, text)
+			settle(q.hold, p.answerCallbackText(actx, id, text))
 		}
-	}()
+	})
 }
 
 // sentAgain reports whether Telegram sent the press of query q again
@@ -542,8 +668,11 @@ func (p *Platform) refuse(ctx context.Context, req *deliveryv1.SendRequested) (s
 	ia := req.GetTarget().GetInteraction()
 	q := p.claimQuery(ia.GetId())
 	held := q != nil
+	// settled: the query needs no answer any more (queryDone), said so
+	// only then.
+	settled := false
 	if held {
-		defer q.hold.Answered()
+		defer func() { settle(q.hold, settled) }()
 	}
 	// Sent on to a holder also past the press's end: the replica whose
 	// publish failed holds the query until its retry, which another
@@ -558,14 +687,19 @@ func (p *Platform) refuse(ctx context.Context, req *deliveryv1.SendRequested) (s
 	}
 	if !held {
 		// A replica watching for the query's answer (watchHolder)
-		// leaves it to this one.
-		defer p.confirmAnswered(ia.GetId())
+		// leaves it to this one, once it is answered.
+		defer func() {
+			if settled {
+				p.confirmAnswered(ia.GetId())
+			}
+		}()
 	}
 	text := req.GetText()
 	if utf8.RuneCountInString(text) > maxCallbackText {
 		text = string([]rune(text)[:maxCallbackText])
 	}
 	_, err := p.api.AnswerCallbackQuery(ctx, &bot.AnswerCallbackQueryParams{CallbackQueryID: ia.GetId(), Text: text})
+	settled = queryDone(err)
 	switch {
 	case err == nil:
 		return "", nil
@@ -576,7 +710,7 @@ func (p *Platform) refuse(ctx context.Context, req *deliveryv1.SendRequested) (s
 	if held {
 		// Telegram did not take it: the query is answered without text,
 		// as its hold would have, and the refusal is not retried.
-		p.answerCallback(context.WithoutCancel(ctx), ia.GetId())
+		settled = p.answerCallback(context.WithoutCancel(ctx), ia.GetId())
 		p.log.Warn("answer telegram callback query with the refusal", "err", p.redact(err))
 		return "", nil
 	}

@@ -19,6 +19,7 @@ import (
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	"github.com/switchboard-chat/switchboard/pkg/platform"
+	"github.com/switchboard-chat/switchboard/pkg/telegramfake"
 )
 
 // wrappedPlatform is the Telegram platform whose connection to the
@@ -43,6 +44,20 @@ func startWrapped(t *testing.T, cfg Config, b *bus.Bus, instance string, wrap fu
 // before it runs.
 func startWrappedWith(t *testing.T, cfg Config, b *bus.Bus, instance string, setup func(*Platform), wrap func(platform.Conn) platform.Conn) (*platform.Service, func()) {
 	t.Helper()
+	return startWrappedRun(t, cfg, b, instance, setup, wrap, false)
+}
+
+// startWrappedGateway is startWrappedWith whose stop stops the whole
+// replica (Service.Run), its holds and watches of presses too; stop in
+// startWrappedWith stops its runner only, as a lease move does, the
+// process living on.
+func startWrappedGateway(t *testing.T, cfg Config, b *bus.Bus, instance string, setup func(*Platform), wrap func(platform.Conn) platform.Conn) (*platform.Service, func()) {
+	t.Helper()
+	return startWrappedRun(t, cfg, b, instance, setup, wrap, true)
+}
+
+func startWrappedRun(t *testing.T, cfg Config, b *bus.Bus, instance string, setup func(*Platform), wrap func(platform.Conn) platform.Conn, gateway bool) (*platform.Service, func()) {
+	t.Helper()
 	tp, err := NewPlatform(cfg, quietLog(), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -54,9 +69,13 @@ func startWrappedWith(t *testing.T, cfg Config, b *bus.Bus, instance string, set
 	if err != nil {
 		t.Fatal(err)
 	}
+	run := svc.Run
+	if gateway {
+		run = (&Service{Service: svc, p: tp}).Run
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- svc.Run(ctx) }()
+	go func() { done <- run(ctx) }()
 	var once sync.Once
 	stop := func() {
 		once.Do(func() {
@@ -740,7 +759,7 @@ func TestPressDuplicateAskedForWhileHeld(t *testing.T) {
 			go func() {
 				defer w.Close()
 				// As watchHolder watches, asking more often.
-				watched <- w.Wait(ctx, maxPressHold+answerTimeout, 10*time.Millisecond)
+				watched <- w.Wait(ctx, maxPressHold+answerTimeout, 10*time.Millisecond, holderGrace)
 			}()
 		}}
 	})
@@ -774,5 +793,265 @@ func TestPressDuplicateAskedForWhileHeld(t *testing.T) {
 	waitFor(t, "the query answered", 10*time.Second, func() bool { return len(f.CallbackAnswers()) == 1 })
 	if a := f.CallbackAnswers(); a[0].QueryID != query || a[0].Text != "" {
 		t.Fatalf("answers %+v, want the query answered without text", a)
+	}
+}
+
+// A holder whose own answer to Telegram failed says nothing on the
+// press's answered subject: the replica that left the query to it,
+// watching, finds the hold gone without the word and answers the query
+// itself. A refusal that means no one can answer the query any more
+// (Telegram's "query is too old ... or query ID is invalid") is the
+// query's end, said as answered: the watcher leaves it. Said answered
+// whatever Telegram replied, the failed answer left the query to no one,
+// its spinner on until it expired.
+func TestPressHolderWhoseAnswerFailed(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		// fail is Telegram's reply to the holder's answer.
+		fail telegramfake.APIError
+		// watcherAnswers: the watcher answers the query (without text).
+		watcherAnswers bool
+	}{
+		{name: "server error", fail: telegramfake.APIError{Code: 500, Description: "Internal Server Error"}, watcherAnswers: true},
+		{name: "query too old", fail: telegramfake.APIError{Code: 400, Description: "Bad Request: query is too old and response timeout expired or query ID is invalid"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFake(t)
+			b := bustest.New(t, bustest.EmbeddedURL(t))
+			cfg := testConfig(f)
+			cfg.LeaseTTL = time.Second
+			cfg.PressHold = maxPressHold
+			lost := make(chan struct{})
+			sa, stopA := startWrapped(t, cfg, b, "a", func(c platform.Conn) platform.Conn {
+				return &cutOffConn{Conn: c, lost: lost, once: &sync.Once{}}
+			})
+			waitFor(t, "a connected", 20*time.Second, func() bool { st, _ := sa.Runner().State(); return st == platform.StateConnected })
+			cfgB := cfg
+			var calls *atomic.Int32
+			cfgB.APIBaseURL, calls = countedAnswers(t, f.URL)
+			over := make(chan bool, 1)
+			sb, _ := startWrappedWith(t, cfgB, b, "b", func(p *Platform) {
+				p.watchOver = func(_ string, answered bool) { over <- answered }
+			}, func(c platform.Conn) platform.Conn { return c })
+			waitFor(t, "b standing by", 20*time.Second, func() bool { st, _ := sb.Runner().State(); return st == platform.StateStandby })
+
+			card := sendApprovalCard(t, f, b)
+			id, query, err := f.Press("99", card.ID, alice, "ea:once:call_1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-lost:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the press was not published")
+			}
+			stopA()
+			waitFor(t, "b polling the press again", 20*time.Second, func() bool { return f.Confirmed() > id })
+			evs := inbound(t, b)
+			if len(evs) != 1 || evs[0].GetInteraction().GetId() != query {
+				t.Fatalf("published %v, want the press once", evs)
+			}
+			// a's answer with the router's word is the next one Telegram
+			// gets: b left the query to a.
+			f.FailNext("answerCallbackQuery", tc.fail)
+			if err := platform.PublishPressAnswer(b, &deliveryv1.SendRequested{Target: &deliveryv1.Target{Platform: "telegram", Account: "4242", ChatId: "99",
+				Interaction: evs[0].GetInteraction()}, Text: "✅ Approved once"}); err != nil {
+				t.Fatal(err)
+			}
+			var said bool
+			select {
+			case said = <-over:
+			case <-time.After(maxPressHold + answerTimeout + 10*time.Second):
+				t.Fatal("b's watch of the press did not end")
+			}
+			if said == tc.watcherAnswers {
+				t.Errorf("b's watch over, holder said answered %v; want %v", said, !tc.watcherAnswers)
+			}
+			want := int32(0)
+			if tc.watcherAnswers {
+				want = 1
+			}
+			if n := calls.Load(); n != want {
+				t.Errorf("b answered the query %d times, want %d", n, want)
+			}
+			if !tc.watcherAnswers {
+				return
+			}
+			if a := f.CallbackAnswers(); len(a) != 1 || a[0].QueryID != query || a[0].Text != "" {
+				t.Fatalf("answers %+v, want the query answered once without text by b", a)
+			}
+		})
+	}
+}
+
+// A replica that stops while it holds a press's query ends the hold with
+// it: it answers the query on its way out, without text (the router's
+// word can no longer reach it), and holds nothing after, so a replica
+// handed the press again is not told it is held by a replica that is
+// gone. Left to its own bound, the hold outlived the service by up to
+// maxPressHold, and its query was answered after the replica stopped.
+func TestPressHeldWhenTheReplicaStops(t *testing.T) {
+	t.Parallel()
+	f := newFake(t)
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	cfg := testConfig(f)
+	cfg.PressHold = maxPressHold
+	s, stop := startService(t, cfg, b, "a")
+	waitFor(t, "connected", 20*time.Second, func() bool { st, _ := s.Runner().State(); return st == platform.StateConnected })
+	card := sendApprovalCard(t, f, b)
+	if _, _, err := f.Press("99", card.ID, alice, "ea:once:call_1"); err != nil {
+		t.Fatal(err)
+	}
+	var query string
+	waitFor(t, "the press published", 20*time.Second, func() bool {
+		evs := inbound(t, b)
+		if len(evs) == 1 {
+			query = evs[0].GetInteraction().GetId()
+		}
+		return query != ""
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	waitFor(t, "the press held", 10*time.Second, func() bool {
+		held, err := platform.RetryPress(ctx, b, "telegram", query)
+		return err == nil && held
+	})
+	stop()
+	if held, err := platform.RetryPress(ctx, b, "telegram", query); err != nil || held {
+		t.Errorf("asked after the replica stopped: held %v, %v; want held by no one", held, err)
+	}
+	if a := f.CallbackAnswers(); len(a) != 1 || a[0].QueryID != query || a[0].Text != "" {
+		t.Fatalf("answers %+v once the replica stopped, want the query answered once without text", a)
+	}
+}
+
+// A replica that stops while it watches the replica it left a press's
+// query to ends its watch with it: when the holder is gone without its
+// word, it answers the query on its way out, without text; when the
+// holder still holds it, it leaves the query to that holder. Left to
+// its own bound, the watch outlived the service.
+func TestPressWatchedWhenTheReplicaStops(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		// holderGone: the holder's connection to the bus closes before
+		// the watcher stops.
+		holderGone bool
+	}{{"holder holds", false}, {"holder gone", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFake(t)
+			url := bustest.EmbeddedURL(t)
+			b := bustest.New(t, url)
+			ba := bustest.NewWith(t, url, b.Topology())
+			cfg := testConfig(f)
+			cfg.LeaseTTL = time.Second
+			cfg.PressHold = maxPressHold
+			cfgA := cfg
+			var kill chan struct{}
+			cfgA.APIBaseURL, kill = killableAPI(t, f.URL)
+			lost := make(chan struct{})
+			sa, stopA := startWrapped(t, cfgA, ba, "a", func(c platform.Conn) platform.Conn {
+				return &cutOffConn{Conn: c, lost: lost, once: &sync.Once{}}
+			})
+			waitFor(t, "a connected", 20*time.Second, func() bool { st, _ := sa.Runner().State(); return st == platform.StateConnected })
+			cfgB := cfg
+			var calls *atomic.Int32
+			cfgB.APIBaseURL, calls = countedAnswers(t, f.URL)
+			over := make(chan bool, 1)
+			sb, stopB := startWrappedGateway(t, cfgB, b, "b", func(p *Platform) {
+				p.watchOver = func(_ string, answered bool) { over <- answered }
+			}, func(c platform.Conn) platform.Conn { return c })
+			waitFor(t, "b standing by", 20*time.Second, func() bool { st, _ := sb.Runner().State(); return st == platform.StateStandby })
+
+			card := sendApprovalCard(t, f, b)
+			id, query, err := f.Press("99", card.ID, alice, "ea:once:call_1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-lost:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the press was not published")
+			}
+			stopA()
+			waitFor(t, "b polling the press again", 20*time.Second, func() bool { return f.Confirmed() > id })
+			if tc.holderGone {
+				// a dies; b stops within its grace, before it would take
+				// the query over.
+				close(kill)
+				ba.Conn().Close()
+			}
+			stopB()
+			select {
+			case <-over:
+			default:
+				t.Fatal("b's watch of the press outlived b")
+			}
+			want := int32(0)
+			if tc.holderGone {
+				want = 1
+			}
+			if n := calls.Load(); n != want {
+				t.Errorf("b answered the query %d times on its way out, want %d", n, want)
+			}
+			if tc.holderGone {
+				if a := f.CallbackAnswers(); len(a) != 1 || a[0].QueryID != query || a[0].Text != "" {
+					t.Fatalf("answers %+v, want the query answered once without text by b", a)
+				}
+			}
+		})
+	}
+}
+
+// A replica that left a press's query to a holder that neither answers
+// it nor goes away (a stuck replica, or one whose answer hangs) answers
+// the query itself at the watch's bound, while Telegram still takes an
+// answer (about 15 s after the press). Bound at a hold's longest and
+// its answer's (20 s), the last-resort answer came after Telegram had
+// closed the query, and was refused.
+func TestPressWatchEndsWhileTheQueryIsOpen(t *testing.T) {
+	t.Parallel()
+	f := newFake(t)
+	f.SetQueryLife(queryAnswerable)
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	cfg := webhookConfig(t, f)
+	var stuck *platform.PressHold
+	defer func() { stuck.Close() }()
+	over := make(chan bool, 1)
+	s, _ := startWrappedWith(t, cfg, b, "a", func(p *Platform) {
+		p.watchOver = func(_ string, answered bool) { over <- answered }
+	}, func(c platform.Conn) platform.Conn {
+		return &askedDuplicateConn{Conn: c, asked: func(id string) {
+			// Another replica holds the press and never answers it.
+			h, err := platform.HoldPress(b, "telegram", id)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			stuck = h
+		}}
+	})
+	waitFor(t, "connected", 20*time.Second, func() bool { st, _ := s.Runner().State(); return st == platform.StateConnected })
+	card := sendApprovalCard(t, f, b)
+	id, query, err := f.Press("99", card.ID, alice, "ea:once:call_1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, err := f.Push(context.Background(), id); err != nil || code != http.StatusOK {
+		t.Fatalf("push: %d %v", code, err)
+	}
+	select {
+	case said := <-over:
+		if said {
+			t.Fatal("the watch says the stuck holder answered the query")
+		}
+	case <-time.After(maxPressHold + answerTimeout + 10*time.Second):
+		t.Fatal("the watch did not end")
+	}
+	if a := f.CallbackAnswers(); len(a) != 1 || a[0].QueryID != query || a[0].Text != "" {
+		t.Fatalf("answers %+v, want the query answered once without text while Telegram takes it", a)
 	}
 }

@@ -178,6 +178,15 @@ type Service struct {
 	p *Platform
 }
 
+// Run serves until ctx ends. The holds and watches of button presses
+// end with it (Platform.stopPresses), each answering its query on the
+// way out when no one else will: a stopped replica leaves nothing
+// running, and no query to no one.
+func (s *Service) Run(ctx context.Context) error {
+	defer s.p.stopPresses()
+	return s.Service.Run(ctx)
+}
+
 // SetMenu replaces the bot's command menu (Platform.SetMenu).
 func (s *Service) SetMenu(ctx context.Context, menu []command.MenuEntry) { s.p.SetMenu(ctx, menu) }
 
@@ -238,6 +247,16 @@ type Platform struct {
 	// left to another replica's hold (watchHolder) is over, with
 	// whether the holder said it answered the press.
 	watchOver func(id string, answered bool)
+	// life ends when the gateway stops (stopPresses): the holds of
+	// presses (hold, awaitRetry) and the watches of presses left to
+	// other replicas (watchHolder) end with it, not on their own bounds,
+	// so that a stopped replica leaves nothing running. presses counts
+	// them (goPress); once stopped, none starts.
+	life    context.Context
+	endLife context.CancelFunc
+	pressMu sync.Mutex
+	stopped bool
+	presses sync.WaitGroup
 
 	mu       sync.Mutex
 	username string
@@ -280,7 +299,9 @@ func NewPlatform(cfg Config, log *slog.Logger, hc *http.Client) (*Platform, erro
 	if err != nil {
 		return nil, fmt.Errorf("telegram client: %w", err)
 	}
+	life, endLife := context.WithCancel(context.Background())
 	return &Platform{
+		life: life, endLife: endLife,
 		cfg: cfg, log: log.With("platform", "telegram"), api: api, http: hc, baseURL: base,
 		me: identity{id: id, username: strings.TrimPrefix(cfg.BotUsername, "@")}, username: strings.TrimPrefix(cfg.BotUsername, "@"),
 		gate:          gating{requireMention: cfg.RequireMention, freeChats: platform.IDSet(cfg.FreeResponseChats)},
@@ -386,6 +407,9 @@ func (p *Platform) Connect(ctx context.Context, conn platform.Conn) error {
 // handle normalizes and publishes one raw update. It returns an error
 // only when the update was not stored and must not be confirmed.
 func (p *Platform) handle(ctx context.Context, conn platform.Conn, raw []byte) (err error) {
+	// handed is when this replica was handed the press: a watch of it
+	// (heldElsewhere) ends while Telegram still takes its answer.
+	handed := time.Now()
 	out, err := parseUpdate(raw, p.identity(), p.gate)
 	if err != nil {
 		conn.Reject(ctx, "malformed update", err)
@@ -435,11 +459,10 @@ func (p *Platform) handle(ctx context.Context, conn platform.Conn, raw []byte) (
 				if q.hold.LetGo() {
 					q.hold.Answered()
 				}
-				if duplicate && p.heldElsewhere(ctx, out.callbackID, q) {
+				if duplicate && p.heldElsewhere(ctx, out.callbackID, q, handed) {
 					return
 				}
-				if p.claimQuery(out.callbackID) != nil {
-					p.answerCallback(ctx, out.callbackID)
+				if p.claimQuery(out.callbackID) != nil && p.answerCallback(ctx, out.callbackID) {
 					// Its hold, closed, may have told a replica the
 					// press is held here.
 					p.confirmAnswered(out.callbackID)
