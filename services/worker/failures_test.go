@@ -522,7 +522,7 @@ func TestLastAttemptsUncommittedApologySharesSeq1WithAnEarlierFinal(t *testing.T
 						// worker wakes, commits its final at seq 1 and
 						// publishes it; then the final's table refuses
 						// every write.
-						if err := olderWorkersFinal(h, turnID, api, older); err != nil {
+						if err := olderWorkersFinal(h, turnID, api, older, true); err != nil {
 							hookErr.Store(err)
 						}
 					}
@@ -550,9 +550,9 @@ func TestLastAttemptsUncommittedApologySharesSeq1WithAnEarlierFinal(t *testing.T
 }
 
 // olderWorkersFinal commits f as a worker from before the attempt fence
-// does (no attempt, no claim checked), publishes it at its seq, and then
-// has every write of a turn's final fail.
-func olderWorkersFinal(h *harness, turnID string, src *eventsv1.SessionSource, f store.Final) error {
+// does (no attempt, no claim checked) and publishes it at its seq; then,
+// when refuse, every write of a turn's final fails.
+func olderWorkersFinal(h *harness, turnID string, src *eventsv1.SessionSource, f store.Final, refuse bool) error {
 	ctx := context.Background()
 	kept, err := store.New(h.db).Finish(ctx, store.Turn{TurnID: turnID, SessionKey: "s1", SessionID: "sid-s1", Generation: 1, UserKey: "api:key"},
 		nil, 0, nil, f)
@@ -565,6 +565,9 @@ func olderWorkersFinal(h *harness, turnID string, src *eventsv1.SessionSource, f
 	if _, err := h.bus.Publish(ctx, h.bus.Topology().ReplySubject("s1"), fmt.Sprintf("reply:%s:%d", turnID, f.Seq), ev); err != nil {
 		return err
 	}
+	if !refuse {
+		return nil
+	}
 	_, err = h.db.Exec(ctx, `CREATE FUNCTION refuse_final() RETURNS trigger LANGUAGE plpgsql AS $$
 		BEGIN RAISE EXCEPTION 'the final''s write is refused'; END $$;
 		CREATE TRIGGER refuse_final BEFORE INSERT OR UPDATE ON worker_turns FOR EACH ROW EXECUTE FUNCTION refuse_final()`)
@@ -572,4 +575,53 @@ func olderWorkersFinal(h *harness, turnID string, src *eventsv1.SessionSource, f
 		return fmt.Errorf("make the final's write fail: %w", err)
 	}
 	return nil
+}
+
+// During a rolling upgrade, an earlier attempt of an answer-only turn
+// took seq 1 from the counter for its final (a later attempt of a turn
+// that lists no calls does) and died before its commit, while an older
+// worker's first attempt, frozen past its lock, still holds a final for
+// seq 1 it took without the counter. The next attempt leaves that hole:
+// a typing event filling it made the bus drop the older worker's final
+// as its duplicate, and the final this attempt's Finish then kept (that
+// one, at seq 1) with it: the request had no answer.
+func TestLaterAttemptLeavesSeq1ToAnOlderWorkersFinal(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.setGeneration("s1", 1)
+	turnID := fmt.Sprintf("turn-s1-%d", h.seq.Load()+1) // requestTurn's next
+	api := &eventsv1.SessionSource{Platform: "api", Account: "default", ChatId: "req_1", ChatType: "dm", UserId: "key"}
+	older := store.Final{Status: store.StatusFailed, Kind: store.FinalError, ErrorCode: "provider", Text: "the older worker's answer", Seq: 1}
+	var hookErr atomic.Value
+	h.startWorker("w1", func(c *worker.Config, d *worker.Deps) {
+		c.MaxDeliver = 3
+		d.LLM.Provider = &beforeCall{Provider: d.LLM.Provider, hook: func(n int32) {
+			switch n {
+			case 1:
+				// An attempt takes its final's seq from the counter and dies.
+				if err := h.rdb.Incr(context.Background(), h.prefix+"turnseq:"+turnID).Err(); err != nil {
+					hookErr.Store(err)
+				}
+				panic("the attempt dies before its commit")
+			case 2:
+				// The next attempt has begun: the older worker wakes and
+				// commits and publishes its final at seq 1.
+				if err := olderWorkersFinal(h, turnID, api, older, false); err != nil {
+					hookErr.Store(err)
+				}
+			}
+		}}
+	})
+	req := h.requestTurn("s1", "go", turnOpts{answerOnly: true, origin: api})
+	h.waitCompleted(req.TurnId)
+	if err, _ := hookErr.Load().(error); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, ev := range h.replies(req.TurnId) {
+		got = append(got, fmt.Sprintf("%d %T %s", ev.GetSeq(), ev.GetBody(), ev.GetError().GetMessage()))
+	}
+	if want := fmt.Sprintf("1 %T %s", &repliesv1.ReplyEvent_Error{}, older.Text); len(got) != 1 || got[0] != want {
+		t.Errorf("published %q, want only %q", got, want)
+	}
 }
