@@ -226,6 +226,13 @@ func newTurnRun(s *Service, req *turnsv1.TurnRequested, attempt, spent int) *tur
 		r.answerOnly = r.answerOnly && in.GetAnswerOnly()
 		r.listsSteps = r.listsSteps || in.GetListsToolCalls()
 	}
+	if req.GetBackgroundTaskId() != "" {
+		// A /background task answers in the chat, never in the Responses
+		// answer of the request that started it: its calls are listed
+		// nowhere. The router clears the flag for it; one from before
+		// that may still have queued the task with it.
+		r.listsSteps = false
+	}
 	return r
 }
 
