@@ -215,3 +215,44 @@ func TestCronRunDeniesApprovalsAtOnce(t *testing.T) {
 		t.Errorf("replies %v, want the run's answer alone", evs)
 	}
 }
+
+// A /background task's answer goes to the chat, not into a Responses
+// answer, so it lists no tool calls, even when its turn carries
+// lists_tool_calls from the request that started it (a router from
+// before it cleared the flag for /background queued the task): it
+// publishes its final alone, as any answer-only turn that lists none.
+func TestBackgroundTaskQueuedWithListsToolCallsPublishesNoSteps(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.startWorker("w1", nil)
+	api := &eventsv1.SessionSource{Platform: "api", Account: "default", ChatId: "req_1", ChatType: "dm", UserId: "key"}
+	for _, tc := range []struct {
+		name, key, task string
+		want            []string
+	}{
+		{"a background task", "bg1", "bg_072011_a1b2c3", []string{"final"}},
+		{"a Responses request", "api1", "", []string{"clock started", "clock finished", "final"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h.setGeneration(tc.key, 1)
+			req := h.requestTurn(tc.key, "what time is it [[tool:clock {\"tz\":\"UTC\"}]]",
+				turnOpts{answerOnly: true, listsCalls: true, origin: api, background: tc.task})
+			if c := h.waitCompleted(req.TurnId); c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_COMPLETED {
+				t.Fatalf("status %v (%s)", c.GetStatus(), c.GetError())
+			}
+			evs := h.replies(req.TurnId)
+			checkReplies(t, evs)
+			var got []string
+			for _, ev := range evs {
+				if tp := ev.GetToolProgress(); tp != nil {
+					got = append(got, tp.GetToolName()+" "+strings.ToLower(strings.TrimPrefix(tp.GetPhase().String(), "TOOL_PHASE_")))
+				} else {
+					got = append(got, "final")
+				}
+			}
+			if strings.Join(got, ", ") != strings.Join(tc.want, ", ") {
+				t.Errorf("published %v, want %v", got, tc.want)
+			}
+		})
+	}
+}

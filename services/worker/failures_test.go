@@ -12,10 +12,13 @@ import (
 	"time"
 
 	"github.com/switchboard-chat/switchboard/pkg/fakellm"
+	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+	repliesv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/replies/v1"
 	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
 	"github.com/switchboard-chat/switchboard/pkg/llm"
 	"github.com/switchboard-chat/switchboard/services/worker"
+	"github.com/switchboard-chat/switchboard/services/worker/internal/store"
 	"github.com/switchboard-chat/switchboard/services/worker/internal/tools"
 )
 
@@ -470,5 +473,155 @@ func TestCronRunFailingOnItsLastAttemptSaysItWasInterrupted(t *testing.T) {
 	e := checkReplies(t, h.replies(req.TurnId)).GetError()
 	if want := "Cron job 'Nightly cleanup' failed:\nThe run was interrupted before it finished."; e.GetCode() != "interrupted" || e.GetMessage() != want {
 		t.Errorf("error reply %v, want %q", e, want)
+	}
+}
+
+// beforeCall runs hook before each model call, n counting them from 1:
+// a test's way into the moment between a turn's first read and its end.
+type beforeCall struct {
+	llm.Provider
+	n    atomic.Int32
+	hook func(n int32)
+}
+
+func (p *beforeCall) Stream(ctx context.Context, req llm.Request, fn func(llm.Delta) error) (*llm.Response, error) {
+	p.hook(p.n.Add(1))
+	return p.Provider.Stream(ctx, req, fn)
+}
+
+// A last attempt's apology whose write fails (here a Postgres error a
+// trigger raises, neither an outage nor a stale fence) goes out
+// uncommitted. When an earlier attempt's final was committed at seq 1
+// meanwhile (an older worker's, frozen past its lock: it claims nothing,
+// so nothing fences it) and the last attempt created the turn's seq
+// counter, the apology goes out at seq 1 too, where the bus passes one of
+// the two finals: the API answers once. Before, a listing turn's apology
+// took seq 2 (the counter's floor), and both finals reached the gateway.
+func TestLastAttemptsUncommittedApologySharesSeq1WithAnEarlierFinal(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		lists bool
+	}{
+		{"a Responses answer, which lists its calls", true},
+		{"a chat completion", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t)
+			h.setGeneration("s1", 1)
+			turnID := fmt.Sprintf("turn-s1-%d", h.seq.Load()+1) // requestTurn's next
+			api := &eventsv1.SessionSource{Platform: "api", Account: "default", ChatId: "req_1", ChatType: "dm", UserId: "key"}
+			older := store.Final{Status: store.StatusFailed, Kind: store.FinalError, ErrorCode: "provider", Text: "the older worker's answer", Seq: 1}
+			var hookErr atomic.Value
+			h.startWorker("w1", func(c *worker.Config, d *worker.Deps) {
+				c.MaxDeliver = 2
+				d.LLM.Provider = &beforeCall{Provider: d.LLM.Provider, hook: func(n int32) {
+					if n == 2 {
+						// The last attempt has read the turn: the older
+						// worker wakes, commits its final at seq 1 and
+						// publishes it; then the final's table refuses
+						// every write.
+						if err := olderWorkersFinal(h, turnID, api, older, true); err != nil {
+							hookErr.Store(err)
+						}
+					}
+					panic("every attempt fails")
+				}}
+			})
+			req := h.requestTurn("s1", "go", turnOpts{answerOnly: true, listsCalls: tc.lists, origin: api})
+			if c := h.waitCompleted(req.TurnId); c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_FAILED {
+				t.Fatalf("status %v (%s)", c.GetStatus(), c.GetError())
+			}
+			if err, _ := hookErr.Load().(error); err != nil {
+				t.Fatal(err)
+			}
+			var finals []string
+			for _, ev := range h.replies(req.TurnId) {
+				if e := ev.GetError(); e != nil || ev.GetFinalText() != nil {
+					finals = append(finals, fmt.Sprintf("%d %s", ev.GetSeq(), e.GetMessage()))
+				}
+			}
+			if want := "1 " + older.Text; len(finals) != 1 || finals[0] != want {
+				t.Errorf("finals published %q, want only %q", finals, want)
+			}
+		})
+	}
+}
+
+// olderWorkersFinal commits f as a worker from before the attempt fence
+// does (no attempt, no claim checked) and publishes it at its seq; then,
+// when refuse, every write of a turn's final fails.
+func olderWorkersFinal(h *harness, turnID string, src *eventsv1.SessionSource, f store.Final, refuse bool) error {
+	ctx := context.Background()
+	kept, err := store.New(h.db).Finish(ctx, store.Turn{TurnID: turnID, SessionKey: "s1", SessionID: "sid-s1", Generation: 1, UserKey: "api:key"},
+		nil, 0, nil, f)
+	if err != nil || kept.Seq != f.Seq {
+		return fmt.Errorf("the older worker's Finish: %+v, %v", kept, err)
+	}
+	ev := &repliesv1.ReplyEvent{TurnId: turnID, SessionKey: "s1", Generation: 1, Seq: f.Seq,
+		Target: &deliveryv1.Target{Platform: src.GetPlatform(), Account: src.GetAccount(), ChatId: src.GetChatId()},
+		Body:   &repliesv1.ReplyEvent_Error{Error: &repliesv1.ReplyError{Code: f.ErrorCode, Message: f.Text}}}
+	if _, err := h.bus.Publish(ctx, h.bus.Topology().ReplySubject("s1"), fmt.Sprintf("reply:%s:%d", turnID, f.Seq), ev); err != nil {
+		return err
+	}
+	if !refuse {
+		return nil
+	}
+	_, err = h.db.Exec(ctx, `CREATE FUNCTION refuse_final() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN RAISE EXCEPTION 'the final''s write is refused'; END $$;
+		CREATE TRIGGER refuse_final BEFORE INSERT OR UPDATE ON worker_turns FOR EACH ROW EXECUTE FUNCTION refuse_final()`)
+	if err != nil {
+		return fmt.Errorf("make the final's write fail: %w", err)
+	}
+	return nil
+}
+
+// During a rolling upgrade, an earlier attempt of an answer-only turn
+// took seq 1 from the counter for its final (a later attempt of a turn
+// that lists no calls does) and died before its commit, while an older
+// worker's first attempt, frozen past its lock, still holds a final for
+// seq 1 it took without the counter. The next attempt leaves that hole:
+// a typing event filling it made the bus drop the older worker's final
+// as its duplicate, and the final this attempt's Finish then kept (that
+// one, at seq 1) with it: the request had no answer.
+func TestLaterAttemptLeavesSeq1ToAnOlderWorkersFinal(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.setGeneration("s1", 1)
+	turnID := fmt.Sprintf("turn-s1-%d", h.seq.Load()+1) // requestTurn's next
+	api := &eventsv1.SessionSource{Platform: "api", Account: "default", ChatId: "req_1", ChatType: "dm", UserId: "key"}
+	older := store.Final{Status: store.StatusFailed, Kind: store.FinalError, ErrorCode: "provider", Text: "the older worker's answer", Seq: 1}
+	var hookErr atomic.Value
+	h.startWorker("w1", func(c *worker.Config, d *worker.Deps) {
+		c.MaxDeliver = 3
+		d.LLM.Provider = &beforeCall{Provider: d.LLM.Provider, hook: func(n int32) {
+			switch n {
+			case 1:
+				// An attempt takes its final's seq from the counter and dies.
+				if err := h.rdb.Incr(context.Background(), h.prefix+"turnseq:"+turnID).Err(); err != nil {
+					hookErr.Store(err)
+				}
+				panic("the attempt dies before its commit")
+			case 2:
+				// The next attempt has begun: the older worker wakes and
+				// commits and publishes its final at seq 1.
+				if err := olderWorkersFinal(h, turnID, api, older, false); err != nil {
+					hookErr.Store(err)
+				}
+			}
+		}}
+	})
+	req := h.requestTurn("s1", "go", turnOpts{answerOnly: true, origin: api})
+	h.waitCompleted(req.TurnId)
+	if err, _ := hookErr.Load().(error); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, ev := range h.replies(req.TurnId) {
+		got = append(got, fmt.Sprintf("%d %T %s", ev.GetSeq(), ev.GetBody(), ev.GetError().GetMessage()))
+	}
+	if want := fmt.Sprintf("1 %T %s", &repliesv1.ReplyEvent_Error{}, older.Text); len(got) != 1 || got[0] != want {
+		t.Errorf("published %q, want only %q", got, want)
 	}
 }

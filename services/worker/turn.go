@@ -226,6 +226,13 @@ func newTurnRun(s *Service, req *turnsv1.TurnRequested, attempt, spent int) *tur
 		r.answerOnly = r.answerOnly && in.GetAnswerOnly()
 		r.listsSteps = r.listsSteps || in.GetListsToolCalls()
 	}
+	if req.GetBackgroundTaskId() != "" {
+		// A /background task answers in the chat, never in the Responses
+		// answer of the request that started it: its calls are listed
+		// nowhere. The router clears the flag for it; one from before
+		// that may still have queued the task with it.
+		r.listsSteps = false
+	}
 	return r
 }
 
@@ -352,8 +359,19 @@ func (r *turnRun) run(ctx context.Context) error {
 		r.log.Error("turn failed on its last attempt; telling the user", "err", err)
 		fin = store.Final{Status: store.StatusFailed, Kind: store.FinalError, ErrorCode: "interrupted",
 			Text: r.failedText()}
-		if seq, serr := r.nextSeq(ctx); serr == nil {
+		if seq, created, serr := r.takeSeq(ctx); serr == nil {
 			fin.Seq = seq
+			if created {
+				// No seq of the turn was handed out before this one, so
+				// seq 1 is free or holds an earlier attempt's final,
+				// committed without the counter (finalSeq: an older
+				// worker's, or one this attempt's failed read missed).
+				// The apology takes it too: should its write fail below
+				// and it go out uncommitted, the bus passes one of the
+				// two finals, not both. (A listing turn's floor handed
+				// this attempt 2.)
+				fin.Seq = 1
+			}
 			kept, ferr := r.s.store.Finish(ctx, r.withUsage(), nil, 0, nil, fin)
 			switch {
 			case errors.Is(ferr, store.ErrStaleGeneration):
@@ -768,6 +786,14 @@ func (r *turnRun) checkpoint(ctx context.Context) error {
 // final's, should the first attempt be frozen past its lock rather than
 // dead and wake to commit and publish it.
 func (r *turnRun) nextSeq(ctx context.Context) (int64, error) {
+	n, _, err := r.takeSeq(ctx)
+	return n, err
+}
+
+// takeSeq is nextSeq that also reports whether this call created the
+// counter: no seq of the turn was handed out by it before, so seq 1 is
+// either free or an earlier attempt's counter-less final (finalSeq).
+func (r *turnRun) takeSeq(ctx context.Context) (n int64, created bool, err error) {
 	r.seqUsed.Store(true)
 	key := r.s.cfg.RedisPrefix + "turnseq:" + r.req.GetTurnId()
 	floor := 0
@@ -777,11 +803,11 @@ func (r *turnRun) nextSeq(ctx context.Context) (int64, error) {
 		// Finish keeps one of the two, which both then publish.
 		floor = 1
 	}
-	n, err := nextSeqScript.Run(ctx, r.s.rdb, []string{key}, seqTTL.Milliseconds(), floor).Int64()
-	if err != nil {
-		return 0, fmt.Errorf("allocate reply seq: %w", err)
+	v, err := nextSeqScript.Run(ctx, r.s.rdb, []string{key}, seqTTL.Milliseconds(), floor).Int64Slice()
+	if err != nil || len(v) != 2 {
+		return 0, false, fmt.Errorf("allocate reply seq: %w (%v)", err, v)
 	}
-	return n, nil
+	return v[0], v[1] == 1, nil
 }
 
 // withUsage is the turn for its final's write: with what this attempt
@@ -820,16 +846,23 @@ func (r *turnRun) finalUncounted() bool { return r.answerOnly && r.s.agent == ni
 // nextSeqScript increments a turn's seq counter, setting its expiry when
 // it is created: one round trip. A floor (ARGV[2]) above 0 starts a
 // counter not yet created there, so the first seq it hands out is the
-// floor's next.
+// floor's next. It returns the seq and 1 when this call created the
+// counter (0 otherwise).
 var nextSeqScript = redis.NewScript(`
-if ARGV[2] ~= "0" then redis.call("SET", KEYS[1], ARGV[2], "NX", "PX", ARGV[1]) end
+local created = 0
+if redis.call("EXISTS", KEYS[1]) == 0 then
+  created = 1
+  if ARGV[2] ~= "0" then redis.call("SET", KEYS[1], ARGV[2], "PX", ARGV[1]) end
+end
 local n = redis.call("INCR", KEYS[1])
 if n == 1 then redis.call("PEXPIRE", KEYS[1], ARGV[1]) end
-return n`)
+return {n, created}`)
 
 // fillSeqGap runs when a turn is redelivered: a crash between allocating a
 // seq and publishing it leaves a hole at the counter's value; a typing
-// event with that id fills it (or is deduplicated if it was published).
+// event with that id fills it (or is deduplicated if it was published),
+// but for seq 1 of a turn whose first final may take it without the
+// counter (finalSeq).
 func (r *turnRun) fillSeqGap(ctx context.Context, final *store.Final) error {
 	if r.target == nil {
 		return nil
@@ -837,6 +870,17 @@ func (r *turnRun) fillSeqGap(ctx context.Context, final *store.Final) error {
 	n, err := r.s.rdb.Get(ctx, r.s.cfg.RedisPrefix+"turnseq:"+r.req.GetTurnId()).Int64()
 	if err != nil || n == 0 || (final != nil && final.Seq == n) {
 		return nil //nolint:nilerr // no counter: nothing was published
+	}
+	if n == 1 && r.finalUncounted() {
+		// Seq 1 of such a turn is a final's: the counter handed it to an
+		// earlier attempt's final (a later attempt of a turn that lists
+		// no calls, or an older worker's), and a first attempt frozen
+		// past its lock (an older worker's, which no claim fences) may
+		// still commit its own there without the counter and publish it.
+		// A typing event would have the bus drop that final, and the
+		// final this attempt's Finish then keeps, as its duplicate. The
+		// hole is left: nothing waits for it.
+		return nil
 	}
 	return r.publishAt(ctx, n, &repliesv1.ReplyEvent{Body: &repliesv1.ReplyEvent_Typing{Typing: &repliesv1.Typing{Active: true}}})
 }
