@@ -168,6 +168,11 @@ type Config struct {
 	PartitionLease time.Duration `koanf:"partition_lease"`
 	// AckWait of the reply consumers.
 	AckWait time.Duration `koanf:"ack_wait"`
+	// PollWait bounds one pull of a reply consumer, and so how long a
+	// stop, or the end of a partition's ownership, waits for an idle one
+	// (0: the bus's default, 1 s). Not configurable: tests shorten it so
+	// that stopping a replica does not take a second.
+	PollWait time.Duration `koanf:"-"`
 	// SentRetention is how long a sent row is kept (for the admin
 	// listing) before housekeeping deletes it; DeadRetention the same for
 	// dead letters (failed, expired) nobody requeued or purged.

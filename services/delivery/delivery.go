@@ -301,7 +301,7 @@ func (s *Service) consumer(p int) *bus.Consumer[repliesv1.ReplyEvent, *repliesv1
 		Backoff:        []time.Duration{200 * time.Millisecond, time.Second, 2 * time.Second, 5 * time.Second},
 		Concurrency:    1,
 		DrainTimeout:   5 * time.Second,
-		PollWait:       time.Second,
+		PollWait:       s.cfg.PollWait,
 		Unavailable:    pg.IsUnavailable,
 	}, func(ctx context.Context, ev *repliesv1.ReplyEvent) error { return s.handle(ctx, p, ev) })
 }

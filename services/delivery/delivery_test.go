@@ -1145,7 +1145,7 @@ func TestTypingStopsWithThePartition(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Renewals run every third of the lease; the consumer ends within a
-	// poll (1 s) after.
+	// poll (cfg.PollWait) after.
 	time.Sleep(cfg.PartitionLease + 2*time.Second)
 	before := typings()
 	time.Sleep(10 * cfg.TypingInterval)

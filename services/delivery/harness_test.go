@@ -249,6 +249,10 @@ func testConfig() delivery.Config {
 	cfg.RetryMax = 200 * time.Millisecond
 	cfg.PartitionLease = time.Second
 	cfg.AckWait = 2 * time.Second
+	// A stop waits for every reply consumer's pull in hand: at the
+	// default (1 s) each replica a test stopped, and each partition it
+	// let go of, held the test up by about a second.
+	cfg.PollWait = 200 * time.Millisecond
 	cfg.Platforms = map[string]delivery.Platform{"stream": {Streaming: delivery.StreamEdit}}
 	return cfg
 }
