@@ -52,6 +52,12 @@ const (
 	HeaderStartWithin = "Sb-Start-Within"
 )
 
+// LateTyping starts the error of a gateway's answer to a typing request
+// it gave up, not started within its HeaderStartWithin (it waited for a
+// send slot behind the chat's other sends): its sender may ask again at
+// once, with a bound of its own, while it still wants the indicator.
+const LateTyping = "typing too late"
+
 // ErrDecode marks a message whose payload cannot be decoded: a poison
 // message, dead-lettered on first sight.
 var ErrDecode = errors.New("decode bus message")

@@ -924,7 +924,7 @@ func (r *Runner) perform(ctx context.Context, req *deliveryv1.SendRequested) (st
 		}
 		if late(ctx) {
 			// Past its time to start (startWithin): the answer may be out.
-			return "", errors.New("typing too late: not started within its time")
+			return "", errors.New(bus.LateTyping + ": not started within its time")
 		}
 		return "", r.p.Typing(ctx, req)
 	case deliveryv1.SendOp_SEND_OP_STREAM_DELTA:

@@ -1012,6 +1012,75 @@ func TestALateTypingRequestNeverShowsAfterTheAnswer(t *testing.T) {
 	}
 }
 
+// A typing refresh that waited at the gateway for a send slot past its
+// start bound (the chat busy, its sends waiting on a rate limit) is
+// given up there, and asked again at once while the turn runs: it was
+// dropped, and the indicator lapsed until the next refresh (a whole
+// interval). Asked again, each request keeps its bound, so none still
+// shows after the answer, however long every one of them waits.
+func TestATypingRefreshQueuedPastItsBoundIsAskedAgain(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name   string
+		queued func(n int) bool // whether typing request n (from 1) waits past its bound
+		shown  bool             // whether the indicator shows before the answer
+	}{
+		{"the first request", func(n int) bool { return n == 1 }, true},
+		{"every request", func(int) bool { return true }, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			cfg := testConfig()
+			cfg.TypingInterval = time.Hour // one refresh per turn, unless asked again
+			cfg.SendTimeout, cfg.Lease, cfg.AckWait = 20*time.Second, 30*time.Second, 30*time.Second
+			e.start(t, cfg, "a")
+			var typings atomic.Int32
+			e.gw.setBehaviour(func(req *deliveryv1.SendRequested, _ int) behaviour {
+				if req.GetOp() == deliveryv1.SendOp_SEND_OP_TYPING && tt.queued(int(typings.Add(1))) {
+					return behaviour{queued: time.Second}
+				}
+				return behaviour{}
+			})
+			typingShown := func() bool {
+				e.gw.mu.Lock()
+				defer e.gw.mu.Unlock()
+				for _, c := range e.gw.shownAt {
+					if c.Op == deliveryv1.SendOp_SEND_OP_TYPING {
+						return true
+					}
+				}
+				return false
+			}
+			e.publish(t, event("t1", 1, "s1", &repliesv1.Typing{Active: true}))
+			if tt.shown {
+				eventually(t, e.clock, 0, "the typing indicator", typingShown)
+			} else {
+				eventually(t, e.clock, 0, "two typing requests given up", func() bool { return typings.Load() >= 2 })
+			}
+			e.publish(t, event("t1", 2, "s1", final("a quick answer")))
+			eventually(t, e.clock, 0, "the answer", func() bool { return len(e.gw.sends()) == 1 })
+			eventually(t, e.clock, 0, "the gateway done with every request", func() bool {
+				e.gw.mu.Lock()
+				defer e.gw.mu.Unlock()
+				return len(e.gw.inflight) == 0
+			})
+			e.gw.mu.Lock()
+			shown := append([]call(nil), e.gw.shownAt...)
+			e.gw.mu.Unlock()
+			answered := false
+			for _, c := range shown {
+				switch {
+				case c.Op == deliveryv1.SendOp_SEND_OP_SEND:
+					answered = true
+				case answered:
+					t.Errorf("typing request %s showed after the answer", c.Key)
+				}
+			}
+		})
+	}
+}
+
 // A streamed answer's final that could not be queued the first time (its
 // outbox write failed) is queued by the retry: the stream plans its final
 // edits once, so the retry must reuse them rather than plan nothing.

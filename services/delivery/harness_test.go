@@ -67,6 +67,12 @@ type behaviour struct {
 	// the request's sender may have given up by then. A repeat of the key
 	// meanwhile is answered as real gateways do, "still being sent".
 	late time.Duration
+	// queued waits this long for a send slot before the platform (the
+	// gateway's other sends hold them all): a typing request that
+	// waited past its start bound (bus.HeaderStartWithin) is given up
+	// when its slot frees, as the platform runner does, and shows
+	// nothing; one that did not is carried out then.
+	queued time.Duration
 }
 
 // gateway is a test platform gateway: a NATS responder on the send
@@ -135,6 +141,24 @@ func (g *gateway) serve(m *nats.Msg) {
 		rec := proto.Clone(b.fail).(*deliveryv1.SendReceipt)
 		rec.IdempotencyKey = c.Key
 		_ = bus.Reply(context.Background(), m, rec)
+		return
+	}
+	if b.queued > 0 {
+		g.inflight[c.Key] = true
+		g.mu.Unlock()
+		within, _ := strconv.Atoi(m.Header.Get(bus.HeaderStartWithin))
+		go func() {
+			time.Sleep(b.queued)
+			g.mu.Lock()
+			delete(g.inflight, c.Key)
+			if req.GetOp() == deliveryv1.SendOp_SEND_OP_TYPING && within > 0 && b.queued > time.Duration(within)*time.Millisecond {
+				g.mu.Unlock()
+				_ = bus.Reply(context.Background(), m, &deliveryv1.SendReceipt{IdempotencyKey: c.Key, ErrorClass: deliveryv1.ErrorClass_ERROR_CLASS_RETRYABLE,
+					Error: "typing too late: not started within its time"})
+				return
+			}
+			g.post(m, c, &req, b)
+		}()
 		return
 	}
 	if b.late > 0 {

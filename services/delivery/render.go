@@ -11,6 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode"
 
 	"github.com/nats-io/nats.go"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -775,6 +776,10 @@ func (s *Service) wholeBlock(ctx context.Context, ev *repliesv1.ReplyEvent, st *
 			return nil // never posted: nothing to finish
 		}
 	}
+	// The block's messages are above the tools' messages, and a chat
+	// cannot put a message between two it shows: a whole block longer
+	// than them is cut at its end to fit (fitBlock).
+	whole = fitBlock(d.GetSegmentReasoning(), len(ids), ev.GetTarget().GetPlatform())
 	rows := s.rewrite(ev, keyBase(ctx, ev)+":b", b.segment, ids, whole, deliveryv1.TextFormat_TEXT_FORMAT_MARKDOWN)
 	for _, r := range rows {
 		r.Final = false
@@ -784,6 +789,42 @@ func (s *Service) wholeBlock(ctx context.Context, ev *repliesv1.ReplyEvent, st *
 	}
 	st.shownBlock = nil
 	return nil
+}
+
+// blockCut ends a reasoning block cut to fit its messages (fitBlock).
+const blockCut = "\n_... (cut to fit)_"
+
+// fitBlock is the reasoning block of thought (reasoning.Block) in at
+// most n messages of platform: whole when it fits, else with as much of
+// the thought's start as fits and blockCut after it. The start, as
+// reasoning.Block keeps a long thought's first lines: a takeover's
+// block is finished because it lacked its start, and its messages,
+// above the tools' messages, cannot grow (a message posted for the
+// rest would show below them, out of place).
+func fitBlock(thought string, n int, platform string) string {
+	whole := reasoning.Block(thought)
+	limit := chunk.Limits(platform)
+	fits := func(text string) bool { return len(chunk.SplitLimit(text, limit)) <= n }
+	if n < 1 || fits(whole) {
+		return whole
+	}
+	runes := []rune(strings.TrimSpace(thought))
+	cut := func(k int) string {
+		return reasoning.Block(strings.TrimRightFunc(string(runes[:k]), unicode.IsSpace) + blockCut)
+	}
+	lo, hi := 0, len(runes) // the longest start that fits: lo fits, hi+1 does not
+	for lo < hi {
+		if mid := (lo + hi + 1) / 2; fits(cut(mid)) {
+			lo = mid
+		} else {
+			hi = mid - 1
+		}
+	}
+	if i := strings.LastIndexFunc(string(runes[:lo]), unicode.IsSpace); i > 0 {
+		// At a word's end rather than in a word, when there is one.
+		return reasoning.Block(strings.TrimRightFunc(string(runes[:lo])[:i], unicode.IsSpace) + blockCut)
+	}
+	return cut(lo)
 }
 
 // wholeBlockTries bounds the deliveries of a break that wait for a

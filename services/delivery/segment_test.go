@@ -12,6 +12,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/switchboard-chat/switchboard/pkg/chunk"
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	repliesv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/replies/v1"
 	"github.com/switchboard-chat/switchboard/pkg/outbox"
@@ -1423,6 +1424,89 @@ func TestTakeoverInTheMiddleOfAReasoningBlockShowsItWhole(t *testing.T) {
 			e.waitShown(t, "chat-s1", tt.want)
 			if n := e.gw.finals(turn); n != 1 {
 				t.Errorf("%d messages marked the turn's end, want 1", n)
+			}
+		})
+	}
+}
+
+// A takeover's block finished with the call's whole reasoning that
+// needs more messages than the part it got stays in its messages above
+// the tools' progress lines, cut at its end to fit: a chat cannot put a
+// message between two it shows, and the whole block's extra message was
+// posted below the progress lines, its end apart from its start.
+func TestTakeoverWholeBlockLongerThanItsMessagesStaysAboveTheTools(t *testing.T) {
+	t.Parallel()
+	const asked = "Let me check the calendar for you."
+	var (
+		began  = strings.TrimSpace(strings.Repeat("first I should look at the calendar, ", 70))
+		went   = " " + strings.TrimSpace(strings.Repeat("and then at the clock, ", 100))
+		looked = began + went
+		said   = "The calendar says the meeting is at noon."
+	)
+	if n := len(chunk.Split(reasoning.Block(went), "stream")); n != 1 {
+		t.Fatalf("the part the takeover gets takes %d messages, want 1", n)
+	}
+	if n := len(chunk.Split(reasoning.Block(looked), "stream")); n < 2 {
+		t.Fatalf("the whole block takes %d messages, want more than 1", n)
+	}
+	brk := func(segment, thought string) *repliesv1.TextDelta {
+		return &repliesv1.TextDelta{Text: "\n\n", Restart: true, SegmentText: proto.String(segment), SegmentReasoning: thought}
+	}
+	progress := "⚙️ calendar: \"today\""
+	for i, tt := range []struct {
+		name   string
+		before []any
+		above  []string // what the chat shows above the block
+	}{
+		{"the first call", nil, nil},
+		{"a later call", []any{&repliesv1.TextDelta{Text: asked}, brk(asked, "")}, []string{asked}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			turn := fmt.Sprintf("t-mid-long-%d", i)
+			e := newEnv(t)
+			cfg := streamConfig()
+			cfg.ToolProgress = delivery.ToolProgressAll
+			var failing atomic.Bool
+			e.gw.setBehaviour(func(req *deliveryv1.SendRequested, _ int) behaviour {
+				if failing.Load() && req.GetOp() == deliveryv1.SendOp_SEND_OP_SEND {
+					return behaviour{fail: &deliveryv1.SendReceipt{ErrorClass: deliveryv1.ErrorClass_ERROR_CLASS_RETRYABLE, Error: "try again"}}
+				}
+				return behaviour{}
+			})
+			stream := e.streamer(t, turn)
+			a := e.start(t, cfg, "a")
+			for _, body := range tt.before {
+				stream(body)
+			}
+			if len(tt.before) > 0 {
+				eventually(t, e.clock, 0, "a's first segment", e.showing(turn)(asked))
+			}
+			failing.Store(true)
+			stream(&repliesv1.ReasoningDelta{Text: began})
+			a.stop(t)
+			failing.Store(false)
+			e.start(t, cfg, "b")
+			for _, body := range []any{&repliesv1.ReasoningDelta{Text: went}, started("calendar", "today"), brk("", looked),
+				&repliesv1.ReasoningDelta{Text: said, Restart: true}, &repliesv1.TextDelta{Text: segAnswer},
+				final(reasoning.WithAnswer(said, segAnswer))} {
+				stream(body)
+			}
+			eventually(t, e.clock, 0, "the final", func() bool { return e.gw.finals(turn) > 0 })
+			e.consumed(t, "s1")
+			start := reasoning.Header + "\n```\n" + began[:200]
+			var got []string
+			ok := func() bool {
+				got = e.gw.shown("stream", "chat-s1")
+				n := len(tt.above)
+				return len(got) == n+3 && slices.Equal(got[:n], tt.above) && strings.HasPrefix(got[n], start) &&
+					strings.Contains(got[n], "(cut to fit)") && got[n+1] == progress && got[n+2] == reasoning.WithAnswer(said, segAnswer)
+			}
+			for end := time.Now().Add(5 * time.Second); time.Now().Before(end) && !ok(); time.Sleep(50 * time.Millisecond) {
+			}
+			if !ok() {
+				t.Errorf("the chat shows:\n%s\nwant %q, the whole block's start cut to fit one message, %q, then the answer",
+					strings.Join(got, "\n---\n"), tt.above, progress)
 			}
 		})
 	}

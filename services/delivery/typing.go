@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -179,8 +180,24 @@ func (t *typing) start(ctx context.Context, ev *repliesv1.ReplyEvent) {
 			defer tick.Stop()
 			for n := 0; ; n++ {
 				req := t.s.request(ev, fmt.Sprintf("%s:typing:%d", turn, n), deliveryv1.SendOp_SEND_OP_TYPING)
-				if !t.send(ctx, in, req, sentDone) {
+				sent, late := t.send(ctx, in, req, sentDone)
+				if !sent {
 					return nil // halted: the turn's end is on its way
+				}
+				if late {
+					// The gateway gave the request up: it waited for a
+					// send slot past its bound (a busy chat), and the
+					// indicator would lapse until the next refresh.
+					// Asked again at once (a slot just freed), with a
+					// bound of its own, so it still never shows after
+					// the answer; a tick due meanwhile is this request.
+					select {
+					case <-ctx.Done():
+						return nil
+					case <-tick.C:
+					default:
+					}
+					continue
 				}
 				select {
 				case <-ctx.Done():
@@ -193,18 +210,19 @@ func (t *typing) start(ctx context.Context, ev *repliesv1.ReplyEvent) {
 }
 
 // send makes one of in's typing requests, to start within
-// typingStartWithin at the gateway, unless in halts (false); made runs
-// as it goes.
-func (t *typing) send(ctx context.Context, in *indicator, req *deliveryv1.SendRequested, made func()) bool {
+// typingStartWithin at the gateway, unless in halts (sent false); made
+// runs as it goes. late reports that the gateway gave it up, not
+// started within that time (bus.LateTyping).
+func (t *typing) send(ctx context.Context, in *indicator, req *deliveryv1.SendRequested, made func()) (sent, late bool) {
 	answered, ok := in.begin()
 	if !ok {
-		return false
+		return false, false
 	}
 	defer close(answered)
 	made()
 	hdr := nats.Header{bus.HeaderStartWithin: []string{strconv.FormatInt(typingStartWithin.Milliseconds(), 10)}}
-	_, _ = t.s.progressWith(ctx, req, hdr)
-	return true
+	rec, err := t.s.progressWith(ctx, req, hdr)
+	return true, err == nil && !rec.GetOk() && strings.HasPrefix(rec.GetError(), bus.LateTyping)
 }
 
 // forget takes in, which ended (its turn's indicator ran out or was
