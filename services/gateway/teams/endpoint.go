@@ -171,8 +171,15 @@ func (p *Platform) handle(ctx context.Context, conn platform.Deliverer, a *Activ
 		// The router's answer may come as soon as the press is out.
 		id := interactionID(p.cfg.ClientID, n.ev.GetEventId())
 		if inv, created = p.holdInvoke(ctx, h, id); inv.hold != nil {
-			n.ev.Interaction = &eventsv1.Interaction{Id: id, Component: true, ExpiresAt: timestamppb.New(time.Now().Add(p.cfg.PressHold))}
+			n.ev.Interaction = &eventsv1.Interaction{Id: id, Component: true, ExpiresAt: timestamppb.New(time.Now().Add(p.cfg.PressHold)),
+				UnknownChoice: n.unknown}
 		}
+	}
+	if n.unknown && n.ev.GetInteraction() == nil {
+		// Not held, the router's word could not reach the invoke: the
+		// gateway answers it, Hermes's word for anyone authorized.
+		p.releaseInvoke(inv)
+		return false, nil, false, nil
 	}
 	acc, err := conn.Deliver(ctx, n.ev)
 	if err != nil && !errors.Is(err, platform.ErrRejected) {

@@ -588,3 +588,59 @@ func invokeRetriedAfterEveryHoldEnded(t *testing.T, gone bool) {
 		t.Fatalf("the bus has %d messages, want the press once", n)
 	}
 }
+
+// The press of a choice the gateway does not know (an Action.Execute
+// whose data names an action that is none of the approval's) is answered
+// as Hermes answers it, after the presser's authorization, which the
+// router decides: it is published as "/start" with its interaction
+// marked (Interaction.unknown_choice) and held, and its invoke is
+// answered with the router's word, its refusal of a stranger through
+// delivery ("⛔ Not authorized.") or its answer to anyone else ("Unknown
+// action."). Before, the gateway answered every such press "Unknown
+// action." at once and published nothing, a stranger's too.
+func TestInvokeOfAnUnknownChoice(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		// refuse: the router refuses the presser (a stranger), through
+		// delivery; else it answers the press.
+		refuse bool
+		word   string
+	}{
+		{name: "a stranger's", refuse: true, word: "⛔ Not authorized."},
+		{name: "an authorized sender's", word: "Unknown action."},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := teamsfake.New(t)
+			b := pressBus(t)
+			cfg := testConfig(f)
+			const pressHold = maxPressHold
+			cfg.PressHold = pressHold
+			a := startReplica(t, f, cfg, b, "a", false)
+			evs := platformtest.InboundEvents(t, b)
+
+			act := f.Press(dmConv, "personal", "aad-stranger", "Mallory", "card-1", "hermes_approve", map[string]any{"hermes_action": "approve_forever"})
+			answered := postInvoke(context.Background(), f, a.url, act)
+			ev := platformtest.NextEvent(t, evs)
+			ia := ev.GetInteraction()
+			if ev.GetText() != unknownChoice || ev.GetButtonPress().GetMessageId() != "card-1" || ia.GetId() == "" || !ia.GetComponent() || !ia.GetUnknownChoice() {
+				t.Fatalf("press %v, want %q with its interaction marked unknown_choice", ev, unknownChoice)
+			}
+			target := &deliveryv1.Target{Platform: "teams", Account: f.ClientID, ChatId: dmConv, Interaction: ia}
+			if tc.refuse {
+				if _, err := a.p.Send(context.Background(), &deliveryv1.SendRequested{Target: target, Text: tc.word}); err != nil {
+					t.Fatal(err)
+				}
+			} else if err := platform.PublishPressAnswer(b, &deliveryv1.SendRequested{Target: target, Text: tc.word}); err != nil {
+				t.Fatal(err)
+			}
+			if got := <-answered; answerValue(t, got) != tc.word {
+				t.Fatalf("the invoke was answered %q, want %q", answerValue(t, got), tc.word)
+			}
+			if got := f.Activities(dmConv); len(got) != 0 {
+				t.Fatalf("the conversation got %v, want nothing", got)
+			}
+		})
+	}
+}
