@@ -21,6 +21,11 @@ import (
 // expiredText is Hermes's card for a press that found no call waiting.
 const expiredText = "⌛ Approval expired — no command was waiting. It already timed out (and was denied) or was resolved elsewhere."
 
+// unknownChoiceAnswer is Hermes's answer to the press of a choice its
+// Teams card action cannot read, from a sender it authorizes
+// (Interaction.unknown_choice): the presser's invoke answer alone.
+const unknownChoiceAnswer = "Unknown action."
+
 // decidedTTL is how long the router remembers that a prompt was
 // answered by one of its buttons.
 const decidedTTL = 24 * time.Hour

@@ -215,3 +215,70 @@ func TestPressToast(t *testing.T) {
 		}
 	}
 }
+
+// The press of a choice its gateway cannot read (a Teams card action
+// naming no approval choice: Interaction.unknown_choice, its text
+// "/start") is answered as Hermes answers it, after the sender's
+// authorization: an authorized sender's with "Unknown action." to its
+// holder and nothing else, a stranger's with Hermes's refusal, as a
+// stranger's press of a known choice is. No turn runs and no notice goes
+// to the chat for the authorized sender. Before, the router read it as
+// the /start it carries and answered the press with nothing.
+func TestPressOfAnUnknownChoice(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.startRouter(testConfig(), nil, nil)
+	w := e.startWorker(nil)
+	answers := pressAnswers(t, e)
+	onTeams := func(ev *eventsv1.MessageReceived, id string, unknown bool) *eventsv1.MessageReceived {
+		ev.Source.Platform = "teams"
+		held(ev, id).Interaction.UnknownChoice = unknown
+		return ev
+	}
+	notices := func(chat string) []*repliesv1.ReplyEvent {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		var out []*repliesv1.ReplyEvent
+		for _, n := range e.notices {
+			if n.GetTarget().GetChatId() == chat && n.GetNotice() != nil {
+				out = append(out, n)
+			}
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name string
+		ev   *eventsv1.MessageReceived
+		// notice is the refusal's text through delivery ("" none);
+		// answer the press's answer to its holder otherwise.
+		notice, answer string
+	}{
+		{"an authorized sender's unknown choice", onTeams(press("alice", "/start", "card-1", ""), "invoke-1", true), "", "Unknown action."},
+		{"a stranger's unknown choice", onTeams(press("mallory", "/start", "card-2", ""), "invoke-2", true), "⛔ Not authorized.", ""},
+		{"a stranger's known choice within the minute", onTeams(press("mallory", "/approve", "card-3", ""), "invoke-3", false), "", "⛔ Not authorized."},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			chat := tc.ev.GetSource().GetChatId()
+			before := len(notices(chat))
+			e.publish(tc.ev)
+			id := tc.ev.GetInteraction().GetId()
+			if tc.notice != "" {
+				waitFor(t, "the refusal", func() bool { return len(notices(chat)) > before })
+				waitFor(t, "inbound drained", e.inboundDrained)
+				n := notices(chat)[before]
+				if n.GetNotice().GetText() != tc.notice || n.GetTarget().GetInteraction().GetId() != id {
+					t.Fatalf("notice %q to %v, want %q with interaction %q", n.GetNotice().GetText(), n.GetTarget(), tc.notice, id)
+				}
+				return
+			}
+			waitFor(t, "inbound drained", e.inboundDrained)
+			answeredWith(t, answers, id, tc.answer)
+			if got := notices(chat); len(got) != before {
+				t.Fatalf("%s got %v, want nothing", chat, got[before:])
+			}
+		})
+	}
+	if turns, _ := w.snapshot(); len(turns) != 0 {
+		t.Fatalf("presses started %d turns", len(turns))
+	}
+}

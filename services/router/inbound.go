@@ -319,6 +319,18 @@ func (s *Service) handle(ctx context.Context, m *msgCtx, key string) error {
 		inbound.WithLabelValues("denied").Inc()
 		return s.unauthorized(ctx, m)
 	}
+	if m.ev.GetButtonPress() != nil && m.interaction.GetUnknownChoice() {
+		// A press of a choice its gateway cannot read (a Teams card
+		// action naming no approval choice it knows): Hermes answers
+		// it after the sender's authorization, a stranger refused above
+		// as for any press, anyone else told "Unknown action.", and
+		// nothing else happens. Its text ("/start") is for routers that
+		// do not know the mark.
+		s.giveBack(ctx, m, true)
+		inbound.WithLabelValues("command").Inc()
+		m.pressText = unknownChoiceAnswer
+		return nil
+	}
 
 	m.key = key
 	for _, c := range m.skills {

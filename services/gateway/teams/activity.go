@@ -147,16 +147,22 @@ func stripMentions(s string) string {
 type normalized struct {
 	ev   *eventsv1.MessageReceived
 	skip string
-	// press: the event is an approval button's press (buttons.go).
-	press bool
+	// press: the event is an approval button's press (buttons.go);
+	// unknown: of a choice the gateway cannot read (pressOf).
+	press, unknown bool
 }
 
 // normalize turns a verified activity into an event. botID is the bot's
 // app id (its channel account is 28:<app id>); requireMention gates
 // channels and group chats on a mention of the bot.
 func normalize(a *Activity, botID string, requireMention bool) normalized {
-	if command, call, ok := pressOf(a); ok {
+	if command, call, ok, unknown := pressOf(a); ok || unknown {
 		// A press needs no mention: the card was the bot's.
+		if unknown {
+			n := pressEvent(a, botID, unknownChoice, "")
+			n.unknown = n.press
+			return n
+		}
 		return pressEvent(a, botID, command, call)
 	}
 	if a.Type != "message" {

@@ -102,33 +102,38 @@ func TestSameServiceURL(t *testing.T) {
 
 // An approval button's press reads as the command it stands for and the
 // call, whatever the verb of its Action.Execute, as Hermes's card action
-// handler reads the action's data alone; anything else is no press.
+// handler reads the action's data alone; an Action.Execute naming a
+// choice the gateway does not know (or a call it cannot carry) is the
+// press of an unknown choice, for the router to answer; anything else is
+// no press.
 func TestPressOf(t *testing.T) {
 	t.Parallel()
 	invoke := func(verb, data string) *Activity {
 		return &Activity{Type: "invoke", Name: cardActionInvoke, Value: []byte(`{"action":{"type":"Action.Execute","verb":"` + verb + `","data":` + data + `}}`)}
 	}
 	for _, c := range []struct {
-		name      string
-		a         *Activity
-		cmd, call string
-		ok        bool
+		name        string
+		a           *Activity
+		cmd, call   string
+		ok, unknown bool
 	}{
-		{"execute", invoke(approveVerb, `{"hermes_action":"approve_always","tool_call_id":"c1"}`), "/approve always", "c1", true},
-		{"execute without call", invoke(approveVerb, `{"hermes_action":"approve_once"}`), "/approve", "", true},
-		{"submit", &Activity{Type: "message", Value: []byte(`{"hermes_action":"deny","tool_call_id":"c2"}`)}, "/deny", "c2", true},
-		{"other verb", invoke("refresh", `{"hermes_action":"deny","tool_call_id":"c3"}`), "/deny", "c3", true},
-		{"no verb", &Activity{Type: "invoke", Name: cardActionInvoke, Value: []byte(`{"action":{"type":"Action.Execute","data":{"hermes_action":"approve_once"}}}`)}, "/approve", "", true},
-		{"other verb without our data", invoke("refresh", `{"page":2}`), "", "", false},
-		{"other invoke", &Activity{Type: "invoke", Name: "composeExtension/query", Value: []byte(`{"hermes_action":"deny"}`)}, "", "", false},
-		{"unknown action", invoke(approveVerb, `{"hermes_action":"approve_forever"}`), "", "", false},
-		{"bad call", invoke(approveVerb, `{"hermes_action":"deny","tool_call_id":"a b"}`), "", "", false},
-		{"data not an object", invoke(approveVerb, `"deny"`), "", "", false},
-		{"message without value", &Activity{Type: "message", Text: "/deny"}, "", "", false},
+		{"execute", invoke(approveVerb, `{"hermes_action":"approve_always","tool_call_id":"c1"}`), "/approve always", "c1", true, false},
+		{"execute without call", invoke(approveVerb, `{"hermes_action":"approve_once"}`), "/approve", "", true, false},
+		{"submit", &Activity{Type: "message", Value: []byte(`{"hermes_action":"deny","tool_call_id":"c2"}`)}, "/deny", "c2", true, false},
+		{"other verb", invoke("refresh", `{"hermes_action":"deny","tool_call_id":"c3"}`), "/deny", "c3", true, false},
+		{"no verb", &Activity{Type: "invoke", Name: cardActionInvoke, Value: []byte(`{"action":{"type":"Action.Execute","data":{"hermes_action":"approve_once"}}}`)}, "/approve", "", true, false},
+		{"other verb without our data", invoke("refresh", `{"page":2}`), "", "", false, false},
+		{"other invoke", &Activity{Type: "invoke", Name: "composeExtension/query", Value: []byte(`{"hermes_action":"deny"}`)}, "", "", false, false},
+		{"unknown action", invoke(approveVerb, `{"hermes_action":"approve_forever"}`), "", "", false, true},
+		{"bad call", invoke(approveVerb, `{"hermes_action":"deny","tool_call_id":"a b"}`), "", "", false, true},
+		{"no action", invoke(approveVerb, `{"tool_call_id":"c4"}`), "", "", false, false},
+		{"submit of an unknown action", &Activity{Type: "message", Value: []byte(`{"hermes_action":"approve_forever"}`)}, "", "", false, false},
+		{"data not an object", invoke(approveVerb, `"deny"`), "", "", false, false},
+		{"message without value", &Activity{Type: "message", Text: "/deny"}, "", "", false, false},
 	} {
-		cmd, call, ok := pressOf(c.a)
-		if cmd != c.cmd || call != c.call || ok != c.ok {
-			t.Errorf("%s: %q %q %v", c.name, cmd, call, ok)
+		cmd, call, ok, unknown := pressOf(c.a)
+		if cmd != c.cmd || call != c.call || ok != c.ok || unknown != c.unknown {
+			t.Errorf("%s: %q %q %v %v", c.name, cmd, call, ok, unknown)
 		}
 	}
 	if approvalCard(&deliveryv1.Approval{Choices: []string{"once", "maybe"}}) != nil || approvalCard(nil) != nil {

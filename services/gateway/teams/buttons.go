@@ -106,8 +106,14 @@ type buttonData struct {
 // read by its data alone, whatever its verb, as Hermes's card action
 // handler reads every adaptiveCard/action invoke. ok is false for any
 // other activity: an invoke of another name, an action or a message
-// without an approval's data.
-func pressOf(a *Activity) (command, call string, ok bool) {
+// without an approval's data. unknown is true (ok false) for an
+// Action.Execute whose data names a choice, but none the gateway knows
+// (or a call it cannot carry): Hermes answers that after its sender's
+// authorization, "⛔ Not authorized." to a stranger and "Unknown action."
+// to anyone else, so the router, which authorizes, decides it
+// (unknownChoice). Data naming no choice at all is Hermes's "Unknown
+// action." before any authorization, answered by the gateway.
+func pressOf(a *Activity) (command, call string, ok, unknown bool) {
 	var raw json.RawMessage
 	switch {
 	case a.Type == "invoke" && a.Name == cardActionInvoke:
@@ -117,24 +123,33 @@ func pressOf(a *Activity) (command, call string, ok bool) {
 			} `json:"action"`
 		}
 		if json.Unmarshal(a.Value, &v) != nil {
-			return "", "", false
+			return "", "", false, false
 		}
 		raw = v.Action.Data
 	case a.Type == "message" && len(a.Value) > 0:
 		raw = a.Value
 	default:
-		return "", "", false
+		return "", "", false, false
 	}
 	var d buttonData
 	if json.Unmarshal(raw, &d) != nil {
-		return "", "", false
+		return "", "", false, false
 	}
 	command, ok = actionCommands[d.Action]
 	if !ok || (d.ToolCallID != "" && !validCall(d.ToolCallID)) {
-		return "", "", false
+		// Only an invoke takes an answer: a message is not a press.
+		return "", "", false, a.Type == "invoke" && d.Action != ""
 	}
-	return command, d.ToolCallID, true
+	return command, d.ToolCallID, true, false
 }
+
+// unknownChoice is the text of the press of a choice the gateway cannot
+// read (pressOf's unknown), published with Interaction.unknown_choice
+// for the router to answer: "/start", which a router that does not know
+// the field (an older one, during a rolling upgrade) answers with
+// nothing, neither a notice nor a turn, refusing a stranger as any
+// press; the invoke is then answered "Answer received.".
+const unknownChoice = "/start"
 
 // pressEvent is the event of an approval button's press: the command,
 // from the presser, in the card's conversation, naming the card (the

@@ -97,7 +97,7 @@ func (p *Platform) activity(w http.ResponseWriter, r *http.Request, conn platfor
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), p.cfg.AckTimeout)
 	defer cancel()
-	press, inv, err := p.handle(ctx, conn, a)
+	press, inv, alone, err := p.handle(ctx, conn, a)
 	defer p.releaseInvoke(inv)
 	if err != nil {
 		p.log.Warn("teams activity not stored; the bot framework will retry", "err", err)
@@ -111,7 +111,7 @@ func (p *Platform) activity(w http.ResponseWriter, r *http.Request, conn platfor
 		// action the gateway cannot read gets Hermes's word at once.
 		text := unknownAction
 		if press {
-			text = p.awaitAnswer(r.Context(), inv)
+			text = p.awaitAnswer(r.Context(), inv, alone)
 			// Whether this answer reaches the Bot Framework is not
 			// known here (it may have given up waiting, and retries):
 			// the router's word, come or to come, is kept for a retry.
@@ -143,10 +143,11 @@ func (p *Platform) refuse(w http.ResponseWriter, r *http.Request, why string) {
 // one to answer. An invoke's press is published with its interaction and
 // held for the router's answer (inv, nil when it is not held), also when
 // the bus has it already: a retried invoke's press may not be decided
-// yet (invokes.go).
-func (p *Platform) handle(ctx context.Context, conn platform.Deliverer, a *Activity) (press bool, inv *heldInvoke, err error) {
+// yet (invokes.go); alone when it was decided long ago, and no holder
+// has the router's word to give (answerAlone).
+func (p *Platform) handle(ctx context.Context, conn platform.Deliverer, a *Activity) (press bool, inv *heldInvoke, alone bool, err error) {
 	if err := p.remember(ctx, a.Conversation.ID, a.ServiceURL); err != nil {
-		return false, nil, err
+		return false, nil, false, err
 	}
 	n := normalize(a, p.cfg.ClientID, p.cfg.RequireMention)
 	if n.skip == "not_mentioned" && validID(a.ReplyToID) {
@@ -154,7 +155,7 @@ func (p *Platform) handle(ctx context.Context, conn platform.Deliverer, a *Activ
 		// Hermes.
 		mine, err := p.sentByBot(ctx, a.Conversation.ID, a.ReplyToID)
 		if err != nil {
-			return false, nil, err
+			return false, nil, false, err
 		}
 		if mine {
 			n = normalize(a, p.cfg.ClientID, false)
@@ -163,20 +164,28 @@ func (p *Platform) handle(ctx context.Context, conn platform.Deliverer, a *Activ
 	if n.ev == nil {
 		skipped.WithLabelValues(n.skip).Inc()
 		p.log.Debug("teams activity skipped", "reason", n.skip, "type", a.Type)
-		return false, nil, nil
+		return false, nil, false, nil
 	}
+	created := false
 	if h, ok := conn.(platform.PressHolder); ok && n.press && a.Type == "invoke" {
 		// The router's answer may come as soon as the press is out.
 		id := interactionID(p.cfg.ClientID, n.ev.GetEventId())
-		if inv = p.holdInvoke(h, id); inv.hold != nil {
-			n.ev.Interaction = &eventsv1.Interaction{Id: id, Component: true, ExpiresAt: timestamppb.New(time.Now().Add(p.cfg.PressHold))}
+		if inv, created = p.holdInvoke(ctx, h, id); inv.hold != nil {
+			n.ev.Interaction = &eventsv1.Interaction{Id: id, Component: true, ExpiresAt: timestamppb.New(time.Now().Add(p.cfg.PressHold)),
+				UnknownChoice: n.unknown}
 		}
+	}
+	if n.unknown && n.ev.GetInteraction() == nil {
+		// Not held, the router's word could not reach the invoke: the
+		// gateway answers it, Hermes's word for anyone authorized.
+		p.releaseInvoke(inv)
+		return false, nil, false, nil
 	}
 	acc, err := conn.Deliver(ctx, n.ev)
 	if err != nil && !errors.Is(err, platform.ErrRejected) {
 		p.keepForRetry(inv)
 		p.releaseInvoke(inv)
-		return false, nil, fmt.Errorf("publish message %s: %w", n.ev.GetEventId(), err)
+		return false, nil, false, fmt.Errorf("publish message %s: %w", n.ev.GetEventId(), err)
 	}
 	if err != nil {
 		// Not published: nothing will answer it.
@@ -184,7 +193,9 @@ func (p *Platform) handle(ctx context.Context, conn platform.Deliverer, a *Activ
 		inv = nil
 	}
 	if acc.Duplicate {
-		p.askElsewhere(inv)
+		if alone = p.answerAlone(inv, created); !alone {
+			p.askElsewhere(inv)
+		}
 	}
-	return n.press, inv, nil
+	return n.press, inv, alone, nil
 }

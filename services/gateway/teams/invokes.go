@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/switchboard-chat/switchboard/pkg/platform"
@@ -22,9 +23,12 @@ import (
 // refusal through delivery, reaches every replica that holds it; one
 // that came before the retry held it is asked of the replicas holding
 // it on (askElsewhere). The
-// retry is answered with it when it comes within the retry's own hold;
-// a press decided long before waits out that hold and is answered
-// without the router's word, as one the router does not answer in time.
+// retry is answered with it when it comes within the retry's own hold.
+// A retry of a press no other replica held when this one came to hold
+// it (asked before its own hold is in place: heldElsewhere) is of a
+// press decided long before, every hold of it ended: no holder has the
+// word to give, and the retry is answered at once, with the word only if
+// this replica's hold has it already.
 // A press stays held for a while after a delivery of it ended, its
 // publish failed or its answer maybe not taken (keepForRetry).
 
@@ -43,6 +47,13 @@ type heldInvoke struct {
 	settled  sync.Once
 	// released is closed when the last user lets go.
 	released chan struct{}
+	// heldElsewhere is whether another replica held the press (or could
+	// not be told not to) when this one came to hold it: set before
+	// ready is closed.
+	heldElsewhere bool
+	// alone is set once a delivery the bus called a duplicate created
+	// this hold with no other replica holding the press (answerAlone).
+	alone atomic.Bool
 	// users are the deliveries waiting on it (guarded by invokesMu).
 	users int
 }
@@ -57,22 +68,32 @@ func interactionID(account, eventID string) string {
 
 // holdInvoke holds the press with interaction id for the router's
 // answer, or joins this replica's hold of it (a retry while the first
-// delivery waits): the hold is in place when it returns, before the
-// press is published. The caller lets go with releaseInvoke.
-func (p *Platform) holdInvoke(h platform.PressHolder, id string) *heldInvoke {
+// delivery waits; created is false): the hold is in place when it
+// returns, before the press is published. The caller lets go with
+// releaseInvoke.
+//
+// Before its own hold, it asks whether another replica holds the press
+// (platform.RetryPress, which every hold answers at once, an older
+// replica's too, and which the bus answers at once when none does):
+// once its own hold is in place, the question for the router's word
+// (askElsewhere) cannot tell a press no one else holds from one whose
+// holders have no word yet, since its own hold is a listener that never
+// replies.
+func (p *Platform) holdInvoke(ctx context.Context, h platform.PressHolder, id string) (inv *heldInvoke, created bool) {
 	p.invokesMu.Lock()
-	if inv := p.invokes[id]; inv != nil {
-		inv.users++
+	if held := p.invokes[id]; held != nil {
+		held.users++
 		p.invokesMu.Unlock()
-		<-inv.ready
-		return inv
+		<-held.ready
+		return held, false
 	}
-	inv := &heldInvoke{id: id, ready: make(chan struct{}), answered: make(chan struct{}), released: make(chan struct{}), users: 1}
+	inv = &heldInvoke{id: id, ready: make(chan struct{}), answered: make(chan struct{}), released: make(chan struct{}), users: 1}
 	if p.invokes == nil {
 		p.invokes = map[string]*heldInvoke{}
 	}
 	p.invokes[id] = inv
 	p.invokesMu.Unlock()
+	inv.heldElsewhere = p.heldElsewhere(ctx, id)
 	hold, err := h.HoldPress(id)
 	if err != nil {
 		p.log.Warn("hold teams button press for the router's answer; answered without it", "err", err)
@@ -83,7 +104,7 @@ func (p *Platform) holdInvoke(h platform.PressHolder, id string) *heldInvoke {
 		}
 		p.invokesMu.Unlock()
 		close(inv.ready)
-		return inv
+		return inv, true
 	}
 	inv.hold = hold
 	close(inv.ready)
@@ -94,7 +115,40 @@ func (p *Platform) holdInvoke(h platform.PressHolder, id string) *heldInvoke {
 		case <-inv.released:
 		}
 	}()
-	return inv
+	return inv, true
+}
+
+// heldElsewhere reports whether another replica holds the press with
+// interaction id, asked before this replica holds it; when the question
+// has no answer (the bus is slow or out of reach), it may: the press
+// then waits for the router's word as one held elsewhere.
+func (p *Platform) heldElsewhere(ctx context.Context, id string) bool {
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.PressHold)
+	defer cancel()
+	held, err := platform.RetryPress(ctx, p.bus, p.Name(), id)
+	if err != nil {
+		p.log.Debug("ask whether another replica holds a teams press", "err", err)
+		return true
+	}
+	return held
+}
+
+// answerAlone reports whether a delivery of inv's press that the bus
+// called a duplicate is answered at once (awaitAnswer): when this
+// delivery created the hold (created) and no other replica held the
+// press then, the press was decided long ago and every hold of it
+// ended, so no holder has the router's word to give; a later duplicate
+// that joins this hold is answered at once too. A hold created by a
+// delivery the bus stored (the first, still waiting) or one held
+// elsewhere too waits for the word (askElsewhere).
+func (p *Platform) answerAlone(inv *heldInvoke, created bool) bool {
+	if inv == nil || inv.hold == nil {
+		return false
+	}
+	if created && !inv.heldElsewhere {
+		inv.alone.Store(true)
+	}
+	return inv.alone.Load()
 }
 
 // settle takes the router's answer to the press, the first that comes
@@ -310,10 +364,19 @@ func (p *Platform) releaseInvoke(inv *heldInvoke) {
 
 // awaitAnswer waits for the router's answer to a held press, up to
 // Config.PressHold, and returns its text ("" for none, or when the
-// press is not held).
-func (p *Platform) awaitAnswer(ctx context.Context, inv *heldInvoke) string {
+// press is not held). alone (answerAlone) waits for nothing: the word
+// if this replica's hold has it, else none.
+func (p *Platform) awaitAnswer(ctx context.Context, inv *heldInvoke, alone bool) string {
 	if inv == nil || inv.hold == nil {
 		return ""
+	}
+	if alone {
+		select {
+		case <-inv.answered:
+			return inv.text
+		default:
+			return ""
+		}
 	}
 	t := time.NewTimer(p.cfg.PressHold)
 	defer t.Stop()

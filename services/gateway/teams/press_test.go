@@ -511,3 +511,136 @@ func TestInvokeHoldsEndWhenTheReplicaStops(t *testing.T) {
 		t.Fatalf("%d presses held after the replica's Run returned", n)
 	}
 }
+
+// A retry of a press decided long ago, after every replica's hold of it
+// ended (its replica stopped), is answered at once with "Answer
+// received.": the bus says the press is a duplicate and no replica
+// holds it, so no word of the router's can come to the retry from a
+// holder. Before, the retry's question for that word found its own
+// hold on the press's subject, waited for a reply that could not come,
+// and the retry waited out its hold.
+func TestInvokeRetriedAfterEveryHoldEnded(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		// gone: the first delivery's request is given up before the
+		// router's word, which the replica's kept hold takes.
+		gone bool
+	}{
+		{name: "the first answered with the word"},
+		{name: "the first given up before the word", gone: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			invokeRetriedAfterEveryHoldEnded(t, tc.gone)
+		})
+	}
+}
+
+func invokeRetriedAfterEveryHoldEnded(t *testing.T, gone bool) {
+	f := teamsfake.New(t)
+	b := pressBus(t)
+	cfg := testConfig(f)
+	const pressHold = maxPressHold
+	cfg.PressHold = pressHold
+	a := startReplica(t, f, cfg, b, "a", false)
+	other := startReplica(t, f, cfg, b, "b", false)
+	evs := platformtest.InboundEvents(t, b)
+
+	act := strangerPress(f)
+	firstCtx, giveUp := context.WithCancel(context.Background())
+	defer giveUp()
+	first := postInvoke(firstCtx, f, a.url, act)
+	ev := platformtest.NextEvent(t, evs)
+	ia := ev.GetInteraction()
+	if ev.GetText() != "/approve" || ia.GetId() == "" {
+		t.Fatalf("press %v", ev)
+	}
+	if gone {
+		giveUp()
+		if got := <-first; got.err == nil {
+			t.Fatalf("the first delivery was answered %d %s, want it given up", got.code, got.body)
+		}
+	}
+	const word = "⚠️ Approval already resolved or expired."
+	if err := platform.PublishPressAnswer(b, &deliveryv1.SendRequested{
+		Target: &deliveryv1.Target{Platform: "teams", Account: f.ClientID, ChatId: dmConv, Interaction: ia}, Text: word}); err != nil {
+		t.Fatal(err)
+	}
+	if !gone {
+		if got := <-first; answerValue(t, got) != word {
+			t.Fatalf("the first delivery was answered %q, want %q", answerValue(t, got), word)
+		}
+	}
+	// Long after: the first replica's hold, kept for a retry, ended
+	// with it.
+	a.stop()
+	if heldOnBus(t, b, ia.GetId()) {
+		t.Fatal("the press is held after its replica stopped")
+	}
+
+	got := <-postInvoke(context.Background(), f, other.url, act)
+	waitDuplicate(t, other)
+	if v := answerValue(t, got); v != invokeAnswer || got.took >= pressHold {
+		t.Fatalf("the retry was answered %q after %v, want %q before its hold ends", v, got.took, invokeAnswer)
+	}
+	if n := inboundCount(t, b); n != 1 {
+		t.Fatalf("the bus has %d messages, want the press once", n)
+	}
+}
+
+// The press of a choice the gateway does not know (an Action.Execute
+// whose data names an action that is none of the approval's) is answered
+// as Hermes answers it, after the presser's authorization, which the
+// router decides: it is published as "/start" with its interaction
+// marked (Interaction.unknown_choice) and held, and its invoke is
+// answered with the router's word, its refusal of a stranger through
+// delivery ("⛔ Not authorized.") or its answer to anyone else ("Unknown
+// action."). Before, the gateway answered every such press "Unknown
+// action." at once and published nothing, a stranger's too.
+func TestInvokeOfAnUnknownChoice(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		// refuse: the router refuses the presser (a stranger), through
+		// delivery; else it answers the press.
+		refuse bool
+		word   string
+	}{
+		{name: "a stranger's", refuse: true, word: "⛔ Not authorized."},
+		{name: "an authorized sender's", word: "Unknown action."},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := teamsfake.New(t)
+			b := pressBus(t)
+			cfg := testConfig(f)
+			const pressHold = maxPressHold
+			cfg.PressHold = pressHold
+			a := startReplica(t, f, cfg, b, "a", false)
+			evs := platformtest.InboundEvents(t, b)
+
+			act := f.Press(dmConv, "personal", "aad-stranger", "Mallory", "card-1", "hermes_approve", map[string]any{"hermes_action": "approve_forever"})
+			answered := postInvoke(context.Background(), f, a.url, act)
+			ev := platformtest.NextEvent(t, evs)
+			ia := ev.GetInteraction()
+			if ev.GetText() != unknownChoice || ev.GetButtonPress().GetMessageId() != "card-1" || ia.GetId() == "" || !ia.GetComponent() || !ia.GetUnknownChoice() {
+				t.Fatalf("press %v, want %q with its interaction marked unknown_choice", ev, unknownChoice)
+			}
+			target := &deliveryv1.Target{Platform: "teams", Account: f.ClientID, ChatId: dmConv, Interaction: ia}
+			if tc.refuse {
+				if _, err := a.p.Send(context.Background(), &deliveryv1.SendRequested{Target: target, Text: tc.word}); err != nil {
+					t.Fatal(err)
+				}
+			} else if err := platform.PublishPressAnswer(b, &deliveryv1.SendRequested{Target: target, Text: tc.word}); err != nil {
+				t.Fatal(err)
+			}
+			if got := <-answered; answerValue(t, got) != tc.word {
+				t.Fatalf("the invoke was answered %q, want %q", answerValue(t, got), tc.word)
+			}
+			if got := f.Activities(dmConv); len(got) != 0 {
+				t.Fatalf("the conversation got %v, want nothing", got)
+			}
+		})
+	}
+}

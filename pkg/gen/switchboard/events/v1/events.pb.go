@@ -985,7 +985,14 @@ type Interaction struct {
 	// that carries the buttons, which the answer must leave alone, so the
 	// followup goes out without deleting it; and an answer that cannot be
 	// sent privately is dropped rather than posted to the chat.
-	Component     bool `protobuf:"varint,5,opt,name=component,proto3" json:"component,omitempty"`
+	Component bool `protobuf:"varint,5,opt,name=component,proto3" json:"component,omitempty"`
+	// The press names a choice its gateway cannot read (a Teams card
+	// action whose data names no approval choice it knows): the router
+	// refuses a sender it does not authorize, as any press, and answers
+	// anyone else with Hermes's "Unknown action.", doing nothing else. The
+	// message's text is then "/start", which a router without this field
+	// answers with nothing (no notice, no turn) during a rolling upgrade.
+	UnknownChoice bool `protobuf:"varint,6,opt,name=unknown_choice,json=unknownChoice,proto3" json:"unknown_choice,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1051,6 +1058,13 @@ func (x *Interaction) GetExpiresAt() *timestamppb.Timestamp {
 func (x *Interaction) GetComponent() bool {
 	if x != nil {
 		return x.Component
+	}
+	return false
+}
+
+func (x *Interaction) GetUnknownChoice() bool {
+	if x != nil {
+		return x.UnknownChoice
 	}
 	return false
 }
@@ -1353,14 +1367,15 @@ const file_switchboard_events_v1_events_proto_rawDesc = "" +
 	"\fbutton_press\x18\x14 \x01(\v2\".switchboard.events.v1.ButtonPressR\vbuttonPress\x12#\n" +
 	"\rslash_command\x18\x15 \x01(\bR\fslashCommand\x12D\n" +
 	"\vinteraction\x18\x16 \x01(\v2\".switchboard.events.v1.InteractionR\vinteraction\x12(\n" +
-	"\x10lists_tool_calls\x18\x17 \x01(\bR\x0elistsToolCalls\"\xb3\x01\n" +
+	"\x10lists_tool_calls\x18\x17 \x01(\bR\x0elistsToolCalls\"\xda\x01\n" +
 	"\vInteraction\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12%\n" +
 	"\x0eapplication_id\x18\x02 \x01(\tR\rapplicationId\x12\x14\n" +
 	"\x05token\x18\x03 \x01(\tR\x05token\x129\n" +
 	"\n" +
 	"expires_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x12\x1c\n" +
-	"\tcomponent\x18\x05 \x01(\bR\tcomponent\"b\n" +
+	"\tcomponent\x18\x05 \x01(\bR\tcomponent\x12%\n" +
+	"\x0eunknown_choice\x18\x06 \x01(\bR\runknownChoice\"b\n" +
 	"\vButtonPress\x12\x1d\n" +
 	"\n" +
 	"message_id\x18\x01 \x01(\tR\tmessageId\x12 \n" +
