@@ -468,8 +468,10 @@ func (p *Platform) awaitRetry(ctx context.Context, id string, q *query) {
 //
 // It watches that replica (watchHolder), from before it asks: a holder
 // that dies, or loses its connection to the bus, before it answers the
-// query leaves it to this replica.
-func (p *Platform) heldElsewhere(ctx context.Context, id string, q *query, handed time.Time) bool {
+// query leaves it to this replica. asked: a replica was told q's hold
+// holds the press, and watches it; it is told, once this one watches
+// the holder, that it need not (PressWatch.HandOn).
+func (p *Platform) heldElsewhere(ctx context.Context, id string, q *query, handed time.Time, asked bool) bool {
 	if p.bus == nil {
 		return false
 	}
@@ -493,6 +495,11 @@ func (p *Platform) heldElsewhere(ctx context.Context, id string, q *query, hande
 		delete(p.held, id)
 	}
 	p.heldMu.Unlock()
+	if asked {
+		if err := w.HandOn(); err != nil {
+			p.log.Debug("say a telegram button press's query is left to its holder", "err", err)
+		}
+	}
 	p.goPress(func() { p.watchHolder(id, w, handed.Add(watchBound)) })
 	return true
 }

@@ -732,10 +732,10 @@ func (c *askedDuplicateConn) HoldPress(id string) (*platform.PressHold, error) {
 // A handling of a press the bus says is a duplicate, whose hold told
 // another replica handed the press again that the press is held here
 // (platform.RetryPress), answers the query, and that replica, watching
-// (platform.PressWatch), hears before the hold ends that it need not:
+// (platform.PressWatch), hears once it is answered that it need not:
 // the query is this handling's. Its hold closed before its answer and
-// its word, the press looked held by no one without the word, and the
-// watcher answered the query too.
+// without its word, the press looked held by no one without the word,
+// and the watcher answered the query too.
 func TestPressDuplicateAskedForWhileHeld(t *testing.T) {
 	t.Parallel()
 	f := newFake(t)
@@ -779,14 +779,22 @@ func TestPressDuplicateAskedForWhileHeld(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("the query was not answered")
 	}
-	// The watcher decides while the handling's answer is on its way.
+	// The watcher asks many times while the handling's answer is on its
+	// way, the hold closed (its answer's word comes after the answer),
+	// and waits for its word, the holder's absence shorter than the
+	// watcher's grace.
+	select {
+	case said := <-watched:
+		t.Fatalf("the watch ended (said %v) before the holder's answer was taken", said)
+	case <-time.After(holderGrace / 3):
+	}
+	close(release)
 	var said bool
 	select {
 	case said = <-watched:
 	case <-time.After(maxPressHold + answerTimeout + 5*time.Second):
 		t.Fatal("the watch did not end")
 	}
-	close(release)
 	if !said {
 		t.Error("the watcher found the press held by no one without its holder's word while the holder answered it: it answers the query too")
 	}
@@ -1053,5 +1061,109 @@ func TestPressWatchEndsWhileTheQueryIsOpen(t *testing.T) {
 	}
 	if a := f.CallbackAnswers(); len(a) != 1 || a[0].QueryID != query || a[0].Text != "" {
 		t.Fatalf("answers %+v, want the query answered once without text while Telegram takes it", a)
+	}
+}
+
+// A handling of a press the bus says is a duplicate, whose hold told
+// another replica handed the press again that the press is held here,
+// tells that replica the query is answered only once it is: when its
+// own answer settled it, or when it leaves the query to a third replica
+// that holds the press and watches that one itself. Said before its
+// answer, as it was, a failed answer left the query to no one: the
+// replica told "held here" left it, its spinner on until it expired.
+func TestPressDuplicateAskedForTellsItsAsker(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		// fail: the handling's answer to Telegram fails.
+		fail bool
+		// heldElsewhere: a third replica holds the press, and dies
+		// after the asker's watch ended.
+		heldElsewhere bool
+		// askerLeaves: the asker's watch hears that the query needs
+		// no answer from it.
+		askerLeaves bool
+	}{
+		{name: "answered", askerLeaves: true},
+		{name: "answer failed", fail: true},
+		{name: "held elsewhere", heldElsewhere: true, askerLeaves: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFake(t)
+			b := bustest.New(t, bustest.EmbeddedURL(t))
+			cfg := webhookConfig(t, f)
+			ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+			defer cancel()
+			watched := make(chan bool, 1)
+			over := make(chan bool, 1)
+			var third *platform.PressHold
+			defer func() { third.Close() }()
+			s, _ := startWrappedWith(t, cfg, b, "a", func(p *Platform) {
+				p.watchOver = func(_ string, answered bool) { over <- answered }
+			}, func(c platform.Conn) platform.Conn {
+				return &askedDuplicateConn{Conn: c, asked: func(id string) {
+					if tc.heldElsewhere {
+						h, err := platform.HoldPress(b, "telegram", id)
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						third = h
+					}
+					if tc.fail {
+						f.FailNext("answerCallbackQuery", telegramfake.APIError{Code: 500, Description: "Internal Server Error"})
+					}
+					w, err := platform.WatchPress(b, "telegram", id)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if held, err := platform.RetryPress(ctx, b, "telegram", id); err != nil || !held {
+						t.Errorf("asked while the press is held here: held %v, %v", held, err)
+					}
+					go func() {
+						defer w.Close()
+						// As watchHolder watches, asking more often.
+						watched <- w.Wait(ctx, maxPressHold+answerTimeout, 10*time.Millisecond, holderGrace)
+					}()
+				}}
+			})
+			waitFor(t, "connected", 20*time.Second, func() bool { st, _ := s.Runner().State(); return st == platform.StateConnected })
+			card := sendApprovalCard(t, f, b)
+			id, query, err := f.Press("99", card.ID, alice, "ea:once:call_1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if code, err := f.Push(context.Background(), id); err != nil || code != http.StatusOK {
+				t.Fatalf("push: %d %v", code, err)
+			}
+			select {
+			case left := <-watched:
+				if left != tc.askerLeaves {
+					t.Errorf("the asker's watch says the query needs no answer from it: %v, want %v", left, tc.askerLeaves)
+				}
+			case <-time.After(maxPressHold + answerTimeout + 5*time.Second):
+				t.Fatal("the asker's watch did not end")
+			}
+			if !tc.heldElsewhere {
+				return
+			}
+			// The handling watches the third replica itself, and its own
+			// word to the asker is not taken for that replica's: the
+			// third replica dies unanswered, and it answers the query.
+			third.Close()
+			select {
+			case answered := <-over:
+				if answered {
+					t.Fatal("the handling's watch says the dead holder answered the query")
+				}
+			case <-time.After(maxPressHold + answerTimeout + 5*time.Second):
+				t.Fatal("the handling's watch did not end")
+			}
+			if a := f.CallbackAnswers(); len(a) != 1 || a[0].QueryID != query || a[0].Text != "" {
+				t.Fatalf("answers %+v, want the query answered once without text", a)
+			}
+		})
 	}
 }
