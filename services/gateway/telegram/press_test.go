@@ -1167,3 +1167,109 @@ func TestPressDuplicateAskedForTellsItsAsker(t *testing.T) {
 		})
 	}
 }
+
+// stoppingRouterConn publishes a press, has the router's answer with
+// text reach its hold, and then stops the gateway's holds and watches
+// (Platform.stopPresses), as a replica stopping then does; failed, it
+// reports the publish failed (the bus stored it), and the press is held
+// for its retry (awaitRetry).
+type stoppingRouterConn struct {
+	platform.Conn
+	t      *testing.T
+	b      *bus.Bus
+	p      *Platform
+	answer string
+	failed bool
+}
+
+func (c *stoppingRouterConn) Deliver(ctx context.Context, ev *eventsv1.MessageReceived) (platform.Accepted, error) {
+	acc, err := c.Conn.Deliver(ctx, ev)
+	if err != nil || ev.GetInteraction() == nil {
+		return acc, err
+	}
+	id := ev.GetInteraction().GetId()
+	if err := platform.PublishPressAnswer(c.b, &deliveryv1.SendRequested{Target: &deliveryv1.Target{Platform: "telegram", Account: "4242", ChatId: "99",
+		Interaction: ev.GetInteraction()}, Text: c.answer}); err != nil {
+		return acc, err
+	}
+	// The hold has the answer once it can give it to an asker.
+	for end := time.Now().Add(10 * time.Second); ; {
+		actx, cancel := context.WithTimeout(ctx, time.Second)
+		req, err := platform.AskPress(actx, c.b, "telegram", id)
+		cancel()
+		if err == nil && req != nil {
+			break
+		}
+		if time.Now().After(end) {
+			c.t.Errorf("the hold of %s did not get the router's answer", id)
+			break
+		}
+	}
+	c.p.stopPresses()
+	if c.failed {
+		return platform.Accepted{}, errors.New("publish: nats: timeout")
+	}
+	return acc, nil
+}
+
+func (c *stoppingRouterConn) HoldPress(id string) (*platform.PressHold, error) {
+	return c.Conn.(platform.PressHolder).HoldPress(id)
+}
+
+// A hold that has the router's answer when its replica stops answers
+// the query with it, whether the press is held for that answer or, its
+// publish failed, for its retry (awaitRetry). The stop and the answer
+// both at hand, the hold picked either: half the time the query was
+// answered without text, or, waiting for the retry, let go unanswered
+// with the router's answer in hand.
+func TestPressAnsweredAsTheReplicaStops(t *testing.T) {
+	t.Parallel()
+	const answer = "✅ Approved once"
+	// presses: each press's hold picked the stop with even odds.
+	const presses = 8
+	for _, tc := range []struct {
+		name   string
+		failed bool
+	}{{"held", false}, {"held for its retry", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFake(t)
+			b := bustest.New(t, bustest.EmbeddedURL(t))
+			cfg := webhookConfig(t, f)
+			cfg.PressHold = maxPressHold
+			var tp *Platform
+			s, _ := startWrappedWith(t, cfg, b, "a", func(p *Platform) { tp = p }, func(c platform.Conn) platform.Conn {
+				return &stoppingRouterConn{Conn: c, t: t, b: b, p: tp, answer: answer, failed: tc.failed}
+			})
+			waitFor(t, "connected", 20*time.Second, func() bool { st, _ := s.Runner().State(); return st == platform.StateConnected })
+			card := sendApprovalCard(t, f, b)
+			queries := map[string]bool{}
+			for range presses {
+				id, query, err := f.Press("99", card.ID, alice, "ea:once:call_1")
+				if err != nil {
+					t.Fatal(err)
+				}
+				queries[query] = true
+				if _, err := f.Push(context.Background(), id); err != nil {
+					t.Fatalf("push: %v", err)
+				}
+			}
+			// Each press's hold answered before its handling returned
+			// (the gateway stopped, the hold ran on the handling's own
+			// goroutine).
+			a := f.CallbackAnswers()
+			got := map[string]string{}
+			for _, x := range a {
+				got[x.QueryID] = x.Text
+			}
+			for q := range queries {
+				if text, ok := got[q]; !ok || text != answer {
+					t.Errorf("query %s answered %v with %q, want the router's word", q, ok, text)
+				}
+			}
+			if len(a) != presses {
+				t.Errorf("%d answers, want %d", len(a), presses)
+			}
+		})
+	}
+}
