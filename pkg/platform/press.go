@@ -349,6 +349,26 @@ func (w *PressWatch) Wait(ctx context.Context, bound, every, grace time.Duration
 	}
 }
 
+// HandOn says on the press's answered subject that its query needs no
+// answer from this replica's watchers: a replica whose hold of the
+// press another replica was told holds it (PressHold.LetGo), and which
+// leaves the query to the press's holder and watches it with w, says so
+// to that replica, which leaves the query to it. w hears the word too,
+// and drops it: it has it by the end of the round trip to the server,
+// the word coming on w's connection. A holder's word that came in the
+// meantime is dropped with it; the watch then takes the query over when
+// the hold ends, and its answer is refused, the query answered already.
+func (w *PressWatch) HandOn() error {
+	if err := ConfirmPressAnswered(w.b, w.platform, w.id); err != nil {
+		return err
+	}
+	if err := w.b.Conn().Flush(); err != nil {
+		return fmt.Errorf("hand press on: %w", err)
+	}
+	w.said()
+	return nil
+}
+
 // held asks whether a replica still holds the press; an error (no
 // reply in time) is no answer, and the watch goes on.
 func (w *PressWatch) held(ctx context.Context, timeout time.Duration) bool {

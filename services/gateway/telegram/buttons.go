@@ -419,6 +419,15 @@ func (p *Platform) awaitRetry(ctx context.Context, id string, q *query) {
 				p.hold(ctx, id, q)
 			}
 		}
+		// answer answers the query with the router's answer, the press
+		// decided.
+		answer := func(req *deliveryv1.SendRequested) {
+			if p.claimQuery(id) != nil {
+				actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), answerTimeout)
+				defer cancel()
+				settle(q.hold, p.answerCallbackText(actx, id, req.GetText()))
+			}
+		}
 		select {
 		case <-retry:
 			return // the retry holds it now
@@ -438,11 +447,7 @@ func (p *Platform) awaitRetry(ctx context.Context, id string, q *query) {
 		case <-q.claimed:
 			// Refused: the refusal answers the query and ends its hold.
 		case req := <-answered:
-			if p.claimQuery(id) != nil {
-				actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), answerTimeout)
-				defer cancel()
-				settle(q.hold, p.answerCallbackText(actx, id, req.GetText()))
-			}
+			answer(req)
 		case <-t.C:
 			if p.retryWaitOver != nil {
 				p.retryWaitOver(id)
@@ -451,8 +456,15 @@ func (p *Platform) awaitRetry(ctx context.Context, id string, q *query) {
 		case <-p.life.Done():
 			// The gateway stops: its wait ends as when it runs out. Held
 			// on for a replica told so, the hold answers the query at
-			// once (hold).
-			letGo()
+			// once (hold). The router's answer, if it came already, is
+			// its answer: the select picks among the ready cases at
+			// random, and let go, the query lost it.
+			select {
+			case req := <-answered:
+				answer(req)
+			default:
+				letGo()
+			}
 		}
 	})
 }
@@ -468,8 +480,10 @@ func (p *Platform) awaitRetry(ctx context.Context, id string, q *query) {
 //
 // It watches that replica (watchHolder), from before it asks: a holder
 // that dies, or loses its connection to the bus, before it answers the
-// query leaves it to this replica.
-func (p *Platform) heldElsewhere(ctx context.Context, id string, q *query, handed time.Time) bool {
+// query leaves it to this replica. asked: a replica was told q's hold
+// holds the press, and watches it; it is told, once this one watches
+// the holder, that it need not (PressWatch.HandOn).
+func (p *Platform) heldElsewhere(ctx context.Context, id string, q *query, handed time.Time, asked bool) bool {
 	if p.bus == nil {
 		return false
 	}
@@ -493,6 +507,11 @@ func (p *Platform) heldElsewhere(ctx context.Context, id string, q *query, hande
 		delete(p.held, id)
 	}
 	p.heldMu.Unlock()
+	if asked {
+		if err := w.HandOn(); err != nil {
+			p.log.Debug("say a telegram button press's query is left to its holder", "err", err)
+		}
+	}
 	p.goPress(func() { p.watchHolder(id, w, handed.Add(watchBound)) })
 	return true
 }
@@ -609,7 +628,14 @@ func (p *Platform) hold(ctx context.Context, id string, q *query) {
 		case <-t.C:
 		case <-p.life.Done():
 			// The gateway stops: the router's word can no longer reach
-			// this hold, and the query is answered on the way out.
+			// this hold, and the query is answered on the way out, with
+			// the word if it came already (the select picks among the
+			// ready cases at random).
+			select {
+			case req := <-answered:
+				text = req.GetText()
+			default:
+			}
 		case req := <-answered:
 			text = req.GetText()
 		case <-q.claimed:

@@ -732,10 +732,10 @@ func (c *askedDuplicateConn) HoldPress(id string) (*platform.PressHold, error) {
 // A handling of a press the bus says is a duplicate, whose hold told
 // another replica handed the press again that the press is held here
 // (platform.RetryPress), answers the query, and that replica, watching
-// (platform.PressWatch), hears before the hold ends that it need not:
+// (platform.PressWatch), hears once it is answered that it need not:
 // the query is this handling's. Its hold closed before its answer and
-// its word, the press looked held by no one without the word, and the
-// watcher answered the query too.
+// without its word, the press looked held by no one without the word,
+// and the watcher answered the query too.
 func TestPressDuplicateAskedForWhileHeld(t *testing.T) {
 	t.Parallel()
 	f := newFake(t)
@@ -779,14 +779,22 @@ func TestPressDuplicateAskedForWhileHeld(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("the query was not answered")
 	}
-	// The watcher decides while the handling's answer is on its way.
+	// The watcher asks many times while the handling's answer is on its
+	// way, the hold closed (its answer's word comes after the answer),
+	// and waits for its word, the holder's absence shorter than the
+	// watcher's grace.
+	select {
+	case said := <-watched:
+		t.Fatalf("the watch ended (said %v) before the holder's answer was taken", said)
+	case <-time.After(holderGrace / 3):
+	}
+	close(release)
 	var said bool
 	select {
 	case said = <-watched:
 	case <-time.After(maxPressHold + answerTimeout + 5*time.Second):
 		t.Fatal("the watch did not end")
 	}
-	close(release)
 	if !said {
 		t.Error("the watcher found the press held by no one without its holder's word while the holder answered it: it answers the query too")
 	}
@@ -1053,5 +1061,215 @@ func TestPressWatchEndsWhileTheQueryIsOpen(t *testing.T) {
 	}
 	if a := f.CallbackAnswers(); len(a) != 1 || a[0].QueryID != query || a[0].Text != "" {
 		t.Fatalf("answers %+v, want the query answered once without text while Telegram takes it", a)
+	}
+}
+
+// A handling of a press the bus says is a duplicate, whose hold told
+// another replica handed the press again that the press is held here,
+// tells that replica the query is answered only once it is: when its
+// own answer settled it, or when it leaves the query to a third replica
+// that holds the press and watches that one itself. Said before its
+// answer, as it was, a failed answer left the query to no one: the
+// replica told "held here" left it, its spinner on until it expired.
+func TestPressDuplicateAskedForTellsItsAsker(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		// fail: the handling's answer to Telegram fails.
+		fail bool
+		// heldElsewhere: a third replica holds the press, and dies
+		// after the asker's watch ended.
+		heldElsewhere bool
+		// askerLeaves: the asker's watch hears that the query needs
+		// no answer from it.
+		askerLeaves bool
+	}{
+		{name: "answered", askerLeaves: true},
+		{name: "answer failed", fail: true},
+		{name: "held elsewhere", heldElsewhere: true, askerLeaves: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFake(t)
+			b := bustest.New(t, bustest.EmbeddedURL(t))
+			cfg := webhookConfig(t, f)
+			ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+			defer cancel()
+			watched := make(chan bool, 1)
+			over := make(chan bool, 1)
+			var third *platform.PressHold
+			defer func() { third.Close() }()
+			s, _ := startWrappedWith(t, cfg, b, "a", func(p *Platform) {
+				p.watchOver = func(_ string, answered bool) { over <- answered }
+			}, func(c platform.Conn) platform.Conn {
+				return &askedDuplicateConn{Conn: c, asked: func(id string) {
+					if tc.heldElsewhere {
+						h, err := platform.HoldPress(b, "telegram", id)
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						third = h
+					}
+					if tc.fail {
+						f.FailNext("answerCallbackQuery", telegramfake.APIError{Code: 500, Description: "Internal Server Error"})
+					}
+					w, err := platform.WatchPress(b, "telegram", id)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if held, err := platform.RetryPress(ctx, b, "telegram", id); err != nil || !held {
+						t.Errorf("asked while the press is held here: held %v, %v", held, err)
+					}
+					go func() {
+						defer w.Close()
+						// As watchHolder watches, asking more often.
+						watched <- w.Wait(ctx, maxPressHold+answerTimeout, 10*time.Millisecond, holderGrace)
+					}()
+				}}
+			})
+			waitFor(t, "connected", 20*time.Second, func() bool { st, _ := s.Runner().State(); return st == platform.StateConnected })
+			card := sendApprovalCard(t, f, b)
+			id, query, err := f.Press("99", card.ID, alice, "ea:once:call_1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if code, err := f.Push(context.Background(), id); err != nil || code != http.StatusOK {
+				t.Fatalf("push: %d %v", code, err)
+			}
+			select {
+			case left := <-watched:
+				if left != tc.askerLeaves {
+					t.Errorf("the asker's watch says the query needs no answer from it: %v, want %v", left, tc.askerLeaves)
+				}
+			case <-time.After(maxPressHold + answerTimeout + 5*time.Second):
+				t.Fatal("the asker's watch did not end")
+			}
+			if !tc.heldElsewhere {
+				return
+			}
+			// The handling watches the third replica itself, and its own
+			// word to the asker is not taken for that replica's: the
+			// third replica dies unanswered, and it answers the query.
+			third.Close()
+			select {
+			case answered := <-over:
+				if answered {
+					t.Fatal("the handling's watch says the dead holder answered the query")
+				}
+			case <-time.After(maxPressHold + answerTimeout + 5*time.Second):
+				t.Fatal("the handling's watch did not end")
+			}
+			if a := f.CallbackAnswers(); len(a) != 1 || a[0].QueryID != query || a[0].Text != "" {
+				t.Fatalf("answers %+v, want the query answered once without text", a)
+			}
+		})
+	}
+}
+
+// stoppingRouterConn publishes a press, has the router's answer with
+// text reach its hold, and then stops the gateway's holds and watches
+// (Platform.stopPresses), as a replica stopping then does; failed, it
+// reports the publish failed (the bus stored it), and the press is held
+// for its retry (awaitRetry).
+type stoppingRouterConn struct {
+	platform.Conn
+	t      *testing.T
+	b      *bus.Bus
+	p      *Platform
+	answer string
+	failed bool
+}
+
+func (c *stoppingRouterConn) Deliver(ctx context.Context, ev *eventsv1.MessageReceived) (platform.Accepted, error) {
+	acc, err := c.Conn.Deliver(ctx, ev)
+	if err != nil || ev.GetInteraction() == nil {
+		return acc, err
+	}
+	id := ev.GetInteraction().GetId()
+	if err := platform.PublishPressAnswer(c.b, &deliveryv1.SendRequested{Target: &deliveryv1.Target{Platform: "telegram", Account: "4242", ChatId: "99",
+		Interaction: ev.GetInteraction()}, Text: c.answer}); err != nil {
+		return acc, err
+	}
+	// The hold has the answer once it can give it to an asker.
+	for end := time.Now().Add(10 * time.Second); ; {
+		actx, cancel := context.WithTimeout(ctx, time.Second)
+		req, err := platform.AskPress(actx, c.b, "telegram", id)
+		cancel()
+		if err == nil && req != nil {
+			break
+		}
+		if time.Now().After(end) {
+			c.t.Errorf("the hold of %s did not get the router's answer", id)
+			break
+		}
+	}
+	c.p.stopPresses()
+	if c.failed {
+		return platform.Accepted{}, errors.New("publish: nats: timeout")
+	}
+	return acc, nil
+}
+
+func (c *stoppingRouterConn) HoldPress(id string) (*platform.PressHold, error) {
+	return c.Conn.(platform.PressHolder).HoldPress(id)
+}
+
+// A hold that has the router's answer when its replica stops answers
+// the query with it, whether the press is held for that answer or, its
+// publish failed, for its retry (awaitRetry). The stop and the answer
+// both at hand, the hold picked either: half the time the query was
+// answered without text, or, waiting for the retry, let go unanswered
+// with the router's answer in hand.
+func TestPressAnsweredAsTheReplicaStops(t *testing.T) {
+	t.Parallel()
+	const answer = "✅ Approved once"
+	// presses: each press's hold picked the stop with even odds.
+	const presses = 8
+	for _, tc := range []struct {
+		name   string
+		failed bool
+	}{{"held", false}, {"held for its retry", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFake(t)
+			b := bustest.New(t, bustest.EmbeddedURL(t))
+			cfg := webhookConfig(t, f)
+			cfg.PressHold = maxPressHold
+			var tp *Platform
+			s, _ := startWrappedWith(t, cfg, b, "a", func(p *Platform) { tp = p }, func(c platform.Conn) platform.Conn {
+				return &stoppingRouterConn{Conn: c, t: t, b: b, p: tp, answer: answer, failed: tc.failed}
+			})
+			waitFor(t, "connected", 20*time.Second, func() bool { st, _ := s.Runner().State(); return st == platform.StateConnected })
+			card := sendApprovalCard(t, f, b)
+			queries := map[string]bool{}
+			for range presses {
+				id, query, err := f.Press("99", card.ID, alice, "ea:once:call_1")
+				if err != nil {
+					t.Fatal(err)
+				}
+				queries[query] = true
+				if _, err := f.Push(context.Background(), id); err != nil {
+					t.Fatalf("push: %v", err)
+				}
+			}
+			// Each press's hold answered before its handling returned
+			// (the gateway stopped, the hold ran on the handling's own
+			// goroutine).
+			a := f.CallbackAnswers()
+			got := map[string]string{}
+			for _, x := range a {
+				got[x.QueryID] = x.Text
+			}
+			for q := range queries {
+				if text, ok := got[q]; !ok || text != answer {
+					t.Errorf("query %s answered %v with %q, want the router's word", q, ok, text)
+				}
+			}
+			if len(a) != presses {
+				t.Errorf("%d answers, want %d", len(a), presses)
+			}
+		})
 	}
 }

@@ -451,15 +451,17 @@ func (p *Platform) handle(ctx context.Context, conn platform.Conn, raw []byte) (
 				}
 				// A replica told meanwhile that the press is held
 				// here left the query to this hold (heldElsewhere), and
-				// watches it: it hears, before the hold ends, that the
-				// query is this handling's, which answers it or watches
-				// the replica it leaves it to. Closed first, the hold
-				// looked like a dead holder's, and that replica
-				// answered the query too.
-				if q.hold.LetGo() {
-					q.hold.Answered()
-				}
-				if duplicate && p.heldElsewhere(ctx, out.callbackID, q, handed) {
+				// watches it: it hears that the query is this
+				// handling's once this handling watches the replica it
+				// leaves it to, or once its answer settled it
+				// (queryDone). Said before the answer, a failed answer
+				// left the query to no one. The hold closes first, so
+				// that the question below does not find it; the watcher
+				// waits out a holder's absence for its grace
+				// (holderGrace) before it answers.
+				asked := q.hold.LetGo()
+				q.hold.Close()
+				if duplicate && p.heldElsewhere(ctx, out.callbackID, q, handed, asked) {
 					return
 				}
 				if p.claimQuery(out.callbackID) != nil && p.answerCallback(ctx, out.callbackID) {
