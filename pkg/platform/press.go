@@ -59,12 +59,17 @@ type PressHolder interface {
 // PressHold is a press held for the router's answer.
 type PressHold struct {
 	nc *nats.Conn
-	// answered is the press's answered subject (Answered).
-	answered string
-	sub      *nats.Subscription
-	answer   chan *deliveryv1.SendRequested
-	retried  chan struct{}
-	once     sync.Once
+	// answered is the press's answered subject (Answered); subject the
+	// press's own, which handle listens on.
+	answered, subject string
+	handle            nats.MsgHandler
+	// subMu guards sub, which HeldElsewhere replaces, and closed.
+	subMu   sync.Mutex
+	sub     *nats.Subscription
+	closed  bool
+	answer  chan *deliveryv1.SendRequested
+	retried chan struct{}
+	once    sync.Once
 	// mu orders a retry's question (told the press is held, the asker
 	// leaves it to this hold) and LetGo: once let go, no question is
 	// told that. It also guards got.
@@ -95,7 +100,54 @@ func (h *PressHold) Close() {
 	if h == nil {
 		return
 	}
-	h.once.Do(func() { _ = h.sub.Unsubscribe() })
+	h.once.Do(func() {
+		h.subMu.Lock()
+		defer h.subMu.Unlock()
+		h.closed = true
+		_ = h.sub.Unsubscribe()
+	})
+}
+
+// HeldElsewhere reports whether a replica other than this hold's holds
+// the press (RetryPress, which every hold answers, an older replica's
+// too): asked with this hold off the press's subject, since this hold,
+// which does not answer its own replica's question, would keep the bus
+// from saying that no one else holds it. Asked after the press's
+// publish (a duplicate), it finds the replica whose delivery the bus
+// stored, which held the press before publishing it. What comes to the
+// press's subject while the question is out misses this hold: the
+// router's word then came to another holder too (AskPress gets it from
+// it), or to none, the press being this replica's to answer. A closed
+// hold asks nothing; an error is no answer. ctx, which bounds it, must
+// have a deadline.
+func (h *PressHold) HeldElsewhere(ctx context.Context, b *bus.Bus, platform, id string) (bool, error) {
+	if h == nil {
+		return false, errors.New("held elsewhere: no hold")
+	}
+	h.subMu.Lock()
+	defer h.subMu.Unlock()
+	if h.closed {
+		return false, errors.New("held elsewhere: the hold is closed")
+	}
+	// The server has the unsubscription before the question: both go
+	// on this connection, in order.
+	if err := h.sub.Unsubscribe(); err != nil {
+		return false, fmt.Errorf("held elsewhere: %w", err)
+	}
+	held, err := RetryPress(ctx, b, platform, id)
+	sub, serr := h.nc.Subscribe(h.subject, h.handle)
+	if serr == nil {
+		h.sub = sub
+		// Bounded by ctx as the question is, not by a flush's own 10 s:
+		// an invoke waits on it. Unflushed, the hold is still the
+		// subscriber the server gets next, and the error says to wait
+		// for the word.
+		serr = h.nc.FlushWithContext(ctx)
+	}
+	if serr != nil {
+		return false, fmt.Errorf("held elsewhere: hold again: %w", serr)
+	}
+	return held, err
 }
 
 // Answered says on the press's answered subject that its query was
@@ -142,9 +194,9 @@ func HoldPress(b *bus.Bus, platform, id string) (*PressHold, error) {
 	if id == "" {
 		return nil, errors.New("hold press: no interaction id")
 	}
-	h := &PressHold{nc: b.Conn(), answered: pressAnsweredSubject(b, platform, id),
+	h := &PressHold{nc: b.Conn(), answered: pressAnsweredSubject(b, platform, id), subject: b.Topology().PressSubject(platform, id),
 		answer: make(chan *deliveryv1.SendRequested, 1), retried: make(chan struct{}, 1)}
-	sub, err := b.Conn().Subscribe(b.Topology().PressSubject(platform, id), func(m *nats.Msg) {
+	h.handle = func(m *nats.Msg) {
 		if m.Header.Get(pressRetryHeader) != "" {
 			h.mu.Lock()
 			defer h.mu.Unlock()
@@ -185,7 +237,8 @@ func HoldPress(b *bus.Bus, platform, id string) (*PressHold, error) {
 		if m.Reply != "" {
 			_ = m.Respond(nil)
 		}
-	})
+	}
+	sub, err := b.Conn().Subscribe(h.subject, h.handle)
 	if err != nil {
 		return nil, fmt.Errorf("hold press: %w", err)
 	}

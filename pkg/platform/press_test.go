@@ -235,3 +235,58 @@ func TestPressWatchHolderAbsence(t *testing.T) {
 		})
 	}
 }
+
+// A hold asks whether another replica holds its press (HeldElsewhere)
+// without counting itself: no when it is the only one, yes when
+// another holds it too; it holds the press on after the question (an
+// answer reaches it, a later question finds it), and a closed hold
+// asks nothing.
+func TestPressHoldHeldElsewhere(t *testing.T) {
+	t.Parallel()
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	h, err := platform.HoldPress(b, "teams", "e1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	if held, err := h.HeldElsewhere(ctx, b, "teams", "e1"); err != nil || held {
+		t.Fatalf("held alone: elsewhere %v, %v", held, err)
+	}
+	if held, err := platform.RetryPress(ctx, b, "teams", "e1"); err != nil || !held {
+		t.Fatalf("after its question, the press: held %v, %v; want held", held, err)
+	}
+	req := &deliveryv1.SendRequested{Target: &deliveryv1.Target{Platform: "teams", Interaction: &eventsv1.Interaction{Id: "e1"}}, Text: "done"}
+	if err := platform.PublishPressAnswer(b, req); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case got := <-h.Answer():
+		if got.GetText() != "done" {
+			t.Fatalf("answer %q", got.GetText())
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the hold took no answer after its question")
+	}
+
+	other, err := platform.HoldPress(b, "teams", "e1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if held, err := h.HeldElsewhere(ctx, b, "teams", "e1"); err != nil || !held {
+		t.Fatalf("held by another too: elsewhere %v, %v", held, err)
+	}
+	other.Close()
+	if held, err := h.HeldElsewhere(ctx, b, "teams", "e1"); err != nil || held {
+		t.Fatalf("the other's hold closed: elsewhere %v, %v", held, err)
+	}
+
+	h.Close()
+	if _, err := h.HeldElsewhere(ctx, b, "teams", "e1"); err == nil {
+		t.Fatal("a closed hold asked")
+	}
+	if held, err := platform.RetryPress(ctx, b, "teams", "e1"); err != nil || held {
+		t.Fatalf("a closed hold's press: held %v, %v", held, err)
+	}
+}

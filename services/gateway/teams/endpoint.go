@@ -170,7 +170,7 @@ func (p *Platform) handle(ctx context.Context, conn platform.Deliverer, a *Activ
 	if h, ok := conn.(platform.PressHolder); ok && n.press && a.Type == "invoke" {
 		// The router's answer may come as soon as the press is out.
 		id := interactionID(p.cfg.ClientID, n.ev.GetEventId())
-		if inv, created = p.holdInvoke(ctx, h, id); inv.hold != nil {
+		if inv, created = p.holdInvoke(h, id); inv.hold != nil {
 			n.ev.Interaction = &eventsv1.Interaction{Id: id, Component: true, ExpiresAt: timestamppb.New(time.Now().Add(p.cfg.PressHold)),
 				UnknownChoice: n.unknown}
 		}
@@ -193,7 +193,7 @@ func (p *Platform) handle(ctx context.Context, conn platform.Deliverer, a *Activ
 		inv = nil
 	}
 	if acc.Duplicate {
-		if alone = p.answerAlone(inv, created); !alone {
+		if alone = p.answerAlone(ctx, inv, created); !alone {
 			p.askElsewhere(inv)
 		}
 	}

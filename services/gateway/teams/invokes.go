@@ -24,10 +24,11 @@ import (
 // that came before the retry held it is asked of the replicas holding
 // it on (askElsewhere). The
 // retry is answered with it when it comes within the retry's own hold.
-// A retry of a press no other replica held when this one came to hold
-// it (asked before its own hold is in place: heldElsewhere) is of a
-// press decided long before, every hold of it ended: no holder has the
-// word to give, and the retry is answered at once, with the word only if
+// A retry whose replica finds no other replica holding the press once
+// the bus has said it is a duplicate (answerAlone: the replica whose
+// delivery the bus stored held it before publishing it) is of a press
+// decided long before, every hold of it ended: no holder has the word
+// to give, and the retry is answered at once, with the word only if
 // this replica's hold has it already.
 // A press stays held for a while after a delivery of it ended, its
 // publish failed or its answer maybe not taken (keepForRetry).
@@ -47,12 +48,9 @@ type heldInvoke struct {
 	settled  sync.Once
 	// released is closed when the last user lets go.
 	released chan struct{}
-	// heldElsewhere is whether another replica held the press (or could
-	// not be told not to) when this one came to hold it: set before
-	// ready is closed.
-	heldElsewhere bool
 	// alone is set once a delivery the bus called a duplicate created
-	// this hold with no other replica holding the press (answerAlone).
+	// this hold and found no other replica holding the press
+	// (answerAlone).
 	alone atomic.Bool
 	// users are the deliveries waiting on it (guarded by invokesMu).
 	users int
@@ -71,15 +69,7 @@ func interactionID(account, eventID string) string {
 // delivery waits; created is false): the hold is in place when it
 // returns, before the press is published. The caller lets go with
 // releaseInvoke.
-//
-// Before its own hold, it asks whether another replica holds the press
-// (platform.RetryPress, which every hold answers at once, an older
-// replica's too, and which the bus answers at once when none does):
-// once its own hold is in place, the question for the router's word
-// (askElsewhere) cannot tell a press no one else holds from one whose
-// holders have no word yet, since its own hold is a listener that never
-// replies.
-func (p *Platform) holdInvoke(ctx context.Context, h platform.PressHolder, id string) (inv *heldInvoke, created bool) {
+func (p *Platform) holdInvoke(h platform.PressHolder, id string) (inv *heldInvoke, created bool) {
 	p.invokesMu.Lock()
 	if held := p.invokes[id]; held != nil {
 		held.users++
@@ -93,7 +83,6 @@ func (p *Platform) holdInvoke(ctx context.Context, h platform.PressHolder, id st
 	}
 	p.invokes[id] = inv
 	p.invokesMu.Unlock()
-	inv.heldElsewhere = p.heldElsewhere(ctx, id)
 	hold, err := h.HoldPress(id)
 	if err != nil {
 		p.log.Warn("hold teams button press for the router's answer; answered without it", "err", err)
@@ -118,35 +107,33 @@ func (p *Platform) holdInvoke(ctx context.Context, h platform.PressHolder, id st
 	return inv, true
 }
 
-// heldElsewhere reports whether another replica holds the press with
-// interaction id, asked before this replica holds it; when the question
-// has no answer (the bus is slow or out of reach), it may: the press
-// then waits for the router's word as one held elsewhere.
-func (p *Platform) heldElsewhere(ctx context.Context, id string) bool {
-	ctx, cancel := context.WithTimeout(ctx, p.cfg.PressHold)
-	defer cancel()
-	held, err := platform.RetryPress(ctx, p.bus, p.Name(), id)
-	if err != nil {
-		p.log.Debug("ask whether another replica holds a teams press", "err", err)
-		return true
-	}
-	return held
-}
-
 // answerAlone reports whether a delivery of inv's press that the bus
 // called a duplicate is answered at once (awaitAnswer): when this
-// delivery created the hold (created) and no other replica held the
-// press then, the press was decided long ago and every hold of it
+// delivery created the hold (created) and no other replica holds the
+// press now, the press was decided long ago and every hold of it
 // ended, so no holder has the router's word to give; a later duplicate
-// that joins this hold is answered at once too. A hold created by a
-// delivery the bus stored (the first, still waiting) or one held
-// elsewhere too waits for the word (askElsewhere).
-func (p *Platform) answerAlone(inv *heldInvoke, created bool) bool {
+// that joins this hold is answered at once too. Asked after the
+// publish, not before this replica's hold: the replica whose delivery
+// the bus stored held the press before publishing it, so a first
+// delivery racing this one is found, where a question asked before
+// could come before its hold. A hold created by a delivery the bus
+// stored (the first, still waiting), one held elsewhere too, or one
+// whose question has no answer (the bus is slow or out of reach) waits
+// for the word (askElsewhere).
+func (p *Platform) answerAlone(ctx context.Context, inv *heldInvoke, created bool) bool {
 	if inv == nil || inv.hold == nil {
 		return false
 	}
-	if created && !inv.heldElsewhere {
-		inv.alone.Store(true)
+	if created {
+		ctx, cancel := context.WithTimeout(ctx, p.cfg.PressHold)
+		defer cancel()
+		held, err := inv.hold.HeldElsewhere(ctx, p.bus, p.Name(), inv.id)
+		if err != nil {
+			p.log.Debug("ask whether another replica holds a teams press", "err", err)
+		}
+		if err == nil && !held {
+			inv.alone.Store(true)
+		}
 	}
 	return inv.alone.Load()
 }

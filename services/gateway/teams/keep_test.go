@@ -28,7 +28,7 @@ func keepPresses(t *testing.T, p *Platform, b *bus.Bus, prefix string, n int) []
 	t.Helper()
 	invs := make([]*heldInvoke, n)
 	for i := range invs {
-		inv, _ := p.holdInvoke(context.Background(), busHolder{b}, fmt.Sprintf("%s-%03d", prefix, i))
+		inv, _ := p.holdInvoke(busHolder{b}, fmt.Sprintf("%s-%03d", prefix, i))
 		if inv.hold == nil {
 			t.Fatalf("press %d not held", i)
 		}

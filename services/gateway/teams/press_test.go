@@ -644,3 +644,79 @@ func TestInvokeOfAnUnknownChoice(t *testing.T) {
 		})
 	}
 }
+
+// Two deliveries of one invoke that race (the Bot Framework's retry
+// comes to another replica while the first is still on its way to the
+// bus): the retry's replica finds no other hold of the press when it
+// comes to hold it, the first's replica holds and publishes it, and the
+// retry's publish is then told it is a duplicate. The bus's dedupe
+// decides which of them is the press (there is one on the bus), and the
+// retry, whose press another replica holds and the router has still to
+// decide, still gets the router's word. Before, the retry went by its
+// question asked before its hold (no other holder then), took the press
+// for one decided long ago and was answered at once without the word.
+func TestInvokeRetriedWhileTheFirstComesToHold(t *testing.T) {
+	t.Parallel()
+	f := teamsfake.New(t)
+	b := pressBus(t)
+	cfg := testConfig(f)
+	const pressHold = maxPressHold
+	cfg.PressHold = pressHold
+	a := startReplica(t, f, cfg, b, "a", false)
+	retry := startReplica(t, f, cfg, b, "b", false)
+	evs := platformtest.InboundEvents(t, b)
+
+	act := strangerPress(f)
+	body, err := json.Marshal(act)
+	if err != nil {
+		t.Fatal(err)
+	}
+	parsed, err := parseActivity(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := interactionID(cfg.ClientID, normalize(parsed, cfg.ClientID, cfg.RequireMention).ev.GetEventId())
+
+	// The retry's replica holds the press first (handle: its hold is in
+	// place before it publishes), then the first delivery's replica
+	// holds it and publishes it.
+	ctx := context.Background()
+	inv, created := retry.p.holdInvoke(retry.conn, id)
+	defer retry.p.releaseInvoke(inv)
+	if inv.hold == nil || !created {
+		t.Fatalf("the retry's hold: %v, created %v", inv.hold, created)
+	}
+	first := postInvoke(ctx, f, a.url, act)
+	ev := platformtest.NextEvent(t, evs)
+	if ia := ev.GetInteraction(); ev.GetText() != "/approve" || ia.GetId() != id {
+		t.Fatalf("press %v, want its interaction %q", ev, id)
+	}
+
+	// The retry's publish, after: a duplicate, decided as handle does.
+	acc, err := retry.conn.Deliver(ctx, ev)
+	if err != nil || !acc.Duplicate {
+		t.Fatalf("the retry's publish: %+v, %v; want a duplicate", acc, err)
+	}
+	<-retry.conn.dups
+	alone := retry.p.answerAlone(ctx, inv, created)
+	if !alone {
+		retry.p.askElsewhere(inv)
+	}
+	answer := make(chan string, 1)
+	go func() { answer <- retry.p.awaitAnswer(ctx, inv, alone) }()
+
+	const word = "⚠️ Approval already resolved or expired."
+	if err := platform.PublishPressAnswer(b, &deliveryv1.SendRequested{
+		Target: &deliveryv1.Target{Platform: "teams", Account: f.ClientID, ChatId: dmConv, Interaction: ev.GetInteraction()}, Text: word}); err != nil {
+		t.Fatal(err)
+	}
+	if got := <-answer; got != word {
+		t.Fatalf("the retry was answered %q (alone %v), want the router's word %q", got, alone, word)
+	}
+	if got := <-first; answerValue(t, got) != word {
+		t.Fatalf("the first delivery was answered %q, want %q", answerValue(t, got), word)
+	}
+	if n := inboundCount(t, b); n != 1 {
+		t.Fatalf("the bus has %d messages, want the press once", n)
+	}
+}
