@@ -861,8 +861,7 @@ return {n, created}`)
 // fillSeqGap runs when a turn is redelivered: a crash between allocating a
 // seq and publishing it leaves a hole at the counter's value; a typing
 // event with that id fills it (or is deduplicated if it was published),
-// but for seq 1 of a turn whose first final may take it without the
-// counter (finalSeq).
+// but for an answer-only turn.
 func (r *turnRun) fillSeqGap(ctx context.Context, final *store.Final) error {
 	if r.target == nil {
 		return nil
@@ -871,15 +870,16 @@ func (r *turnRun) fillSeqGap(ctx context.Context, final *store.Final) error {
 	if err != nil || n == 0 || (final != nil && final.Seq == n) {
 		return nil //nolint:nilerr // no counter: nothing was published
 	}
-	if n == 1 && r.finalUncounted() {
-		// Seq 1 of such a turn is a final's: the counter handed it to an
-		// earlier attempt's final (a later attempt of a turn that lists
-		// no calls, or an older worker's), and a first attempt frozen
-		// past its lock (an older worker's, which no claim fences) may
-		// still commit its own there without the counter and publish it.
-		// A typing event would have the bus drop that final, and the
-		// final this attempt's Finish then keeps, as its duplicate. The
-		// hole is left: nothing waits for it.
+	if r.answerOnly {
+		// Such a turn publishes no typing, and its hole may be a final's:
+		// seq 1, which a first attempt takes without the counter
+		// (finalSeq), or the seq an earlier attempt took from it for its
+		// final. That attempt, frozen past its lock rather than dead (an
+		// older worker's, which no claim fences), may still commit its
+		// final there and publish it: a typing event would have the bus
+		// drop that final, and the final this attempt's Finish then
+		// keeps, as its duplicate. The hole is left: nothing waits for
+		// it.
 		return nil
 	}
 	return r.publishAt(ctx, n, &repliesv1.ReplyEvent{Body: &repliesv1.ReplyEvent_Typing{Typing: &repliesv1.Typing{Active: true}}})
