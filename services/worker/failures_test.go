@@ -687,3 +687,57 @@ func TestLaterAttemptLeavesAnyHoleToAnOlderWorkersFinal(t *testing.T) {
 		})
 	}
 }
+
+// The same when the last attempt created the counter earlier, for its
+// tool calls' steps: a listing turn's later attempt creates it at the
+// floor (seq 2 first), so seq 1 is still free or an earlier attempt's
+// counter-less final, and the apology whose write fails goes out there
+// too. Before, it took the counter's next (4) and both finals reached
+// the gateway.
+func TestLastAttemptsUncommittedApologyAfterItsStepsSharesSeq1(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.setGeneration("s1", 1)
+	turnID := fmt.Sprintf("turn-s1-%d", h.seq.Load()+1) // requestTurn's next
+	api := &eventsv1.SessionSource{Platform: "api", Account: "default", ChatId: "req_1", ChatType: "dm", UserId: "key"}
+	older := store.Final{Status: store.StatusFailed, Kind: store.FinalError, ErrorCode: "provider", Text: "the older worker's answer", Seq: 1}
+	var hookErr atomic.Value
+	h.startWorker("w1", func(c *worker.Config, d *worker.Deps) {
+		c.MaxDeliver = 2
+		d.LLM.Provider = &beforeCall{Provider: d.LLM.Provider, hook: func(n int32) {
+			switch n {
+			case 1:
+				panic("the first attempt fails")
+			case 3:
+				// The last attempt listed its call's steps: the older
+				// worker wakes, commits its final at seq 1 and
+				// publishes it; then the final's table refuses every
+				// write.
+				if err := olderWorkersFinal(h, turnID, api, older, true); err != nil {
+					hookErr.Store(err)
+				}
+				panic("the last attempt fails")
+			}
+		}}
+	})
+	req := h.requestTurn("s1", "what time is it [[tool:clock {\"tz\":\"UTC\"}]]", turnOpts{answerOnly: true, listsCalls: true, origin: api})
+	if c := h.waitCompleted(req.TurnId); c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_FAILED {
+		t.Fatalf("status %v (%s)", c.GetStatus(), c.GetError())
+	}
+	if err, _ := hookErr.Load().(error); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, ev := range h.replies(req.TurnId) {
+		switch {
+		case ev.GetToolProgress() != nil:
+			got = append(got, fmt.Sprintf("%d %s", ev.GetSeq(), strings.ToLower(strings.TrimPrefix(ev.GetToolProgress().GetPhase().String(), "TOOL_PHASE_"))))
+		default:
+			got = append(got, fmt.Sprintf("%d %s", ev.GetSeq(), ev.GetError().GetMessage()))
+		}
+	}
+	want := []string{"1 " + older.Text, "2 started", "3 finished"}
+	if strings.Join(got, ", ") != strings.Join(want, ", ") {
+		t.Errorf("published %q, want %q", got, want)
+	}
+}

@@ -87,6 +87,9 @@ type turnRun struct {
 	lockLost atomic.Bool
 	// seqUsed: this attempt allocated a reply seq from the counter.
 	seqUsed atomic.Bool
+	// floored: this attempt created the turn's seq counter at its floor
+	// (takeSeq), so the counter never handed out seq 1.
+	floored atomic.Bool
 	// textStreamed: this attempt published a text delta.
 	textStreamed bool
 	// answerStreamed: a model call of this attempt streamed answer text
@@ -361,15 +364,16 @@ func (r *turnRun) run(ctx context.Context) error {
 			Text: r.failedText()}
 		if seq, created, serr := r.takeSeq(ctx); serr == nil {
 			fin.Seq = seq
-			if created {
-				// No seq of the turn was handed out before this one, so
-				// seq 1 is free or holds an earlier attempt's final,
-				// committed without the counter (finalSeq: an older
-				// worker's, or one this attempt's failed read missed).
-				// The apology takes it too: should its write fail below
-				// and it go out uncommitted, the bus passes one of the
-				// two finals, not both. (A listing turn's floor handed
-				// this attempt 2.)
+			if created || r.floored.Load() {
+				// No seq of the turn was handed out before this one, or
+				// this attempt created the counter at its floor (a
+				// listing turn's steps took 2 and up), so seq 1 is free
+				// or holds an earlier attempt's final, committed without
+				// the counter (finalSeq: an older worker's, or one this
+				// attempt's failed read missed). The apology takes it
+				// too: should its write fail below and it go out
+				// uncommitted, the bus passes one of the two finals, not
+				// both. (A listing turn's floor handed this attempt 2.)
 				fin.Seq = 1
 			}
 			kept, ferr := r.s.store.Finish(ctx, r.withUsage(), nil, 0, nil, fin)
@@ -806,6 +810,9 @@ func (r *turnRun) takeSeq(ctx context.Context) (n int64, created bool, err error
 	v, err := nextSeqScript.Run(ctx, r.s.rdb, []string{key}, seqTTL.Milliseconds(), floor).Int64Slice()
 	if err != nil || len(v) != 2 {
 		return 0, false, fmt.Errorf("allocate reply seq: %w (%v)", err, v)
+	}
+	if v[1] == 1 && floor > 0 {
+		r.floored.Store(true)
 	}
 	return v[0], v[1] == 1, nil
 }
