@@ -625,3 +625,119 @@ func TestLaterAttemptLeavesSeq1ToAnOlderWorkersFinal(t *testing.T) {
 		t.Errorf("published %q, want only %q", got, want)
 	}
 }
+
+// The same at any seq: during a rolling upgrade, an older worker's later
+// attempt at an answer-only turn, frozen past its lock between its last
+// check and its commit (it claims nothing, so nothing fences it), takes
+// its final's seq from the counter, after the seqs earlier attempts took
+// (a listing turn's first attempt's steps, a later attempt's final). The
+// next attempt leaves that hole too: a typing event there made the bus
+// drop the older worker's final and the final this attempt's Finish then
+// kept (that one): the request had no answer. An answer-only turn
+// publishes no typing, and nothing waits for a seq.
+func TestLaterAttemptLeavesAnyHoleToAnOlderWorkersFinal(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		lists bool
+	}{
+		{"a Responses answer, which lists its calls", true},
+		{"a chat completion", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t)
+			h.setGeneration("s1", 1)
+			turnID := fmt.Sprintf("turn-s1-%d", h.seq.Load()+1) // requestTurn's next
+			api := &eventsv1.SessionSource{Platform: "api", Account: "default", ChatId: "req_1", ChatType: "dm", UserId: "key"}
+			older := store.Final{Status: store.StatusFailed, Kind: store.FinalError, ErrorCode: "provider", Text: "the older worker's answer", Seq: 2}
+			var hookErr atomic.Value
+			h.startWorker("w1", func(c *worker.Config, d *worker.Deps) {
+				c.MaxDeliver = 3
+				d.LLM.Provider = &beforeCall{Provider: d.LLM.Provider, hook: func(n int32) {
+					switch n {
+					case 1:
+						// Earlier attempts took seqs 1 and 2 from the
+						// counter, the older worker's final the second.
+						if err := h.rdb.Set(context.Background(), h.prefix+"turnseq:"+turnID, 2, time.Hour).Err(); err != nil {
+							hookErr.Store(err)
+						}
+						panic("the attempt dies before its commit")
+					case 2:
+						// The next attempt has begun: the older worker
+						// wakes and commits and publishes its final.
+						if err := olderWorkersFinal(h, turnID, api, older, false); err != nil {
+							hookErr.Store(err)
+						}
+					}
+				}}
+			})
+			req := h.requestTurn("s1", "go", turnOpts{answerOnly: true, listsCalls: tc.lists, origin: api})
+			h.waitCompleted(req.TurnId)
+			if err, _ := hookErr.Load().(error); err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, ev := range h.replies(req.TurnId) {
+				got = append(got, fmt.Sprintf("%d %T %s", ev.GetSeq(), ev.GetBody(), ev.GetError().GetMessage()))
+			}
+			if want := fmt.Sprintf("2 %T %s", &repliesv1.ReplyEvent_Error{}, older.Text); len(got) != 1 || got[0] != want {
+				t.Errorf("published %q, want only %q", got, want)
+			}
+		})
+	}
+}
+
+// The same when the last attempt created the counter earlier, for its
+// tool calls' steps: a listing turn's later attempt creates it at the
+// floor (seq 2 first), so seq 1 is still free or an earlier attempt's
+// counter-less final, and the apology whose write fails goes out there
+// too. Before, it took the counter's next (4) and both finals reached
+// the gateway.
+func TestLastAttemptsUncommittedApologyAfterItsStepsSharesSeq1(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.setGeneration("s1", 1)
+	turnID := fmt.Sprintf("turn-s1-%d", h.seq.Load()+1) // requestTurn's next
+	api := &eventsv1.SessionSource{Platform: "api", Account: "default", ChatId: "req_1", ChatType: "dm", UserId: "key"}
+	older := store.Final{Status: store.StatusFailed, Kind: store.FinalError, ErrorCode: "provider", Text: "the older worker's answer", Seq: 1}
+	var hookErr atomic.Value
+	h.startWorker("w1", func(c *worker.Config, d *worker.Deps) {
+		c.MaxDeliver = 2
+		d.LLM.Provider = &beforeCall{Provider: d.LLM.Provider, hook: func(n int32) {
+			switch n {
+			case 1:
+				panic("the first attempt fails")
+			case 3:
+				// The last attempt listed its call's steps: the older
+				// worker wakes, commits its final at seq 1 and
+				// publishes it; then the final's table refuses every
+				// write.
+				if err := olderWorkersFinal(h, turnID, api, older, true); err != nil {
+					hookErr.Store(err)
+				}
+				panic("the last attempt fails")
+			}
+		}}
+	})
+	req := h.requestTurn("s1", "what time is it [[tool:clock {\"tz\":\"UTC\"}]]", turnOpts{answerOnly: true, listsCalls: true, origin: api})
+	if c := h.waitCompleted(req.TurnId); c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_FAILED {
+		t.Fatalf("status %v (%s)", c.GetStatus(), c.GetError())
+	}
+	if err, _ := hookErr.Load().(error); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, ev := range h.replies(req.TurnId) {
+		switch {
+		case ev.GetToolProgress() != nil:
+			got = append(got, fmt.Sprintf("%d %s", ev.GetSeq(), strings.ToLower(strings.TrimPrefix(ev.GetToolProgress().GetPhase().String(), "TOOL_PHASE_"))))
+		default:
+			got = append(got, fmt.Sprintf("%d %s", ev.GetSeq(), ev.GetError().GetMessage()))
+		}
+	}
+	want := []string{"1 " + older.Text, "2 started", "3 finished"}
+	if strings.Join(got, ", ") != strings.Join(want, ", ") {
+		t.Errorf("published %q, want %q", got, want)
+	}
+}

@@ -87,6 +87,9 @@ type turnRun struct {
 	lockLost atomic.Bool
 	// seqUsed: this attempt allocated a reply seq from the counter.
 	seqUsed atomic.Bool
+	// floored: this attempt created the turn's seq counter at its floor
+	// (takeSeq), so the counter never handed out seq 1.
+	floored atomic.Bool
 	// textStreamed: this attempt published a text delta.
 	textStreamed bool
 	// answerStreamed: a model call of this attempt streamed answer text
@@ -361,15 +364,16 @@ func (r *turnRun) run(ctx context.Context) error {
 			Text: r.failedText()}
 		if seq, created, serr := r.takeSeq(ctx); serr == nil {
 			fin.Seq = seq
-			if created {
-				// No seq of the turn was handed out before this one, so
-				// seq 1 is free or holds an earlier attempt's final,
-				// committed without the counter (finalSeq: an older
-				// worker's, or one this attempt's failed read missed).
-				// The apology takes it too: should its write fail below
-				// and it go out uncommitted, the bus passes one of the
-				// two finals, not both. (A listing turn's floor handed
-				// this attempt 2.)
+			if created || r.floored.Load() {
+				// No seq of the turn was handed out before this one, or
+				// this attempt created the counter at its floor (a
+				// listing turn's steps took 2 and up), so seq 1 is free
+				// or holds an earlier attempt's final, committed without
+				// the counter (finalSeq: an older worker's, or one this
+				// attempt's failed read missed). The apology takes it
+				// too: should its write fail below and it go out
+				// uncommitted, the bus passes one of the two finals, not
+				// both. (A listing turn's floor handed this attempt 2.)
 				fin.Seq = 1
 			}
 			kept, ferr := r.s.store.Finish(ctx, r.withUsage(), nil, 0, nil, fin)
@@ -807,6 +811,9 @@ func (r *turnRun) takeSeq(ctx context.Context) (n int64, created bool, err error
 	if err != nil || len(v) != 2 {
 		return 0, false, fmt.Errorf("allocate reply seq: %w (%v)", err, v)
 	}
+	if v[1] == 1 && floor > 0 {
+		r.floored.Store(true)
+	}
 	return v[0], v[1] == 1, nil
 }
 
@@ -861,8 +868,7 @@ return {n, created}`)
 // fillSeqGap runs when a turn is redelivered: a crash between allocating a
 // seq and publishing it leaves a hole at the counter's value; a typing
 // event with that id fills it (or is deduplicated if it was published),
-// but for seq 1 of a turn whose first final may take it without the
-// counter (finalSeq).
+// but for an answer-only turn.
 func (r *turnRun) fillSeqGap(ctx context.Context, final *store.Final) error {
 	if r.target == nil {
 		return nil
@@ -871,15 +877,16 @@ func (r *turnRun) fillSeqGap(ctx context.Context, final *store.Final) error {
 	if err != nil || n == 0 || (final != nil && final.Seq == n) {
 		return nil //nolint:nilerr // no counter: nothing was published
 	}
-	if n == 1 && r.finalUncounted() {
-		// Seq 1 of such a turn is a final's: the counter handed it to an
-		// earlier attempt's final (a later attempt of a turn that lists
-		// no calls, or an older worker's), and a first attempt frozen
-		// past its lock (an older worker's, which no claim fences) may
-		// still commit its own there without the counter and publish it.
-		// A typing event would have the bus drop that final, and the
-		// final this attempt's Finish then keeps, as its duplicate. The
-		// hole is left: nothing waits for it.
+	if r.answerOnly {
+		// Such a turn publishes no typing, and its hole may be a final's:
+		// seq 1, which a first attempt takes without the counter
+		// (finalSeq), or the seq an earlier attempt took from it for its
+		// final. That attempt, frozen past its lock rather than dead (an
+		// older worker's, which no claim fences), may still commit its
+		// final there and publish it: a typing event would have the bus
+		// drop that final, and the final this attempt's Finish then
+		// keeps, as its duplicate. The hole is left: nothing waits for
+		// it.
 		return nil
 	}
 	return r.publishAt(ctx, n, &repliesv1.ReplyEvent{Body: &repliesv1.ReplyEvent_Typing{Typing: &repliesv1.Typing{Active: true}}})
