@@ -808,8 +808,11 @@ func (r *turnRun) takeSeq(ctx context.Context) (n int64, created bool, err error
 		floor = 1
 	}
 	v, err := nextSeqScript.Run(ctx, r.s.rdb, []string{key}, seqTTL.Milliseconds(), floor).Int64Slice()
-	if err != nil || len(v) != 2 {
-		return 0, false, fmt.Errorf("allocate reply seq: %w (%v)", err, v)
+	if err != nil {
+		return 0, false, fmt.Errorf("allocate reply seq: %w", err)
+	}
+	if len(v) != 2 {
+		return 0, false, fmt.Errorf("allocate reply seq: unexpected reply %v", v)
 	}
 	if v[1] == 1 && floor > 0 {
 		r.floored.Store(true)
