@@ -10,6 +10,7 @@ import (
 	"os"
 	"reflect"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -119,6 +120,18 @@ func Load(opts Options, out any) ([]Warning, error) {
 		}
 	}
 
+	// A field tagged koanf:"-" is set by code only (a test's shorter
+	// wait), but the decoder takes the tag for its key's name: a key
+	// named "-" (warned about above) would set it.
+	for _, key := range k.Keys() {
+		if known.Has(key) {
+			continue
+		}
+		path := strings.Split(key, ".")
+		if i := slices.Index(path, "-"); i >= 0 {
+			k.Delete(strings.Join(path[:i+1], "."))
+		}
+	}
 	dec := koanf.UnmarshalConf{
 		Tag: "koanf",
 		DecoderConfig: &mapstructure.DecoderConfig{

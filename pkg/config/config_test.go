@@ -34,6 +34,9 @@ type testCfg struct {
 	Allowed      []string            `koanf:"allowed"`
 	Platforms    map[string]string   `koanf:"platforms"`
 	Routes       map[string]routeCfg `koanf:"routes"`
+	// Internal is set by code only (a test's shorter wait), as a
+	// service's PollWait: no key sets it.
+	Internal time.Duration `koanf:"-"`
 }
 
 func (c *testCfg) Validate() error {
@@ -158,6 +161,15 @@ func TestLoad(t *testing.T) {
 			name: "an entry of a map of sections whose name holds dots",
 			yaml: "routes:\n  example.com:\n    secret: s\n",
 			want: func(c *testCfg) { c.Routes = map[string]routeCfg{"example.com": {Secret: "s"}} },
+		},
+		{
+			// A field tagged "-" is not configurable: the decoder took
+			// the tag for its key's name, and a key named "-" set it.
+			name:     "a key named - sets no field",
+			yaml:     "\"-\": 5ms\nsession_reset:\n  \"-\": 5ms\n",
+			env:      []string{"SWITCHBOARD_-=6ms", "SWITCHBOARD_INTERNAL=7ms"},
+			want:     func(*testCfg) {},
+			warnings: []string{"-→", "-→", "internal→", "session_reset.-→session_reset.mode"},
 		},
 		{name: "wrong type stops startup", yaml: "session_reset:\n  idle_minutes: soon\n", errSubstr: "idle_minutes"},
 		{name: "bad duration stops startup", yaml: "timeout: forever\n", errSubstr: "timeout"},

@@ -808,23 +808,35 @@ func fitBlock(thought string, n int, platform string) string {
 	if n < 1 || fits(whole) {
 		return whole
 	}
-	runes := []rune(strings.TrimSpace(thought))
-	cut := func(k int) string {
-		return reasoning.Block(strings.TrimRightFunc(string(runes[:k]), unicode.IsSpace) + blockCut)
+	// The cut is in the lines a block shows (reasoning.MaxLines), and
+	// its note goes after them: given to reasoning.Block as one more
+	// line, the note of a cut in those lines was taken for a line of
+	// the thought, dropped and counted ("(1 more lines)").
+	lines := strings.SplitN(strings.TrimSpace(thought), "\n", reasoning.MaxLines+1)
+	runes := []rune(strings.Join(lines[:min(len(lines), reasoning.MaxLines)], "\n"))
+	cut := func(start string) string {
+		start = strings.TrimRightFunc(start, unicode.IsSpace)
+		if start == "" {
+			return reasoning.Block(blockCut)
+		}
+		return strings.TrimSuffix(reasoning.Block(start), "\n```") + blockCut + "\n```"
 	}
 	lo, hi := 0, len(runes) // the longest start that fits: lo fits, hi+1 does not
 	for lo < hi {
-		if mid := (lo + hi + 1) / 2; fits(cut(mid)) {
+		if mid := (lo + hi + 1) / 2; fits(cut(string(runes[:mid]))) {
 			lo = mid
 		} else {
 			hi = mid - 1
 		}
 	}
-	if i := strings.LastIndexFunc(string(runes[:lo]), unicode.IsSpace); i > 0 {
+	start := string(runes[:lo])
+	if lo < len(runes) && !unicode.IsSpace(runes[lo]) {
 		// At a word's end rather than in a word, when there is one.
-		return reasoning.Block(strings.TrimRightFunc(string(runes[:lo])[:i], unicode.IsSpace) + blockCut)
+		if i := strings.LastIndexFunc(start, unicode.IsSpace); i > 0 {
+			start = start[:i]
+		}
 	}
-	return cut(lo)
+	return cut(start)
 }
 
 // wholeBlockTries bounds the deliveries of a break that wait for a
