@@ -857,15 +857,16 @@ func (r *turnRun) finalUncounted() bool { return r.answerOnly && r.s.agent == ni
 // it is created: one round trip. A floor (ARGV[2]) above 0 starts a
 // counter not yet created there, so the first seq it hands out is the
 // floor's next. It returns the seq and 1 when this call created the
-// counter (0 otherwise).
+// counter (0 otherwise), with no command more than it needs to count: a
+// turn's every seq comes from it.
 var nextSeqScript = redis.NewScript(`
 local created = 0
-if redis.call("EXISTS", KEYS[1]) == 0 then
-  created = 1
-  if ARGV[2] ~= "0" then redis.call("SET", KEYS[1], ARGV[2], "PX", ARGV[1]) end
-end
+if ARGV[2] ~= "0" and redis.call("SET", KEYS[1], ARGV[2], "NX", "PX", ARGV[1]) then created = 1 end
 local n = redis.call("INCR", KEYS[1])
-if n == 1 then redis.call("PEXPIRE", KEYS[1], ARGV[1]) end
+if n == 1 then
+  created = 1
+  redis.call("PEXPIRE", KEYS[1], ARGV[1])
+end
 return {n, created}`)
 
 // fillSeqGap runs when a turn is redelivered: a crash between allocating a
