@@ -154,7 +154,7 @@ func (g *gateway) serve(m *nats.Msg) {
 			if req.GetOp() == deliveryv1.SendOp_SEND_OP_TYPING && within > 0 && b.queued > time.Duration(within)*time.Millisecond {
 				g.mu.Unlock()
 				_ = bus.Reply(context.Background(), m, &deliveryv1.SendReceipt{IdempotencyKey: c.Key, ErrorClass: deliveryv1.ErrorClass_ERROR_CLASS_RETRYABLE,
-					Error: "typing too late: not started within its time"})
+					Error: bus.LateTyping + ": not started within its time"})
 				return
 			}
 			g.post(m, c, &req, b)
@@ -177,7 +177,7 @@ func (g *gateway) serve(m *nats.Msg) {
 				delete(g.inflight, c.Key)
 				g.mu.Unlock()
 				_ = bus.Reply(context.Background(), m, &deliveryv1.SendReceipt{IdempotencyKey: c.Key, ErrorClass: deliveryv1.ErrorClass_ERROR_CLASS_RETRYABLE,
-					Error: "typing too late: context deadline exceeded"})
+					Error: bus.LateTyping + ": context deadline exceeded"})
 				return
 			}
 			time.Sleep(b.late)
