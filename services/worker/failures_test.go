@@ -578,71 +578,30 @@ func olderWorkersFinal(h *harness, turnID string, src *eventsv1.SessionSource, f
 }
 
 // During a rolling upgrade, an earlier attempt of an answer-only turn
-// took seq 1 from the counter for its final (a later attempt of a turn
-// that lists no calls does) and died before its commit, while an older
-// worker's first attempt, frozen past its lock, still holds a final for
-// seq 1 it took without the counter. The next attempt leaves that hole:
-// a typing event filling it made the bus drop the older worker's final
-// as its duplicate, and the final this attempt's Finish then kept (that
-// one, at seq 1) with it: the request had no answer.
-func TestLaterAttemptLeavesSeq1ToAnOlderWorkersFinal(t *testing.T) {
-	t.Parallel()
-	h := newHarness(t)
-	h.setGeneration("s1", 1)
-	turnID := fmt.Sprintf("turn-s1-%d", h.seq.Load()+1) // requestTurn's next
-	api := &eventsv1.SessionSource{Platform: "api", Account: "default", ChatId: "req_1", ChatType: "dm", UserId: "key"}
-	older := store.Final{Status: store.StatusFailed, Kind: store.FinalError, ErrorCode: "provider", Text: "the older worker's answer", Seq: 1}
-	var hookErr atomic.Value
-	h.startWorker("w1", func(c *worker.Config, d *worker.Deps) {
-		c.MaxDeliver = 3
-		d.LLM.Provider = &beforeCall{Provider: d.LLM.Provider, hook: func(n int32) {
-			switch n {
-			case 1:
-				// An attempt takes its final's seq from the counter and dies.
-				if err := h.rdb.Incr(context.Background(), h.prefix+"turnseq:"+turnID).Err(); err != nil {
-					hookErr.Store(err)
-				}
-				panic("the attempt dies before its commit")
-			case 2:
-				// The next attempt has begun: the older worker wakes and
-				// commits and publishes its final at seq 1.
-				if err := olderWorkersFinal(h, turnID, api, older, false); err != nil {
-					hookErr.Store(err)
-				}
-			}
-		}}
-	})
-	req := h.requestTurn("s1", "go", turnOpts{answerOnly: true, origin: api})
-	h.waitCompleted(req.TurnId)
-	if err, _ := hookErr.Load().(error); err != nil {
-		t.Fatal(err)
-	}
-	var got []string
-	for _, ev := range h.replies(req.TurnId) {
-		got = append(got, fmt.Sprintf("%d %T %s", ev.GetSeq(), ev.GetBody(), ev.GetError().GetMessage()))
-	}
-	if want := fmt.Sprintf("1 %T %s", &repliesv1.ReplyEvent_Error{}, older.Text); len(got) != 1 || got[0] != want {
-		t.Errorf("published %q, want only %q", got, want)
-	}
-}
-
-// The same at any seq: during a rolling upgrade, an older worker's later
-// attempt at an answer-only turn, frozen past its lock between its last
-// check and its commit (it claims nothing, so nothing fences it), takes
-// its final's seq from the counter, after the seqs earlier attempts took
-// (a listing turn's first attempt's steps, a later attempt's final). The
-// next attempt leaves that hole too: a typing event there made the bus
-// drop the older worker's final and the final this attempt's Finish then
-// kept (that one): the request had no answer. An answer-only turn
-// publishes no typing, and nothing waits for a seq.
-func TestLaterAttemptLeavesAnyHoleToAnOlderWorkersFinal(t *testing.T) {
+// took its final's seq from the counter and died before its commit,
+// while an older worker's attempt, frozen past its lock, still holds a
+// final for that seq: seq 1, which its first attempt takes without the
+// counter (and a later attempt of a turn that lists no calls takes from
+// it), or a later seq, which its later attempt took after the seqs
+// earlier attempts took (a listing turn's first attempt's steps, a later
+// attempt's final); it claims nothing, so nothing fences it. The next
+// attempt leaves that hole: a typing event filling it made the bus drop
+// the older worker's final as its duplicate, and the final this
+// attempt's Finish then kept (that one) with it: the request had no
+// answer. An answer-only turn publishes no typing, and nothing waits for
+// a seq.
+func TestLaterAttemptLeavesItsHoleToAnOlderWorkersFinal(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name  string
 		lists bool
+		// taken is the seq the dying attempt took, the older worker's
+		// final's.
+		taken int64
 	}{
-		{"a Responses answer, which lists its calls", true},
-		{"a chat completion", false},
+		{"seq 1, a chat completion", false, 1},
+		{"a later seq, a Responses answer, which lists its calls", true, 2},
+		{"a later seq, a chat completion", false, 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -650,16 +609,16 @@ func TestLaterAttemptLeavesAnyHoleToAnOlderWorkersFinal(t *testing.T) {
 			h.setGeneration("s1", 1)
 			turnID := fmt.Sprintf("turn-s1-%d", h.seq.Load()+1) // requestTurn's next
 			api := &eventsv1.SessionSource{Platform: "api", Account: "default", ChatId: "req_1", ChatType: "dm", UserId: "key"}
-			older := store.Final{Status: store.StatusFailed, Kind: store.FinalError, ErrorCode: "provider", Text: "the older worker's answer", Seq: 2}
+			older := store.Final{Status: store.StatusFailed, Kind: store.FinalError, ErrorCode: "provider", Text: "the older worker's answer", Seq: tc.taken}
 			var hookErr atomic.Value
 			h.startWorker("w1", func(c *worker.Config, d *worker.Deps) {
 				c.MaxDeliver = 3
 				d.LLM.Provider = &beforeCall{Provider: d.LLM.Provider, hook: func(n int32) {
 					switch n {
 					case 1:
-						// Earlier attempts took seqs 1 and 2 from the
-						// counter, the older worker's final the second.
-						if err := h.rdb.Set(context.Background(), h.prefix+"turnseq:"+turnID, 2, time.Hour).Err(); err != nil {
+						// An attempt takes its final's seq from the
+						// counter and dies.
+						if err := h.rdb.Set(context.Background(), h.prefix+"turnseq:"+turnID, tc.taken, time.Hour).Err(); err != nil {
 							hookErr.Store(err)
 						}
 						panic("the attempt dies before its commit")
@@ -681,7 +640,7 @@ func TestLaterAttemptLeavesAnyHoleToAnOlderWorkersFinal(t *testing.T) {
 			for _, ev := range h.replies(req.TurnId) {
 				got = append(got, fmt.Sprintf("%d %T %s", ev.GetSeq(), ev.GetBody(), ev.GetError().GetMessage()))
 			}
-			if want := fmt.Sprintf("2 %T %s", &repliesv1.ReplyEvent_Error{}, older.Text); len(got) != 1 || got[0] != want {
+			if want := fmt.Sprintf("%d %T %s", tc.taken, &repliesv1.ReplyEvent_Error{}, older.Text); len(got) != 1 || got[0] != want {
 				t.Errorf("published %q, want only %q", got, want)
 			}
 		})
