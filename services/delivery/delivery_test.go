@@ -940,6 +940,30 @@ func TestTheEndOfATurnDoesNotWaitOutAHungTypingRequest(t *testing.T) {
 	}
 }
 
+// checkNoTypingAfterTheAnswer waits for the gateway to be done with
+// every request, and fails for each typing indicator it showed after the
+// answer.
+func checkNoTypingAfterTheAnswer(t *testing.T, e *env) {
+	t.Helper()
+	eventually(t, e.clock, 0, "the gateway done with every request", func() bool {
+		e.gw.mu.Lock()
+		defer e.gw.mu.Unlock()
+		return len(e.gw.inflight) == 0
+	})
+	e.gw.mu.Lock()
+	shown := append([]call(nil), e.gw.shownAt...)
+	e.gw.mu.Unlock()
+	answered := false
+	for _, c := range shown {
+		switch {
+		case c.Op == deliveryv1.SendOp_SEND_OP_SEND:
+			answered = true
+		case answered:
+			t.Errorf("typing request %s showed after the answer", c.Key)
+		}
+	}
+}
+
 // A gateway that is slow on typing requests (its platform takes two
 // seconds on them) never shows the indicator after the answer: the
 // answer goes out a moment after the turn's end, and the typing request
@@ -991,23 +1015,7 @@ func TestALateTypingRequestNeverShowsAfterTheAnswer(t *testing.T) {
 			eventually(t, e.clock, 0, "the answer", func() bool { return len(e.gw.sends()) == 1 })
 			// Whatever the slow request would show, it shows before the
 			// gateway is done with it.
-			eventually(t, e.clock, 0, "the gateway done with the slow request", func() bool {
-				e.gw.mu.Lock()
-				defer e.gw.mu.Unlock()
-				return len(e.gw.inflight) == 0
-			})
-			e.gw.mu.Lock()
-			shown := append([]call(nil), e.gw.shownAt...)
-			e.gw.mu.Unlock()
-			answered := false
-			for _, c := range shown {
-				switch {
-				case c.Op == deliveryv1.SendOp_SEND_OP_SEND:
-					answered = true
-				case answered:
-					t.Errorf("typing request %s showed after the answer", c.Key)
-				}
-			}
+			checkNoTypingAfterTheAnswer(t, e)
 		})
 	}
 }
@@ -1060,23 +1068,7 @@ func TestATypingRefreshQueuedPastItsBoundIsAskedAgain(t *testing.T) {
 			}
 			e.publish(t, event("t1", 2, "s1", final("a quick answer")))
 			eventually(t, e.clock, 0, "the answer", func() bool { return len(e.gw.sends()) == 1 })
-			eventually(t, e.clock, 0, "the gateway done with every request", func() bool {
-				e.gw.mu.Lock()
-				defer e.gw.mu.Unlock()
-				return len(e.gw.inflight) == 0
-			})
-			e.gw.mu.Lock()
-			shown := append([]call(nil), e.gw.shownAt...)
-			e.gw.mu.Unlock()
-			answered := false
-			for _, c := range shown {
-				switch {
-				case c.Op == deliveryv1.SendOp_SEND_OP_SEND:
-					answered = true
-				case answered:
-					t.Errorf("typing request %s showed after the answer", c.Key)
-				}
-			}
+			checkNoTypingAfterTheAnswer(t, e)
 		})
 	}
 }
