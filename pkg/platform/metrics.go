@@ -27,6 +27,14 @@ var (
 		Help:    "Time a platform operation took.",
 		Buckets: prometheus.ExponentialBuckets(0.001, 2, 15),
 	}, []string{"platform", "op"})
+	typingHolds = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "switchboard_gateway_typing_holds",
+		Help: "Messages waiting now for their chat's typing call in flight, which goes to the platform before them.",
+	}, []string{"platform"})
+	typingCutTotal = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "switchboard_gateway_typing_cut_total",
+		Help: "Typing calls cancelled because a message to their chat waited for them past the bound (Options.TypingHold): the platform hung on them.",
+	}, []string{"platform"})
 	connectedGauge = promauto.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "switchboard_gateway_connected",
 		Help: "1 while the platform connection is up.",

@@ -64,6 +64,10 @@ type Options struct {
 	SendConcurrency int
 	// SendTimeout bounds one platform operation (default 30 s).
 	SendTimeout time.Duration
+	// TypingHold bounds how long a message to a chat waits for the
+	// chat's typing call in flight (default 2 s); past it, the typing
+	// call is cancelled and the message goes (typingCalls).
+	TypingHold time.Duration
 	// PresenceTTL is the presence bucket's max age
 	// (gatewaystatus.PresenceTTL by default; every replica of a
 	// deployment must use the same). The replica's entry is rewritten
@@ -112,6 +116,9 @@ func (o *Options) defaults() {
 	if o.SendTimeout <= 0 {
 		o.SendTimeout = 30 * time.Second
 	}
+	if o.TypingHold <= 0 {
+		o.TypingHold = defaultTypingHold
+	}
 }
 
 // State is where a Runner's connection is.
@@ -142,6 +149,9 @@ type Runner struct {
 	seen        jetstream.KeyValue
 	attachments *attachment.Store // nil: attachments are not kept
 	react       *reactions        // nil: the platform does not react, or reactions are off
+	// typing are the typing calls in flight, which a message to their
+	// chat waits for.
+	typing typingCalls
 
 	mu     sync.Mutex
 	state  State
@@ -305,9 +315,20 @@ func (r *Runner) Run(ctx context.Context) error {
 			<-sem
 			return // shutting down: its sender asks again
 		}
+		ctx := startWithin(bus.ContextFrom(sendCtx, m.Header), m.Header, got)
+		req := &deliveryv1.SendRequested{}
+		err := proto.Unmarshal(m.Data, req)
+		end := func() {}
+		if chat, ok := typingChat(req); ok && err == nil {
+			// Noted here, where requests are taken one at a time in the
+			// order the gateway got them, not on the call's goroutine: a
+			// message to the chat right behind it, served on a goroutine
+			// of its own at once, must find it in flight (typingCalls).
+			ctx, end = r.typing.add(ctx, chat)
+		}
 		go func() {
-			defer func() { <-sem; inflight.done() }()
-			r.serveSend(startWithin(bus.ContextFrom(sendCtx, m.Header), m.Header, got), m)
+			defer func() { end(); <-sem; inflight.done() }()
+			r.serveSend(ctx, m, req, err)
 		}()
 	})
 	if err != nil {
@@ -693,7 +714,9 @@ func hashKey(s string) string {
 // after what followed it. A typing request not started by then is given
 // up (perform); one started in time is carried out however long the
 // platform takes, or a platform slower than that (a far-away API, a
-// rate limit's wait) would never show the indicator.
+// rate limit's wait) would never show the indicator. A message to its
+// chat waits for it meanwhile, Options.TypingHold at most (typingCalls),
+// so that it does not show after the message either.
 func startWithin(ctx context.Context, h nats.Header, got time.Time) context.Context {
 	ms, err := strconv.Atoi(h.Get(bus.HeaderStartWithin))
 	if err != nil || ms <= 0 {
@@ -713,14 +736,14 @@ func late(ctx context.Context) bool {
 	return ok && time.Now().After(by)
 }
 
-func (r *Runner) serveSend(ctx context.Context, m *nats.Msg) {
+// serveSend serves m, decoded as req (err: it could not be).
+func (r *Runner) serveSend(ctx context.Context, m *nats.Msg, req *deliveryv1.SendRequested, err error) {
 	// The platform send: a server span in the trace of the delivery.
 	ctx, span := otel.Tracer("github.com/switchboard-chat/switchboard/pkg/platform").Start(ctx, "platform send "+r.name,
 		trace.WithSpanKind(trace.SpanKindServer))
 	defer span.End()
-	req := &deliveryv1.SendRequested{}
 	var receipt *deliveryv1.SendReceipt
-	if err := proto.Unmarshal(m.Data, req); err != nil {
+	if err != nil {
 		r.log.Warn("malformed send request", "err", err)
 		receipt = &deliveryv1.SendReceipt{ErrorClass: deliveryv1.ErrorClass_ERROR_CLASS_PERMANENT, Error: "malformed send request: " + err.Error()}
 		sendsTotal.WithLabelValues(r.name, "malformed", "permanent").Inc()
@@ -904,6 +927,9 @@ func (r *Runner) perform(ctx context.Context, req *deliveryv1.SendRequested) (st
 		if t.GetChatId() == "" {
 			return "", Permanent(errors.New("send without a target chat"))
 		}
+		if err := r.typing.hold(ctx, r.name, t.GetChatId(), r.opts.TypingHold); err != nil {
+			return "", err
+		}
 		return r.p.Send(ctx, req)
 	case deliveryv1.SendOp_SEND_OP_EDIT:
 		if req.GetMessageId() == "" {
@@ -926,11 +952,20 @@ func (r *Runner) perform(ctx context.Context, req *deliveryv1.SendRequested) (st
 			// Past its time to start (startWithin): the answer may be out.
 			return "", errors.New(bus.LateTyping + ": not started within its time")
 		}
+		if !added(ctx) {
+			// Not taken from the bus (Execute called directly): noted now.
+			var end func()
+			ctx, end = r.typing.add(ctx, t.GetChatId())
+			defer end()
+		}
 		return "", r.p.Typing(ctx, req)
 	case deliveryv1.SendOp_SEND_OP_STREAM_DELTA:
 		s, ok := r.p.(Streamer)
 		if !ok {
 			return "", ErrUnsupported
+		}
+		if err := r.typing.hold(ctx, r.name, t.GetChatId(), r.opts.TypingHold); err != nil {
+			return "", err
 		}
 		return "", s.StreamDelta(ctx, req)
 	case deliveryv1.SendOp_SEND_OP_TOOL_PROGRESS:

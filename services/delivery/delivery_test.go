@@ -1073,6 +1073,41 @@ func TestATypingRefreshQueuedPastItsBoundIsAskedAgain(t *testing.T) {
 	}
 }
 
+// A gateway that stays saturated gives every typing request up (each
+// waits for a send slot past its bound): the indicator asks again once
+// per interval, not on every answer, which sent typing requests several
+// times as often as the interval to a gateway already short of slots.
+func TestATypingIndicatorAsksAgainOncePerInterval(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	cfg := testConfig()
+	cfg.TypingInterval = time.Hour // one refresh per turn, and one asked again
+	cfg.SendTimeout, cfg.Lease, cfg.AckWait = 20*time.Second, 30*time.Second, 30*time.Second
+	e.start(t, cfg, "a")
+	var typings atomic.Int32
+	e.gw.setBehaviour(func(req *deliveryv1.SendRequested, _ int) behaviour {
+		if req.GetOp() == deliveryv1.SendOp_SEND_OP_TYPING && !req.GetFinal() {
+			typings.Add(1)
+			return behaviour{queued: time.Second}
+		}
+		return behaviour{}
+	})
+	e.publish(t, event("t1", 1, "s1", &repliesv1.Typing{Active: true}))
+	eventually(t, e.clock, 0, "two typing requests given up", func() bool {
+		e.gw.mu.Lock()
+		defer e.gw.mu.Unlock()
+		return typings.Load() >= 2 && len(e.gw.inflight) == 0
+	})
+	// Asked again on every answer, the third would follow at once.
+	time.Sleep(500 * time.Millisecond)
+	e.publish(t, event("t1", 2, "s1", final("a quick answer")))
+	eventually(t, e.clock, 0, "the answer", func() bool { return len(e.gw.sends()) == 1 })
+	if n := typings.Load(); n != 2 {
+		t.Errorf("%d typing requests in the interval, want 2 (the tick's, asked again once)", n)
+	}
+	checkNoTypingAfterTheAnswer(t, e)
+}
+
 // A streamed answer's final that could not be queued the first time (its
 // outbox write failed) is queued by the retry: the stream plans its final
 // edits once, so the retry must reuse them rather than plan nothing.

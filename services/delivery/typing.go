@@ -178,19 +178,27 @@ func (t *typing) start(ctx context.Context, ev *repliesv1.ReplyEvent) {
 			}
 			tick := time.NewTicker(t.s.cfg.TypingInterval)
 			defer tick.Stop()
+			// reasked: a request given up was asked again since the
+			// last tick waited for.
+			reasked := false
 			for n := 0; ; n++ {
 				req := t.s.request(ev, fmt.Sprintf("%s:typing:%d", turn, n), deliveryv1.SendOp_SEND_OP_TYPING)
 				sent, late := t.send(ctx, in, req, sentDone)
 				if !sent {
 					return nil // halted: the turn's end is on its way
 				}
-				if late {
+				if late && !reasked {
 					// The gateway gave the request up: it waited for a
 					// send slot past its bound (a busy chat), and the
 					// indicator would lapse until the next refresh.
 					// Asked again at once (a slot just freed), with a
 					// bound of its own, so it still never shows after
 					// the answer; a tick due meanwhile is this request.
+					// Once per interval only: a gateway that stays
+					// saturated gives every request up, and asking again
+					// on each would send them several times as often as
+					// the interval, to a gateway already short of slots.
+					reasked = true
 					select {
 					case <-ctx.Done():
 						return nil
@@ -204,6 +212,7 @@ func (t *typing) start(ctx context.Context, ev *repliesv1.ReplyEvent) {
 					return nil
 				case <-tick.C:
 				}
+				reasked = false
 			}
 		}, "turn_id", turn)
 	}()
