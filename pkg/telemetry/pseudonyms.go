@@ -372,12 +372,17 @@ func markAll(attrs []slog.Attr, ids []string, over bool) []slog.Attr {
 
 // maxRecordIDs bounds the distinct ids a record's errors are scrubbed
 // of, its own and its logger's With attributes': a record names a chat,
-// a thread and a user or two, in groups for a source and a target too.
-// Each id costs a pass over each error's text (up to four, one per form
-// Scrub looks for), so a record naming more, which no call site writes,
-// has its errors' text withheld rather than scanned for each id or
-// logged naming the ids past the bound.
-const maxRecordIDs = 16
+// a thread and a user or two, in groups for a source and a target too,
+// or a list of chats in a struct or a proto. Scrubbing an error costs a
+// pass over its text whatever the number of ids (pseudonym.Scrub), but
+// each id costs its forms' bytes, so a record naming more than
+// thousands, which no call site writes, has its errors' text withheld
+// rather than logged naming the ids past the bound.
+const maxRecordIDs = 4096
+
+// scanIDs is how many distinct ids a record's scan holds without an
+// allocation: more than the handful a record names most often.
+const scanIDs = 16
 
 // withheld is the text of an error logged in a record naming more than
 // maxRecordIDs ids.
@@ -385,31 +390,59 @@ var withheld = fmt.Sprintf("(error text withheld: the record names more than %d 
 
 // recordScan is what a record's attributes hold, groups and nested
 // groups among them: the distinct ids under idAttrs (up to
-// maxRecordIDs, in an array: a record's scan allocates nothing),
-// whether there were more, whether an error is among them, and whether
-// a value that may hold ids by name (holdsNames: a struct, a proto, a
-// map, a list of them) is, whose ids addNamed takes in.
+// maxRecordIDs; the first scanIDs in an array, so that a record's scan
+// allocates nothing), whether there were more, whether an error is
+// among them, and whether a value that may hold ids by name
+// (holdsNames: a struct, a proto, a map, a list of them) is, whose ids
+// addNamed takes in.
 type recordScan struct {
-	buf   [maxRecordIDs]string
-	n     int
+	buf [scanIDs]string
+	n   int
+	// more holds all the ids, and seen them, once they are more than
+	// buf holds.
+	more  []string
+	seen  map[string]bool
 	over  bool
 	errs  bool
 	named bool
 }
 
-func (s *recordScan) ids() []string { return s.buf[:s.n] }
+func (s *recordScan) ids() []string {
+	if s.more != nil {
+		return s.more
+	}
+	return s.buf[:s.n]
+}
 
 // addID takes in one id, once.
 func (s *recordScan) addID(id string) {
-	if id == "" || slices.Contains(s.buf[:s.n], id) {
+	if id == "" {
 		return
 	}
-	if s.n == len(s.buf) {
+	if s.more == nil {
+		if slices.Contains(s.buf[:s.n], id) {
+			return
+		}
+		if s.n < len(s.buf) {
+			s.buf[s.n] = id
+			s.n++
+			return
+		}
+		s.more = append(make([]string, 0, 4*len(s.buf)), s.buf[:]...)
+		s.seen = make(map[string]bool, 4*len(s.buf))
+		for _, known := range s.more {
+			s.seen[known] = true
+		}
+	}
+	if s.seen[id] {
+		return
+	}
+	if len(s.more) == maxRecordIDs {
 		s.over = true
 		return
 	}
-	s.buf[s.n] = id
-	s.n++
+	s.seen[id] = true
+	s.more = append(s.more, id)
 }
 
 // add takes in a, and the attributes of a group or of a LogValuer that
@@ -481,7 +514,7 @@ func (h namingHandler) Handle(ctx context.Context, r slog.Record) error {
 	}
 	// The logger's With'd errors are marked with its ids already.
 	rebuild := h.steps != nil && !h.over && (s.over || h.adds(&s))
-	if !rebuild && (!s.errs || s.n+len(h.ids) == 0 && !s.over && !h.over) {
+	if !rebuild && (!s.errs || len(s.ids())+len(h.ids) == 0 && !s.over && !h.over) {
 		return h.Handler.Handle(ctx, r)
 	}
 	named, over := h.named(&s)
@@ -503,8 +536,13 @@ func (h namingHandler) Handle(ctx context.Context, r slog.Record) error {
 // adds reports whether the record's scan s holds an id the logger's
 // With attributes do not.
 func (h namingHandler) adds(s *recordScan) bool {
-	for _, id := range s.ids() {
-		if !slices.Contains(h.ids, id) {
+	ids := s.ids()
+	if len(ids) == 0 {
+		return false
+	}
+	known := h.known(len(ids))
+	for _, id := range ids {
+		if !known(id) {
 			return true
 		}
 	}
@@ -515,12 +553,28 @@ func (h namingHandler) adds(s *recordScan) bool {
 // record's scan s, and whether they are more than maxRecordIDs.
 func (h namingHandler) named(s *recordScan) ([]string, bool) {
 	named := slices.Clone(h.ids)
-	for _, id := range s.ids() {
-		if !slices.Contains(h.ids, id) {
+	ids := s.ids()
+	known := h.known(len(ids))
+	for _, id := range ids {
+		if !known(id) {
 			named = append(named, id)
 		}
 	}
 	return named, h.over || s.over || len(named) > maxRecordIDs
+}
+
+// known is a test of whether the logger's With attributes name an id,
+// for n ids to be tested: a look through them for a few, a set when a
+// look through each for each would cost more than making it.
+func (h namingHandler) known(n int) func(string) bool {
+	if len(h.ids)*n <= scanIDs*scanIDs {
+		return func(id string) bool { return slices.Contains(h.ids, id) }
+	}
+	set := make(map[string]bool, len(h.ids))
+	for _, id := range h.ids {
+		set[id] = true
+	}
+	return func(id string) bool { return set[id] }
 }
 
 // markNaming is a with its errors, in groups too, marked as naming ids;
@@ -567,7 +621,7 @@ func (h namingHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
 		}
 	}
 	ids, over := h.ids, h.over
-	if (s.n > 0 || s.over) && !over { // past the bound, no more to keep
+	if (len(s.ids()) > 0 || s.over) && !over { // past the bound, no more to keep
 		ids, over = h.named(&s)
 	}
 	if !s.errs && h.steps == nil {
