@@ -133,6 +133,13 @@ func pseudonymizeAny(p *pseudonym.Pseudonymizer, a slog.Attr) slog.Attr {
 		}
 	case pseudonym.Personal:
 		return slog.String(a.Key, p.ID(string(v)))
+	case encodedValue:
+		// Decoded by the record's scan already (withTrees).
+		changed := false
+		if tree := pseudonymizeTree(p, "", v.tree, &changed); changed {
+			return slog.Any(a.Key, tree)
+		}
+		return slog.Any(a.Key, v.v)
 	case []string:
 		if idListAttrs[a.Key] {
 			out := make([]string, len(v))
@@ -400,8 +407,12 @@ type recordScan struct {
 	n   int
 	// more holds all the ids, and seen them, once they are more than
 	// buf holds.
-	more  []string
-	seen  map[string]bool
+	more []string
+	seen map[string]bool
+	// trees are the values addNamed decoded, in the order it met
+	// them (nil for one that does not decode), for the record to
+	// reuse (withTrees).
+	trees []decoded
 	over  bool
 	errs  bool
 	named bool
@@ -492,10 +503,60 @@ func (s *recordScan) addNamed(a slog.Attr) {
 		if _, isErr := v.Any().(error); isErr {
 			return
 		}
-		if tree, ok := structured(v.Any()); ok {
+		tree, ok := structured(v.Any())
+		if ok {
 			treeIDs(tree, s.addID)
 		}
+		s.trees = append(s.trees, decoded{reflect.TypeOf(v.Any()), tree})
 	}
+}
+
+// decoded is a value of type t as structured decoded it (nil when it
+// did not).
+type decoded struct {
+	t    reflect.Type
+	tree any
+}
+
+// encodedValue is a value logged with slog.Any that the record's scan
+// encoded to find the ids in (structured), with the tree it decoded,
+// which pseudonymizeAny pseudonymizes rather than encode the value a
+// second time. It never reaches the output: the handler's ReplaceAttr
+// gives the tree, or the value when the tree names no one.
+type encodedValue struct {
+	v    any
+	tree any
+}
+
+// withTrees is a with each value that addNamed decoded in it as an
+// encodedValue: trees are the values addNamed met, in its order, each
+// taken off as withTrees meets it again. A value not of the type met
+// (a LogValuer that resolves to another) is left to be encoded again.
+func withTrees(a slog.Attr, trees *[]decoded) slog.Attr {
+	v := a.Value
+	if v.Kind() == slog.KindLogValuer {
+		v = v.Resolve()
+	}
+	switch {
+	case idAttrs[a.Key]:
+	case v.Kind() == slog.KindGroup:
+		group := v.Group()
+		out := make([]slog.Attr, len(group))
+		for i, g := range group {
+			out[i] = withTrees(g, trees)
+		}
+		return slog.Attr{Key: a.Key, Value: slog.GroupValue(out...)}
+	case v.Kind() == slog.KindAny:
+		if _, isErr := v.Any().(error); isErr || len(*trees) == 0 {
+			return a
+		}
+		d := (*trees)[0]
+		*trees = (*trees)[1:]
+		if d.tree != nil && d.t == reflect.TypeOf(v.Any()) {
+			return slog.Any(a.Key, encodedValue{v: v.Any(), tree: d.tree})
+		}
+	}
+	return a
 }
 
 func (h namingHandler) Handle(ctx context.Context, r slog.Record) error {
@@ -514,7 +575,7 @@ func (h namingHandler) Handle(ctx context.Context, r slog.Record) error {
 	}
 	// The logger's With'd errors are marked with its ids already.
 	rebuild := h.steps != nil && !h.over && (s.over || h.adds(&s))
-	if !rebuild && (!s.errs || len(s.ids())+len(h.ids) == 0 && !s.over && !h.over) {
+	if !rebuild && s.trees == nil && (!s.errs || len(s.ids())+len(h.ids) == 0 && !s.over && !h.over) {
 		return h.Handler.Handle(ctx, r)
 	}
 	named, over := h.named(&s)
@@ -522,11 +583,17 @@ func (h namingHandler) Handle(ctx context.Context, r slog.Record) error {
 	if rebuild {
 		handler = build(h.base, h.steps, named, over)
 	}
-	if !s.errs {
+	if !s.errs && s.trees == nil {
 		return handler.Handle(ctx, r)
 	}
+	// The record again, its errors marked as naming the ids and the
+	// values decoded to find them (s.trees) not to be encoded again.
 	out := slog.NewRecord(r.Time, r.Level, r.Message, r.PC)
+	trees := s.trees
 	r.Attrs(func(a slog.Attr) bool {
+		if trees != nil {
+			a = withTrees(a, &trees)
+		}
 		out.AddAttrs(markNaming(a, named, over))
 		return true
 	})

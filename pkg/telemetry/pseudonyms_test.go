@@ -12,6 +12,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
@@ -458,6 +459,44 @@ func TestValuesThatFailToEncodeLoggedAsWithoutPseudonyms(t *testing.T) {
 						t.Errorf("with pseudonyms the record is written differently:\n%s", out.String())
 					}
 				})
+			}
+		}
+	}
+}
+
+// countingChat is a chat whose encodings are counted.
+type countingChat struct {
+	id string
+	n  *atomic.Int32
+}
+
+func (c countingChat) MarshalJSON() ([]byte, error) {
+	c.n.Add(1)
+	return json.Marshal(map[string]string{"platform": "slack", "chat_id": c.id})
+}
+
+// TestStructBesideAnErrorEncodedOnce: a struct logged beside an error is
+// encoded once, to find the ids in it that the error is scrubbed of, and
+// logged from what that encoding decoded to, with its ids as pseudonyms;
+// one naming no one is logged as it is.
+func TestStructBesideAnErrorEncodedOnce(t *testing.T) {
+	t.Parallel()
+	p := pseudonym.New("secret")
+	for _, format := range []string{"json", "text"} {
+		for _, chat := range []string{"C0CHANNEL", ""} {
+			var n atomic.Int32
+			var buf bytes.Buffer
+			l := telemetry.NewLogger(telemetry.LogConfig{Level: "info", Format: format, Pseudonymize: true, PseudonymKey: "secret"}, &buf)
+			l.Warn("send failed", "target", countingChat{chat, &n}, "err", fmt.Errorf("channel %s: not_in_channel", chat))
+			want := 1
+			if chat == "" && format == "json" {
+				want = 2 // scanned, then logged as it is by the handler
+			}
+			if got := int(n.Load()); got != want {
+				t.Errorf("%s, chat %q: the struct was encoded %d times, want %d: %s", format, chat, got, want, buf.String())
+			}
+			if chat != "" && (strings.Contains(buf.String(), chat) || strings.Count(buf.String(), p.ID(chat)) != 2) {
+				t.Errorf("%s: want the struct and the error naming %s as %s: %s", format, chat, p.ID(chat), buf.String())
 			}
 		}
 	}
