@@ -916,7 +916,7 @@ func pseudonymizeURL(p *pseudonym.Pseudonymizer, u string) string {
 				b.WriteByte('&')
 			}
 			k, v, hasValue := strings.Cut(param, "=")
-			name, value := unescaped(k, url.QueryUnescape), unescaped(v, url.QueryUnescape)
+			name, value := unescaped(k, queryUnescape), unescaped(v, queryUnescape)
 			b.WriteString(k)
 			if !hasValue {
 				continue
@@ -939,6 +939,19 @@ func pseudonymizeURL(p *pseudonym.Pseudonymizer, u string) string {
 		b.WriteString("#" + p.Text(fragment))
 	}
 	return b.String()
+}
+
+// queryUnescape unescapes a query's name or value as url.QueryUnescape
+// does, but for a "+", which it keeps: a form's encoding writes a space
+// as "+", but a platform's id has a "+" (a phone number, "+1555…") and
+// no space, and is logged with it. Read as a space, a "+15551234567"
+// written as it is in a query (to=+15551234567) would be the ID of
+// " 15551234567" in a span and that of "+15551234567" in the log
+// records beside it, which could not be followed from one to the
+// other. (A "+" escaped as "%2B", as url.Values writes it, is one
+// either way.)
+func queryUnescape(s string) (string, error) {
+	return url.PathUnescape(s)
 }
 
 // unescaped is s unescaped by unescape, or s as it is when it holds
