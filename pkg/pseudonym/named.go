@@ -103,31 +103,81 @@ func scrubbable(f string) bool {
 // their own IDs); other ids, a Matrix user's "@bob:server" among them,
 // only as given. Ids shorter than 3 bytes are left, and numbers under 5
 // digits.
+//
+// Its cost does not grow with the number of ids past a few: a record
+// that names a list of chats has its errors scrubbed of all of them in
+// one pass over the text (scrubScan).
 func (p *Pseudonymizer) Scrub(text string, ids ...string) string {
 	if p == nil || text == "" || len(ids) == 0 {
 		return text
 	}
-	type form struct {
-		find, id string
-		fold     bool
+	forms := scrubForms(ids)
+	if len(forms) > maxEachForms {
+		if out, ok := p.scrubScan(text, forms); ok {
+			return out
+		}
 	}
-	var forms []form
+	return p.scrubEach(text, forms)
+}
+
+// maxEachForms is the number of forms up to which Scrub looks for each
+// in a pass of its own (scrubEach): a pass is a strings.Index, faster
+// over an error's text than building scrubScan's automaton for as few
+// forms as a record's chat, thread and user give.
+const maxEachForms = 16
+
+// scrubForm is one form of an id that Scrub looks for (find), the id it
+// stands for, and whether it is found in any ASCII case (an address).
+type scrubForm struct {
+	find, id string
+	fold     bool
+}
+
+// scrubForms are the forms of ids that Scrub looks for, distinct, the
+// longest first: "+15551234567" before "15551234567", an id before one
+// it contains, an address in another case too (in
+// "Jim.bob@example.com", "jim.bob@example.com" before
+// "bob@example.com", which would leave "Jim." in the text). Forms of
+// the same length keep the order of their ids.
+func scrubForms(ids []string) []scrubForm {
+	var forms []scrubForm
+	// Past a few forms a set finds one given before faster than a look
+	// through them all; a list of thousands of chats would cost
+	// millions.
+	var seen map[string]bool
 	for _, id := range ids {
 		// An e-mail address is found in any case too: mail servers and
 		// clients echo it as the sender wrote it (Bob@Example.COM).
 		fold := isAddress(id)
-		for _, f := range []string{id, strings.TrimPrefix(id, "+"), url.PathEscape(id), url.QueryEscape(id)} {
-			if scrubbable(f) && !slices.ContainsFunc(forms, func(o form) bool { return o.find == f }) {
-				forms = append(forms, form{f, id, fold})
+		for _, f := range [...]string{id, strings.TrimPrefix(id, "+"), url.PathEscape(id), url.QueryEscape(id)} {
+			if !scrubbable(f) {
+				continue
 			}
+			if seen == nil && len(forms) >= maxEachForms {
+				seen = make(map[string]bool, 4*len(ids))
+				for _, o := range forms {
+					seen[o.find] = true
+				}
+			}
+			if seen != nil {
+				if seen[f] {
+					continue
+				}
+				seen[f] = true
+			} else if slices.ContainsFunc(forms, func(o scrubForm) bool { return o.find == f }) {
+				continue
+			}
+			forms = append(forms, scrubForm{f, id, fold})
 		}
 	}
-	// The longest first: "+15551234567" before "15551234567", an id
-	// before one it contains, an address in another case too (in
-	// "Jim.bob@example.com", "jim.bob@example.com" before
-	// "bob@example.com", which would leave "Jim." in the text).
-	slices.SortStableFunc(forms, func(a, b form) int { return cmp.Compare(len(b.find), len(a.find)) })
-	given := func(s string) bool { return slices.ContainsFunc(forms, func(o form) bool { return o.find == s }) }
+	slices.SortStableFunc(forms, func(a, b scrubForm) int { return cmp.Compare(len(b.find), len(a.find)) })
+	return forms
+}
+
+// scrubEach replaces forms in text one after the other, each in a pass
+// over the text as the forms before it left it.
+func (p *Pseudonymizer) scrubEach(text string, forms []scrubForm) string {
+	given := func(s string) bool { return slices.ContainsFunc(forms, func(o scrubForm) bool { return o.find == s }) }
 	for _, f := range forms {
 		text = p.replaceWord(text, f.find, f.id, f.fold, given)
 	}

@@ -10,15 +10,17 @@ import (
 	"github.com/switchboard-chat/switchboard/pkg/pseudonym"
 )
 
-func TestScrub(t *testing.T) {
-	t.Parallel()
-	p := pseudonym.New("k")
+// scrubCase is a text, the ids Scrub is given and what it makes of it.
+type scrubCase struct {
+	name, text string
+	ids        []string
+	want       string
+}
+
+// scrubCases are TestScrub's cases, under p's IDs.
+func scrubCases(p *pseudonym.Pseudonymizer) []scrubCase {
 	id := p.ID
-	tests := []struct {
-		name, text string
-		ids        []string
-		want       string
-	}{
+	return []scrubCase{
 		{"a URL's path", `Post "https://discord.com/api/v9/channels/900000000000000001/messages": EOF`, []string{"900000000000000001"},
 			`Post "https://discord.com/api/v9/channels/` + id("900000000000000001") + `/messages": EOF`},
 		{"a platform's message", "The 'To' number +15551234567 is not a valid phone number.", []string{"+15551234567"},
@@ -69,7 +71,12 @@ func TestScrub(t *testing.T) {
 		{"empty ids", "nothing", []string{"", ""}, "nothing"},
 		{"not there", "forbidden", []string{"99001"}, "forbidden"},
 	}
-	for _, tt := range tests {
+}
+
+func TestScrub(t *testing.T) {
+	t.Parallel()
+	p := pseudonym.New("k")
+	for _, tt := range scrubCases(p) {
 		if got := p.Scrub(tt.text, tt.ids...); got != tt.want {
 			t.Errorf("%s: Scrub(%q, %q) = %q, want %q", tt.name, tt.text, tt.ids, got, tt.want)
 		}

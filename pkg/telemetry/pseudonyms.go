@@ -133,6 +133,13 @@ func pseudonymizeAny(p *pseudonym.Pseudonymizer, a slog.Attr) slog.Attr {
 		}
 	case pseudonym.Personal:
 		return slog.String(a.Key, p.ID(string(v)))
+	case encodedValue:
+		// Decoded by the record's scan already (withTrees).
+		changed := false
+		if tree := pseudonymizeTree(p, "", v.tree, &changed); changed {
+			return slog.Any(a.Key, tree)
+		}
+		return slog.Any(a.Key, v.v)
 	case []string:
 		if idListAttrs[a.Key] {
 			out := make([]string, len(v))
@@ -372,12 +379,17 @@ func markAll(attrs []slog.Attr, ids []string, over bool) []slog.Attr {
 
 // maxRecordIDs bounds the distinct ids a record's errors are scrubbed
 // of, its own and its logger's With attributes': a record names a chat,
-// a thread and a user or two, in groups for a source and a target too.
-// Each id costs a pass over each error's text (up to four, one per form
-// Scrub looks for), so a record naming more, which no call site writes,
-// has its errors' text withheld rather than scanned for each id or
-// logged naming the ids past the bound.
-const maxRecordIDs = 16
+// a thread and a user or two, in groups for a source and a target too,
+// or a list of chats in a struct or a proto. Scrubbing an error costs a
+// pass over its text whatever the number of ids (pseudonym.Scrub), but
+// each id costs its forms' bytes, so a record naming more than
+// thousands, which no call site writes, has its errors' text withheld
+// rather than logged naming the ids past the bound.
+const maxRecordIDs = 4096
+
+// scanIDs is how many distinct ids a record's scan holds without an
+// allocation: more than the handful a record names most often.
+const scanIDs = 16
 
 // withheld is the text of an error logged in a record naming more than
 // maxRecordIDs ids.
@@ -385,31 +397,63 @@ var withheld = fmt.Sprintf("(error text withheld: the record names more than %d 
 
 // recordScan is what a record's attributes hold, groups and nested
 // groups among them: the distinct ids under idAttrs (up to
-// maxRecordIDs, in an array: a record's scan allocates nothing),
-// whether there were more, whether an error is among them, and whether
-// a value that may hold ids by name (holdsNames: a struct, a proto, a
-// map, a list of them) is, whose ids addNamed takes in.
+// maxRecordIDs; the first scanIDs in an array, so that a record's scan
+// allocates nothing), whether there were more, whether an error is
+// among them, and whether a value that may hold ids by name
+// (holdsNames: a struct, a proto, a map, a list of them) is, whose ids
+// addNamed takes in.
 type recordScan struct {
-	buf   [maxRecordIDs]string
-	n     int
+	buf [scanIDs]string
+	n   int
+	// more holds all the ids, and seen them, once they are more than
+	// buf holds.
+	more []string
+	seen map[string]bool
+	// trees are the values addNamed decoded, in the order it met
+	// them (nil for one that does not decode), for the record to
+	// reuse (withTrees).
+	trees []decoded
 	over  bool
 	errs  bool
 	named bool
 }
 
-func (s *recordScan) ids() []string { return s.buf[:s.n] }
+func (s *recordScan) ids() []string {
+	if s.more != nil {
+		return s.more
+	}
+	return s.buf[:s.n]
+}
 
 // addID takes in one id, once.
 func (s *recordScan) addID(id string) {
-	if id == "" || slices.Contains(s.buf[:s.n], id) {
+	if id == "" {
 		return
 	}
-	if s.n == len(s.buf) {
+	if s.more == nil {
+		if slices.Contains(s.buf[:s.n], id) {
+			return
+		}
+		if s.n < len(s.buf) {
+			s.buf[s.n] = id
+			s.n++
+			return
+		}
+		s.more = append(make([]string, 0, 4*len(s.buf)), s.buf[:]...)
+		s.seen = make(map[string]bool, 4*len(s.buf))
+		for _, known := range s.more {
+			s.seen[known] = true
+		}
+	}
+	if s.seen[id] {
+		return
+	}
+	if len(s.more) == maxRecordIDs {
 		s.over = true
 		return
 	}
-	s.buf[s.n] = id
-	s.n++
+	s.seen[id] = true
+	s.more = append(s.more, id)
 }
 
 // add takes in a, and the attributes of a group or of a LogValuer that
@@ -459,10 +503,60 @@ func (s *recordScan) addNamed(a slog.Attr) {
 		if _, isErr := v.Any().(error); isErr {
 			return
 		}
-		if tree, ok := structured(v.Any()); ok {
+		tree, ok := structured(v.Any())
+		if ok {
 			treeIDs(tree, s.addID)
 		}
+		s.trees = append(s.trees, decoded{reflect.TypeOf(v.Any()), tree})
 	}
+}
+
+// decoded is a value of type t as structured decoded it (nil when it
+// did not).
+type decoded struct {
+	t    reflect.Type
+	tree any
+}
+
+// encodedValue is a value logged with slog.Any that the record's scan
+// encoded to find the ids in (structured), with the tree it decoded,
+// which pseudonymizeAny pseudonymizes rather than encode the value a
+// second time. It never reaches the output: the handler's ReplaceAttr
+// gives the tree, or the value when the tree names no one.
+type encodedValue struct {
+	v    any
+	tree any
+}
+
+// withTrees is a with each value that addNamed decoded in it as an
+// encodedValue: trees are the values addNamed met, in its order, each
+// taken off as withTrees meets it again. A value not of the type met
+// (a LogValuer that resolves to another) is left to be encoded again.
+func withTrees(a slog.Attr, trees *[]decoded) slog.Attr {
+	v := a.Value
+	if v.Kind() == slog.KindLogValuer {
+		v = v.Resolve()
+	}
+	switch {
+	case idAttrs[a.Key]:
+	case v.Kind() == slog.KindGroup:
+		group := v.Group()
+		out := make([]slog.Attr, len(group))
+		for i, g := range group {
+			out[i] = withTrees(g, trees)
+		}
+		return slog.Attr{Key: a.Key, Value: slog.GroupValue(out...)}
+	case v.Kind() == slog.KindAny:
+		if _, isErr := v.Any().(error); isErr || len(*trees) == 0 {
+			return a
+		}
+		d := (*trees)[0]
+		*trees = (*trees)[1:]
+		if d.tree != nil && d.t == reflect.TypeOf(v.Any()) {
+			return slog.Any(a.Key, encodedValue{v: v.Any(), tree: d.tree})
+		}
+	}
+	return a
 }
 
 func (h namingHandler) Handle(ctx context.Context, r slog.Record) error {
@@ -481,7 +575,7 @@ func (h namingHandler) Handle(ctx context.Context, r slog.Record) error {
 	}
 	// The logger's With'd errors are marked with its ids already.
 	rebuild := h.steps != nil && !h.over && (s.over || h.adds(&s))
-	if !rebuild && (!s.errs || s.n+len(h.ids) == 0 && !s.over && !h.over) {
+	if !rebuild && s.trees == nil && (!s.errs || len(s.ids())+len(h.ids) == 0 && !s.over && !h.over) {
 		return h.Handler.Handle(ctx, r)
 	}
 	named, over := h.named(&s)
@@ -489,11 +583,17 @@ func (h namingHandler) Handle(ctx context.Context, r slog.Record) error {
 	if rebuild {
 		handler = build(h.base, h.steps, named, over)
 	}
-	if !s.errs {
+	if !s.errs && s.trees == nil {
 		return handler.Handle(ctx, r)
 	}
+	// The record again, its errors marked as naming the ids and the
+	// values decoded to find them (s.trees) not to be encoded again.
 	out := slog.NewRecord(r.Time, r.Level, r.Message, r.PC)
+	trees := s.trees
 	r.Attrs(func(a slog.Attr) bool {
+		if trees != nil {
+			a = withTrees(a, &trees)
+		}
 		out.AddAttrs(markNaming(a, named, over))
 		return true
 	})
@@ -503,8 +603,13 @@ func (h namingHandler) Handle(ctx context.Context, r slog.Record) error {
 // adds reports whether the record's scan s holds an id the logger's
 // With attributes do not.
 func (h namingHandler) adds(s *recordScan) bool {
-	for _, id := range s.ids() {
-		if !slices.Contains(h.ids, id) {
+	ids := s.ids()
+	if len(ids) == 0 {
+		return false
+	}
+	known := h.known(len(ids))
+	for _, id := range ids {
+		if !known(id) {
 			return true
 		}
 	}
@@ -515,12 +620,28 @@ func (h namingHandler) adds(s *recordScan) bool {
 // record's scan s, and whether they are more than maxRecordIDs.
 func (h namingHandler) named(s *recordScan) ([]string, bool) {
 	named := slices.Clone(h.ids)
-	for _, id := range s.ids() {
-		if !slices.Contains(h.ids, id) {
+	ids := s.ids()
+	known := h.known(len(ids))
+	for _, id := range ids {
+		if !known(id) {
 			named = append(named, id)
 		}
 	}
 	return named, h.over || s.over || len(named) > maxRecordIDs
+}
+
+// known is a test of whether the logger's With attributes name an id,
+// for n ids to be tested: a look through them for a few, a set when a
+// look through each for each would cost more than making it.
+func (h namingHandler) known(n int) func(string) bool {
+	if len(h.ids)*n <= scanIDs*scanIDs {
+		return func(id string) bool { return slices.Contains(h.ids, id) }
+	}
+	set := make(map[string]bool, len(h.ids))
+	for _, id := range h.ids {
+		set[id] = true
+	}
+	return func(id string) bool { return set[id] }
 }
 
 // markNaming is a with its errors, in groups too, marked as naming ids;
@@ -567,7 +688,7 @@ func (h namingHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
 		}
 	}
 	ids, over := h.ids, h.over
-	if (s.n > 0 || s.over) && !over { // past the bound, no more to keep
+	if (len(s.ids()) > 0 || s.over) && !over { // past the bound, no more to keep
 		ids, over = h.named(&s)
 	}
 	if !s.errs && h.steps == nil {
@@ -795,7 +916,7 @@ func pseudonymizeURL(p *pseudonym.Pseudonymizer, u string) string {
 				b.WriteByte('&')
 			}
 			k, v, hasValue := strings.Cut(param, "=")
-			name, value := unescaped(k, url.QueryUnescape), unescaped(v, url.QueryUnescape)
+			name, value := unescaped(k, queryUnescape), unescaped(v, queryUnescape)
 			b.WriteString(k)
 			if !hasValue {
 				continue
@@ -818,6 +939,19 @@ func pseudonymizeURL(p *pseudonym.Pseudonymizer, u string) string {
 		b.WriteString("#" + p.Text(fragment))
 	}
 	return b.String()
+}
+
+// queryUnescape unescapes a query's name or value as url.QueryUnescape
+// does, but for a "+", which it keeps: a form's encoding writes a space
+// as "+", but a platform's id has a "+" (a phone number, "+1555…") and
+// no space, and is logged with it. Read as a space, a "+15551234567"
+// written as it is in a query (to=+15551234567) would be the ID of
+// " 15551234567" in a span and that of "+15551234567" in the log
+// records beside it, which could not be followed from one to the
+// other. (A "+" escaped as "%2B", as url.Values writes it, is one
+// either way.)
+func queryUnescape(s string) (string, error) {
+	return url.PathUnescape(s)
 }
 
 // unescaped is s unescaped by unescape, or s as it is when it holds

@@ -1,7 +1,9 @@
 package telemetry
 
 import (
+	"log/slog"
 	"net/url"
+	"strings"
 	"testing"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -85,5 +87,34 @@ func TestURLAttributesPseudonyms(t *testing.T) {
 		if got := pseudonymizeKVs(p, []attribute.KeyValue{tt.kv}); got[0].Value.AsString() != tt.want {
 			t.Errorf("%s=%q exported as %q, want %q", tt.kv.Key, tt.kv.Value.AsString(), got[0].Value.AsString(), tt.want)
 		}
+	}
+}
+
+// TestURLPseudonymsAsLogs: an id in a span's URL has the pseudonym the
+// log records beside the span show for it: a "+" in a query (a phone
+// number written as it is) is a "+", as in the id logged, not a form's
+// space. A "+" in a value that names no one is kept as it is.
+func TestURLPseudonymsAsLogs(t *testing.T) {
+	t.Parallel()
+	p := pseudonym.New("k")
+	const phone = "+15551234567"
+	logged := pseudonymizeAttr(p)(nil, slog.String("chat_id", phone)).Value.String()
+	if logged != p.ID(phone) {
+		t.Fatalf("chat_id=%s logged as %q, want %q", phone, logged, p.ID(phone))
+	}
+	for _, tt := range []struct{ in, want string }{
+		{"/send?to=" + phone, "/send?to=" + logged},
+		{"/send?chat_id=" + phone + "&page=2", "/send?chat_id=" + logged + "&page=2"},
+		{"/send?to=%2B15551234567", "/send?to=" + logged},
+		{"https://api.example.org/2010-04-01/Messages.json?To=" + phone + "&Body=hi+there", "https://api.example.org/2010-04-01/Messages.json?To=" + logged + "&Body=hi+there"},
+		{"/v1/chats/" + phone, "/v1/chats/" + logged},
+	} {
+		if got := pseudonymizeURL(p, tt.in); got != tt.want {
+			t.Errorf("pseudonymizeURL(%q) = %q, want %q (%s logged as %s)", tt.in, got, tt.want, phone, logged)
+		}
+	}
+	kv := pseudonymizeKVs(p, []attribute.KeyValue{attribute.String("url.query", "to="+phone)})
+	if got := kv[0].Value.AsString(); got != "to="+logged || strings.Contains(got, "15551234567") {
+		t.Errorf("url.query=to=%s exported as %q, want %q", phone, got, "to="+logged)
 	}
 }

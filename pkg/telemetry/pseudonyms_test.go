@@ -12,6 +12,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
@@ -134,15 +135,23 @@ func TestLogPseudonyms(t *testing.T) {
 				"user_id_alt", "U0ALT0001", "chat_id", "C0CHAT002", "user_id", user)).
 				Warn("m", "err", fmt.Errorf("C0CHAT002 for %s: forbidden", user))
 		}, []string{"err"}, p.ID("C0CHAT002") + " for " + p.ID(user) + ": forbidden"},
-		// Past maxRecordIDs the error's text is not scanned for each id
-		// (a pass over it per id): it is withheld, not logged naming them.
+		// A record naming a list of chats, more than the few a record
+		// names most often: its error is scrubbed of them all, and
+		// one naming none of them is logged as it is.
+		{"error beside twenty chats", func(l *slog.Logger) {
+			l.Warn("m", "chats", chats(20), "err", fmt.Errorf("chat C0CHAT007 of %s: forbidden", user), "user_id", user)
+		}, []string{"err"}, "chat " + p.ID("C0CHAT007") + " of " + p.ID(user) + ": forbidden"},
+		{"error naming none of twenty chats", func(l *slog.Logger) {
+			l.Warn("m", "chats", chats(20), "err", errors.New("rate limited: retry after 30s"))
+		}, []string{"err"}, "rate limited: retry after 30s"},
+		{"error under a logger With twenty chats", func(l *slog.Logger) {
+			l.With("chats", chats(20)).Warn("m", "err", fmt.Errorf("chat C0CHAT019: forbidden"), "chat_id", "C0CHAT020")
+		}, []string{"err"}, "chat " + p.ID("C0CHAT019") + ": forbidden"},
+		// Past maxRecordIDs the error's text is withheld, not logged
+		// naming the ids past the bound.
 		{"error beside too many ids", func(l *slog.Logger) {
-			args := []any{"err", fmt.Errorf("chat %s: forbidden", user)}
-			for i := range 16 {
-				args = append(args, slog.Group(fmt.Sprint("c", i), "chat_id", fmt.Sprintf("C0CHAT%03d", i)))
-			}
-			l.Warn("m", append(args, "user_id", user)...)
-		}, []string{"err"}, "(error text withheld: the record names more than 16 ids)"},
+			l.Warn("m", "err", fmt.Errorf("chat %s: forbidden", user), "chats", chats(4096), "user_id", user)
+		}, []string{"err"}, "(error text withheld: the record names more than 4096 ids)"},
 		// An error a logger holds from a With is about the ids its
 		// records name as much as one of their own.
 		{"error With'd before the record's chat_id", func(l *slog.Logger) {
@@ -251,6 +260,20 @@ func TestLogPseudonyms(t *testing.T) {
 			}
 		})
 	}
+}
+
+// chats is a list of n chats, as a caller might log the chats a
+// message goes to: C0CHAT000, C0CHAT001, …
+func chats(n int) []struct {
+	ChatID string `json:"chat_id"`
+} {
+	out := make([]struct {
+		ChatID string `json:"chat_id"`
+	}, n)
+	for i := range out {
+		out[i].ChatID = fmt.Sprintf("C0CHAT%03d", i)
+	}
+	return out
 }
 
 func TestLogPseudonymsOff(t *testing.T) {
@@ -436,6 +459,44 @@ func TestValuesThatFailToEncodeLoggedAsWithoutPseudonyms(t *testing.T) {
 						t.Errorf("with pseudonyms the record is written differently:\n%s", out.String())
 					}
 				})
+			}
+		}
+	}
+}
+
+// countingChat is a chat whose encodings are counted.
+type countingChat struct {
+	id string
+	n  *atomic.Int32
+}
+
+func (c countingChat) MarshalJSON() ([]byte, error) {
+	c.n.Add(1)
+	return json.Marshal(map[string]string{"platform": "slack", "chat_id": c.id})
+}
+
+// TestStructBesideAnErrorEncodedOnce: a struct logged beside an error is
+// encoded once, to find the ids in it that the error is scrubbed of, and
+// logged from what that encoding decoded to, with its ids as pseudonyms;
+// one naming no one is logged as it is.
+func TestStructBesideAnErrorEncodedOnce(t *testing.T) {
+	t.Parallel()
+	p := pseudonym.New("secret")
+	for _, format := range []string{"json", "text"} {
+		for _, chat := range []string{"C0CHANNEL", ""} {
+			var n atomic.Int32
+			var buf bytes.Buffer
+			l := telemetry.NewLogger(telemetry.LogConfig{Level: "info", Format: format, Pseudonymize: true, PseudonymKey: "secret"}, &buf)
+			l.Warn("send failed", "target", countingChat{chat, &n}, "err", fmt.Errorf("channel %s: not_in_channel", chat))
+			want := 1
+			if chat == "" && format == "json" {
+				want = 2 // scanned, then logged as it is by the handler
+			}
+			if got := int(n.Load()); got != want {
+				t.Errorf("%s, chat %q: the struct was encoded %d times, want %d: %s", format, chat, got, want, buf.String())
+			}
+			if chat != "" && (strings.Contains(buf.String(), chat) || strings.Count(buf.String(), p.ID(chat)) != 2) {
+				t.Errorf("%s: want the struct and the error naming %s as %s: %s", format, chat, p.ID(chat), buf.String())
 			}
 		}
 	}
