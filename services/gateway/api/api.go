@@ -321,8 +321,7 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	s.files = attachment.Open(deps.Bus.JetStream(), deps.Bus.Topology(), deps.RunnerOptions.Attachments)
 	// Every request is a server span: the root of the message's trace,
 	// carried on by the inbound publish.
-	s.handler = otelhttp.NewHandler(s.routes(), "gateway.api",
-		otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string { return "gateway.api " + r.Method + " " + r.URL.Path }))
+	s.handler = traced(s.routes())
 	opts := deps.RunnerOptions
 	if opts.Log == nil {
 		opts.Log = deps.Log
@@ -354,6 +353,32 @@ func (s *Service) Runner() *platform.Runner { return s.runner }
 
 // Ready is the readiness check.
 func (s *Service) Ready(ctx context.Context) error { return s.runner.Ready(ctx) }
+
+// traced makes every request to h a server span named by its route
+// (spanName). opts are a test's (its tracer provider).
+func traced(h http.Handler, opts ...otelhttp.Option) http.Handler {
+	return otelhttp.NewHandler(h, "gateway.api", append([]otelhttp.Option{otelhttp.WithSpanNameFormatter(spanName)}, opts...)...)
+}
+
+// spanName names a request's span "gateway.api <method> <route>", the
+// route being the pattern the ServeMux served it with
+// ("/v1/responses/{id}"), as OpenTelemetry's HTTP conventions name server
+// spans: the path itself holds response, run, job and media ids, which
+// made every such request a span name of its own (the exporter shows
+// them as pseudonyms, one per id). otelhttp names the span before the
+// request is routed, when only the method is known, and again after
+// the handler with the pattern the ServeMux set on the request; a
+// request no route took keeps the method alone.
+func spanName(_ string, r *http.Request) string {
+	if r.Pattern == "" {
+		return "gateway.api " + r.Method
+	}
+	route := r.Pattern
+	if _, path, ok := strings.Cut(route, " "); ok {
+		route = path // "GET /v1/models": the method is the request's own (HEAD for a GET route)
+	}
+	return "gateway.api " + r.Method + " " + route
+}
 
 // Handler is the HTTP handler (for tests that serve it themselves).
 func (s *Service) Handler() http.Handler { return s.handler }
