@@ -3,6 +3,7 @@ package telegram
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"time"
@@ -213,14 +214,90 @@ func (p *Platform) answerCallback(ctx context.Context, id string) (settled bool)
 // answerCallbackText is answerCallback with text, a toast only the
 // presser sees ("" for none).
 func (p *Platform) answerCallbackText(ctx context.Context, id, text string) (settled bool) {
-	if utf8.RuneCountInString(text) > maxCallbackText {
-		text = string([]rune(text)[:maxCallbackText])
-	}
-	_, err := p.api.AnswerCallbackQuery(ctx, &bot.AnswerCallbackQueryParams{CallbackQueryID: id, Text: text})
+	err := p.answerQuery(ctx, id, text)
 	if err != nil {
 		p.log.Debug("answerCallbackQuery failed", "err", p.redact(err))
 	}
 	return queryDone(err)
+}
+
+// answerQuery answers callback query id with text, once, and returns
+// Telegram's error.
+func (p *Platform) answerQuery(ctx context.Context, id, text string) error {
+	if utf8.RuneCountInString(text) > maxCallbackText {
+		text = string([]rune(text)[:maxCallbackText])
+	}
+	_, err := p.api.AnswerCallbackQuery(ctx, &bot.AnswerCallbackQueryParams{CallbackQueryID: id, Text: text})
+	return err
+}
+
+// answerHeld answers callback query id of a press this replica holds,
+// handed to it at handed, with text, and reports whether the answer
+// settled the query (queryDone). A failure that passes (a 5xx, a 429,
+// the network: answerRetry) is tried again after a backoff, or after a
+// 429's retry_after, while Telegram still takes the answer: a try
+// begins no later than watchBound after handed, the answer's own time
+// left of queryAnswerable, and all of them within answerTimeout. Tried
+// once, a failure that passed left the query unanswered: a replica
+// watching it (watchHolder) answered it without the router's word, and
+// with none, no one did. The caller holds the press meanwhile: a
+// watcher, which takes the query over only once the hold is gone for
+// holderGrace, or at its own bound (watchBound after it was handed the
+// press, after this replica was), leaves it to these tries.
+func (p *Platform) answerHeld(ctx context.Context, id, text string, handed time.Time) (settled bool) {
+	ctx, cancel := context.WithTimeout(ctx, answerTimeout)
+	defer cancel()
+	last := handed.Add(watchBound)
+	for try := 0; ; try++ {
+		err := p.answerQuery(ctx, id, text)
+		if queryDone(err) {
+			return true
+		}
+		wait, again := answerRetry(err, try)
+		if !again || ctx.Err() != nil || time.Now().Add(wait).After(last) {
+			p.log.Warn("answer a held telegram callback query; giving up", "tries", try+1, "err", p.redact(err))
+			return false
+		}
+		p.log.Debug("answer a held telegram callback query; trying again", "wait", wait, "err", p.redact(err))
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			p.log.Warn("answer a held telegram callback query; giving up", "tries", try+1, "err", p.redact(err))
+			return false
+		}
+	}
+}
+
+// firstAnswerRetry is the wait before a held query's answer is tried
+// again after its first transient failure (answerHeld); each later wait
+// doubles, up to maxAnswerRetry, less up to a quarter at random, so
+// that the answers of many presses that failed at once do not all come
+// again at once.
+const (
+	firstAnswerRetry = 250 * time.Millisecond
+	maxAnswerRetry   = 2 * time.Second
+)
+
+// answerRetry reports whether answerCallbackQuery's failure err, its
+// try-th (from 0), may pass, and how long to wait before the next try:
+// a 429's retry_after, a 5xx's or the network's backoff. A 400 (the
+// query too old, or the answer wrong) and Telegram's other refusals
+// stand: tried again, they fail again.
+func answerRetry(err error, try int) (wait time.Duration, again bool) {
+	var tmr *bot.TooManyRequestsError
+	if errors.As(err, &tmr) {
+		return max(secondsDur(tmr.RetryAfter), firstAnswerRetry), true
+	}
+	var mig *bot.MigrateError
+	switch {
+	case errors.As(err, &mig), errors.Is(err, bot.ErrorBadRequest), errors.Is(err, bot.ErrorForbidden),
+		errors.Is(err, bot.ErrorUnauthorized), errors.Is(err, bot.ErrorNotFound), errors.Is(err, bot.ErrorConflict):
+		return 0, false
+	}
+	wait = min(firstAnswerRetry<<min(try, 8), maxAnswerRetry)
+	return wait - rand.N(wait/4), true
 }
 
 // queryDone reports whether a callback query needs no answer from
@@ -245,10 +322,10 @@ func queryDone(err error) bool {
 }
 
 // settle ends hold, the hold of a press whose query this replica
-// claimed and tried to answer: it says the query answered when the
-// answer settled it (queryDone), and otherwise ends without the word, so
-// that a replica that left the query to this hold and watches it
-// (watchHolder) finds it gone and answers the query itself.
+// claimed and tried to answer (answerHeld): it says the query answered
+// when the answer settled it (queryDone), and otherwise ends without the
+// word, so that a replica that left the query to this hold and watches
+// it (watchHolder) finds it gone and answers the query itself.
 func settle(hold *platform.PressHold, settled bool) {
 	if settled {
 		hold.Answered()
@@ -268,7 +345,8 @@ func settle(hold *platform.PressHold, settled bool) {
 // text when the hold ends.
 const maxPressHold = 10 * time.Second
 
-// answerTimeout bounds a held query's answer (answerCallbackQuery).
+// answerTimeout bounds a held query's answer (answerCallbackQuery),
+// its tries again after a transient failure included (answerHeld).
 const answerTimeout = 10 * time.Second
 
 // holderCheck is how often a replica that left a press's query to the
@@ -326,6 +404,9 @@ type query struct {
 	// too: told the press is a duplicate, this handling may be the one
 	// whose publish came second, the press not decided yet.
 	again bool
+	// handed is when this replica was handed the press first: its
+	// answer is tried while Telegram takes it (answerHeld).
+	handed time.Time
 }
 
 // holdQuery counts callback query id of a press among the held ones,
@@ -337,8 +418,8 @@ type query struct {
 // is its first handling's to answer: again is true, q nil, once that
 // handling holds the press for the router's answer. Published before,
 // the router's answer could come before that hold subscribed, and be
-// lost.
-func (p *Platform) holdQuery(ctx context.Context, conn platform.Conn, id string) (q *query, again bool) {
+// lost. handed is when this replica was handed the press.
+func (p *Platform) holdQuery(ctx context.Context, conn platform.Conn, id string, handed time.Time) (q *query, again bool) {
 	p.heldMu.Lock()
 	if q := p.held[id]; q != nil {
 		if q.retry == nil {
@@ -355,7 +436,7 @@ func (p *Platform) holdQuery(ctx context.Context, conn platform.Conn, id string)
 		p.heldMu.Unlock()
 		return q, false
 	}
-	q = &query{claimed: make(chan struct{}), subscribed: make(chan struct{})}
+	q = &query{claimed: make(chan struct{}), subscribed: make(chan struct{}), handed: handed}
 	if p.held == nil {
 		p.held = map[string]*query{}
 	}
@@ -423,9 +504,7 @@ func (p *Platform) awaitRetry(ctx context.Context, id string, q *query) {
 		// decided.
 		answer := func(req *deliveryv1.SendRequested) {
 			if p.claimQuery(id) != nil {
-				actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), answerTimeout)
-				defer cancel()
-				settle(q.hold, p.answerCallbackText(actx, id, req.GetText()))
+				settle(q.hold, p.answerHeld(context.WithoutCancel(ctx), id, req.GetText(), q.handed))
 			}
 		}
 		select {
@@ -642,9 +721,7 @@ func (p *Platform) hold(ctx context.Context, id string, q *query) {
 			return // refused: the refusal answers the query
 		}
 		if p.claimQuery(id) != nil {
-			actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), answerTimeout)
-			defer cancel()
-			settle(q.hold, p.answerCallbackText(actx, id, text))
+			settle(q.hold, p.answerHeld(context.WithoutCancel(ctx), id, text, q.handed))
 		}
 	})
 }
