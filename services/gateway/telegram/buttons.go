@@ -606,26 +606,25 @@ func (p *Platform) heldElsewhere(ctx context.Context, id string, q *query, hande
 // not answered twice.
 //
 // The watch ends when the gateway stops (Platform.life). Then this
-// replica asks once more whether the holder still holds the query: if
-// it does (or the bus does not answer), the query is left to it, which
-// answers it with the router's word; if it does not, without its word,
-// this replica answers the query on its way out, without text, rather
-// than leave it to no one (no replica watches it any more).
+// replica asks on whether the holder still holds the query, for up to
+// its grace (heldOnStop): if it does (or the bus does not answer), or
+// says it answered it, the query is left to it, which answers it with
+// the router's word; if it has not held it for holderGrace, without its
+// word, this replica answers the query on its way out, without text,
+// rather than leave it to no one (no replica watches it any more).
 func (p *Platform) watchHolder(id string, w *platform.PressWatch, until time.Time) {
 	defer w.Close()
 	answered := w.Wait(p.life, time.Until(until), holderCheck, holderGrace)
 	if p.watchOver != nil {
-		defer p.watchOver(id, answered)
+		defer func() { p.watchOver(id, answered) }()
 	}
 	if answered {
 		return
 	}
 	ctx := context.WithoutCancel(p.life)
 	if p.life.Err() != nil {
-		rctx, cancel := context.WithTimeout(ctx, holderCheck)
-		held, err := platform.RetryPress(rctx, p.bus, p.Name(), id)
-		cancel()
-		if held || err != nil {
+		var held bool
+		if held, answered = p.heldOnStop(id, w); held {
 			return
 		}
 	}
@@ -634,6 +633,55 @@ func (p *Platform) watchHolder(id string, w *platform.PressWatch, until time.Tim
 	defer cancel()
 	if p.answerCallback(actx, id) {
 		p.confirmAnswered(id)
+	}
+}
+
+// heldOnStop reports, once the gateway stopped, whether the replica
+// holding callback query id, which this replica left it to and watched
+// with w (watchHolder), still holds it: held when it does (or the bus
+// does not answer the question), or when it said it answered it
+// (answered); not when, asked every holderCheck, it has not held it for
+// holderGrace. Asked once, a holder whose connection to the bus was
+// reconnecting at that moment (its subscription with it) looked dead,
+// and its query was answered here without text, not with the router's
+// word it was about to give: a stopping watch gives the holder the
+// grace a running one does. The stop waits for it no longer than
+// holderGrace and one question more.
+func (p *Platform) heldOnStop(id string, w *platform.PressWatch) (held, answered bool) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(p.life), holderGrace+holderCheck)
+	defer cancel()
+	// gone is when the press was first found held by no one.
+	var gone time.Time
+	for {
+		rctx, rcancel := context.WithTimeout(ctx, holderCheck)
+		holds, err := platform.RetryPress(rctx, p.bus, p.Name(), id)
+		rcancel()
+		switch {
+		case holds:
+			return true, false
+		case err != nil && ctx.Err() == nil:
+			return true, false // no answer: the query is left to the holder
+		}
+		// The holder's word comes before its hold ends, on one
+		// connection, and this one has it before the question's reply
+		// that no one holds the press. Wait with the gateway's life,
+		// which has ended, only reports whether it came.
+		if w.Wait(p.life, holderGrace, holderCheck, holderGrace) {
+			return true, true
+		}
+		if gone.IsZero() {
+			gone = time.Now()
+		}
+		if time.Since(gone) >= holderGrace || ctx.Err() != nil {
+			return false, false
+		}
+		t := time.NewTimer(holderCheck)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return false, false
+		}
 	}
 }
 

@@ -1398,3 +1398,96 @@ func TestPressHolderRetriesItsAnswer(t *testing.T) {
 		})
 	}
 }
+
+// A replica that stops while the replica it left a press's query to is
+// away for a moment (its connection to the bus reconnecting, its
+// subscription with it) gives that holder the grace a running watch
+// gives it (holderGrace): found holding the press again, the holder
+// answers the query, with the router's word, and the stopping replica
+// leaves it. Asked once on the way out, the absent holder looked dead,
+// and the stopping replica answered the query without text.
+func TestPressWatchStopsWhileItsHolderReconnects(t *testing.T) {
+	t.Parallel()
+	f := newFake(t)
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	cfg := webhookConfig(t, f)
+	var calls *atomic.Int32
+	cfg.APIBaseURL, calls = countedAnswers(t, f.URL)
+	var (
+		mu     sync.Mutex
+		holder *platform.PressHold
+	)
+	defer func() {
+		mu.Lock()
+		defer mu.Unlock()
+		holder.Close()
+	}()
+	over := make(chan bool, 1)
+	var tp *Platform
+	s, stop := startWrappedGateway(t, cfg, b, "a", func(p *Platform) {
+		tp = p
+		p.watchOver = func(_ string, answered bool) { over <- answered }
+	}, func(c platform.Conn) platform.Conn {
+		return &askedDuplicateConn{Conn: c, asked: func(id string) {
+			// Another replica holds the press.
+			h, err := platform.HoldPress(b, "telegram", id)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			mu.Lock()
+			holder = h
+			mu.Unlock()
+		}}
+	})
+	waitFor(t, "connected", 20*time.Second, func() bool { st, _ := s.Runner().State(); return st == platform.StateConnected })
+	card := sendApprovalCard(t, f, b)
+	id, query, err := f.Press("99", card.ID, alice, "ea:once:call_1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, err := f.Push(context.Background(), id); err != nil || code != http.StatusOK {
+		t.Fatalf("push: %d %v", code, err)
+	}
+	if n := calls.Load(); n != 0 {
+		t.Fatalf("the query answered %d times while another replica holds it, want none", n)
+	}
+	// The holder's connection drops, and a stops meanwhile; the holder
+	// subscribes again after half of a's first second on its way out.
+	mu.Lock()
+	holder.Close()
+	mu.Unlock()
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		stop()
+	}()
+	<-tp.life.Done()
+	time.Sleep(holderCheck / 2)
+	h, err := platform.HoldPress(b, "telegram", query)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	holder = h
+	mu.Unlock()
+	select {
+	case <-stopped:
+	case <-time.After(holderGrace + answerTimeout + 10*time.Second):
+		t.Fatal("a did not stop")
+	}
+	select {
+	case said := <-over:
+		if said {
+			t.Error("a's watch says the holder answered the query")
+		}
+	default:
+		t.Fatal("a's watch of the press outlived a")
+	}
+	if n := calls.Load(); n != 0 {
+		t.Errorf("a answered the query %d times on its way out, want none: its holder is back", n)
+	}
+	if a := f.CallbackAnswers(); len(a) != 0 {
+		t.Fatalf("answers %+v, want the query left to its holder", a)
+	}
+}
