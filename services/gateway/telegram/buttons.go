@@ -242,8 +242,8 @@ func (p *Platform) answerQuery(ctx context.Context, id, text string) error {
 // watching it (watchHolder) answered it without the router's word, and
 // with none, no one did. The caller holds the press meanwhile: a
 // watcher, which takes the query over only once the hold is gone for
-// holderGrace, or at its own bound (watchBound after it was handed the
-// press, after this replica was), leaves it to these tries.
+// holderGrace, or at its own bound (watchBound after this hold began at
+// the earliest, watchFrom: after handed), leaves it to these tries.
 func (p *Platform) answerHeld(ctx context.Context, id, text string, handed time.Time) (settled bool) {
 	ctx, cancel := context.WithTimeout(ctx, answerTimeout)
 	defer cancel()
@@ -364,12 +364,13 @@ const holderCheck = time.Second
 const queryAnswerable = 15 * time.Second
 
 // watchBound bounds a watch of a press left to another replica
-// (watchHolder), from when this replica was handed the press: below
+// (watchHolder), from when this replica was handed the press or, when
+// earlier, when the holder's hold began (watchFrom): below
 // queryAnswerable by the time an answer takes, so that the watch's
 // last-resort answer is taken. A live holder answers before it: its hold
-// (at most maxPressHold) began before this replica was handed the press.
-// The press itself may be older (the query carries no time): then the
-// answer may come too late all the same, and is refused harmlessly.
+// (at most maxPressHold) began then. The press itself may be older
+// still (the query carries no time): then the answer may come too late
+// all the same, and is refused harmlessly.
 const watchBound = queryAnswerable - 3*time.Second
 
 // holderGrace is how long the replica holding a press's query must be
@@ -573,7 +574,7 @@ func (p *Platform) heldElsewhere(ctx context.Context, id string, q *query, hande
 	}
 	rctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	held, err := platform.RetryPress(rctx, p.bus, p.Name(), id)
+	held, since, err := platform.RetryPressSince(rctx, p.bus, p.Name(), id)
 	if err != nil {
 		p.log.Debug("ask whether another replica holds a press handed again; answering it here", "err", err)
 	}
@@ -591,8 +592,25 @@ func (p *Platform) heldElsewhere(ctx context.Context, id string, q *query, hande
 			p.log.Debug("say a telegram button press's query is left to its holder", "err", err)
 		}
 	}
-	p.goPress(func() { p.watchHolder(id, w, handed.Add(watchBound)) })
+	p.goPress(func() { p.watchHolder(id, w, watchFrom(handed, since).Add(watchBound)) })
 	return true
+}
+
+// watchFrom is when the bound of a watch of a press (watchBound) counts
+// from: when this replica was handed the press, or, when earlier, when
+// the hold of the replica it leaves the press to began (since; zero
+// when that replica did not say), which was handed the press first: the
+// press is at least that old, and Telegram takes its answer for
+// queryAnswerable after it was made. Counted from the later hand-over
+// alone (the poller's lease moved, a webhook delivery was retried
+// elsewhere), the watch's last-resort answer came after Telegram had
+// closed the query. Replicas' clocks are taken to agree (NTP): one
+// behind by seconds ends the watch that much early.
+func watchFrom(handed, since time.Time) time.Time {
+	if !since.IsZero() && since.Before(handed) {
+		return since
+	}
+	return handed
 }
 
 // watchHolder waits for the replica holding callback query id, which

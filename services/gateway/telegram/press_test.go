@@ -1491,3 +1491,55 @@ func TestPressWatchStopsWhileItsHolderReconnects(t *testing.T) {
 		t.Fatalf("answers %+v, want the query left to its holder", a)
 	}
 }
+
+// A replica handed a press some seconds after another replica began to
+// hold it (the poller's lease moved, a webhook delivery was retried
+// elsewhere), which leaves the query to that holder, counts its watch's
+// bound from when the hold began, which the holder tells it: a holder
+// that neither answers nor goes away has its query answered by the
+// watcher while Telegram still takes the answer. Counted from when the
+// watcher was handed the press, the watch ended after Telegram had
+// closed the query, and its answer was refused.
+func TestPressWatchCountsFromTheHoldersHold(t *testing.T) {
+	t.Parallel()
+	f := newFake(t)
+	f.SetQueryLife(queryAnswerable)
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	cfg := webhookConfig(t, f)
+	over := make(chan bool, 1)
+	s, _ := startWrappedWith(t, cfg, b, "a", func(p *Platform) {
+		p.watchOver = func(_ string, answered bool) { over <- answered }
+	}, func(c platform.Conn) platform.Conn {
+		return &askedDuplicateConn{Conn: c, asked: func(string) {}}
+	})
+	waitFor(t, "connected", 20*time.Second, func() bool { st, _ := s.Runner().State(); return st == platform.StateConnected })
+	card := sendApprovalCard(t, f, b)
+	id, query, err := f.Press("99", card.ID, alice, "ea:once:call_1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Another replica was handed the press first, holds it, and never
+	// answers it.
+	stuck, err := platform.HoldPress(b, "telegram", query)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stuck.Close()
+	// a is handed the press later by more than Telegram's window leaves
+	// beyond the watch's bound.
+	time.Sleep(queryAnswerable - watchBound + 2*time.Second)
+	if code, err := f.Push(context.Background(), id); err != nil || code != http.StatusOK {
+		t.Fatalf("push: %d %v", code, err)
+	}
+	select {
+	case said := <-over:
+		if said {
+			t.Fatal("the watch says the stuck holder answered the query")
+		}
+	case <-time.After(maxPressHold + answerTimeout + 10*time.Second):
+		t.Fatal("the watch did not end")
+	}
+	if a := f.CallbackAnswers(); len(a) != 1 || a[0].QueryID != query || a[0].Text != "" {
+		t.Fatalf("answers %+v, want the query answered once without text while Telegram takes it", a)
+	}
+}
