@@ -77,6 +77,9 @@ type PressHold struct {
 	letGo bool
 	// got is the router's answer as it came (AskPress), nil before.
 	got []byte
+	// since is when the hold began, which a retry's question is told
+	// (RetryPressSince).
+	since time.Time
 }
 
 // Answer delivers the router's answer, once.
@@ -89,6 +92,10 @@ func (h *PressHold) Retried() <-chan struct{} { return h.retried }
 // pressRetryHeader marks a message on a press's subject as another
 // replica's retry of the press (RetryPress), not an answer.
 const pressRetryHeader = "Switchboard-Press-Retry"
+
+// pressHeldSinceHeader, on a hold's reply to a retry's question
+// (RetryPressSince), is when the hold began (RFC 3339, nanoseconds).
+const pressHeldSinceHeader = "Switchboard-Press-Held-Since"
 
 // pressAskHeader marks a message on a press's subject as another
 // replica's question for the router's answer (AskPress), not an answer.
@@ -195,7 +202,7 @@ func HoldPress(b *bus.Bus, platform, id string) (*PressHold, error) {
 		return nil, errors.New("hold press: no interaction id")
 	}
 	h := &PressHold{nc: b.Conn(), answered: pressAnsweredSubject(b, platform, id), subject: b.Topology().PressSubject(platform, id),
-		answer: make(chan *deliveryv1.SendRequested, 1), retried: make(chan struct{}, 1)}
+		answer: make(chan *deliveryv1.SendRequested, 1), retried: make(chan struct{}, 1), since: time.Now()}
 	h.handle = func(m *nats.Msg) {
 		if m.Header.Get(pressRetryHeader) != "" {
 			h.mu.Lock()
@@ -207,7 +214,9 @@ func HoldPress(b *bus.Bus, platform, id string) (*PressHold, error) {
 			case h.retried <- struct{}{}:
 			default:
 			}
-			_ = m.Respond(nil)
+			r := nats.NewMsg(m.Reply)
+			r.Header.Set(pressHeldSinceHeader, h.since.UTC().Format(time.RFC3339Nano))
+			_ = m.RespondMsg(r)
 			return
 		}
 		if m.Header.Get(pressAskHeader) != "" {
@@ -295,16 +304,28 @@ func AnswerPress(ctx context.Context, b *bus.Bus, req *deliveryv1.SendRequested)
 // it: the press was decided, and is this replica's to answer. The
 // caller's own hold of the press, if any, must be closed first.
 func RetryPress(ctx context.Context, b *bus.Bus, platform, id string) (held bool, err error) {
+	held, _, err = RetryPressSince(ctx, b, platform, id)
+	return held, err
+}
+
+// RetryPressSince is RetryPress that also reports when the hold that
+// answered began (zero when it does not say): a replica that leaves the
+// press to it counts the time its platform still takes the press's
+// answer from then, when that is earlier than when it was handed the
+// press itself (the poller's lease moved, and the press came to it
+// late).
+func RetryPressSince(ctx context.Context, b *bus.Bus, platform, id string) (held bool, since time.Time, err error) {
 	m := nats.NewMsg(b.Topology().PressSubject(platform, id))
 	m.Header.Set(pressRetryHeader, "1")
-	_, err = b.Conn().RequestMsgWithContext(ctx, m)
+	reply, err := b.Conn().RequestMsgWithContext(ctx, m)
 	switch {
 	case err == nil:
-		return true, nil
+		since, _ = time.Parse(time.RFC3339Nano, reply.Header.Get(pressHeldSinceHeader))
+		return true, since, nil
 	case errors.Is(err, nats.ErrNoResponders):
-		return false, nil
+		return false, time.Time{}, nil
 	}
-	return false, fmt.Errorf("retry press: %w", err)
+	return false, time.Time{}, fmt.Errorf("retry press: %w", err)
 }
 
 // pressAnsweredSubject is where whoever answers the press with

@@ -49,6 +49,30 @@ func TestRetryPress(t *testing.T) {
 	}
 }
 
+// A hold tells a replica that asks whether it holds the press when it
+// began (RetryPressSince): that replica, handed the press later, counts
+// the time Telegram takes the press's answer from then.
+func TestRetryPressSince(t *testing.T) {
+	t.Parallel()
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	before := time.Now()
+	h, err := platform.HoldPress(b, "telegram", "q1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	after := time.Now()
+	held, since, err := platform.RetryPressSince(ctx, b, "telegram", "q1")
+	if err != nil || !held || since.Before(before) || since.After(after) {
+		t.Fatalf("a held press: held %v since %v, %v; want held since its hold began (%v to %v)", held, since, err, before, after)
+	}
+	if held, since, err := platform.RetryPressSince(ctx, b, "telegram", "q2"); err != nil || held || !since.IsZero() {
+		t.Fatalf("a press no one holds: held %v since %v, %v", held, since, err)
+	}
+}
+
 // A hold let go after it told an asker the press is held goes on
 // holding it (LetGo reports the retry); let go before any asks, it
 // tells a later asker nothing, which then answers the press itself.

@@ -3,6 +3,7 @@ package telegram
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"time"
@@ -213,14 +214,90 @@ func (p *Platform) answerCallback(ctx context.Context, id string) (settled bool)
 // answerCallbackText is answerCallback with text, a toast only the
 // presser sees ("" for none).
 func (p *Platform) answerCallbackText(ctx context.Context, id, text string) (settled bool) {
-	if utf8.RuneCountInString(text) > maxCallbackText {
-		text = string([]rune(text)[:maxCallbackText])
-	}
-	_, err := p.api.AnswerCallbackQuery(ctx, &bot.AnswerCallbackQueryParams{CallbackQueryID: id, Text: text})
+	err := p.answerQuery(ctx, id, text)
 	if err != nil {
 		p.log.Debug("answerCallbackQuery failed", "err", p.redact(err))
 	}
 	return queryDone(err)
+}
+
+// answerQuery answers callback query id with text, once, and returns
+// Telegram's error.
+func (p *Platform) answerQuery(ctx context.Context, id, text string) error {
+	if utf8.RuneCountInString(text) > maxCallbackText {
+		text = string([]rune(text)[:maxCallbackText])
+	}
+	_, err := p.api.AnswerCallbackQuery(ctx, &bot.AnswerCallbackQueryParams{CallbackQueryID: id, Text: text})
+	return err
+}
+
+// answerHeld answers callback query id of a press this replica holds,
+// handed to it at handed, with text, and reports whether the answer
+// settled the query (queryDone). A failure that passes (a 5xx, a 429,
+// the network: answerRetry) is tried again after a backoff, or after a
+// 429's retry_after, while Telegram still takes the answer: a try
+// begins no later than watchBound after handed, the answer's own time
+// left of queryAnswerable, and all of them within answerTimeout. Tried
+// once, a failure that passed left the query unanswered: a replica
+// watching it (watchHolder) answered it without the router's word, and
+// with none, no one did. The caller holds the press meanwhile: a
+// watcher, which takes the query over only once the hold is gone for
+// holderGrace, or at its own bound (watchBound after this hold began at
+// the earliest, watchFrom: after handed), leaves it to these tries.
+func (p *Platform) answerHeld(ctx context.Context, id, text string, handed time.Time) (settled bool) {
+	ctx, cancel := context.WithTimeout(ctx, answerTimeout)
+	defer cancel()
+	last := handed.Add(watchBound)
+	for try := 0; ; try++ {
+		err := p.answerQuery(ctx, id, text)
+		if queryDone(err) {
+			return true
+		}
+		wait, again := answerRetry(err, try)
+		if !again || ctx.Err() != nil || time.Now().Add(wait).After(last) {
+			p.log.Warn("answer a held telegram callback query; giving up", "tries", try+1, "err", p.redact(err))
+			return false
+		}
+		p.log.Debug("answer a held telegram callback query; trying again", "wait", wait, "err", p.redact(err))
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			p.log.Warn("answer a held telegram callback query; giving up", "tries", try+1, "err", p.redact(err))
+			return false
+		}
+	}
+}
+
+// firstAnswerRetry is the wait before a held query's answer is tried
+// again after its first transient failure (answerHeld); each later wait
+// doubles, up to maxAnswerRetry, less up to a quarter at random, so
+// that the answers of many presses that failed at once do not all come
+// again at once.
+const (
+	firstAnswerRetry = 250 * time.Millisecond
+	maxAnswerRetry   = 2 * time.Second
+)
+
+// answerRetry reports whether answerCallbackQuery's failure err, its
+// try-th (from 0), may pass, and how long to wait before the next try:
+// a 429's retry_after, a 5xx's or the network's backoff. A 400 (the
+// query too old, or the answer wrong) and Telegram's other refusals
+// stand: tried again, they fail again.
+func answerRetry(err error, try int) (wait time.Duration, again bool) {
+	var tmr *bot.TooManyRequestsError
+	if errors.As(err, &tmr) {
+		return max(secondsDur(tmr.RetryAfter), firstAnswerRetry), true
+	}
+	var mig *bot.MigrateError
+	switch {
+	case errors.As(err, &mig), errors.Is(err, bot.ErrorBadRequest), errors.Is(err, bot.ErrorForbidden),
+		errors.Is(err, bot.ErrorUnauthorized), errors.Is(err, bot.ErrorNotFound), errors.Is(err, bot.ErrorConflict):
+		return 0, false
+	}
+	wait = min(firstAnswerRetry<<min(try, 8), maxAnswerRetry)
+	return wait - rand.N(wait/4), true
 }
 
 // queryDone reports whether a callback query needs no answer from
@@ -245,10 +322,10 @@ func queryDone(err error) bool {
 }
 
 // settle ends hold, the hold of a press whose query this replica
-// claimed and tried to answer: it says the query answered when the
-// answer settled it (queryDone), and otherwise ends without the word, so
-// that a replica that left the query to this hold and watches it
-// (watchHolder) finds it gone and answers the query itself.
+// claimed and tried to answer (answerHeld): it says the query answered
+// when the answer settled it (queryDone), and otherwise ends without the
+// word, so that a replica that left the query to this hold and watches
+// it (watchHolder) finds it gone and answers the query itself.
 func settle(hold *platform.PressHold, settled bool) {
 	if settled {
 		hold.Answered()
@@ -268,7 +345,8 @@ func settle(hold *platform.PressHold, settled bool) {
 // text when the hold ends.
 const maxPressHold = 10 * time.Second
 
-// answerTimeout bounds a held query's answer (answerCallbackQuery).
+// answerTimeout bounds a held query's answer (answerCallbackQuery),
+// its tries again after a transient failure included (answerHeld).
 const answerTimeout = 10 * time.Second
 
 // holderCheck is how often a replica that left a press's query to the
@@ -286,12 +364,13 @@ const holderCheck = time.Second
 const queryAnswerable = 15 * time.Second
 
 // watchBound bounds a watch of a press left to another replica
-// (watchHolder), from when this replica was handed the press: below
+// (watchHolder), from when this replica was handed the press or, when
+// earlier, when the holder's hold began (watchFrom): below
 // queryAnswerable by the time an answer takes, so that the watch's
 // last-resort answer is taken. A live holder answers before it: its hold
-// (at most maxPressHold) began before this replica was handed the press.
-// The press itself may be older (the query carries no time): then the
-// answer may come too late all the same, and is refused harmlessly.
+// (at most maxPressHold) began then. The press itself may be older
+// still (the query carries no time): then the answer may come too late
+// all the same, and is refused harmlessly.
 const watchBound = queryAnswerable - 3*time.Second
 
 // holderGrace is how long the replica holding a press's query must be
@@ -326,6 +405,9 @@ type query struct {
 	// too: told the press is a duplicate, this handling may be the one
 	// whose publish came second, the press not decided yet.
 	again bool
+	// handed is when this replica was handed the press first: its
+	// answer is tried while Telegram takes it (answerHeld).
+	handed time.Time
 }
 
 // holdQuery counts callback query id of a press among the held ones,
@@ -337,8 +419,8 @@ type query struct {
 // is its first handling's to answer: again is true, q nil, once that
 // handling holds the press for the router's answer. Published before,
 // the router's answer could come before that hold subscribed, and be
-// lost.
-func (p *Platform) holdQuery(ctx context.Context, conn platform.Conn, id string) (q *query, again bool) {
+// lost. handed is when this replica was handed the press.
+func (p *Platform) holdQuery(ctx context.Context, conn platform.Conn, id string, handed time.Time) (q *query, again bool) {
 	p.heldMu.Lock()
 	if q := p.held[id]; q != nil {
 		if q.retry == nil {
@@ -355,7 +437,7 @@ func (p *Platform) holdQuery(ctx context.Context, conn platform.Conn, id string)
 		p.heldMu.Unlock()
 		return q, false
 	}
-	q = &query{claimed: make(chan struct{}), subscribed: make(chan struct{})}
+	q = &query{claimed: make(chan struct{}), subscribed: make(chan struct{}), handed: handed}
 	if p.held == nil {
 		p.held = map[string]*query{}
 	}
@@ -423,9 +505,7 @@ func (p *Platform) awaitRetry(ctx context.Context, id string, q *query) {
 		// decided.
 		answer := func(req *deliveryv1.SendRequested) {
 			if p.claimQuery(id) != nil {
-				actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), answerTimeout)
-				defer cancel()
-				settle(q.hold, p.answerCallbackText(actx, id, req.GetText()))
+				settle(q.hold, p.answerHeld(context.WithoutCancel(ctx), id, req.GetText(), q.handed))
 			}
 		}
 		select {
@@ -494,7 +574,7 @@ func (p *Platform) heldElsewhere(ctx context.Context, id string, q *query, hande
 	}
 	rctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	held, err := platform.RetryPress(rctx, p.bus, p.Name(), id)
+	held, since, err := platform.RetryPressSince(rctx, p.bus, p.Name(), id)
 	if err != nil {
 		p.log.Debug("ask whether another replica holds a press handed again; answering it here", "err", err)
 	}
@@ -512,8 +592,25 @@ func (p *Platform) heldElsewhere(ctx context.Context, id string, q *query, hande
 			p.log.Debug("say a telegram button press's query is left to its holder", "err", err)
 		}
 	}
-	p.goPress(func() { p.watchHolder(id, w, handed.Add(watchBound)) })
+	p.goPress(func() { p.watchHolder(id, w, watchFrom(handed, since).Add(watchBound)) })
 	return true
+}
+
+// watchFrom is when the bound of a watch of a press (watchBound) counts
+// from: when this replica was handed the press, or, when earlier, when
+// the hold of the replica it leaves the press to began (since; zero
+// when that replica did not say), which was handed the press first: the
+// press is at least that old, and Telegram takes its answer for
+// queryAnswerable after it was made. Counted from the later hand-over
+// alone (the poller's lease moved, a webhook delivery was retried
+// elsewhere), the watch's last-resort answer came after Telegram had
+// closed the query. Replicas' clocks are taken to agree (NTP): one
+// behind by seconds ends the watch that much early.
+func watchFrom(handed, since time.Time) time.Time {
+	if !since.IsZero() && since.Before(handed) {
+		return since
+	}
+	return handed
 }
 
 // watchHolder waits for the replica holding callback query id, which
@@ -527,26 +624,25 @@ func (p *Platform) heldElsewhere(ctx context.Context, id string, q *query, hande
 // not answered twice.
 //
 // The watch ends when the gateway stops (Platform.life). Then this
-// replica asks once more whether the holder still holds the query: if
-// it does (or the bus does not answer), the query is left to it, which
-// answers it with the router's word; if it does not, without its word,
-// this replica answers the query on its way out, without text, rather
-// than leave it to no one (no replica watches it any more).
+// replica asks on whether the holder still holds the query, for up to
+// its grace (heldOnStop): if it does (or the bus does not answer), or
+// says it answered it, the query is left to it, which answers it with
+// the router's word; if it has not held it for holderGrace, without its
+// word, this replica answers the query on its way out, without text,
+// rather than leave it to no one (no replica watches it any more).
 func (p *Platform) watchHolder(id string, w *platform.PressWatch, until time.Time) {
 	defer w.Close()
 	answered := w.Wait(p.life, time.Until(until), holderCheck, holderGrace)
 	if p.watchOver != nil {
-		defer p.watchOver(id, answered)
+		defer func() { p.watchOver(id, answered) }()
 	}
 	if answered {
 		return
 	}
 	ctx := context.WithoutCancel(p.life)
 	if p.life.Err() != nil {
-		rctx, cancel := context.WithTimeout(ctx, holderCheck)
-		held, err := platform.RetryPress(rctx, p.bus, p.Name(), id)
-		cancel()
-		if held || err != nil {
+		var held bool
+		if held, answered = p.heldOnStop(id, w); held {
 			return
 		}
 	}
@@ -555,6 +651,55 @@ func (p *Platform) watchHolder(id string, w *platform.PressWatch, until time.Tim
 	defer cancel()
 	if p.answerCallback(actx, id) {
 		p.confirmAnswered(id)
+	}
+}
+
+// heldOnStop reports, once the gateway stopped, whether the replica
+// holding callback query id, which this replica left it to and watched
+// with w (watchHolder), still holds it: held when it does (or the bus
+// does not answer the question), or when it said it answered it
+// (answered); not when, asked every holderCheck, it has not held it for
+// holderGrace. Asked once, a holder whose connection to the bus was
+// reconnecting at that moment (its subscription with it) looked dead,
+// and its query was answered here without text, not with the router's
+// word it was about to give: a stopping watch gives the holder the
+// grace a running one does. The stop waits for it no longer than
+// holderGrace and one question more.
+func (p *Platform) heldOnStop(id string, w *platform.PressWatch) (held, answered bool) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(p.life), holderGrace+holderCheck)
+	defer cancel()
+	// gone is when the press was first found held by no one.
+	var gone time.Time
+	for {
+		rctx, rcancel := context.WithTimeout(ctx, holderCheck)
+		holds, err := platform.RetryPress(rctx, p.bus, p.Name(), id)
+		rcancel()
+		switch {
+		case holds:
+			return true, false
+		case err != nil && ctx.Err() == nil:
+			return true, false // no answer: the query is left to the holder
+		}
+		// The holder's word comes before its hold ends, on one
+		// connection, and this one has it before the question's reply
+		// that no one holds the press. Wait with the gateway's life,
+		// which has ended, only reports whether it came.
+		if w.Wait(p.life, holderGrace, holderCheck, holderGrace) {
+			return true, true
+		}
+		if gone.IsZero() {
+			gone = time.Now()
+		}
+		if time.Since(gone) >= holderGrace || ctx.Err() != nil {
+			return false, false
+		}
+		t := time.NewTimer(holderCheck)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return false, false
+		}
 	}
 }
 
@@ -642,9 +787,7 @@ func (p *Platform) hold(ctx context.Context, id string, q *query) {
 			return // refused: the refusal answers the query
 		}
 		if p.claimQuery(id) != nil {
-			actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), answerTimeout)
-			defer cancel()
-			settle(q.hold, p.answerCallbackText(actx, id, text))
+			settle(q.hold, p.answerHeld(context.WithoutCancel(ctx), id, text, q.handed))
 		}
 	})
 }

@@ -804,24 +804,28 @@ func TestPressDuplicateAskedForWhileHeld(t *testing.T) {
 	}
 }
 
-// A holder whose own answer to Telegram failed says nothing on the
-// press's answered subject: the replica that left the query to it,
+// A holder whose own answer to Telegram failed for good says nothing on
+// the press's answered subject: the replica that left the query to it,
 // watching, finds the hold gone without the word and answers the query
 // itself. A refusal that means no one can answer the query any more
 // (Telegram's "query is too old ... or query ID is invalid") is the
 // query's end, said as answered: the watcher leaves it. Said answered
 // whatever Telegram replied, the failed answer left the query to no one,
-// its spinner on until it expired.
+// its spinner on until it expired. A failure that passes (a 5xx) is the
+// holder's to try again, the hold on meanwhile: the query is answered
+// with the router's word, and the watcher leaves it.
 func TestPressHolderWhoseAnswerFailed(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		// fail is Telegram's reply to the holder's answer.
 		fail telegramfake.APIError
-		// watcherAnswers: the watcher answers the query (without text).
-		watcherAnswers bool
+		// watcherAnswers: the watcher answers the query (without text);
+		// holderAnswers: the holder answers it with the router's word.
+		watcherAnswers, holderAnswers bool
 	}{
-		{name: "server error", fail: telegramfake.APIError{Code: 500, Description: "Internal Server Error"}, watcherAnswers: true},
+		{name: "server error", fail: telegramfake.APIError{Code: 500, Description: "Internal Server Error"}, holderAnswers: true},
+		{name: "bad request", fail: telegramfake.APIError{Code: 400, Description: "Bad Request: invalid callback query answer"}, watcherAnswers: true},
 		{name: "query too old", fail: telegramfake.APIError{Code: 400, Description: "Bad Request: query is too old and response timeout expired or query ID is invalid"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -883,6 +887,11 @@ func TestPressHolderWhoseAnswerFailed(t *testing.T) {
 			}
 			if n := calls.Load(); n != want {
 				t.Errorf("b answered the query %d times, want %d", n, want)
+			}
+			if tc.holderAnswers {
+				if a := f.CallbackAnswers(); len(a) != 1 || a[0].QueryID != query || a[0].Text != "✅ Approved once" {
+					t.Fatalf("answers %+v, want the router's word as the query's answer", a)
+				}
 			}
 			if !tc.watcherAnswers {
 				return
@@ -1271,5 +1280,266 @@ func TestPressAnsweredAsTheReplicaStops(t *testing.T) {
 				t.Errorf("%d answers, want %d", len(a), presses)
 			}
 		})
+	}
+}
+
+// answerTimes is the Bot API at target, recording when each of its
+// answerCallbackQuery calls came (also those the fake fails or refuses).
+func answerTimes(t *testing.T, target string) (url string, times func() []time.Time) {
+	t.Helper()
+	u, err := neturl.Parse(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu  sync.Mutex
+		got []time.Time
+	)
+	proxy := httputil.NewSingleHostReverseProxy(u)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/answerCallbackQuery") {
+			mu.Lock()
+			got = append(got, time.Now())
+			mu.Unlock()
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL, func() []time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]time.Time(nil), got...)
+	}
+}
+
+// A holder whose answer to a press's query fails for a while (a 5xx, a
+// flood wait, the network) tries it again, waiting out a 429's
+// retry_after, while Telegram still takes the answer: the query is
+// answered with the router's word, once. A refusal that Telegram means
+// (a 400) is not tried again. Tried once, a transient failure ended the
+// hold without an answer, and with no replica watching, the query was
+// never answered, its spinner on until Telegram gave up.
+func TestPressHolderRetriesItsAnswer(t *testing.T) {
+	t.Parallel()
+	const word = "✅ Approved once"
+	for _, tc := range []struct {
+		name string
+		// fail are Telegram's replies to the holder's first answers.
+		fail []telegramfake.APIError
+		// answered: the query ends answered with the router's word.
+		answered bool
+	}{
+		{name: "server error", fail: []telegramfake.APIError{{Code: 500, Description: "Internal Server Error"}}, answered: true},
+		{name: "flood wait", fail: []telegramfake.APIError{telegramfake.FloodWait(1)}, answered: true},
+		{name: "network", fail: []telegramfake.APIError{telegramfake.ErrDropConnection}, answered: true},
+		{name: "one after another", fail: []telegramfake.APIError{{Code: 502, Description: "Bad Gateway"}, telegramfake.ErrDropConnection,
+			telegramfake.FloodWait(1)}, answered: true},
+		{name: "bad request", fail: []telegramfake.APIError{{Code: 400, Description: "Bad Request: invalid callback query answer"}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFake(t)
+			b := bustest.New(t, bustest.EmbeddedURL(t))
+			cfg := testConfig(f)
+			// The longest there is, so that the hold ends with the
+			// router's answer however busy the machine.
+			cfg.PressHold = maxPressHold
+			var times func() []time.Time
+			cfg.APIBaseURL, times = answerTimes(t, f.URL)
+			s, _ := startService(t, cfg, b, "a")
+			waitFor(t, "connected", 20*time.Second, func() bool { st, _ := s.Runner().State(); return st == platform.StateConnected })
+			card := sendApprovalCard(t, f, b)
+			id, query, err := f.Press("99", card.ID, alice, "ea:once:call_1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, "the press published", 20*time.Second, func() bool { return f.Confirmed() > id })
+			evs := inbound(t, b)
+			if len(evs) != 1 || evs[0].GetInteraction().GetId() != query {
+				t.Fatalf("published %v, want the press once", evs)
+			}
+			for _, e := range tc.fail {
+				f.FailNext("answerCallbackQuery", e)
+			}
+			if err := platform.PublishPressAnswer(b, &deliveryv1.SendRequested{Target: &deliveryv1.Target{Platform: "telegram", Account: "4242", ChatId: "99",
+				Interaction: evs[0].GetInteraction()}, Text: word}); err != nil {
+				t.Fatal(err)
+			}
+			// The hold ends once its answer is made or given up: every
+			// try came before. A question the hold's end overtakes gets
+			// no reply: it is asked again.
+			waitFor(t, "the hold ended", 30*time.Second, func() bool {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				defer cancel()
+				held, err := platform.RetryPress(ctx, b, "telegram", query)
+				return err == nil && !held
+			})
+			tries := times()
+			if !tc.answered {
+				if len(tries) != 1 {
+					t.Errorf("%d answers tried, want one: Telegram refused it", len(tries))
+				}
+				if a := f.CallbackAnswers(); len(a) != 0 {
+					t.Errorf("answers %+v, want none", a)
+				}
+				return
+			}
+			if len(tries) != len(tc.fail)+1 {
+				t.Errorf("%d answers tried, want %d: each failure and the answer", len(tries), len(tc.fail)+1)
+			}
+			for i, e := range tc.fail {
+				if wait := time.Duration(e.RetryAfter) * time.Second; i+1 < len(tries) && tries[i+1].Sub(tries[i]) < wait {
+					t.Errorf("try %d came %v after a flood wait of %v", i+2, tries[i+1].Sub(tries[i]), wait)
+				}
+			}
+			if a := f.CallbackAnswers(); len(a) != 1 || a[0].QueryID != query || a[0].Text != word {
+				t.Fatalf("answers %+v, want the router's word as the query's answer", a)
+			}
+		})
+	}
+}
+
+// A replica that stops while the replica it left a press's query to is
+// away for a moment (its connection to the bus reconnecting, its
+// subscription with it) gives that holder the grace a running watch
+// gives it (holderGrace): found holding the press again, the holder
+// answers the query, with the router's word, and the stopping replica
+// leaves it. Asked once on the way out, the absent holder looked dead,
+// and the stopping replica answered the query without text.
+func TestPressWatchStopsWhileItsHolderReconnects(t *testing.T) {
+	t.Parallel()
+	f := newFake(t)
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	cfg := webhookConfig(t, f)
+	var calls *atomic.Int32
+	cfg.APIBaseURL, calls = countedAnswers(t, f.URL)
+	var (
+		mu     sync.Mutex
+		holder *platform.PressHold
+	)
+	defer func() {
+		mu.Lock()
+		defer mu.Unlock()
+		holder.Close()
+	}()
+	over := make(chan bool, 1)
+	var tp *Platform
+	s, stop := startWrappedGateway(t, cfg, b, "a", func(p *Platform) {
+		tp = p
+		p.watchOver = func(_ string, answered bool) { over <- answered }
+	}, func(c platform.Conn) platform.Conn {
+		return &askedDuplicateConn{Conn: c, asked: func(id string) {
+			// Another replica holds the press.
+			h, err := platform.HoldPress(b, "telegram", id)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			mu.Lock()
+			holder = h
+			mu.Unlock()
+		}}
+	})
+	waitFor(t, "connected", 20*time.Second, func() bool { st, _ := s.Runner().State(); return st == platform.StateConnected })
+	card := sendApprovalCard(t, f, b)
+	id, query, err := f.Press("99", card.ID, alice, "ea:once:call_1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, err := f.Push(context.Background(), id); err != nil || code != http.StatusOK {
+		t.Fatalf("push: %d %v", code, err)
+	}
+	if n := calls.Load(); n != 0 {
+		t.Fatalf("the query answered %d times while another replica holds it, want none", n)
+	}
+	// The holder's connection drops, and a stops meanwhile; the holder
+	// subscribes again after half of a's first second on its way out.
+	mu.Lock()
+	holder.Close()
+	mu.Unlock()
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		stop()
+	}()
+	<-tp.life.Done()
+	time.Sleep(holderCheck / 2)
+	h, err := platform.HoldPress(b, "telegram", query)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	holder = h
+	mu.Unlock()
+	select {
+	case <-stopped:
+	case <-time.After(holderGrace + answerTimeout + 10*time.Second):
+		t.Fatal("a did not stop")
+	}
+	select {
+	case said := <-over:
+		if said {
+			t.Error("a's watch says the holder answered the query")
+		}
+	default:
+		t.Fatal("a's watch of the press outlived a")
+	}
+	if n := calls.Load(); n != 0 {
+		t.Errorf("a answered the query %d times on its way out, want none: its holder is back", n)
+	}
+	if a := f.CallbackAnswers(); len(a) != 0 {
+		t.Fatalf("answers %+v, want the query left to its holder", a)
+	}
+}
+
+// A replica handed a press some seconds after another replica began to
+// hold it (the poller's lease moved, a webhook delivery was retried
+// elsewhere), which leaves the query to that holder, counts its watch's
+// bound from when the hold began, which the holder tells it: a holder
+// that neither answers nor goes away has its query answered by the
+// watcher while Telegram still takes the answer. Counted from when the
+// watcher was handed the press, the watch ended after Telegram had
+// closed the query, and its answer was refused.
+func TestPressWatchCountsFromTheHoldersHold(t *testing.T) {
+	t.Parallel()
+	f := newFake(t)
+	f.SetQueryLife(queryAnswerable)
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	cfg := webhookConfig(t, f)
+	over := make(chan bool, 1)
+	s, _ := startWrappedWith(t, cfg, b, "a", func(p *Platform) {
+		p.watchOver = func(_ string, answered bool) { over <- answered }
+	}, func(c platform.Conn) platform.Conn {
+		return &askedDuplicateConn{Conn: c, asked: func(string) {}}
+	})
+	waitFor(t, "connected", 20*time.Second, func() bool { st, _ := s.Runner().State(); return st == platform.StateConnected })
+	card := sendApprovalCard(t, f, b)
+	id, query, err := f.Press("99", card.ID, alice, "ea:once:call_1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Another replica was handed the press first, holds it, and never
+	// answers it.
+	stuck, err := platform.HoldPress(b, "telegram", query)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stuck.Close()
+	// a is handed the press later by more than Telegram's window leaves
+	// beyond the watch's bound.
+	time.Sleep(queryAnswerable - watchBound + 2*time.Second)
+	if code, err := f.Push(context.Background(), id); err != nil || code != http.StatusOK {
+		t.Fatalf("push: %d %v", code, err)
+	}
+	select {
+	case said := <-over:
+		if said {
+			t.Fatal("the watch says the stuck holder answered the query")
+		}
+	case <-time.After(maxPressHold + answerTimeout + 10*time.Second):
+		t.Fatal("the watch did not end")
+	}
+	if a := f.CallbackAnswers(); len(a) != 1 || a[0].QueryID != query || a[0].Text != "" {
+		t.Fatalf("answers %+v, want the query answered once without text while Telegram takes it", a)
 	}
 }

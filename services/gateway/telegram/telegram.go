@@ -481,7 +481,7 @@ func (p *Platform) handle(ctx context.Context, conn platform.Conn, raw []byte) (
 		out.ev.Interaction = heldPress(out.callbackID, time.Now().Add(p.cfg.PressHold))
 		// The router's answer may come as soon as the press is out, and
 		// so may its refusal, which claims the query.
-		q, again = p.holdQuery(ctx, conn, out.callbackID)
+		q, again = p.holdQuery(ctx, conn, out.callbackID, handed)
 	}
 	acc, err := conn.Deliver(ctx, out.ev)
 	if err != nil {
