@@ -26,6 +26,18 @@ const expiredText = "⌛ Approval expired — no command was waiting. It already
 // (Interaction.unknown_choice): the presser's invoke answer alone.
 const unknownChoiceAnswer = "Unknown action."
 
+// teamsNoAllowlist is Hermes's answer to every press of his Teams
+// approval card while neither TEAMS_ALLOWED_USERS nor
+// TEAMS_ALLOW_ALL_USERS is set (his card action's default deny). Here
+// it is the refusal of a Teams presser who was refused because no
+// allowlist applies to Teams (auth.ReasonNoAllowlist: no
+// TEAMS_ALLOWED_USERS or auth.allowed_users.teams, no
+// GATEWAY_ALLOWED_USERS, no allow-all), in place of "⛔ Not
+// authorized.": it tells whoever can fix it what is missing. A presser
+// approved by pairing is not refused, as for typing /approve, where
+// Hermes refuses every press until the allowlist is set.
+const teamsNoAllowlist = "⛔ Approval buttons require TEAMS_ALLOWED_USERS to be configured."
+
 // decidedTTL is how long the router remembers that a prompt was
 // answered by one of its buttons.
 const decidedTTL = 24 * time.Hour

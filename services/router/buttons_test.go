@@ -282,3 +282,78 @@ func TestPressOfAnUnknownChoice(t *testing.T) {
 		t.Fatalf("presses started %d turns", len(turns))
 	}
 }
+
+// A Teams press refused because no allowlist applies to Teams (no
+// TEAMS_ALLOWED_USERS or auth.allowed_users.teams, no
+// GATEWAY_ALLOWED_USERS, no allow-all) is refused with Hermes's notice,
+// "⛔ Approval buttons require TEAMS_ALLOWED_USERS to be configured.",
+// which his Teams card action answers every press with in that case,
+// through delivery the first time in the minute and to the press's
+// holder after; other platforms keep their refusal. Before, the presser
+// was told "⛔ Not authorized." and nobody what was missing.
+func TestTeamsPressWithoutAnAllowlist(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	cfg := testConfig()
+	cfg.Auth.GatewayAllowedUsers = nil
+	cfg.Auth.AllowedUsers = map[string][]string{"slack": {"alice"}}
+	e.startRouter(cfg, nil, nil)
+	w := e.startWorker(nil)
+	answers := pressAnswers(t, e)
+	onTeams := func(ev *eventsv1.MessageReceived, id string) *eventsv1.MessageReceived {
+		ev.Source.Platform = "teams"
+		return held(ev, id)
+	}
+	notices := func(chat string) []*repliesv1.ReplyEvent {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		var out []*repliesv1.ReplyEvent
+		for _, n := range e.notices {
+			if n.GetTarget().GetChatId() == chat && n.GetNotice() != nil {
+				out = append(out, n)
+			}
+		}
+		return out
+	}
+	unknownChoice := func(ev *eventsv1.MessageReceived) *eventsv1.MessageReceived {
+		ev.Interaction.UnknownChoice = true
+		return ev
+	}
+	const notice = "⛔ Approval buttons require TEAMS_ALLOWED_USERS to be configured."
+	for _, tc := range []struct {
+		name string
+		ev   *eventsv1.MessageReceived
+		// refusal is the refusal's text through delivery ("" none);
+		// answer the press's answer to its holder otherwise.
+		refusal, answer string
+	}{
+		{"a Teams press", onTeams(press("mallory", "/approve", "card-1", ""), "invoke-1"), notice, ""},
+		{"a Teams press within the minute", onTeams(press("mallory", "/deny", "card-1", ""), "invoke-2"), "", notice},
+		{"a Teams press of an unknown choice", unknownChoice(onTeams(press("trudy", "/start", "card-2", ""), "invoke-3")), notice, ""},
+		{"a Telegram press", held(press("oscar", "/approve", "card-3", ""), "callback-1"), "⛔ You are not authorized to approve commands.", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			chat := tc.ev.GetSource().GetChatId()
+			before := len(notices(chat))
+			e.publish(tc.ev)
+			id := tc.ev.GetInteraction().GetId()
+			if tc.refusal != "" {
+				waitFor(t, "the refusal", func() bool { return len(notices(chat)) > before })
+				waitFor(t, "inbound drained", e.inboundDrained)
+				n := notices(chat)[before]
+				if n.GetNotice().GetText() != tc.refusal || n.GetTarget().GetInteraction().GetId() != id {
+					t.Fatalf("refusal %q to %v, want %q with interaction %q", n.GetNotice().GetText(), n.GetTarget(), tc.refusal, id)
+				}
+				return
+			}
+			waitFor(t, "inbound drained", e.inboundDrained)
+			answeredWith(t, answers, id, tc.answer)
+			if got := notices(chat); len(got) != before {
+				t.Fatalf("%s got %v, want nothing", chat, got[before:])
+			}
+		})
+	}
+	if turns, _ := w.snapshot(); len(turns) != 0 {
+		t.Fatalf("presses started %d turns", len(turns))
+	}
+}

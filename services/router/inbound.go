@@ -612,6 +612,12 @@ var pressRefusals = map[string][2]string{
 // with the refusal of a slash command (slashRefused); within it, with
 // the answer to the press's holder (refusePrivately).
 func (s *Service) pressRefused(ctx context.Context, m *msgCtx) error {
+	if m.platform == "teams" && m.decision.Reason == auth.ReasonNoAllowlist {
+		// Hermes's notice, and his warning, which tells the operator.
+		s.log.WarnContext(ctx, "teams button press refused: no allowlist applies to teams; set TEAMS_ALLOWED_USERS (auth.allowed_users.teams) or TEAMS_ALLOW_ALL_USERS, or pair the user",
+			"user_id", m.src.GetUserId(), "event", m.dedupeID)
+		return s.refusePrivately(ctx, m, teamsNoAllowlist)
+	}
 	texts, ok := pressRefusals[m.platform]
 	if !ok {
 		texts = pressRefusals["discord"]

@@ -148,7 +148,9 @@ type normalized struct {
 	ev   *eventsv1.MessageReceived
 	skip string
 	// press: the event is an approval button's press (buttons.go);
-	// unknown: of a choice the gateway cannot read (pressOf).
+	// unknown: an invoke's, of a choice the gateway cannot read
+	// (pressOf), which the gateway answers itself when the router's
+	// word cannot reach the invoke.
 	press, unknown bool
 }
 
@@ -159,8 +161,23 @@ func normalize(a *Activity, botID string, requireMention bool) normalized {
 	if command, call, ok, unknown := pressOf(a); ok || unknown {
 		// A press needs no mention: the card was the bot's.
 		if unknown {
+			// An invoke's is held, marked for the router, which answers
+			// it as Hermes's card action handler does (endpoint.go). An
+			// Action.Submit's is published as the same press, without
+			// an interaction: the card's data, and any text the client
+			// sends with it, are not the presser's words, and must not
+			// start a turn. Hermes reads no Submit's data (its adapter
+			// takes a Submit for a message of its text, none for a card's
+			// data) and so has no word for one it does not recognise; a
+			// message takes no answer, and the router's "Unknown action."
+			// sent as a reply would be the whole conversation's. So the
+			// router authorizes its sender as for any Submit press (a
+			// stranger gets what their messages get: in a DM a pairing
+			// code unless an allowlist applies, elsewhere nothing), and
+			// its "/start" is answered with nothing, no notice and no
+			// turn.
 			n := pressEvent(a, botID, unknownChoice, "")
-			n.unknown = n.press
+			n.unknown = n.press && a.Type == "invoke"
 			return n
 		}
 		return pressEvent(a, botID, command, call)

@@ -102,10 +102,10 @@ func TestSameServiceURL(t *testing.T) {
 
 // An approval button's press reads as the command it stands for and the
 // call, whatever the verb of its Action.Execute, as Hermes's card action
-// handler reads the action's data alone; an Action.Execute naming a
-// choice the gateway does not know (or a call it cannot carry) is the
-// press of an unknown choice, for the router to answer; anything else is
-// no press.
+// handler reads the action's data alone; an Action.Execute or an
+// Action.Submit naming a choice the gateway does not know (or a call it
+// cannot carry) is the press of an unknown choice, for the router to
+// answer; anything else is no press.
 func TestPressOf(t *testing.T) {
 	t.Parallel()
 	invoke := func(verb, data string) *Activity {
@@ -127,7 +127,8 @@ func TestPressOf(t *testing.T) {
 		{"unknown action", invoke(approveVerb, `{"hermes_action":"approve_forever"}`), "", "", false, true},
 		{"bad call", invoke(approveVerb, `{"hermes_action":"deny","tool_call_id":"a b"}`), "", "", false, true},
 		{"no action", invoke(approveVerb, `{"tool_call_id":"c4"}`), "", "", false, false},
-		{"submit of an unknown action", &Activity{Type: "message", Value: []byte(`{"hermes_action":"approve_forever"}`)}, "", "", false, false},
+		{"submit of an unknown action", &Activity{Type: "message", Value: []byte(`{"hermes_action":"approve_forever"}`)}, "", "", false, true},
+		{"submit without an action", &Activity{Type: "message", Value: []byte(`{"page":2}`), Text: "next"}, "", "", false, false},
 		{"data not an object", invoke(approveVerb, `"deny"`), "", "", false, false},
 		{"message without value", &Activity{Type: "message", Text: "/deny"}, "", "", false, false},
 	} {

@@ -107,12 +107,15 @@ type buttonData struct {
 // handler reads every adaptiveCard/action invoke. ok is false for any
 // other activity: an invoke of another name, an action or a message
 // without an approval's data. unknown is true (ok false) for an
-// Action.Execute whose data names a choice, but none the gateway knows
-// (or a call it cannot carry): Hermes answers that after its sender's
-// authorization, "⛔ Not authorized." to a stranger and "Unknown action."
-// to anyone else, so the router, which authorizes, decides it
-// (unknownChoice). Data naming no choice at all is Hermes's "Unknown
-// action." before any authorization, answered by the gateway.
+// Action.Execute or an Action.Submit whose data names a choice, but none
+// the gateway knows (or a call it cannot carry): Hermes answers the
+// invoke after its sender's authorization, "⛔ Not authorized." to a
+// stranger and "Unknown action." to anyone else, so the router, which
+// authorizes, decides it (unknownChoice); the Submit is its press
+// without an answer (normalize). Data naming no choice at all is
+// Hermes's "Unknown action." before any authorization, answered by the
+// gateway to an invoke; a message with such data is no press, but the
+// message it is.
 func pressOf(a *Activity) (command, call string, ok, unknown bool) {
 	var raw json.RawMessage
 	switch {
@@ -137,8 +140,7 @@ func pressOf(a *Activity) (command, call string, ok, unknown bool) {
 	}
 	command, ok = actionCommands[d.Action]
 	if !ok || (d.ToolCallID != "" && !validCall(d.ToolCallID)) {
-		// Only an invoke takes an answer: a message is not a press.
-		return "", "", false, a.Type == "invoke" && d.Action != ""
+		return "", "", false, d.Action != ""
 	}
 	return command, d.ToolCallID, true, false
 }
@@ -148,7 +150,9 @@ func pressOf(a *Activity) (command, call string, ok, unknown bool) {
 // for the router to answer: "/start", which a router that does not know
 // the field (an older one, during a rolling upgrade) answers with
 // nothing, neither a notice nor a turn, refusing a stranger as any
-// press; the invoke is then answered "Answer received.".
+// press; the invoke is then answered "Answer received.". An
+// Action.Submit's has no interaction to mark, and takes that nothing
+// from every router.
 const unknownChoice = "/start"
 
 // pressEvent is the event of an approval button's press: the command,

@@ -720,3 +720,50 @@ func TestInvokeRetriedWhileTheFirstComesToHold(t *testing.T) {
 		t.Fatalf("the bus has %d messages, want the press once", n)
 	}
 }
+
+// An Action.Submit (a message activity whose value is the card's data)
+// naming a choice the gateway does not know is published as the invoke
+// of one is, "/start" from the presser naming the card, and never as a
+// message: its text, when the client sends one, is the card's, not the
+// presser's words, and would start a turn. It carries no interaction: a
+// message takes no answer, so the router authorizes its sender as for
+// any Submit press and answers it with nothing (Hermes reads no Submit's
+// data, and says nothing to one). Before, it was an ordinary message:
+// skipped as empty, or a turn with its text.
+func TestSubmitOfAnUnknownChoice(t *testing.T) {
+	t.Parallel()
+	f := teamsfake.New(t)
+	cfg := testConfig(f)
+	cfg.RequireMention = true
+	h := start(t, f, cfg)
+	for _, tc := range []struct {
+		name, conv, convType, text string
+	}{
+		{"in a personal chat", dmConv, "personal", ""},
+		{"in a channel, with the card's data as text", channelConv, "channel", "approve_forever"},
+	} {
+		submit := f.Submit(tc.conv, tc.convType, userID, userName, "card-7", map[string]any{"hermes_action": "approve_forever"})
+		if tc.text != "" {
+			submit["text"] = tc.text
+		}
+		if code := h.post(t, submit); code != http.StatusOK {
+			t.Fatalf("%s: answered %d", tc.name, code)
+		}
+		// A message after it: what the Submit published comes first.
+		if code := h.post(t, f.Message(dmConv, "personal", userID, userName, "after")); code != http.StatusOK {
+			t.Fatalf("%s: message answered %d", tc.name, code)
+		}
+		ev := platformtest.NextEvent(t, h.evs)
+		if ev.GetText() != unknownChoice || ev.GetButtonPress().GetMessageId() != "card-7" || ev.GetInteraction() != nil ||
+			ev.GetSource().GetUserId() != userID || ev.GetSource().GetChatId() != tc.conv {
+			t.Fatalf("%s: published %q (press %v, interaction %v), want %q naming the card, without an interaction",
+				tc.name, ev.GetText(), ev.GetButtonPress(), ev.GetInteraction(), unknownChoice)
+		}
+		if ev := platformtest.NextEvent(t, h.evs); ev.GetText() != "after" {
+			t.Fatalf("%s: then %q, want the message after it", tc.name, ev.GetText())
+		}
+		if got := f.Activities(tc.conv); len(got) != 0 {
+			t.Fatalf("%s: the conversation got %v, want nothing", tc.name, got)
+		}
+	}
+}
