@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
@@ -52,6 +53,11 @@ type typingCall struct {
 	// cancel cancels the call's context: a message that waited for it
 	// past the bound gives it up.
 	cancel context.CancelFunc
+	// cut: a message waited for it past the bound and cancelled it. No
+	// message waits for it any more: a platform that hangs on it (one
+	// that ignores the context) would hold each later message to the
+	// chat for the bound again.
+	cut atomic.Bool
 }
 
 // typingCallKey is the context key of the typingCall a request's
@@ -104,11 +110,17 @@ func added(ctx context.Context) bool {
 // hold waits until the typing calls to chat in flight now have
 // returned, for bound at most: past it, it cancels those still going
 // (a hung platform call must not hold the chat's answer) and returns
-// without waiting for them to return. It returns ctx's error if ctx
-// ends first. Without a typing call in flight it costs a map lookup.
+// without waiting for them to return; a call cut so waits for no later
+// message. It returns ctx's error if ctx ends first. Without a typing
+// call in flight it costs a map lookup.
 func (c *typingCalls) hold(ctx context.Context, name, chat string, bound time.Duration) error {
 	c.mu.Lock()
-	calls := slices.Clone(c.m[chat])
+	var calls []*typingCall
+	for _, call := range c.m[chat] {
+		if !call.cut.Load() {
+			calls = append(calls, call)
+		}
+	}
 	c.mu.Unlock()
 	if len(calls) == 0 {
 		return nil
@@ -125,8 +137,10 @@ func (c *typingCalls) hold(ctx context.Context, name, chat string, bound time.Du
 				select {
 				case <-rest.done:
 				default:
-					rest.cancel()
-					typingCutTotal.WithLabelValues(name).Inc()
+					if rest.cut.CompareAndSwap(false, true) {
+						rest.cancel()
+						typingCutTotal.WithLabelValues(name).Inc()
+					}
 				}
 			}
 			return nil

@@ -2,6 +2,7 @@ package platform_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -189,5 +190,32 @@ func TestAHungTypingCallHoldsItsChatsMessageForTheBoundAtMost(t *testing.T) {
 	}
 	if got := telemetrytest.Value(t, "switchboard_gateway_typing_cut_total", cut) - cutBefore; got != 1 {
 		t.Errorf("typing calls cut counted %v, want 1", got)
+	}
+}
+
+// A typing call cut for a message (the platform hangs on it) holds no
+// later message to its chat: it was given up, and the second part of a
+// long answer, its images, the next turn's answer, each waited the
+// whole bound again for it (and counted it cut again) while it hung.
+func TestACutTypingCallHoldsNoLaterMessage(t *testing.T) {
+	t.Parallel()
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	p := newBlockingTyping("typing-hold-cut", true)
+	h := startRunner(t, p, b, platform.Options{TypingHold: 200 * time.Millisecond})
+	t.Cleanup(func() { close(p.release) })
+	platformtest.WaitFor(t, "connected", func() bool { return state(h.r) == platform.StateConnected })
+	cut := map[string]string{"platform": p.Name()}
+	cutBefore := telemetrytest.Value(t, "switchboard_gateway_typing_cut_total", cut)
+	request(b, p, typingReq("t1", "c1"))
+	<-p.began
+	for i, text := range []string{"the answer, part 1", "the answer, part 2", "the answer, part 3"} {
+		req := sendReq("t1", "c1", text)
+		req.IdempotencyKey = fmt.Sprintf("t1:1:%d", i)
+		if rec := <-request(b, p, req); !rec.GetOk() {
+			t.Fatalf("%s behind a hung typing call: receipt %+v, want it sent", text, rec)
+		}
+	}
+	if got := telemetrytest.Value(t, "switchboard_gateway_typing_cut_total", cut) - cutBefore; got != 1 {
+		t.Errorf("typing calls cut counted %v for one hung call, want 1: each message waited for it again", got)
 	}
 }
