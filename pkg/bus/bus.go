@@ -73,6 +73,11 @@ type Bus struct {
 	// consumer of the process (handBackCounts).
 	hbMu      sync.Mutex
 	handBacks jetstream.KeyValue
+
+	// pressWords is the GATEWAY_PRESS_WORDS bucket, opened once for the
+	// process (PressWords).
+	pwMu       sync.Mutex
+	pressWords jetstream.KeyValue
 }
 
 // handBackCounts creates or opens the bucket that counts hand-backs

@@ -26,8 +26,9 @@ import (
 // gets the router's refusal of the press from delivery and does not hold
 // it forwards it there too (AnswerPress). Core NATS: an answer lost, or
 // one that comes after the hold ended, leaves the press to its
-// gateway's answer without text when the hold ends. The hold's claim
-// answers the platform once.
+// gateway's answer without text when the hold ends, unless the gateway
+// reads the answer the router also keeps (KeepPressAnswer, pressword.go).
+// The hold's claim answers the platform once.
 //
 // A replica handed a press again (Telegram redelivers an update a poller
 // whose lease moved did not confirm; a webhook delivery is retried) and
@@ -263,7 +264,8 @@ func HoldPress(b *bus.Bus, platform, id string) (*PressHold, error) {
 
 // PublishPressAnswer sends req, the answer to the press its target's
 // interaction names, to the replica that holds it, if one does; fire
-// and forget (the router's answer to a press it decided).
+// and forget (the router's answer to a press it decided, which it then
+// keeps for replicas that hold the press later: KeepPressAnswer).
 func PublishPressAnswer(b *bus.Bus, req *deliveryv1.SendRequested) error {
 	ia := req.GetTarget().GetInteraction()
 	data, err := proto.Marshal(req)

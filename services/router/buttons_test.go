@@ -1,6 +1,7 @@
 package router
 
 import (
+	"context"
 	"sync"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	repliesv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/replies/v1"
 	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
+	"github.com/switchboard-chat/switchboard/pkg/platform"
 )
 
 // held gives ev, a press, an interaction its gateway holds (a Telegram
@@ -58,12 +60,37 @@ func pressAnswers(t *testing.T, e *env) func(id string) []*deliveryv1.SendReques
 }
 
 // answeredWith waits for the router's answer to held press id and
-// checks it is one, with text.
-func answeredWith(t *testing.T, answers func(string) []*deliveryv1.SendRequested, id, text string) {
+// checks it is one, with text, and kept for the gateway's replicas
+// (keptWith).
+func answeredWith(t *testing.T, e *env, answers func(string) []*deliveryv1.SendRequested, id, text string) {
 	t.Helper()
 	waitFor(t, "the press's answer", func() bool { return len(answers(id)) > 0 })
-	if a := answers(id); len(a) != 1 || a[0].GetText() != text || a[0].GetTarget().GetInteraction().GetId() != id {
+	a := answers(id)
+	if len(a) != 1 || a[0].GetText() != text || a[0].GetTarget().GetInteraction().GetId() != id {
 		t.Fatalf("press %s answered %v, want once with %q", id, a, text)
+	}
+	keptWith(t, e, a[0].GetTarget().GetPlatform(), id, text)
+}
+
+// keptWith waits for the router's word on held press id of platform in
+// the bucket every replica of its gateway reads (platform.PressWord),
+// kept after the answer's publish, and checks its text: a replica
+// holding the press only after the publish, or taking over a dead
+// holder's query, answers with it.
+func keptWith(t *testing.T, e *env, platformName, id, text string) {
+	t.Helper()
+	var word *deliveryv1.SendRequested
+	waitFor(t, "the press's answer kept", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		var err error
+		if word, _, err = platform.PressWord(ctx, e.bus, platformName, id); err != nil {
+			t.Fatal(err)
+		}
+		return word != nil
+	})
+	if word.GetText() != text {
+		t.Fatalf("press %s kept with %q, want %q", id, word.GetText(), text)
 	}
 }
 
@@ -128,8 +155,8 @@ func TestApprovalButtonPress(t *testing.T) {
 	// Each press the router decided is answered to its gateway once,
 	// with Hermes's toast: the answer's label, or the prompt answered
 	// before; the redelivery is not.
-	answeredWith(t, answers, "q1", "✅ Approved for session")
-	answeredWith(t, answers, "q2", "This approval has already been resolved.")
+	answeredWith(t, e, answers, "q1", "✅ Approved for session")
+	answeredWith(t, e, answers, "q2", "This approval has already been resolved.")
 
 	// Another prompt nothing waits for any more (timed out).
 	e.publish(held(press("bob", "/approve", "card-2", "call-2"), "q3"))
@@ -138,13 +165,13 @@ func TestApprovalButtonPress(t *testing.T) {
 	if n.GetText() != expiredText || n.GetReplacesMessageId() != "card-2" {
 		t.Fatalf("notice %q replacing %q, want the expired text replacing card-2", n.GetText(), n.GetReplacesMessageId())
 	}
-	answeredWith(t, answers, "q3", "⌛ Approval expired")
+	answeredWith(t, e, answers, "q3", "⌛ Approval expired")
 
 	// On Teams, Hermes's card says the prompt is resolved or expired.
 	teams := held(press("bob", "/deny", "card-3", "call-3"), "invoke-1")
 	teams.Source.Platform = "teams"
 	e.publish(teams)
-	answeredWith(t, answers, "invoke-1", "⚠️ Approval already resolved or expired.")
+	answeredWith(t, e, answers, "invoke-1", "⚠️ Approval already resolved or expired.")
 
 	// A Teams press that came as an Action.Submit message carries no
 	// interaction: nobody holds it, and it is sent no answer (the next
@@ -155,7 +182,7 @@ func TestApprovalButtonPress(t *testing.T) {
 	teams = held(press("bob", "/deny", "card-5", "call-5"), "invoke-2")
 	teams.Source.Platform = "teams"
 	e.publish(teams)
-	answeredWith(t, answers, "invoke-2", "⚠️ Approval already resolved or expired.")
+	answeredWith(t, e, answers, "invoke-2", "⚠️ Approval already resolved or expired.")
 	if a := answers(""); len(a) != 0 {
 		t.Fatalf("a press without an interaction was answered: %v", a)
 	}
@@ -175,7 +202,7 @@ func TestApprovalButtonOfANonAdmin(t *testing.T) {
 	e.publish(held(press("bob", "/approve", "card-1", "call-1"), "q1"))
 	waitFor(t, "the refusal", func() bool { return len(e.noticeEvents("bob")) == 1 })
 	// The press is decided: its gateway is told, without a word.
-	answeredWith(t, answers, "q1", "")
+	answeredWith(t, e, answers, "q1", "")
 	n := e.noticeEvents("bob")[0]
 	if n.GetReplacesMessageId() != "" || n.GetText() != "/approve is reserved for admins here. /help and /whoami are available." {
 		t.Fatalf("notice %q replacing %q, want the admin refusal as a message", n.GetText(), n.GetReplacesMessageId())
@@ -269,10 +296,11 @@ func TestPressOfAnUnknownChoice(t *testing.T) {
 				if n.GetNotice().GetText() != tc.notice || n.GetTarget().GetInteraction().GetId() != id {
 					t.Fatalf("notice %q to %v, want %q with interaction %q", n.GetNotice().GetText(), n.GetTarget(), tc.notice, id)
 				}
+				keptWith(t, e, "teams", id, tc.notice)
 				return
 			}
 			waitFor(t, "inbound drained", e.inboundDrained)
-			answeredWith(t, answers, id, tc.answer)
+			answeredWith(t, e, answers, id, tc.answer)
 			if got := notices(chat); len(got) != before {
 				t.Fatalf("%s got %v, want nothing", chat, got[before:])
 			}

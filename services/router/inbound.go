@@ -46,7 +46,8 @@ type msgCtx struct {
 	// router decided the press (answerPress): Hermes's callback answer
 	// on Telegram ("This approval has already been resolved."); "" for
 	// nothing. pressRefused: the press's refusal was published, which
-	// answers it.
+	// answers it (its text is pressText too, kept for the gateway's
+	// replicas but not sent to the holder).
 	pressText    string
 	pressRefused bool
 	// holder is the session lock's value, read in the same round trip as
@@ -233,18 +234,38 @@ func (s *Service) handleInbound(ctx context.Context, ev *eventsv1.MessageReceive
 // through delivery; a press without an interaction (a Slack press, a
 // Teams Action.Submit message) has no holder and is sent nothing. Best
 // effort: a lost answer leaves the press to the hold's end.
+//
+// The answer, and a refusal sent through delivery, is also kept where
+// any replica of the gateway reads it (platform.KeepPressAnswer), after
+// the publish, which holders get at once: a replica that holds the press
+// only after the publish (a Teams invoke's retry whose first replica
+// died) or takes over the query of a holder that died (a Telegram
+// replica watching it) finds the router's word there.
 func (s *Service) answerPress(ctx context.Context, m *msgCtx) {
 	ia := m.interaction
-	if m.ev.GetButtonPress() == nil || !ia.GetComponent() || ia.GetId() == "" || m.pressRefused {
+	if m.ev.GetButtonPress() == nil || !ia.GetComponent() || ia.GetId() == "" {
 		return
 	}
 	t := target(m.ev)
 	t.Interaction = ia
 	req := &deliveryv1.SendRequested{IdempotencyKey: "press:" + m.dedupeID, Op: deliveryv1.SendOp_SEND_OP_SEND, Target: t, Text: m.pressText}
-	if err := platform.PublishPressAnswer(s.bus, req); err != nil {
-		s.log.WarnContext(ctx, "answer button press; its gateway answers when its hold ends", "event", m.dedupeID, "err", err)
+	if !m.pressRefused {
+		if err := platform.PublishPressAnswer(s.bus, req); err != nil {
+			s.log.WarnContext(ctx, "answer button press; its gateway answers when its hold ends", "event", m.dedupeID, "err", err)
+		}
+	}
+	kctx, cancel := context.WithTimeout(ctx, pressKeepTimeout)
+	defer cancel()
+	if err := platform.KeepPressAnswer(kctx, s.bus, req); err != nil {
+		s.log.WarnContext(ctx, "keep the answer to a button press for its gateway's other replicas", "event", m.dedupeID, "err", err)
 	}
 }
+
+// pressKeepTimeout bounds the write of a press's answer to the bucket
+// of answers (answerPress): best effort, the holders have the answer
+// already, and the message's handling does not wait on a bucket that
+// does not answer.
+const pressKeepTimeout = 2 * time.Second
 
 // giveBack releases the session lock m took with its first round trip and
 // did not use. With restart it then starts the session's waiting messages,
@@ -644,10 +665,12 @@ func (s *Service) refusePrivately(ctx context.Context, m *msgCtx, text string) e
 	if err != nil {
 		return fmt.Errorf("refusal throttle: %w", err)
 	}
+	if m.ev.GetButtonPress() != nil {
+		// The press's answer to its holder within the window, kept for
+		// the gateway's other replicas in either case (answerPress).
+		m.pressText = text
+	}
 	if !ok {
-		if m.ev.GetButtonPress() != nil {
-			m.pressText = text
-		}
 		return nil
 	}
 	t := target(m.ev)

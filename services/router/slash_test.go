@@ -176,7 +176,7 @@ func TestButtonPressOfASenderNotAllowed(t *testing.T) {
 					// Decided: its gateway is told so, a refusal within
 					// the minute with Hermes's words, which its presser
 					// alone sees (Hermes refuses every press).
-					answeredWith(t, answers, id, tc.answer)
+					answeredWith(t, e, answers, id, tc.answer)
 				}
 				return
 			}
@@ -202,6 +202,10 @@ func TestButtonPressOfASenderNotAllowed(t *testing.T) {
 				if a := answers(tc.wantIA); len(a) != 0 {
 					t.Fatalf("a refused press answered %v besides its refusal", a)
 				}
+				// Kept for the gateway's replicas all the same: a
+				// Teams invoke retried where no one holds the press
+				// is answered with it.
+				keptWith(t, e, tc.ev.GetSource().GetPlatform(), tc.wantIA, tc.want)
 			}
 		})
 	}

@@ -182,6 +182,9 @@ func (p *Platform) handle(ctx context.Context, conn platform.Deliverer, a *Activ
 		return false, nil, false, nil
 	}
 	acc, err := conn.Deliver(ctx, n.ev)
+	if !acc.Duplicate && !errors.Is(err, platform.ErrRejected) {
+		p.markPublished(ctx, inv)
+	}
 	if err != nil && !errors.Is(err, platform.ErrRejected) {
 		p.keepForRetry(inv)
 		p.releaseInvoke(inv)

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	"github.com/switchboard-chat/switchboard/pkg/platform"
 )
 
@@ -24,12 +25,20 @@ import (
 // that came before the retry held it is asked of the replicas holding
 // it on (askElsewhere). The
 // retry is answered with it when it comes within the retry's own hold.
-// A retry whose replica finds no other replica holding the press once
-// the bus has said it is a duplicate (answerAlone: the replica whose
-// delivery the bus stored held it before publishing it) is of a press
-// decided long before, every hold of it ended: no holder has the word
-// to give, and the retry is answered at once, with the word only if
-// this replica's hold has it already.
+// The router also keeps its word where every replica reads it
+// (platform.KeepPressAnswer), and a replica marks there the press it
+// published (markPublished): a retry the bus calls a duplicate reads
+// that first (answerAlone). The word there is the retry's answer at
+// once, whether the replicas that held the press live or not, and
+// however many retries come together. The mark without the word is a
+// press not decided yet, whose first replica may have died: the retry
+// holds it and waits for the word. Neither there (the press was
+// decided longer ago than the bucket keeps it, or the bucket could not
+// be read), a retry whose replica finds no other replica holding the
+// press (the replica whose delivery the bus stored held it before
+// publishing it) is of a press decided long before, every hold of it
+// ended: no holder has the word to give, and the retry is answered at
+// once, with the word only if this replica's hold has it already.
 // A press stays held for a while after a delivery of it ended, its
 // publish failed or its answer maybe not taken (keepForRetry).
 
@@ -120,8 +129,21 @@ func (p *Platform) holdInvoke(h platform.PressHolder, id string) (inv *heldInvok
 // stored (the first, still waiting), one held elsewhere too, or one
 // whose question has no answer (the bus is slow or out of reach) waits
 // for the word (askElsewhere).
+//
+// The router's word kept for the press (keptWord) comes first: with it
+// the delivery is answered at once, with the word; with the press's
+// mark alone (markPublished) it waits for the word, the press not
+// decided yet, whether a replica holds it or its holder died. Only with
+// neither (or when the bucket cannot be read) is another replica asked.
 func (p *Platform) answerAlone(ctx context.Context, inv *heldInvoke, created bool) bool {
 	if inv == nil || inv.hold == nil {
+		return false
+	}
+	switch word, published, ok := p.keptWord(ctx, inv.id); {
+	case word != nil:
+		inv.settle(word.GetText())
+		return true
+	case ok && published:
 		return false
 	}
 	if created {
@@ -351,8 +373,9 @@ func (p *Platform) releaseInvoke(inv *heldInvoke) {
 
 // awaitAnswer waits for the router's answer to a held press, up to
 // Config.PressHold, and returns its text ("" for none, or when the
-// press is not held). alone (answerAlone) waits for nothing: the word
-// if this replica's hold has it, else none.
+// press is not held), or, when none came by then, the word the router
+// kept for the press (keptWord). alone (answerAlone) waits for
+// nothing: the word if this replica's hold has it, else none.
 func (p *Platform) awaitAnswer(ctx context.Context, inv *heldInvoke, alone bool) string {
 	if inv == nil || inv.hold == nil {
 		return ""
@@ -371,7 +394,57 @@ func (p *Platform) awaitAnswer(ctx context.Context, inv *heldInvoke, alone bool)
 	case <-inv.answered:
 		return inv.text
 	case <-t.C:
+		// The word may have been published before this hold (a retry's
+		// whose first replica died) and then kept: the router keeps it
+		// after the publish, so a retry may read the bucket before it.
+		if word, _, _ := p.keptWord(ctx, inv.id); word != nil {
+			inv.settle(word.GetText())
+			return inv.text
+		}
 	case <-ctx.Done():
 	}
 	return ""
+}
+
+// pressWordRead bounds a read of the router's word kept for a press
+// (keptWord), or the write of its mark (markPublished): an invoke waits
+// on it.
+const pressWordRead = time.Second
+
+// keptWord reads the router's word kept for the press with interaction
+// id, where every replica reads it (platform.PressWord): word is nil
+// without it, and published tells whether the press was marked
+// published (markPublished). ok is false when the bucket could not be
+// read: logged, and the caller goes on as without the bucket.
+func (p *Platform) keptWord(ctx context.Context, id string) (word *deliveryv1.SendRequested, published, ok bool) {
+	if p.bus == nil {
+		return nil, false, false
+	}
+	ctx, cancel := context.WithTimeout(ctx, pressWordRead)
+	defer cancel()
+	word, published, err := platform.PressWord(ctx, p.bus, p.Name(), id)
+	if err != nil {
+		p.log.Warn("read the router's word on a teams button press; answering as without it", "err", err)
+		return nil, false, false
+	}
+	return word, published, true
+}
+
+// markPublished marks inv's press published (platform.MarkPress), once
+// its delivery put it on the bus or may have (a failed publish may have
+// stored it): a retry the bus calls a duplicate and finds the mark
+// without the router's word then waits for the word, also when no
+// replica holds the press any more (answerAlone). Best effort: without
+// the mark, such a retry is answered at once without the word.
+func (p *Platform) markPublished(ctx context.Context, inv *heldInvoke) {
+	if inv == nil || inv.hold == nil || p.bus == nil {
+		return
+	}
+	// Also when the request has ended (a failed publish's ctx may be
+	// over): its retry is the one that reads the mark.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), pressWordRead)
+	defer cancel()
+	if err := platform.MarkPress(ctx, p.bus, p.Name(), inv.id); err != nil {
+		p.log.Warn("mark a teams button press published", "err", err)
+	}
 }

@@ -513,12 +513,15 @@ func TestInvokeHoldsEndWhenTheReplicaStops(t *testing.T) {
 }
 
 // A retry of a press decided long ago, after every replica's hold of it
-// ended (its replica stopped), is answered at once with "Answer
-// received.": the bus says the press is a duplicate and no replica
-// holds it, so no word of the router's can come to the retry from a
-// holder. Before, the retry's question for that word found its own
-// hold on the press's subject, waited for a reply that could not come,
-// and the retry waited out its hold.
+// ended (its replica stopped), is answered at once: with the router's
+// word, which the router kept where every replica reads it; with
+// "Answer received." when the bucket no longer has it (kept for
+// bus.PressWordsAge) or cannot be read: the bus says the press is a
+// duplicate and no replica holds it, so no word of the router's can
+// come to the retry from a holder. Before, the retry's question for
+// that word found its own hold on the press's subject, waited for a
+// reply that could not come, and the retry waited out its hold; and
+// before the word was kept, the retry never had it.
 func TestInvokeRetriedAfterEveryHoldEnded(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -526,18 +529,24 @@ func TestInvokeRetriedAfterEveryHoldEnded(t *testing.T) {
 		// gone: the first delivery's request is given up before the
 		// router's word, which the replica's kept hold takes.
 		gone bool
+		// bucket: what the retry finds of the word: "kept", "expired"
+		// (the bucket's MaxAge took it, and the press's mark), or
+		// "unreadable" (the bucket is gone).
+		bucket string
 	}{
-		{name: "the first answered with the word"},
-		{name: "the first given up before the word", gone: true},
+		{name: "the first answered with the word", bucket: "kept"},
+		{name: "the first given up before the word", gone: true, bucket: "kept"},
+		{name: "the word expired", bucket: "expired"},
+		{name: "the word unreadable", gone: true, bucket: "unreadable"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			invokeRetriedAfterEveryHoldEnded(t, tc.gone)
+			invokeRetriedAfterEveryHoldEnded(t, tc.gone, tc.bucket)
 		})
 	}
 }
 
-func invokeRetriedAfterEveryHoldEnded(t *testing.T, gone bool) {
+func invokeRetriedAfterEveryHoldEnded(t *testing.T, gone bool, bucket string) {
 	f := teamsfake.New(t)
 	b := pressBus(t)
 	cfg := testConfig(f)
@@ -563,10 +572,7 @@ func invokeRetriedAfterEveryHoldEnded(t *testing.T, gone bool) {
 		}
 	}
 	const word = "⚠️ Approval already resolved or expired."
-	if err := platform.PublishPressAnswer(b, &deliveryv1.SendRequested{
-		Target: &deliveryv1.Target{Platform: "teams", Account: f.ClientID, ChatId: dmConv, Interaction: ia}, Text: word}); err != nil {
-		t.Fatal(err)
-	}
+	decide(t, f, b, ia, word)
 	if !gone {
 		if got := <-first; answerValue(t, got) != word {
 			t.Fatalf("the first delivery was answered %q, want %q", answerValue(t, got), word)
@@ -578,11 +584,31 @@ func invokeRetriedAfterEveryHoldEnded(t *testing.T, gone bool) {
 	if heldOnBus(t, b, ia.GetId()) {
 		t.Fatal("the press is held after its replica stopped")
 	}
+	want := invokeAnswer
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	name := b.Topology().Stream(bus.BucketPressWords)
+	switch bucket {
+	case "kept":
+		want = word
+	case "expired":
+		s, err := b.JetStream().Stream(ctx, "KV_"+name)
+		if err == nil {
+			err = s.Purge(ctx)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	case "unreadable":
+		if err := b.JetStream().DeleteKeyValue(ctx, name); err != nil {
+			t.Fatal(err)
+		}
+	}
 
 	got := <-postInvoke(context.Background(), f, other.url, act)
 	waitDuplicate(t, other)
-	if v := answerValue(t, got); v != invokeAnswer || got.took >= pressHold {
-		t.Fatalf("the retry was answered %q after %v, want %q before its hold ends", v, got.took, invokeAnswer)
+	if v := answerValue(t, got); v != want || got.took >= pressHold {
+		t.Fatalf("the retry was answered %q after %v, want %q before its hold ends", v, got.took, want)
 	}
 	if n := inboundCount(t, b); n != 1 {
 		t.Fatalf("the bus has %d messages, want the press once", n)

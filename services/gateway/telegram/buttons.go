@@ -615,7 +615,8 @@ func watchFrom(handed, since time.Time) time.Time {
 
 // watchHolder waits for the replica holding callback query id, which
 // this replica left it to (heldElsewhere), to say it answered it
-// (platform.PressWatch), and answers it here, without text, when that
+// (platform.PressWatch), and answers it here, with the router's word
+// when it was kept (keptText), else without text, when that
 // replica has held it no more for holderGrace without having said so (it
 // died, or lost its connection to the bus for longer than a
 // reconnection), or has not said so by until (watchBound after this
@@ -628,8 +629,8 @@ func watchFrom(handed, since time.Time) time.Time {
 // its grace (heldOnStop): if it does (or the bus does not answer), or
 // says it answered it, the query is left to it, which answers it with
 // the router's word; if it has not held it for holderGrace, without its
-// word, this replica answers the query on its way out, without text,
-// rather than leave it to no one (no replica watches it any more).
+// word, this replica answers the query on its way out (keptText), rather than
+// leave it to no one (no replica watches it any more).
 func (p *Platform) watchHolder(id string, w *platform.PressWatch, until time.Time) {
 	defer w.Close()
 	answered := w.Wait(p.life, time.Until(until), holderCheck, holderGrace)
@@ -649,7 +650,7 @@ func (p *Platform) watchHolder(id string, w *platform.PressWatch, until time.Tim
 	p.log.Info("the replica holding a telegram button press's query stopped holding it unanswered; answering it here")
 	actx, cancel := context.WithTimeout(ctx, answerTimeout)
 	defer cancel()
-	if p.answerCallback(actx, id) {
+	if p.answerCallbackText(actx, id, p.keptText(ctx, id)) {
 		p.confirmAnswered(id)
 	}
 }
@@ -701,6 +702,22 @@ func (p *Platform) heldOnStop(id string, w *platform.PressWatch) (held, answered
 			return false, false
 		}
 	}
+}
+
+// keptText is the text of the router's word on the press of callback
+// query id, kept where every replica reads it (platform.PressWord): a
+// query taken over from a holder that died (watchHolder) is answered
+// with it, as its holder would have, when the router decided the press
+// before. "" without it, or when the bucket cannot be read (logged):
+// the query is answered without text then.
+func (p *Platform) keptText(ctx context.Context, id string) string {
+	rctx, cancel := context.WithTimeout(ctx, holderCheck)
+	defer cancel()
+	word, _, err := platform.PressWord(rctx, p.bus, p.Name(), id)
+	if err != nil {
+		p.log.Warn("read the router's word on a telegram button press taken over; answering it without", "err", err)
+	}
+	return word.GetText()
 }
 
 // goPress runs f, a hold or a watch of a press, on its own goroutine,
