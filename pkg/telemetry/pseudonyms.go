@@ -507,13 +507,14 @@ func (s *recordScan) addNamed(a slog.Attr) {
 		if ok {
 			treeIDs(tree, s.addID)
 		}
-		s.trees = append(s.trees, decoded{reflect.TypeOf(v.Any()), tree})
+		s.trees = append(s.trees, decoded{v.Any(), reflect.TypeOf(v.Any()), tree})
 	}
 }
 
-// decoded is a value of type t as structured decoded it (nil when it
+// decoded is a value v of type t as structured decoded it (nil when it
 // did not).
 type decoded struct {
+	v    any
 	t    reflect.Type
 	tree any
 }
@@ -532,6 +533,10 @@ type encodedValue struct {
 // encodedValue: trees are the values addNamed met, in its order, each
 // taken off as withTrees meets it again. A value not of the type met
 // (a LogValuer that resolves to another) is left to be encoded again.
+// The value put beside a tree is the one it was decoded from, not the
+// one a LogValuer resolves to now: its tree naming no one says nothing
+// of a later value, which may name a chat (the encodedValue's is logged
+// as it is).
 func withTrees(a slog.Attr, trees *[]decoded) slog.Attr {
 	v := a.Value
 	if v.Kind() == slog.KindLogValuer {
@@ -553,7 +558,7 @@ func withTrees(a slog.Attr, trees *[]decoded) slog.Attr {
 		d := (*trees)[0]
 		*trees = (*trees)[1:]
 		if d.tree != nil && d.t == reflect.TypeOf(v.Any()) {
-			return slog.Any(a.Key, encodedValue{v: v.Any(), tree: d.tree})
+			return slog.Any(a.Key, encodedValue{v: d.v, tree: d.tree})
 		}
 	}
 	return a

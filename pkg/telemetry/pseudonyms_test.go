@@ -12,6 +12,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -497,6 +498,51 @@ func TestStructBesideAnErrorEncodedOnce(t *testing.T) {
 			}
 			if chat != "" && (strings.Contains(buf.String(), chat) || strings.Count(buf.String(), p.ID(chat)) != 2) {
 				t.Errorf("%s: want the struct and the error naming %s as %s: %s", format, chat, p.ID(chat), buf.String())
+			}
+		}
+	}
+}
+
+// joiningChat is a LogValuer of a chat as its caller keeps it, which a
+// chat id joins after its calls' first `after` (another goroutine
+// setting it, under the lock LogValue takes).
+type joiningChat struct {
+	mu    *sync.Mutex
+	calls *int
+	after int
+}
+
+func (c joiningChat) LogValue() slog.Value {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	*c.calls++
+	v := struct {
+		Platform string `json:"platform"`
+		ChatID   string `json:"chat_id,omitempty"`
+	}{Platform: "slack"}
+	if *c.calls > c.after {
+		v.ChatID = "C0CHANNEL"
+	}
+	return slog.AnyValue(v)
+}
+
+// TestValueChangedAfterTheScanNotLoggedRaw: a LogValuer beside an error
+// whose value names a chat only from some call on is never logged with
+// the chat's id as it is, whichever call that is: the record's scan
+// decodes one of its values to find ids in, and the value logged is the
+// one it decoded, not a later one that the tree of the scan's says
+// nothing of.
+func TestValueChangedAfterTheScanNotLoggedRaw(t *testing.T) {
+	t.Parallel()
+	for _, format := range []string{"json", "text"} {
+		for after := range 6 {
+			var buf bytes.Buffer
+			l := telemetry.NewLogger(telemetry.LogConfig{Level: "info", Format: format, Pseudonymize: true, PseudonymKey: "secret"}, &buf)
+			var mu sync.Mutex
+			calls := 0
+			l.Warn("send failed", "target", joiningChat{&mu, &calls, after}, "err", errors.New("not_in_channel"))
+			if strings.Contains(buf.String(), "C0CHANNEL") {
+				t.Errorf("%s, the chat known from LogValue's call %d on: logged as it is: %s", format, after+1, buf.String())
 			}
 		}
 	}
