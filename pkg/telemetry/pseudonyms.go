@@ -86,15 +86,14 @@ func pseudonymizeAttr(p *pseudonym.Pseudonymizer) func(groups []string, a slog.A
 	return func(groups []string, a slog.Attr) slog.Attr {
 		v := a.Value // resolved by the handler
 		switch {
-		case len(groups) == 0 && a.Key == slog.LevelKey:
+		case len(groups) == 0 && a.Key == slog.LevelKey && isLevel(v):
 			// The handler encodes a level that went through a
 			// ReplaceAttr as any value, with encoding/json (its
 			// MarshalJSON): as a string it writes it as it does
-			// without one.
-			if l, ok := v.Any().(slog.Level); ok {
-				return slog.String(a.Key, l.String())
-			}
-			return a
+			// without one. A record's own attribute named "level"
+			// is any other value, pseudonymized below (and a
+			// struct's encodedValue never written as it is).
+			return slog.String(a.Key, v.Any().(slog.Level).String())
 		case v.Kind() == slog.KindGroup:
 			return a
 		case idAttrs[a.Key]:
@@ -109,6 +108,15 @@ func pseudonymizeAttr(p *pseudonym.Pseudonymizer) func(groups []string, a slog.A
 		}
 		return a
 	}
+}
+
+// isLevel reports whether v is a record's level.
+func isLevel(v slog.Value) bool {
+	if v.Kind() != slog.KindAny {
+		return false
+	}
+	_, ok := v.Any().(slog.Level)
+	return ok
 }
 
 // pseudonymizeAny pseudonymizes an attribute whose value is any value:

@@ -547,3 +547,29 @@ func TestValueChangedAfterTheScanNotLoggedRaw(t *testing.T) {
 		}
 	}
 }
+
+// TestValueUnderLevelPseudonymized: a record's own attribute named
+// "level" (not the record's level) is pseudonymized as one of any other
+// name: a struct beside an error is logged as its tree, not as the
+// handler's wrapper of it (encodedValue), and never with its chat id as
+// it is.
+func TestValueUnderLevelPseudonymized(t *testing.T) {
+	t.Parallel()
+	p := pseudonym.New("secret")
+	chat := struct {
+		ChatID string `json:"chat_id"`
+	}{"C0CHANNEL"}
+	for _, format := range []string{"json", "text"} {
+		var buf bytes.Buffer
+		l := telemetry.NewLogger(telemetry.LogConfig{Level: "info", Format: format, Pseudonymize: true, PseudonymKey: "secret"}, &buf)
+		l.Warn("m", "level", chat, "err", errors.New("not_in_channel"))
+		l.Info("m", "level", chat)
+		out := buf.String()
+		if strings.Contains(out, "C0CHANNEL") || strings.Contains(out, "tree") || strings.Count(out, p.ID("C0CHANNEL")) != 2 {
+			t.Errorf("%s: want the chat under level as %s twice: %s", format, p.ID("C0CHANNEL"), out)
+		}
+		if strings.Count(out, "WARN") != 1 || strings.Count(out, "INFO") != 1 {
+			t.Errorf("%s: want the records' own levels kept: %s", format, out)
+		}
+	}
+}
