@@ -601,13 +601,20 @@ func (h namingHandler) Handle(ctx context.Context, r slog.Record) error {
 	}
 	// The record again, its errors marked as naming the ids and the
 	// values decoded to find them (s.trees) not to be encoded again.
+	// With no ids to mark them with, its errors are left as they are,
+	// as a record naming no one logs them (their own %+v, their
+	// MarshalJSON), not as an error marked as naming none.
 	out := slog.NewRecord(r.Time, r.Level, r.Message, r.PC)
 	trees := s.trees
+	mark := len(named) > 0 || over
 	r.Attrs(func(a slog.Attr) bool {
 		if trees != nil {
 			a = withTrees(a, &trees)
 		}
-		out.AddAttrs(markNaming(a, named, over))
+		if mark {
+			a = markNaming(a, named, over)
+		}
+		out.AddAttrs(a)
 		return true
 	})
 	return handler.Handle(ctx, out)

@@ -573,3 +573,34 @@ func TestValueUnderLevelPseudonymized(t *testing.T) {
 		}
 	}
 }
+
+// formattedError is an error that writes itself in more detail with %+v
+// (as errors with a stack trace do) and as JSON.
+type formattedError struct{}
+
+func (formattedError) Error() string { return "short" }
+func (formattedError) Format(s fmt.State, _ rune) {
+	_, _ = io.WriteString(s, "short, with detail")
+}
+func (formattedError) MarshalJSON() ([]byte, error) { return []byte(`{"code":7}`), nil }
+
+// TestErrorBesideAStructNamingNoOneAsItIs: an error in a record that
+// names no id, beside a struct that names none either, is logged as the
+// handler writes it without pseudonyms (its own %+v, its MarshalJSON),
+// not as the text of an error marked as naming no ids.
+func TestErrorBesideAStructNamingNoOneAsItIs(t *testing.T) {
+	t.Parallel()
+	target := struct {
+		Platform string `json:"platform"`
+	}{"slack"}
+	for _, format := range []string{"json", "text"} {
+		var out bytes.Buffer
+		for _, pseudonymize := range []bool{false, true} {
+			l := telemetry.NewLogger(telemetry.LogConfig{Level: "info", Format: format, Pseudonymize: pseudonymize}, &out)
+			l.Warn("m", "target", target, "err", formattedError{})
+		}
+		if lines := strings.Split(strings.TrimSpace(out.String()), "\n"); len(lines) != 2 || cutTime(lines[0]) != cutTime(lines[1]) {
+			t.Errorf("%s: with pseudonyms the record is written differently:\n%s", format, out.String())
+		}
+	}
+}
