@@ -86,15 +86,14 @@ func pseudonymizeAttr(p *pseudonym.Pseudonymizer) func(groups []string, a slog.A
 	return func(groups []string, a slog.Attr) slog.Attr {
 		v := a.Value // resolved by the handler
 		switch {
-		case len(groups) == 0 && a.Key == slog.LevelKey:
+		case len(groups) == 0 && a.Key == slog.LevelKey && isLevel(v):
 			// The handler encodes a level that went through a
 			// ReplaceAttr as any value, with encoding/json (its
 			// MarshalJSON): as a string it writes it as it does
-			// without one.
-			if l, ok := v.Any().(slog.Level); ok {
-				return slog.String(a.Key, l.String())
-			}
-			return a
+			// without one. A record's own attribute named "level"
+			// is any other value, pseudonymized below (and a
+			// struct's encodedValue never written as it is).
+			return slog.String(a.Key, v.Any().(slog.Level).String())
 		case v.Kind() == slog.KindGroup:
 			return a
 		case idAttrs[a.Key]:
@@ -109,6 +108,15 @@ func pseudonymizeAttr(p *pseudonym.Pseudonymizer) func(groups []string, a slog.A
 		}
 		return a
 	}
+}
+
+// isLevel reports whether v is a record's level.
+func isLevel(v slog.Value) bool {
+	if v.Kind() != slog.KindAny {
+		return false
+	}
+	_, ok := v.Any().(slog.Level)
+	return ok
 }
 
 // pseudonymizeAny pseudonymizes an attribute whose value is any value:
@@ -507,13 +515,14 @@ func (s *recordScan) addNamed(a slog.Attr) {
 		if ok {
 			treeIDs(tree, s.addID)
 		}
-		s.trees = append(s.trees, decoded{reflect.TypeOf(v.Any()), tree})
+		s.trees = append(s.trees, decoded{v.Any(), reflect.TypeOf(v.Any()), tree})
 	}
 }
 
-// decoded is a value of type t as structured decoded it (nil when it
+// decoded is a value v of type t as structured decoded it (nil when it
 // did not).
 type decoded struct {
+	v    any
 	t    reflect.Type
 	tree any
 }
@@ -532,6 +541,10 @@ type encodedValue struct {
 // encodedValue: trees are the values addNamed met, in its order, each
 // taken off as withTrees meets it again. A value not of the type met
 // (a LogValuer that resolves to another) is left to be encoded again.
+// The value put beside a tree is the one it was decoded from, not the
+// one a LogValuer resolves to now: its tree naming no one says nothing
+// of a later value, which may name a chat (the encodedValue's is logged
+// as it is).
 func withTrees(a slog.Attr, trees *[]decoded) slog.Attr {
 	v := a.Value
 	if v.Kind() == slog.KindLogValuer {
@@ -553,7 +566,7 @@ func withTrees(a slog.Attr, trees *[]decoded) slog.Attr {
 		d := (*trees)[0]
 		*trees = (*trees)[1:]
 		if d.tree != nil && d.t == reflect.TypeOf(v.Any()) {
-			return slog.Any(a.Key, encodedValue{v: v.Any(), tree: d.tree})
+			return slog.Any(a.Key, encodedValue{v: d.v, tree: d.tree})
 		}
 	}
 	return a
@@ -588,13 +601,20 @@ func (h namingHandler) Handle(ctx context.Context, r slog.Record) error {
 	}
 	// The record again, its errors marked as naming the ids and the
 	// values decoded to find them (s.trees) not to be encoded again.
+	// With no ids to mark them with, its errors are left as they are,
+	// as a record naming no one logs them (their own %+v, their
+	// MarshalJSON), not as an error marked as naming none.
 	out := slog.NewRecord(r.Time, r.Level, r.Message, r.PC)
 	trees := s.trees
+	mark := len(named) > 0 || over
 	r.Attrs(func(a slog.Attr) bool {
 		if trees != nil {
 			a = withTrees(a, &trees)
 		}
-		out.AddAttrs(markNaming(a, named, over))
+		if mark {
+			a = markNaming(a, named, over)
+		}
+		out.AddAttrs(a)
 		return true
 	})
 	return handler.Handle(ctx, out)

@@ -12,6 +12,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -498,6 +499,108 @@ func TestStructBesideAnErrorEncodedOnce(t *testing.T) {
 			if chat != "" && (strings.Contains(buf.String(), chat) || strings.Count(buf.String(), p.ID(chat)) != 2) {
 				t.Errorf("%s: want the struct and the error naming %s as %s: %s", format, chat, p.ID(chat), buf.String())
 			}
+		}
+	}
+}
+
+// joiningChat is a LogValuer of a chat as its caller keeps it, which a
+// chat id joins after its calls' first `after` (another goroutine
+// setting it, under the lock LogValue takes).
+type joiningChat struct {
+	mu    *sync.Mutex
+	calls *int
+	after int
+}
+
+func (c joiningChat) LogValue() slog.Value {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	*c.calls++
+	v := struct {
+		Platform string `json:"platform"`
+		ChatID   string `json:"chat_id,omitempty"`
+	}{Platform: "slack"}
+	if *c.calls > c.after {
+		v.ChatID = "C0CHANNEL"
+	}
+	return slog.AnyValue(v)
+}
+
+// TestValueChangedAfterTheScanNotLoggedRaw: a LogValuer beside an error
+// whose value names a chat only from some call on is never logged with
+// the chat's id as it is, whichever call that is: the record's scan
+// decodes one of its values to find ids in, and the value logged is the
+// one it decoded, not a later one that the tree of the scan's says
+// nothing of.
+func TestValueChangedAfterTheScanNotLoggedRaw(t *testing.T) {
+	t.Parallel()
+	for _, format := range []string{"json", "text"} {
+		for after := range 6 {
+			var buf bytes.Buffer
+			l := telemetry.NewLogger(telemetry.LogConfig{Level: "info", Format: format, Pseudonymize: true, PseudonymKey: "secret"}, &buf)
+			var mu sync.Mutex
+			calls := 0
+			l.Warn("send failed", "target", joiningChat{&mu, &calls, after}, "err", errors.New("not_in_channel"))
+			if strings.Contains(buf.String(), "C0CHANNEL") {
+				t.Errorf("%s, the chat known from LogValue's call %d on: logged as it is: %s", format, after+1, buf.String())
+			}
+		}
+	}
+}
+
+// TestValueUnderLevelPseudonymized: a record's own attribute named
+// "level" (not the record's level) is pseudonymized as one of any other
+// name: a struct beside an error is logged as its tree, not as the
+// handler's wrapper of it (encodedValue), and never with its chat id as
+// it is.
+func TestValueUnderLevelPseudonymized(t *testing.T) {
+	t.Parallel()
+	p := pseudonym.New("secret")
+	chat := struct {
+		ChatID string `json:"chat_id"`
+	}{"C0CHANNEL"}
+	for _, format := range []string{"json", "text"} {
+		var buf bytes.Buffer
+		l := telemetry.NewLogger(telemetry.LogConfig{Level: "info", Format: format, Pseudonymize: true, PseudonymKey: "secret"}, &buf)
+		l.Warn("m", "level", chat, "err", errors.New("not_in_channel"))
+		l.Info("m", "level", chat)
+		out := buf.String()
+		if strings.Contains(out, "C0CHANNEL") || strings.Contains(out, "tree") || strings.Count(out, p.ID("C0CHANNEL")) != 2 {
+			t.Errorf("%s: want the chat under level as %s twice: %s", format, p.ID("C0CHANNEL"), out)
+		}
+		if strings.Count(out, "WARN") != 1 || strings.Count(out, "INFO") != 1 {
+			t.Errorf("%s: want the records' own levels kept: %s", format, out)
+		}
+	}
+}
+
+// formattedError is an error that writes itself in more detail with %+v
+// (as errors with a stack trace do) and as JSON.
+type formattedError struct{}
+
+func (formattedError) Error() string { return "short" }
+func (formattedError) Format(s fmt.State, _ rune) {
+	_, _ = io.WriteString(s, "short, with detail")
+}
+func (formattedError) MarshalJSON() ([]byte, error) { return []byte(`{"code":7}`), nil }
+
+// TestErrorBesideAStructNamingNoOneAsItIs: an error in a record that
+// names no id, beside a struct that names none either, is logged as the
+// handler writes it without pseudonyms (its own %+v, its MarshalJSON),
+// not as the text of an error marked as naming no ids.
+func TestErrorBesideAStructNamingNoOneAsItIs(t *testing.T) {
+	t.Parallel()
+	target := struct {
+		Platform string `json:"platform"`
+	}{"slack"}
+	for _, format := range []string{"json", "text"} {
+		var out bytes.Buffer
+		for _, pseudonymize := range []bool{false, true} {
+			l := telemetry.NewLogger(telemetry.LogConfig{Level: "info", Format: format, Pseudonymize: pseudonymize}, &out)
+			l.Warn("m", "target", target, "err", formattedError{})
+		}
+		if lines := strings.Split(strings.TrimSpace(out.String()), "\n"); len(lines) != 2 || cutTime(lines[0]) != cutTime(lines[1]) {
+			t.Errorf("%s: with pseudonyms the record is written differently:\n%s", format, out.String())
 		}
 	}
 }
