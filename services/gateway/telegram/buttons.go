@@ -604,8 +604,9 @@ func (p *Platform) heldElsewhere(ctx context.Context, id string, q *query, hande
 // queryAnswerable after it was made. Counted from the later hand-over
 // alone (the poller's lease moved, a webhook delivery was retried
 // elsewhere), the watch's last-resort answer came after Telegram had
-// closed the query. Replicas' clocks are taken to agree (NTP): one
-// behind by seconds ends the watch that much early.
+// closed the query. The holder says how long it has held the press,
+// not since when on its own clock (RetryPressSince): a holder whose
+// clock is behind this replica's does not end the watch early.
 func watchFrom(handed, since time.Time) time.Time {
 	if !since.IsZero() && since.Before(handed) {
 		return since
