@@ -78,8 +78,8 @@ type PressHold struct {
 	letGo bool
 	// got is the router's answer as it came (AskPress), nil before.
 	got []byte
-	// since is when the hold began, which a retry's question is told
-	// (RetryPressSince).
+	// since is when the hold began: a retry's question is told how long
+	// ago (RetryPressSince).
 	since time.Time
 }
 
@@ -94,9 +94,14 @@ func (h *PressHold) Retried() <-chan struct{} { return h.retried }
 // replica's retry of the press (RetryPress), not an answer.
 const pressRetryHeader = "Switchboard-Press-Retry"
 
-// pressHeldSinceHeader, on a hold's reply to a retry's question
-// (RetryPressSince), is when the hold began (RFC 3339, nanoseconds).
-const pressHeldSinceHeader = "Switchboard-Press-Held-Since"
+// pressHeldForHeader, on a hold's reply to a retry's question
+// (RetryPressSince), is how long the press has been held (a Go duration,
+// time.ParseDuration), on the holder's monotonic clock: the asker counts
+// it back from its own clock. A time of day would be the holder's
+// clock's, and one behind the asker's by seconds (a node whose time
+// drifted) would make the hold look that much older, its watch ending
+// early, as soon as the watch began for one behind by more than it.
+const pressHeldForHeader = "Switchboard-Press-Held-For"
 
 // pressAskHeader marks a message on a press's subject as another
 // replica's question for the router's answer (AskPress), not an answer.
@@ -216,7 +221,7 @@ func HoldPress(b *bus.Bus, platform, id string) (*PressHold, error) {
 			default:
 			}
 			r := nats.NewMsg(m.Reply)
-			r.Header.Set(pressHeldSinceHeader, h.since.UTC().Format(time.RFC3339Nano))
+			r.Header.Set(pressHeldForHeader, time.Since(h.since).String())
 			_ = m.RespondMsg(r)
 			return
 		}
@@ -311,18 +316,24 @@ func RetryPress(ctx context.Context, b *bus.Bus, platform, id string) (held bool
 }
 
 // RetryPressSince is RetryPress that also reports when the hold that
-// answered began (zero when it does not say): a replica that leaves the
-// press to it counts the time its platform still takes the press's
-// answer from then, when that is earlier than when it was handed the
-// press itself (the poller's lease moved, and the press came to it
-// late).
+// answered began, on this replica's clock (zero when it does not say,
+// an older replica's): a replica that leaves the press to it counts
+// the time its platform still takes the press's answer from then, when
+// that is earlier than when it was handed the press itself (the
+// poller's lease moved, and the press came to it late). The holder says
+// how long it has held the press (pressHeldForHeader), not since when,
+// so that the replicas' clocks need not agree; counted back from the
+// reply's arrival, the hold looks younger by the reply's way, never
+// older.
 func RetryPressSince(ctx context.Context, b *bus.Bus, platform, id string) (held bool, since time.Time, err error) {
 	m := nats.NewMsg(b.Topology().PressSubject(platform, id))
 	m.Header.Set(pressRetryHeader, "1")
 	reply, err := b.Conn().RequestMsgWithContext(ctx, m)
 	switch {
 	case err == nil:
-		since, _ = time.Parse(time.RFC3339Nano, reply.Header.Get(pressHeldSinceHeader))
+		if age, err := time.ParseDuration(reply.Header.Get(pressHeldForHeader)); err == nil && age > 0 {
+			since = time.Now().Add(-age)
+		}
 		return true, since, nil
 	case errors.Is(err, nats.ErrNoResponders):
 		return false, time.Time{}, nil

@@ -243,7 +243,9 @@ func (p *Platform) answerQuery(ctx context.Context, id, text string) error {
 // with none, no one did. The caller holds the press meanwhile: a
 // watcher, which takes the query over only once the hold is gone for
 // holderGrace, or at its own bound (watchBound after this hold began at
-// the earliest, watchFrom: after handed), leaves it to these tries.
+// the earliest, watchFrom: after handed), leaves it to these tries,
+// but for one still under way at that bound: the watcher's answer
+// without text goes too, and Telegram takes the first of the two.
 func (p *Platform) answerHeld(ctx context.Context, id, text string, handed time.Time) (settled bool) {
 	ctx, cancel := context.WithTimeout(ctx, answerTimeout)
 	defer cancel()
@@ -604,8 +606,9 @@ func (p *Platform) heldElsewhere(ctx context.Context, id string, q *query, hande
 // queryAnswerable after it was made. Counted from the later hand-over
 // alone (the poller's lease moved, a webhook delivery was retried
 // elsewhere), the watch's last-resort answer came after Telegram had
-// closed the query. Replicas' clocks are taken to agree (NTP): one
-// behind by seconds ends the watch that much early.
+// closed the query. The holder says how long it has held the press,
+// not since when on its own clock (RetryPressSince): a holder whose
+// clock is behind this replica's does not end the watch early.
 func watchFrom(handed, since time.Time) time.Time {
 	if !since.IsZero() && since.Before(handed) {
 		return since
@@ -620,7 +623,8 @@ func watchFrom(handed, since time.Time) time.Time {
 // replica has held it no more for holderGrace without having said so (it
 // died, or lost its connection to the bus for longer than a
 // reconnection), or has not said so by until (watchBound after this
-// replica was handed the press), the latest Telegram still takes the
+// replica was handed the press, or after the holder's hold began when
+// that is earlier: watchFrom), the latest Telegram still takes the
 // answer. A live holder says so before its hold ends, so the query is
 // not answered twice.
 //

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/switchboard-chat/switchboard/pkg/bus"
 	"github.com/switchboard-chat/switchboard/pkg/bus/bustest"
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
@@ -1541,5 +1543,80 @@ func TestPressWatchCountsFromTheHoldersHold(t *testing.T) {
 	}
 	if a := f.CallbackAnswers(); len(a) != 1 || a[0].QueryID != query || a[0].Text != "" {
 		t.Fatalf("answers %+v, want the query answered once without text while Telegram takes it", a)
+	}
+}
+
+// A replica that leaves a press's query to a holder whose clock is far
+// behind its own (a node whose time drifted) waits for that holder as
+// it waits for any: the holder, which has held the press for a second,
+// answers the query with the router's word, and the watch leaves it.
+// Told when the hold began on the holder's clock, the watch counted its
+// bound from an hour ago, ended at once, and answered the query without
+// text while the holder held it: the router's word came second and was
+// refused.
+func TestPressWatchOfAHolderOnAnotherClock(t *testing.T) {
+	t.Parallel()
+	const word = "✅ Approved once"
+	f := newFake(t)
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	cfg := webhookConfig(t, f)
+	over := make(chan bool, 1)
+	s, _ := startWrappedWith(t, cfg, b, "a", func(p *Platform) {
+		p.watchOver = func(_ string, answered bool) { over <- answered }
+	}, func(c platform.Conn) platform.Conn {
+		return &askedDuplicateConn{Conn: c, asked: func(string) {}}
+	})
+	waitFor(t, "connected", 20*time.Second, func() bool { st, _ := s.Runner().State(); return st == platform.StateConnected })
+	card := sendApprovalCard(t, f, b)
+	id, query, err := f.Press("99", card.ID, alice, "ea:once:call_1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Another replica holds the press, on a clock an hour behind, since
+	// a second ago: its reply to an asker says how long it has held it,
+	// and when it began to on its clock (as holders said at first).
+	sub, err := b.Conn().Subscribe(b.Topology().PressSubject("telegram", query), func(m *nats.Msg) {
+		if m.Header.Get("Switchboard-Press-Retry") == "" {
+			return
+		}
+		now := time.Now().Add(-time.Hour)
+		r := nats.NewMsg(m.Reply)
+		r.Header.Set("Switchboard-Press-Held-Since", now.Add(-time.Second).UTC().Format(time.RFC3339Nano))
+		r.Header.Set("Switchboard-Press-Held-For", time.Second.String())
+		_ = m.RespondMsg(r)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	if err := b.Conn().Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if code, err := f.Push(context.Background(), id); err != nil || code != http.StatusOK {
+		t.Fatalf("push: %d %v", code, err)
+	}
+	// The holder answers the query with the router's word, says so, and
+	// ends its hold (PressHold.Answered).
+	resp, err := http.PostForm(f.URL+"/bot"+testToken+"/answerCallbackQuery", neturl.Values{"callback_query_id": {query}, "text": {word}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if err := platform.ConfirmPressAnswered(b, "telegram", query); err != nil {
+		t.Fatal(err)
+	}
+	if err := sub.Unsubscribe(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case said := <-over:
+		if !said {
+			t.Error("the watch took the query over from its live holder")
+		}
+	case <-time.After(watchBound + answerTimeout + 10*time.Second):
+		t.Fatal("the watch did not end")
+	}
+	if a := f.CallbackAnswers(); len(a) != 1 || a[0].QueryID != query || a[0].Text != word {
+		t.Fatalf("answers %+v, want the holder's, with the router's word, alone", a)
 	}
 }
