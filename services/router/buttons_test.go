@@ -372,10 +372,11 @@ func TestTeamsPressWithoutAnAllowlist(t *testing.T) {
 				if n.GetNotice().GetText() != tc.refusal || n.GetTarget().GetInteraction().GetId() != id {
 					t.Fatalf("refusal %q to %v, want %q with interaction %q", n.GetNotice().GetText(), n.GetTarget(), tc.refusal, id)
 				}
+				keptWith(t, e, tc.ev.GetSource().GetPlatform(), id, tc.refusal)
 				return
 			}
 			waitFor(t, "inbound drained", e.inboundDrained)
-			answeredWith(t, answers, id, tc.answer)
+			answeredWith(t, e, answers, id, tc.answer)
 			if got := notices(chat); len(got) != before {
 				t.Fatalf("%s got %v, want nothing", chat, got[before:])
 			}
