@@ -372,6 +372,7 @@ func TestTeamsPressWithoutAnAllowlist(t *testing.T) {
 				if n.GetNotice().GetText() != tc.refusal || n.GetTarget().GetInteraction().GetId() != id {
 					t.Fatalf("refusal %q to %v, want %q with interaction %q", n.GetNotice().GetText(), n.GetTarget(), tc.refusal, id)
 				}
+				keptWith(t, e, tc.ev.GetSource().GetPlatform(), id, tc.refusal)
 				return
 			}
 			waitFor(t, "inbound drained", e.inboundDrained)

@@ -558,7 +558,8 @@ func (p *Platform) awaitRetry(ctx context.Context, id string, q *query) {
 // (awaitRetry), holds the query for the router's answer or its refusal,
 // which may not have come yet. That replica answers it, and this one
 // lets go of q, this handling's, without answering. Held by no one, the
-// press was decided before: this replica answers it at once.
+// press was decided before: this replica answers it at once, with the
+// router's word kept for it (keptText), its holder dead or done.
 //
 // It watches that replica (watchHolder), from before it asks: a holder
 // that dies, or loses its connection to the bus, before it answers the
@@ -710,11 +711,15 @@ func (p *Platform) heldOnStop(id string, w *platform.PressWatch) (held, answered
 
 // keptText is the text of the router's word on the press of callback
 // query id, kept where every replica reads it (platform.PressWord): a
-// query taken over from a holder that died (watchHolder) is answered
-// with it, as its holder would have, when the router decided the press
-// before. "" without it, or when the bucket cannot be read (logged):
-// the query is answered without text then.
+// query taken over from a holder that died (watchHolder), or handed
+// again once no replica holds it (heldElsewhere: its holder answered it
+// or died), is answered with it, as its holder would have, when the
+// router decided the press before. "" without it, or when the bucket
+// cannot be read (logged): the query is answered without text then.
 func (p *Platform) keptText(ctx context.Context, id string) string {
+	if p.bus == nil {
+		return ""
+	}
 	rctx, cancel := context.WithTimeout(ctx, holderCheck)
 	defer cancel()
 	word, _, err := platform.PressWord(rctx, p.bus, p.Name(), id)

@@ -464,7 +464,10 @@ func (p *Platform) handle(ctx context.Context, conn platform.Conn, raw []byte) (
 				if duplicate && p.heldElsewhere(ctx, out.callbackID, q, handed, asked) {
 					return
 				}
-				if p.claimQuery(out.callbackID) != nil && p.answerCallback(ctx, out.callbackID) {
+				// Held by no one: the press was decided before, its holder
+				// done or dead, and the router's word kept for it, if any,
+				// is the query's answer (keptText), as its holder's was.
+				if p.claimQuery(out.callbackID) != nil && p.answerCallbackText(ctx, out.callbackID, p.keptText(ctx, out.callbackID)) {
 					// Its hold, closed, may have told a replica the
 					// press is held here.
 					p.confirmAnswered(out.callbackID)
