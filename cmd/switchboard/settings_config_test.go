@@ -230,3 +230,24 @@ router:
 		t.Errorf("route %+v", r)
 	}
 }
+
+// The README's example of a misplaced key: Hermes's top-level
+// session_reset.mode, nested or flattened, is reported with its path
+// here, router.session_reset.mode, not approvals.mode (the same last
+// name).
+func TestMisplacedSessionResetFindsTheRouterSection(t *testing.T) {
+	t.Parallel()
+	for _, yaml := range []string{"session_reset:\n  mode: daily\n", "session_reset_mode: daily\n"} {
+		p := filepath.Join(t.TempDir(), "switchboard.yaml")
+		if err := os.WriteFile(p, []byte(yaml), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		_, warnings, err := loadConfig(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(warnings) != 1 || warnings[0].Suggestion != "router.session_reset.mode" {
+			t.Errorf("%q: warnings %v", yaml, warnings)
+		}
+	}
+}

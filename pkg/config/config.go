@@ -297,7 +297,10 @@ func (e entryKeys) has(rest string) bool {
 
 // Nearest returns the valid path closest to key, or "" when none is close.
 // Flattened keys (session_reset_mode) and keys at the wrong level (mode)
-// both find session_reset.mode.
+// both find session_reset.mode; a key given without the section it lives
+// in (Hermes's top-level session_reset.mode, router.session_reset.mode
+// here), nested or flattened, finds its path under that section before
+// another section's key of the same last name (approvals.mode).
 func (ks Keys) Nearest(key string) string {
 	for _, e := range ks.entries {
 		// Within an entry: its name, then the nearest key of the section.
@@ -315,10 +318,31 @@ func (ks Keys) Nearest(key string) string {
 	last := func(s string) string { return s[strings.LastIndex(s, ".")+1:] }
 	best, bestScore := "", 1<<30
 	nk, lk := norm(key), last(key)
+	// flatTail reports whether key, separators aside, is the last
+	// sections and name of cand (session_reset_mode of
+	// router.session_reset.mode).
+	flatTail := func(cand string) bool {
+		for i := strings.IndexByte(cand, '.'); i >= 0; {
+			if norm(cand[i+1:]) == nk {
+				return true
+			}
+			j := strings.IndexByte(cand[i+1:], '.')
+			if j < 0 {
+				return false
+			}
+			i += 1 + j
+		}
+		return false
+	}
 	for _, cand := range append(append([]string{}, ks.leaves...), ks.open...) {
 		score := levenshtein(nk, norm(cand))
-		if lk == last(cand) && score > 1 {
-			// The right name at the wrong place.
+		switch {
+		case strings.HasSuffix(cand, "."+key):
+			// The whole key, under a section it left out.
+			score = 0
+		case (lk == last(cand) || flatTail(cand)) && score > 1:
+			// The right name at the wrong place, or a flattened key
+			// under a section it left out.
 			score = 1
 		}
 		if score < bestScore || (score == bestScore && cand < best) {

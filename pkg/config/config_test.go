@@ -262,3 +262,34 @@ func FuzzLoadEnv(f *testing.F) {
 		}
 	})
 }
+
+// A key of a section that lives under another one (Hermes's top-level
+// session_reset is router.session_reset here) finds its path with the
+// outer section added, whether it is given nested or flattened, before
+// another section's key of the same last name (approvals.mode).
+func TestNearestAddsTheSectionLeftOut(t *testing.T) {
+	t.Parallel()
+	var cfg struct {
+		Router struct {
+			SessionReset resetCfg      `koanf:"session_reset"`
+			LockTTL      time.Duration `koanf:"lock_ttl"`
+		} `koanf:"router"`
+		Approvals struct {
+			Mode string `koanf:"mode"`
+		} `koanf:"approvals"`
+	}
+	keys := config.KnownKeys(&cfg)
+	for key, want := range map[string]string{
+		"session_reset.mode":         "router.session_reset.mode",
+		"session_reset_mode":         "router.session_reset.mode",
+		"router.session_reset_mode":  "router.session_reset.mode",
+		"session_reset.idle_minutes": "router.session_reset.idle_minutes",
+		"idle_minutes":               "router.session_reset.idle_minutes",
+		"router.lock_tll":            "router.lock_ttl",
+		"approvals.mdoe":             "approvals.mode",
+	} {
+		if got := keys.Nearest(key); got != want {
+			t.Errorf("Nearest(%q) = %q, want %q", key, got, want)
+		}
+	}
+}

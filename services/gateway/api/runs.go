@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -599,7 +600,7 @@ func (s *Service) runStep(ctx context.Context, run, command string, req *deliver
 		if req.GetText() == "" {
 			return nil
 		}
-		return s.runProgress(ctx, run, key, runEvent{Event: "message.delta", Delta: req.GetText()}, nil)
+		return s.runDelta(ctx, run, key, req.GetText(), req.GetStreamRestart())
 	case deliveryv1.SendOp_SEND_OP_TOOL_PROGRESS:
 		ev, change := toolEvent(req.GetToolStep())
 		if ev.Event == "" {
@@ -630,9 +631,38 @@ func (s *Service) runStep(ctx context.Context, run, command string, req *deliver
 	return nil
 }
 
+// runDelta records a text delta of a run and writes its event: the text
+// streamed since the last break is kept, so that the run's end streams
+// what its output adds to it (endRun). A break (restart: the text of a
+// later model call follows) starts the answer again, as a chat
+// completion's stream does (relay).
+func (s *Service) runDelta(ctx context.Context, run, key, text string, restart bool) error {
+	ev := runEvent{Event: "message.delta", Delta: text, Timestamp: unixNow()}
+	rec, found, err := s.runs.change(ctx, run, func(rec *runRecord) bool {
+		if terminal(rec.Status.Status) || slices.Contains(rec.Streams, key) {
+			return false
+		}
+		if rec.Status.Status == runQueued {
+			rec.Status.Status = runRunning
+		}
+		if restart {
+			rec.Streamed = ""
+		} else {
+			rec.Streamed += text
+		}
+		rec.Streams = append(rec.Streams, key)
+		return true
+	})
+	if err != nil || !found || terminal(rec.Status.Status) {
+		return err
+	}
+	return s.runs.emit(ctx, run, key, ev)
+}
+
 // runProgress records an event of a run that goes on: the run is
-// running from its first event, change (when set) changes its record
-// for the event, and the event is written unless the run has ended.
+// running from its first event, change changes its record for the
+// event, and the event is written unless the run has ended. (Text
+// deltas are runDelta's.)
 func (s *Service) runProgress(ctx context.Context, run, key string, ev runEvent, change func(*runRecord, *runEvent)) error {
 	ev.Timestamp = unixNow()
 	rec, found, err := s.runs.change(ctx, run, func(rec *runRecord) bool {
@@ -640,16 +670,12 @@ func (s *Service) runProgress(ctx context.Context, run, key string, ev runEvent,
 		if terminal(st.Status) {
 			return false
 		}
-		before := *st
 		if st.Status == runQueued {
 			st.Status = runRunning
 		}
-		if change != nil {
-			change(rec, &ev)
-			st.LastEvent = ev.Event
-			return true
-		}
-		return st.Status != before.Status
+		change(rec, &ev)
+		st.LastEvent = ev.Event
+		return true
 	})
 	if err != nil || !found || terminal(rec.Status.Status) {
 		return err
@@ -724,7 +750,16 @@ func (s *Service) endRun(ctx context.Context, run string, req *deliveryv1.SendRe
 			// The output adds the links to the media its sends carried
 			// after the answer's text, as a chat completion's answer.
 			out := withMedia(text, media)
-			rec.Links = strings.TrimPrefix(out, text)
+			// The deltas stream the answer up to the worker's last delta
+			// interval; the final send carries the rest, which the last
+			// delta streams. An answer that is not what was streamed
+			// (the turn ran again after its worker died mid-stream)
+			// streams only its links: the output says the whole answer.
+			rest, continues := strings.CutPrefix(text, rec.Streamed)
+			if !continues {
+				rest = ""
+			}
+			rec.Tail = rest + strings.TrimPrefix(out, text)
 			st.Status, st.Output = runCompleted, &out
 			if u := req.GetUsage(); u != nil {
 				st.Usage = &runUsage{InputTokens: u.GetPromptTokens(), OutputTokens: u.GetCompletionTokens(),
@@ -733,6 +768,7 @@ func (s *Service) endRun(ctx context.Context, run string, req *deliveryv1.SendRe
 		}
 		st.LastEvent, st.Approval = "run."+st.Status, nil
 		rec.Answer, rec.Sent, rec.Tools, rec.Media = "", nil, nil, nil
+		rec.Streamed, rec.Streams = "", nil
 		return true
 	})
 	if err != nil || !found || !terminal(rec.Status.Status) {
@@ -755,15 +791,17 @@ func (s *Service) endEvent(ctx context.Context, rec runRecord) {
 }
 
 // lastEvents writes the events a run that ended ends with, each once:
-// the links its output adds after the text, as the last text delta (the
-// deltas add up to the output, as a chat completion's stream does), then
-// its last event. Whoever writes them — the send that ended the run,
+// what its output adds after the text its deltas carried, as the last
+// text delta (the deltas add up to the output, as a chat completion's
+// stream does), then its last event. Whoever writes them — the send that ended the run,
 // that send delivered again, a follower of a run whose writer stopped —
 // writes them in that order, so the links never come after the end.
 func (s *Service) lastEvents(ctx context.Context, rec runRecord) error {
 	run := rec.Status.RunID
-	if rec.Status.Status == runCompleted && rec.Links != "" {
-		if err := s.runs.emit(ctx, run, "media", runEvent{Event: "message.delta", Delta: rec.Links}); err != nil {
+	if rec.Status.Status == runCompleted && rec.Tail != "" {
+		// Under the key it had when it carried the links alone, so that
+		// a record a replica of that time ended streams it once.
+		if err := s.runs.emit(ctx, run, "media", runEvent{Event: "message.delta", Delta: rec.Tail}); err != nil {
 			return err
 		}
 	}

@@ -139,6 +139,11 @@ func (a *runAgent) handle(ctx context.Context, ev *eventsv1.MessageReceived) {
 	delta := func(text string) {
 		send(&deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_STREAM_DELTA, Text: text, IdempotencyKey: key("d")}, turn)
 	}
+	// restart is the break before a later model call's text (Hermes's
+	// paragraph break), as the worker streams it after a tool call.
+	restart := func() {
+		send(&deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_STREAM_DELTA, Text: "\n\n", StreamRestart: true, IdempotencyKey: key("d")}, turn)
+	}
 	tool := func(phase, detail string) {
 		send(&deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_TOOL_PROGRESS, IdempotencyKey: key("t"),
 			ToolStep: &deliveryv1.ToolStep{ToolCallId: "call-1", ToolName: "terminal", Phase: phase, Detail: detail}}, turn)
@@ -157,6 +162,16 @@ func (a *runAgent) handle(ctx context.Context, ev *eventsv1.MessageReceived) {
 		tool("started", "ls")
 		tool("finished", "")
 		final("hello!", "")
+	case "check the time":
+		// The worker sends the text streamed since its last delta
+		// interval with the final only: the final completes the stream.
+		delta("Let me")
+		delta(" check.")
+		tool("started", "date")
+		tool("finished", "")
+		restart()
+		delta("It is")
+		final("It is 5 o'clock.", "")
 	case "approve":
 		tool("awaiting_approval", "terminal ls — reply /approve or /deny")
 		select {
@@ -348,7 +363,7 @@ func TestRunCompletes(t *testing.T) {
 	es := followRun(t, s, id)
 	events, closed := es.rest(t)
 	got := strings.Join(names(events), " ")
-	if got != "message.delta message.delta tool.started tool.completed run.completed" || !closed {
+	if got != "message.delta message.delta tool.started tool.completed message.delta run.completed" || !closed {
 		t.Fatalf("events %s (closed %v)", got, closed)
 	}
 	for _, ev := range events {
@@ -365,7 +380,11 @@ func TestRunCompletes(t *testing.T) {
 	if ev := events[3]; ev["tool"] != "terminal" || ev["error"] != false || ev["duration"] == nil {
 		t.Errorf("tool.completed %v", ev)
 	}
-	end := events[4]
+	// The final send's text the deltas did not carry is the last delta.
+	if events[4]["delta"] != "!" {
+		t.Errorf("last delta %v", events[4])
+	}
+	end := events[5]
 	if end["output"] != "hello!" || fmt.Sprint(end["usage"]) != "map[input_tokens:7 output_tokens:3 total_tokens:10]" {
 		t.Errorf("run.completed %v", end)
 	}
@@ -387,6 +406,41 @@ func TestRunCompletes(t *testing.T) {
 	}
 }
 
+// A run's text deltas add up to its output, as a chat completion's
+// stream does: the worker streams the answer at most every
+// worker.delta_interval and leaves the rest of it to the final send,
+// whose text the deltas did not carry goes out as the last delta before
+// run.completed. A later model call's text (after the break a tool call
+// makes) is the answer; the text before the break stays in the stream.
+func TestRunDeltasAddUpToTheOutput(t *testing.T) {
+	t.Parallel()
+	b := newBus(t)
+	s := startService(t, b, nil)
+	startRunAgent(t, b)
+	for _, c := range []struct {
+		input, output, stream string
+	}{
+		{"hello", "hello!", "hello!"},
+		{"check the time", "It is 5 o'clock.", "Let me check.\n\nIt is 5 o'clock."},
+		{"no deltas", "echo: no deltas", "echo: no deltas"},
+	} {
+		id, _ := startRun(t, s, `{"input":"`+c.input+`"}`, nil)
+		events, closed := followRun(t, s, id).rest(t)
+		if n := len(events); n == 0 || events[n-1]["event"] != "run.completed" || !closed {
+			t.Fatalf("%s: events %v (closed %v)", c.input, names(events), closed)
+		}
+		var stream string
+		for _, ev := range events {
+			if ev["event"] == "message.delta" {
+				stream += ev["delta"].(string)
+			}
+		}
+		if out := events[len(events)-1]["output"]; out != c.output || stream != c.stream {
+			t.Errorf("%s: deltas %q, output %q", c.input, stream, out)
+		}
+	}
+}
+
 // A run's events can be followed on another replica than the one that
 // started it: they are kept in the bus, written by whichever replica
 // delivery's sends reached.
@@ -399,7 +453,7 @@ func TestRunFollowedOnAnotherReplica(t *testing.T) {
 	for range 3 {
 		id, _ := startRun(t, first, `{"input":"hello"}`, nil)
 		events, closed := followRun(t, second, id).rest(t)
-		if got := strings.Join(names(events), " "); got != "message.delta message.delta tool.started tool.completed run.completed" || !closed {
+		if got := strings.Join(names(events), " "); got != "message.delta message.delta tool.started tool.completed message.delta run.completed" || !closed {
 			t.Fatalf("events on the other replica: %s (closed %v)", got, closed)
 		}
 		if st := runStatusOf(t, second, id); st.Status != runCompleted {
@@ -480,10 +534,10 @@ func TestRunApproval(t *testing.T) {
 		choice, command, want string
 		events                string
 	}{
-		{"approve", "/approve", "once", "approval.responded tool.started tool.completed run.completed"},
-		{"session", "/approve session", "session", "approval.responded tool.started tool.completed run.completed"},
-		{"always", "/approve always", "always", "approval.responded tool.started tool.completed run.completed"},
-		{" DENY", "/deny", "deny", "approval.responded tool.completed run.completed"},
+		{"approve", "/approve", "once", "approval.responded tool.started tool.completed message.delta run.completed"},
+		{"session", "/approve session", "session", "approval.responded tool.started tool.completed message.delta run.completed"},
+		{"always", "/approve always", "always", "approval.responded tool.started tool.completed message.delta run.completed"},
+		{" DENY", "/deny", "deny", "approval.responded tool.completed message.delta run.completed"},
 	} {
 		id, _ := startRun(t, s, `{"input":"approve"}`, nil)
 		es := followRun(t, s, id)

@@ -109,10 +109,18 @@ type runRecord struct {
 	// Media are the links to the media of those sends (mediaLinks),
 	// which the output shows after the answer's text.
 	Media []string `json:"media,omitempty"`
-	// Links is what a completed run's output adds after the answer's
-	// text (the links to its media), streamed as its last text delta,
-	// before its last event, by whoever writes that (lastEvents).
-	Links string `json:"links,omitempty"`
+	// Streamed is the text the run's deltas carried since the last
+	// break (a later model call's text restarts the answer), and
+	// Streams the idempotency keys of those deltas (each is added once).
+	Streamed string   `json:"streamed,omitempty"`
+	Streams  []string `json:"streams,omitempty"`
+	// Tail is what a completed run's output adds after the text its
+	// deltas carried — the rest of the answer, which the worker leaves to
+	// the final send, then the links to its media — streamed as its last
+	// text delta, before its last event, by whoever writes that
+	// (lastEvents). Its JSON name is the one records had when it held the
+	// links alone.
+	Tail string `json:"links,omitempty"`
 	// Tools are the start times of the tool calls under way, by call id.
 	Tools map[string]float64 `json:"tools,omitempty"`
 	// Slot is the run's slot among the concurrent runs (from 1; 0: none),
