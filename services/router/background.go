@@ -21,6 +21,13 @@ const backgroundUsage = "Usage: /background <prompt>\n" +
 	"Example: /background Summarize the top HN stories today\n\n" +
 	"Runs the prompt in a separate session. You can keep chatting — the result will appear here when done."
 
+// backgroundNotOnAPI answers /background over the API: the task's result
+// comes after the request that asked has ended, and an API response has
+// nothing to carry it in (as Hermes's API server, which declines
+// /background).
+const backgroundNotOnAPI = "🔄 /background delivers its result after this request has ended, which an API response cannot carry, so it is not available on the API. " +
+	"Send the prompt as a request of its own (in a session of its own to keep it apart from this conversation), or use /background from a chat platform (Telegram, Discord, Slack, …)."
+
 // backgroundTaskID is the id of the task /background m starts, in
 // Hermes's shape, bg_<HHMMSS>_<6 hex digits>: the time the gateway
 // received the message (UTC) and a hash of its event's id, so a
@@ -55,8 +62,12 @@ func taskID(prefix string, m *msgCtx, now time.Time) string {
 // its answer goes to the chat, under Hermes's header (the worker's, by
 // TurnRequested.background_task_id). The user gets Hermes's
 // acknowledgement at once, or, with router.background.max_running tasks
-// of the chat running, a refusal (admitBackground).
+// of the chat running, a refusal (admitBackground). Over the API it is
+// refused (backgroundNotOnAPI).
 func (s *Service) background(ctx context.Context, m *msgCtx, sess sessionstore.Session, prompt string) error {
+	if m.platform == "api" {
+		return s.notice(ctx, m, sess.Generation, backgroundNotOnAPI, "command")
+	}
 	if prompt == "" {
 		return s.notice(ctx, m, sess.Generation, backgroundUsage, "command")
 	}

@@ -22,6 +22,12 @@ const btwUsage = "Usage: /btw <question>\n" +
 // is no conversation to ask about (Hermes's gateway.btw.no_history).
 const btwNoHistory = "Nothing to ask about yet: this chat has no conversation. Send a message first, or ask it as a normal message."
 
+// btwNotOnAPI answers /btw over the API: the side question's answer
+// comes after the request that asked has ended, and an API response has
+// nothing to carry it in (as Hermes's API server, which declines /btw).
+const btwNotOnAPI = "💬 /btw answers after this request has ended, which an API response cannot carry, so it is not available on the API. " +
+	"Ask the question as a normal message (its answer is this response, and it becomes part of the conversation), or use /btw from a chat platform (Telegram, Discord, Slack, …)."
+
 // btwTaskPrefix starts the task id of a /btw side question
 // ("btw_072011_a1b2c3"), which ends the key of its session.
 const btwTaskPrefix = "btw_"
@@ -39,8 +45,12 @@ const btwTaskPrefix = "btw_"
 // tools, writes nothing to any transcript, and delivers the answer to
 // the chat under Hermes's "💬 /btw:" header. The user gets Hermes's
 // acknowledgement at once. Unlike /background it is not counted against
-// router.background.max_running: it makes a single model call.
+// router.background.max_running: it makes a single model call. Over the
+// API it is refused (btwNotOnAPI).
 func (s *Service) btw(ctx context.Context, m *msgCtx, sess sessionstore.Session, question string) error {
+	if m.platform == "api" {
+		return s.notice(ctx, m, sess.Generation, btwNotOnAPI, "command")
+	}
 	if question == "" {
 		return s.notice(ctx, m, sess.Generation, btwUsage, "command")
 	}

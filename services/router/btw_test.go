@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"testing"
 
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
 	"github.com/switchboard-chat/switchboard/pkg/redisx"
 	"github.com/switchboard-chat/switchboard/pkg/sessionkey"
@@ -136,5 +137,58 @@ func TestBtwRunsBesideTheChat(t *testing.T) {
 	})
 	if got := e.ask("alice", "/sessions"); !regexp.MustCompile(`(?m)^1\. `).MatchString(got) || regexp.MustCompile(`(?m)^2\. `).MatchString(got) {
 		t.Fatalf("/sessions: %q", got)
+	}
+}
+
+// apiMessage is a message the API gateway publishes for the client
+// "client" (chat chat-client, as noticesTo names it), authenticated by
+// its API key as the gateway's are, with no user name (the request gave
+// no OpenAI "user").
+func apiMessage(text string) *eventsv1.MessageReceived {
+	id := nextEventID()
+	return &eventsv1.MessageReceived{EventId: id, MessageId: id, Text: text, TransportAuthenticated: true,
+		Source: &eventsv1.SessionSource{Platform: "api", Account: "a", ChatId: "chat-client", ChatType: "dm", UserId: "client"}}
+}
+
+// Over the API, /btw and /background are refused, as /save is: their
+// answer comes after the request that asked has ended, and nothing is
+// left to carry it to the client (Hermes's API server declines them
+// too). No side question's or task's turn runs.
+func TestBtwAndBackgroundRefusedOnAPI(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.startRouter(testConfig(), nil, nil)
+	w := e.startWorker(nil)
+	e.publish(apiMessage("what is the plan?"))
+	waitFor(t, "the conversation's first turn", func() bool { turns, _ := w.snapshot(); return len(turns) == 1 })
+	for _, tc := range []struct{ text, want string }{
+		{"/btw what did we decide?", btwNotOnAPI},
+		{"/background summarise the plan", backgroundNotOnAPI},
+		{"/bg summarise the plan", backgroundNotOnAPI},
+	} {
+		before := len(e.noticesTo("client"))
+		e.publish(apiMessage(tc.text))
+		waitFor(t, "the answer to "+tc.text, func() bool { return len(e.noticesTo("client")) > before })
+		if got := e.noticesTo("client")[before]; got != tc.want {
+			t.Errorf("%s over the API answered %q, want %q", tc.text, got, tc.want)
+		}
+	}
+	// A message after them runs: had either started a turn, it was
+	// published before this one was handled.
+	e.publish(apiMessage("go on"))
+	waitFor(t, "the next message's turn", func() bool {
+		turns, _ := w.snapshot()
+		for _, tr := range turns {
+			if len(tr.GetInputs()) > 0 && tr.GetInputs()[0].GetText() == "go on" {
+				return true
+			}
+		}
+		return false
+	})
+	turns, _ := w.snapshot()
+	for _, tr := range turns {
+		if tr.GetSideQuestion() != nil || tr.GetBackgroundTaskId() != "" {
+			t.Errorf("a turn ran for a refused command: %q on %s", tr.GetInputs()[0].GetText(), tr.SessionKey)
+		}
 	}
 }
