@@ -169,15 +169,30 @@ func (s *Service) command(ctx context.Context, m *msgCtx, cmd command.Command) e
 		if admin && restricted {
 			role = "admin"
 		}
+		// A field the platform did not give (an API request without
+		// OpenAI's "user" has no name) is left out, not shown empty.
+		var b strings.Builder
+		field := func(name, value string) {
+			if value != "" {
+				fmt.Fprintf(&b, "%s: %s\n", name, value)
+			}
+		}
+		field("Platform", m.platform)
+		field("User id", m.src.GetUserId())
 		// The second id a platform gives (Signal's UUID beside the
 		// number), when there is one: a direct chat's memories are filed
 		// under it, and an operator forgetting the user needs it too.
-		alt := ""
-		if a := m.src.GetUserIdAlt(); a != "" && a != m.src.GetUserId() {
-			alt = "\nAlternate id: " + a
+		if a := m.src.GetUserIdAlt(); a != m.src.GetUserId() {
+			field("Alternate id", a)
 		}
-		return reply(0, fmt.Sprintf("Platform: %s\nUser id: %s%s\nName: %s\nChat: %s (%s)\nAuthorized by: %s\nRole: %s\nSession key: %s",
-			m.platform, m.src.GetUserId(), alt, m.src.GetUserName(), m.src.GetChatId(), orDM(m.src.GetChatType()), m.decision.Reason, role, m.key))
+		field("Name", m.src.GetUserName())
+		if c := m.src.GetChatId(); c != "" {
+			field("Chat", c+" ("+orDM(m.src.GetChatType())+")")
+		}
+		field("Authorized by", string(m.decision.Reason))
+		field("Role", role)
+		field("Session key", m.key)
+		return reply(0, strings.TrimSuffix(b.String(), "\n"))
 	}
 
 	if cmd.Name == "bundles" {

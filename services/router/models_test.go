@@ -140,3 +140,22 @@ func TestWhoami(t *testing.T) {
 		t.Errorf("/whoami with an alternate id answered %q", got)
 	}
 }
+
+// /whoami shows no field it does not know: an API request that gave no
+// OpenAI "user" has no name, and the answer has no empty Name line.
+func TestWhoamiOnAPIWithoutAName(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.startRouter(testConfig(), nil, nil)
+	e.publish(apiMessage("/whoami"))
+	waitFor(t, "the answer", func() bool { return len(e.noticesTo("client")) > 0 })
+	got := e.noticesTo("client")[0]
+	if !strings.HasPrefix(got, "Platform: api\nUser id: client\nChat: chat-client (dm)\nAuthorized by: ") {
+		t.Errorf("/whoami over the API answered %q", got)
+	}
+	for _, line := range strings.Split(got, "\n") {
+		if k, v, _ := strings.Cut(line, ":"); strings.TrimSpace(v) == "" {
+			t.Errorf("/whoami over the API has an empty %s line: %q", k, got)
+		}
+	}
+}
