@@ -346,6 +346,39 @@ func TestCronListPausedReason(t *testing.T) {
 	}
 }
 
+// TestCronNextRunAfterRun: after /cron run, the run asked for is the
+// job's next run until it fires (as in Hermes, whose trigger_job moves
+// next_run_at to now): /cron edit and /cron list show it, not the
+// scheduled time after it.
+func TestCronNextRunAfterRun(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	s := e.startRouter(testConfig(), nil, nil)
+	ctx := context.Background()
+	j, err := s.cron.Create(ctx, cron.NewJob{Owner: "telegram:alice", Prompt: "Check the server status", Schedule: "every 2h",
+		Origin: cron.Origin{Platform: "telegram", ChatID: "chat-alice"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := e.ask("alice", "/cron run "+j.ID); !strings.HasPrefix(got, "Triggered job: ") {
+		t.Fatalf("run: %q", got)
+	}
+	j, err = s.cron.Resolve(ctx, "telegram:alice", j.ID)
+	if err != nil || j.ManualRunAt.IsZero() {
+		t.Fatalf("the job after /cron run: %+v %v", j, err)
+	}
+	want := "\n  Next run: " + s.when(j.ManualRunAt)
+	if s.when(j.ManualRunAt) == s.when(j.NextRunAt) {
+		t.Fatalf("the run asked for (%v) and the scheduled one (%v) read the same", j.ManualRunAt, j.NextRunAt)
+	}
+	if got := e.ask("alice", "/cron edit "+j.ID+" --name 'Server check'"); !strings.HasPrefix(got, "Updated job: ") || !strings.HasSuffix(got, want) {
+		t.Errorf("edit after run answered %q, want it to end %q", got, want)
+	}
+	if got := e.ask("alice", "/cron list"); !strings.Contains(got, want+"\n") {
+		t.Errorf("list after run answered %q, want %q", got, want)
+	}
+}
+
 // TestCronListRunningRun: a job whose run is in flight (its turn has
 // not ended, and the hold of cron.max_run_duration has not lapsed) says
 // since when in /cron list: its next run waits for it.
