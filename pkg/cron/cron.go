@@ -52,6 +52,19 @@ var (
 	ErrInvalid = errors.New("invalid cron job")
 )
 
+// NextRun is when the job runs next: the run asked for with "run"
+// while it has not fired (the scheduler fires it on its next tick, and
+// as Hermes's, whose trigger_job moves next_run_at to now, it is the
+// job's next run), else the scheduled one, whichever comes first. Every
+// view of a job shows it as its next run (the chat's /cron, the jobs
+// API, the agent's cronjob tool).
+func (j Job) NextRun() time.Time {
+	if !j.ManualRunAt.IsZero() && (j.NextRunAt.IsZero() || j.ManualRunAt.Before(j.NextRunAt)) {
+		return j.ManualRunAt
+	}
+	return j.NextRunAt
+}
+
 // Origin is the chat a job was created from.
 type Origin struct {
 	Platform, Account, ChatID, ThreadID string

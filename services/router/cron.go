@@ -112,7 +112,7 @@ func (s *Service) cronCommand(ctx context.Context, m *msgCtx, jobs *cron.Store, 
 		case "pause":
 			return fmt.Sprintf("Paused job: %s (%s)", j.Name, j.ID)
 		case "resume":
-			return fmt.Sprintf("Resumed job: %s (%s)\n  Next run: %s", j.Name, j.ID, s.when(nextRun(j)))
+			return fmt.Sprintf("Resumed job: %s (%s)\n  Next run: %s", j.Name, j.ID, s.when(j.NextRun()))
 		case "run":
 			if j.Running() {
 				// Held by its run in flight until the run ends.
@@ -147,7 +147,7 @@ func (s *Service) cronEdit(ctx context.Context, jobs *cron.Store, owner, args st
 	if err != nil {
 		return "Failed to update job: " + s.cronError(ctx, err)
 	}
-	return fmt.Sprintf("Updated job: %s\n  Name: %s\n  Schedule: %s (%s)\n  Next run: %s", j.ID, j.Name, j.Display, j.RepeatDisplay(), s.when(nextRun(j)))
+	return fmt.Sprintf("Updated job: %s\n  Name: %s\n  Schedule: %s (%s)\n  Next run: %s", j.ID, j.Name, j.Display, j.RepeatDisplay(), s.when(j.NextRun()))
 }
 
 const cronEditUsage = "Usage: /cron edit <job_id> [--schedule S] [--prompt P] [--name N] [--deliver D] [--repeat N]"
@@ -304,7 +304,7 @@ func (s *Service) cronList(jobs []cron.Job) string {
 	b.WriteString("Scheduled Jobs:")
 	for _, j := range jobs {
 		fmt.Fprintf(&b, "\n\n  ID: %s\n  Name: %s\n  State: %s\n  Schedule: %s (%s)\n  Next run: %s\n  Prompt: %s",
-			j.ID, j.Name, j.State, j.Display, j.RepeatDisplay(), s.when(nextRun(j)), promptPreview(j.Prompt, 100))
+			j.ID, j.Name, j.State, j.Display, j.RepeatDisplay(), s.when(j.NextRun()), promptPreview(j.Prompt, 100))
 		if !j.LastRunAt.IsZero() {
 			fmt.Fprintf(&b, "\n  Last run: %s (%s)", s.when(j.LastRunAt), j.LastStatus)
 		}
@@ -334,17 +334,6 @@ func (s *Service) cronList(jobs []cron.Job) string {
 		}
 	}
 	return b.String()
-}
-
-// nextRun is when the job runs next: the run asked for with /cron run
-// while it has not fired (the scheduler fires it on its next tick, and
-// as Hermes's, whose trigger_job moves next_run_at to now, it is the
-// job's next run), else the scheduled one, whichever comes first.
-func nextRun(j cron.Job) time.Time {
-	if !j.ManualRunAt.IsZero() && (j.NextRunAt.IsZero() || j.ManualRunAt.Before(j.NextRunAt)) {
-		return j.ManualRunAt
-	}
-	return j.NextRunAt
 }
 
 func (s *Service) when(t time.Time) string {

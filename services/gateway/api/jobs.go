@@ -387,13 +387,8 @@ func (s *Service) jobView(j cron.Job) jobJSON {
 		Repeat:  jobRepeat{Completed: j.RepeatCompleted},
 		Enabled: j.State == cron.StateScheduled, State: j.State,
 		CreatedAt: orEmpty(at(j.CreatedAt)), UpdatedAt: orEmpty(at(j.UpdatedAt)),
-		NextRunAt: at(j.NextRunAt), LastRunAt: at(j.LastRunAt), LastStatus: str(j.LastStatus), LastError: str(j.LastError),
+		NextRunAt: at(j.NextRun()), LastRunAt: at(j.LastRunAt), LastStatus: str(j.LastStatus), LastError: str(j.LastError),
 		LastDeliveryError: str(j.LastDeliveryError), PausedReason: str(j.PausedReason), Deliver: j.Deliver,
-	}
-	if !j.ManualRunAt.IsZero() && (j.NextRunAt.IsZero() || j.ManualRunAt.Before(j.NextRunAt)) {
-		// A run asked for (run) fires on the next tick: as Hermes's
-		// trigger, it is the job's next run.
-		v.NextRunAt = at(j.ManualRunAt)
 	}
 	if j.RepeatTimes > 0 {
 		n := j.RepeatTimes

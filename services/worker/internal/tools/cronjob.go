@@ -257,7 +257,7 @@ func formatJob(j cron.Job, loc *time.Location) map[string]any {
 	}
 	out := map[string]any{
 		"job_id": j.ID, "name": j.Name, "prompt_preview": p, "schedule": j.Display, "repeat": j.RepeatDisplay(),
-		"deliver": j.Deliver, "next_run_at": stamp(j.NextRunAt, loc), "last_run_at": stamp(j.LastRunAt, loc),
+		"deliver": j.Deliver, "next_run_at": stamp(j.NextRun(), loc), "last_run_at": stamp(j.LastRunAt, loc),
 		"last_status": nilIfEmpty(j.LastStatus), "enabled": j.State == cron.StateScheduled, "state": j.State,
 	}
 	if j.LastError != "" {

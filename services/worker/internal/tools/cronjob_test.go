@@ -74,6 +74,12 @@ func TestCronjob(t *testing.T) {
 	if got := call(ann, `{"action":"run","job_id":"`+id+`"}`); got["success"] != true || !strings.Contains(got["message"].(string), "next scheduler tick") {
 		t.Errorf("run: %v", got)
 	}
+	// The run asked for is the job's next run until it fires, as
+	// Hermes's trigger_job moves next_run_at to now (the chat's /cron
+	// and the jobs API say so too).
+	if got := call(ann, `{"action":"list"}`); got["jobs"].([]any)[0].(map[string]any)["next_run_at"] != "2026-03-10T08:30:00Z" {
+		t.Errorf("list after run: %v, want next_run_at the run asked for", got)
+	}
 	if got := call(ann, `{"action":"remove","job_id":"`+id+`"}`); got["message"] != "Cron job 'Build' removed." || got["removed_job"].(map[string]any)["id"] != id {
 		t.Errorf("remove: %v", got)
 	}
