@@ -732,6 +732,16 @@ func toolEvent(step *deliveryv1.ToolStep) (runEvent, func(*runRecord, *runEvent)
 // as it ended. Its last event is written (again, as the same event, when
 // the send is delivered again).
 func (s *Service) endRun(ctx context.Context, run string, req *deliveryv1.SendRequested, stopped bool) error {
+	// The deltas the run's events hold: a replica from before the
+	// deltas were counted (Streamed) writes theirs without counting
+	// them, or rewrites the record without what was counted.
+	var deltas map[string]bool
+	if !stopped && req.GetErrorCode() == "" {
+		var err error
+		if deltas, err = s.runs.deltaEvents(ctx, run); err != nil {
+			return err
+		}
+	}
 	rec, found, err := s.runs.change(ctx, run, func(rec *runRecord) bool {
 		st := &rec.Status
 		if terminal(st.Status) {
@@ -753,10 +763,12 @@ func (s *Service) endRun(ctx context.Context, run string, req *deliveryv1.SendRe
 			// The deltas stream the answer up to the worker's last delta
 			// interval; the final send carries the rest, which the last
 			// delta streams. An answer that is not what was streamed
-			// (the turn ran again after its worker died mid-stream)
-			// streams only its links: the output says the whole answer.
+			// (the turn ran again after its worker died mid-stream),
+			// or one whose deltas were not all counted (a replica from
+			// before the count wrote some), streams only its links: the
+			// output says the whole answer.
 			rest, continues := strings.CutPrefix(text, rec.Streamed)
-			if !continues {
+			if !continues || !rec.counted(run, deltas) {
 				rest = ""
 			}
 			rec.Tail = rest + strings.TrimPrefix(out, text)

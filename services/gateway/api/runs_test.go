@@ -441,6 +441,89 @@ func TestRunDeltasAddUpToTheOutput(t *testing.T) {
 	}
 }
 
+// During a rolling upgrade the deltas of a run may be written by a
+// replica from before the deltas were counted (it writes their events
+// and leaves the record alone, or rewrites the record without the
+// fields it does not know), and its final send reach a newer one: the
+// answer's rest must not then stream the text those deltas carried
+// again. What was not counted streams nothing more (the output says
+// the whole answer), as before.
+func TestRunDeltasOfAnOlderReplicaAreNotStreamedAgain(t *testing.T) {
+	t.Parallel()
+	b := newBus(t)
+	s := startService(t, b, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// older writes a delta as a replica of that time did (runProgress
+	// with no change): the run runs from its first event, the event is
+	// written, the record keeps no text.
+	older := func(id, key, text string) {
+		if _, _, err := s.runs.change(ctx, id, func(rec *runRecord) bool {
+			if rec.Status.Status != runQueued {
+				return false
+			}
+			rec.Status.Status = runRunning
+			return true
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.runs.emit(ctx, id, key, runEvent{Event: "message.delta", Delta: text}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send := func(id string, req *deliveryv1.SendRequested) {
+		req.InputMessageIds = []string{id}
+		if err := s.runSend(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	delta := func(id, key, text string) {
+		send(id, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_STREAM_DELTA, Text: text, IdempotencyKey: key})
+	}
+	for _, c := range []struct {
+		name   string
+		stream func(id string)
+	}{
+		{"all deltas by an older replica", func(id string) {
+			older(id, "d1", "hel")
+			older(id, "d2", "lo")
+		}},
+		{"the record rewritten by an older replica", func(id string) {
+			delta(id, "d1", "hel")
+			delta(id, "d2", "lo")
+			// A replica of that time rewrites the record (a tool's
+			// step) as it knows it: without the text counted so far.
+			if _, _, err := s.runs.change(ctx, id, func(rec *runRecord) bool {
+				rec.Streamed, rec.Streams = "", nil
+				return true
+			}); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"a later delta by an older replica", func(id string) {
+			delta(id, "d1", "hel")
+			older(id, "d2", "lo")
+		}},
+	} {
+		id, _ := startRun(t, s, `{"input":"hi"}`, nil)
+		c.stream(id)
+		send(id, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, Text: "hello!", Final: true, IdempotencyKey: "f"})
+		events, closed := followRun(t, s, id).rest(t)
+		var stream string
+		for _, ev := range events {
+			if ev["event"] == "message.delta" {
+				stream += ev["delta"].(string)
+			}
+		}
+		if n := len(events); n == 0 || events[n-1]["output"] != "hello!" || !closed {
+			t.Fatalf("%s: events %v (closed %v)", c.name, names(events), closed)
+		}
+		if stream != "hello" {
+			t.Errorf("%s: deltas %q, want %q (what was streamed, not again)", c.name, stream, "hello")
+		}
+	}
+}
+
 // A run's events can be followed on another replica than the one that
 // started it: they are kept in the bus, written by whichever replica
 // delivery's sends reached.

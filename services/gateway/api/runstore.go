@@ -339,6 +339,39 @@ func (rs *runStore) emit(ctx context.Context, id, key string, ev runEvent) error
 	return nil
 }
 
+// deltaEvents returns the KV keys of the text deltas written so far for
+// run id, whichever replica wrote them (not the last one, key "media").
+func (rs *runStore) deltaEvents(ctx context.Context, id string) (map[string]bool, error) {
+	kv, err := rs.bucket(ctx)
+	if err != nil {
+		return nil, err
+	}
+	w, err := kv.Watch(ctx, kvKey(id)+".*", jetstream.IgnoreDeletes())
+	if err != nil {
+		return nil, fmt.Errorf("watch run events: %w", err)
+	}
+	defer func() { _ = w.Stop() }()
+	last := eventKey(id, "media")
+	keys := map[string]bool{}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case e, ok := <-w.Updates():
+			if !ok {
+				return nil, fmt.Errorf("watch run events: %w", ctx.Err())
+			}
+			if e == nil {
+				return keys, nil // the events so far
+			}
+			var ev runEvent
+			if json.Unmarshal(e.Value(), &ev) == nil && ev.Event == "message.delta" && e.Key() != last {
+				keys[e.Key()] = true
+			}
+		}
+	}
+}
+
 // watch passes each event of run id to fn, those written so far first,
 // until fn returns false or ctx ends. idle is called when nothing came
 // for keepaliveEvery.
@@ -379,6 +412,24 @@ func (rs *runStore) watch(ctx context.Context, id string, fn func(data []byte, e
 			}
 		}
 	}
+}
+
+// counted reports whether every text delta of run id that was written
+// (deltas, the KV keys of their events) is one the record counted.
+func (rec *runRecord) counted(id string, deltas map[string]bool) bool {
+	if len(deltas) > len(rec.Streams) {
+		return false
+	}
+	own := make(map[string]bool, len(rec.Streams))
+	for _, key := range rec.Streams {
+		own[eventKey(id, key)] = true
+	}
+	for key := range deltas {
+		if !own[key] {
+			return false
+		}
+	}
+	return true
 }
 
 // added reports whether the send with key was added to the answer.
