@@ -21,20 +21,31 @@ func init() {
 // process with the same configuration show in its place, so an operator
 // can find one conversation's or one person's log lines.
 func runPseudonym(_ context.Context, args []string) error {
+	return pseudonyms(args, os.Stdout, os.Stderr)
+}
+
+// pseudonyms is runPseudonym writing to out, and its notes to errOut.
+func pseudonyms(args []string, out, errOut io.Writer) error {
 	var cf commonFlags
 	fs := newFlagSet("pseudonym", &cf)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() == 0 {
-		fmt.Fprintln(os.Stderr, "usage: switchboard pseudonym [--config FILE] <session key | user or chat id | chat key | message or turn id>...")
+		fmt.Fprintln(errOut, "usage: switchboard pseudonym [--config FILE] <session key | user or chat id | chat key | message or turn id>...")
 		return errUsage
 	}
-	cfg, _, err := loadConfig(cf.configPath)
+	cfg, warnings, err := loadConfig(cf.configPath)
 	if err != nil {
 		return err
 	}
-	printPseudonyms(os.Stdout, os.Stderr, cfg.Log, fs.Args())
+	// Reported as the services report them: a misspelt
+	// log.pseudonym_key would otherwise print pseudonyms under the
+	// default key, which the logs do not show, without a word.
+	for _, w := range warnings {
+		fmt.Fprintln(errOut, "warning:", w.String())
+	}
+	printPseudonyms(out, errOut, cfg.Log, fs.Args())
 	return nil
 }
 

@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -73,5 +75,26 @@ func TestPseudonymCommandShapes(t *testing.T) {
 		if want := `"` + tt.attr + `":"` + got + `"`; !strings.Contains(logs.String(), want) {
 			t.Errorf("%s %s: printed %q, the log shows %s", tt.attr, tt.value, got, logs.String())
 		}
+	}
+}
+
+// `switchboard pseudonym` reports an unknown or misplaced config key with
+// the nearest valid path, as every service does at startup: a misspelt
+// pseudonym key would otherwise print pseudonyms the logs do not show.
+func TestPseudonymCommandReportsUnknownConfigKeys(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "switchboard.yaml")
+	if err := os.WriteFile(path, []byte("log:\n  pseudonym_kye: ops secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out, errOut bytes.Buffer
+	if err := pseudonyms([]string{"--config", path, "123456789"}, &out, &errOut); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(errOut.String(), `unknown config key "log.pseudonym_kye"`) || !strings.Contains(errOut.String(), `did you mean "log.pseudonym_key"?`) {
+		t.Errorf("pseudonym wrote %q to stderr, want the unknown key and the nearest valid one", errOut.String())
+	}
+	if !strings.HasPrefix(out.String(), "#") {
+		t.Errorf("pseudonym printed %q, want the id's pseudonym", out.String())
 	}
 }
