@@ -375,7 +375,7 @@ func TestTeamsPressWithoutAnAllowlist(t *testing.T) {
 				return
 			}
 			waitFor(t, "inbound drained", e.inboundDrained)
-			answeredWith(t, e, answers, id, tc.answer)
+			answeredWith(t, answers, id, tc.answer)
 			if got := notices(chat); len(got) != before {
 				t.Fatalf("%s got %v, want nothing", chat, got[before:])
 			}
