@@ -257,7 +257,7 @@ func TestPanickingTurnFailsAloneAndTellsTheUser(t *testing.T) {
 		c.MaxDeliver = 2
 		d.LLM.Provider = panicky{d.LLM.Provider}
 	})
-	req := h.requestTurn("s1", "boom", turnOpts{})
+	req := h.requestTurn("s1", "boom", turnOpts{lockTTL: shortLockTTL})
 	c := h.waitCompleted(req.TurnId)
 	if c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_FAILED {
 		t.Fatalf("status %v", c.GetStatus())
@@ -466,7 +466,7 @@ func TestCronRunFailingOnItsLastAttemptSaysItWasInterrupted(t *testing.T) {
 	})
 	origin := &eventsv1.SessionSource{Platform: "cron", Account: "default", ChatId: runID, ChatName: "Nightly cleanup",
 		ChatType: "dm", UserId: "c0ffeec0ffee", UserName: "Nightly cleanup"}
-	req := h.requestTurn(key, "boom", turnOpts{answerOnly: true, origin: origin})
+	req := h.requestTurn(key, "boom", turnOpts{answerOnly: true, origin: origin, lockTTL: shortLockTTL})
 	if c := h.waitCompleted(req.TurnId); c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_FAILED {
 		t.Fatalf("status %v", c.GetStatus())
 	}
@@ -529,7 +529,7 @@ func TestLastAttemptsUncommittedApologySharesSeq1WithAnEarlierFinal(t *testing.T
 					panic("every attempt fails")
 				}}
 			})
-			req := h.requestTurn("s1", "go", turnOpts{answerOnly: true, listsCalls: tc.lists, origin: api})
+			req := h.requestTurn("s1", "go", turnOpts{answerOnly: true, listsCalls: tc.lists, origin: api, lockTTL: shortLockTTL})
 			if c := h.waitCompleted(req.TurnId); c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_FAILED {
 				t.Fatalf("status %v (%s)", c.GetStatus(), c.GetError())
 			}
@@ -631,7 +631,7 @@ func TestLaterAttemptLeavesItsHoleToAnOlderWorkersFinal(t *testing.T) {
 					}
 				}}
 			})
-			req := h.requestTurn("s1", "go", turnOpts{answerOnly: true, listsCalls: tc.lists, origin: api})
+			req := h.requestTurn("s1", "go", turnOpts{answerOnly: true, listsCalls: tc.lists, origin: api, lockTTL: shortLockTTL})
 			h.waitCompleted(req.TurnId)
 			if err, _ := hookErr.Load().(error); err != nil {
 				t.Fatal(err)
@@ -679,7 +679,7 @@ func TestLastAttemptsUncommittedApologyAfterItsStepsSharesSeq1(t *testing.T) {
 			}
 		}}
 	})
-	req := h.requestTurn("s1", "what time is it [[tool:clock {\"tz\":\"UTC\"}]]", turnOpts{answerOnly: true, listsCalls: true, origin: api})
+	req := h.requestTurn("s1", "what time is it [[tool:clock {\"tz\":\"UTC\"}]]", turnOpts{answerOnly: true, listsCalls: true, origin: api, lockTTL: shortLockTTL})
 	if c := h.waitCompleted(req.TurnId); c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_FAILED {
 		t.Fatalf("status %v (%s)", c.GetStatus(), c.GetError())
 	}

@@ -178,6 +178,16 @@ func (h *harness) startWorker(id string, mod func(*worker.Config, *worker.Deps))
 	return rw
 }
 
+// shortLockTTL is the session lock's TTL in tests that wait for a lock
+// to expire or to be renewed. A failed attempt stops renewing its lock
+// but does not give it back, so the next attempt waits for it to expire:
+// about 4 s at the default 5 s TTL (less the 1 s redelivery backoff), 1 s
+// at this one; and a renewal, which notices a lost or vanished lock,
+// comes every TTL/3: 0.67 s apart instead of 1.67 s. A lock a stalled
+// renewal let expire on a loaded machine is claimed again at the next
+// one, as no other grant wants it.
+const shortLockTTL = 2 * time.Second
+
 // turnOpts customises a turn request.
 type turnOpts struct {
 	generation  int64 // 0: the session's current one

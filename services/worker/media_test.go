@@ -327,7 +327,7 @@ func TestUnreachableGatewayTriesTheTurnAgain(t *testing.T) {
 	h.setGeneration("s1", 1)
 	h.startWorker("w1", func(c *worker.Config, _ *worker.Deps) { c.MaxDeliver = 2 })
 	origin := &eventsv1.SessionSource{Platform: "nogateway", Account: "bot1", ChatId: "99", ChatType: "dm", UserId: "u1"}
-	req := h.requestTurn("s1", "read this", turnOpts{origin: origin, attachments: []*eventsv1.Attachment{
+	req := h.requestTurn("s1", "read this", turnOpts{origin: origin, lockTTL: shortLockTTL, attachments: []*eventsv1.Attachment{
 		{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_DOCUMENT, PlatformFileId: "d1", MimeType: "text/plain", FileName: "a.txt"}}})
 	if c := h.waitCompleted(req.TurnId); c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_COMPLETED {
 		t.Fatalf("status %v (%s)", c.GetStatus(), c.GetError())

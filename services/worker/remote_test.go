@@ -194,7 +194,7 @@ func TestExternalAgentMessagesCommitOnce(t *testing.T) {
 	h.setGeneration("s1", 1)
 	agent := startAgent(t, h)
 	ctx := context.Background()
-	req := h.requestTurn("s1", "please wait", turnOpts{})
+	req := h.requestTurn("s1", "please wait", turnOpts{lockTTL: shortLockTTL})
 	<-agent.starts
 	// The turn's end cannot be written: the first attempt fails after the
 	// agent answered, and the turn runs again.
@@ -323,14 +323,14 @@ func TestExternalAgentCallEndsWhenTheLockIsLost(t *testing.T) {
 	h.setGeneration("s1", 1)
 	agent := &pausingAgent{starts: make(chan struct{}, 4)}
 	startAgentWorker(t, h, agent)
-	req := h.requestTurn("s1", "hello", turnOpts{})
+	req := h.requestTurn("s1", "hello", turnOpts{lockTTL: shortLockTTL})
 	<-agent.starts
 	// A stalled worker's lock, taken by another grant.
 	if err := h.rdb.Set(context.Background(), h.locker.Key("s1"), "another-grant", time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}
 	var c *turnsv1.TurnCompleted
-	// A renewal comes every 5 s / 3.
+	// A renewal comes every 2 s / 3.
 	waitFor(t, 15*time.Second, "the turn to end once its lock is lost", func() bool {
 		c = h.completed(req.TurnId)
 		return c != nil

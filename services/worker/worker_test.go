@@ -281,7 +281,7 @@ func TestAnswerOnlyAPITurnLaterAttemptListsItsCallsAfterSeq1(t *testing.T) {
 		}}}
 	})
 	api := &eventsv1.SessionSource{Platform: "api", Account: "default", ChatId: "req_1", ChatType: "dm", UserId: "key"}
-	req := h.requestTurn("s1", "[[tool:wait {}]] go", turnOpts{answerOnly: true, listsCalls: true, origin: api})
+	req := h.requestTurn("s1", "[[tool:wait {}]] go", turnOpts{answerOnly: true, listsCalls: true, origin: api, lockTTL: shortLockTTL})
 	select {
 	case <-g.entered:
 	case <-time.After(60 * time.Second):
@@ -372,7 +372,7 @@ func TestAnswerOnlyAPITurnRetryAfterAnOlderWorkersStep(t *testing.T) {
 	if _, err := h.bus.Publish(ctx, h.bus.Topology().ReplySubject("s1"), fmt.Sprintf("reply:%s:1", turnID), step); err != nil {
 		t.Fatal(err)
 	}
-	req := h.requestTurn("s1", "what time is it [[tool:clock {\"tz\":\"UTC\"}]]", turnOpts{answerOnly: true, origin: api})
+	req := h.requestTurn("s1", "what time is it [[tool:clock {\"tz\":\"UTC\"}]]", turnOpts{answerOnly: true, origin: api, lockTTL: shortLockTTL})
 	if req.TurnId != turnID {
 		t.Fatalf("turn %s, want %s", req.TurnId, turnID)
 	}
@@ -1190,7 +1190,8 @@ func TestSecondAttemptWaitsForTheHolderOfTheTurn(t *testing.T) {
 
 // startBlockedTurn runs a turn of session s1 (generation 1) on worker w1
 // and returns once the turn is inside its tool, which answers
-// "unblocked" when release is closed.
+// "unblocked" when release is closed. Its lock has the short TTL: the
+// tests that block a turn wait for its lock's next renewal.
 func startBlockedTurn(t *testing.T, h *harness) (*turnsv1.TurnRequested, chan struct{}) {
 	t.Helper()
 	h.setGeneration("s1", 1)
@@ -1205,7 +1206,7 @@ func startBlockedTurn(t *testing.T, h *harness) (*turnsv1.TurnRequested, chan st
 		}
 	}}
 	h.startWorker("w1", func(_ *worker.Config, d *worker.Deps) { d.Tools = []tools.Tool{blocking} })
-	req := h.requestTurn("s1", "[[tool:block {}]] go", turnOpts{})
+	req := h.requestTurn("s1", "[[tool:block {}]] go", turnOpts{lockTTL: shortLockTTL})
 	select {
 	case <-entered:
 	case <-time.After(30 * time.Second):
@@ -1225,7 +1226,7 @@ func TestVanishedLockIsTakenAgain(t *testing.T) {
 	if err := h.rdb.Del(ctx, h.locker.Key("s1")).Err(); err != nil {
 		t.Fatal(err)
 	}
-	// The next renewal (every TTL/3, 5 s / 3 here) finds the lock gone.
+	// The next renewal (every TTL/3, 2 s / 3 here) finds the lock gone.
 	deadline := time.Now().Add(10 * time.Second)
 	for owner, _ := h.locker.Owner(ctx, "s1"); owner == "" && time.Now().Before(deadline); owner, _ = h.locker.Owner(ctx, "s1") {
 		time.Sleep(50 * time.Millisecond)
@@ -1256,7 +1257,7 @@ func TestDroppedLockOfAMovedSessionIsNotTakenAgain(t *testing.T) {
 	if err := h.rdb.Del(ctx, h.locker.Key("s1")).Err(); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(2500 * time.Millisecond) // past a renewal (every 5 s / 3)
+	time.Sleep(shortLockTTL) // past a renewal (every 2 s / 3), with a margin
 	if owner, _ := h.locker.Owner(ctx, "s1"); owner != "" {
 		t.Fatalf("the lock of a session that moved on was taken again by %q", owner)
 	}
