@@ -713,9 +713,11 @@ func (p *Platform) heldOnStop(id string, w *platform.PressWatch) (held, answered
 // query id, kept where every replica reads it (platform.PressWord): a
 // query taken over from a holder that died (watchHolder), or handed
 // again once no replica holds it (heldElsewhere: its holder answered it
-// or died), is answered with it, as its holder would have, when the
-// router decided the press before. "" without it, or when the bucket
-// cannot be read (logged): the query is answered without text then.
+// or died), or held here until its hold ended without the word (hold:
+// the word's core message was lost), is answered with it, as its holder
+// would have, when the router decided the press before. "" without it,
+// or when the bucket cannot be read (logged): the query is answered
+// without text then.
 func (p *Platform) keptText(ctx context.Context, id string) string {
 	if p.bus == nil {
 		return ""
@@ -724,7 +726,7 @@ func (p *Platform) keptText(ctx context.Context, id string) string {
 	defer cancel()
 	word, _, err := platform.PressWord(rctx, p.bus, p.Name(), id)
 	if err != nil {
-		p.log.Warn("read the router's word on a telegram button press taken over; answering it without", "err", err)
+		p.log.Warn("read the router's kept word on a telegram button press; answering it without", "err", err)
 	}
 	return word.GetText()
 }
@@ -797,15 +799,20 @@ func (p *Platform) hold(ctx context.Context, id string, q *query) {
 		text := ""
 		select {
 		case <-t.C:
+			// No word by the hold's end: its core message may have been
+			// lost (this replica's connection to the bus reconnecting as
+			// the router published it), and the router keeps it too.
+			text = p.keptText(context.WithoutCancel(ctx), id)
 		case <-p.life.Done():
 			// The gateway stops: the router's word can no longer reach
 			// this hold, and the query is answered on the way out, with
 			// the word if it came already (the select picks among the
-			// ready cases at random).
+			// ready cases at random) or was kept.
 			select {
 			case req := <-answered:
 				text = req.GetText()
 			default:
+				text = p.keptText(context.WithoutCancel(ctx), id)
 			}
 		case req := <-answered:
 			text = req.GetText()

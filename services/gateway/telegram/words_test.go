@@ -145,3 +145,37 @@ func TestPressOfAHolderDeadBeforeTheAskWithTheRouterWord(t *testing.T) {
 		t.Fatalf("answers %+v, want the query answered once with the router's word %q", a, word)
 	}
 }
+
+// A hold that runs out without the router's word (its core message was
+// lost: the holder's connection to the bus was reconnecting as the
+// router published it) answers the query with the word the router kept,
+// as a replica taking the query over does. Before, the query was
+// answered without text, and the router's word was lost.
+func TestPressHoldEndedWithoutTheWordAnswersWithTheKeptOne(t *testing.T) {
+	t.Parallel()
+	f := newFake(t)
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	cfg := testConfig(f)
+	cfg.PressHold = 2 * time.Second
+	s, _ := startService(t, cfg, b, "a")
+	waitFor(t, "a connected", 20*time.Second, func() bool { st, _ := s.Runner().State(); return st == platform.StateConnected })
+
+	card := sendApprovalCard(t, f, b)
+	_, query, err := f.Press("99", card.ID, alice, "ea:once:call_1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The router's word, kept but never reaching the hold.
+	const word = "✅ Approved once"
+	req := &deliveryv1.SendRequested{Target: &deliveryv1.Target{Platform: "telegram", Account: "4242", ChatId: "99",
+		Interaction: &eventsv1.Interaction{Id: query, Component: true}}, Text: word}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := platform.KeepPressAnswer(ctx, b, req); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the query answered", 2*maxPressHold, func() bool { return len(f.CallbackAnswers()) > 0 })
+	if a := f.CallbackAnswers(); len(a) != 1 || a[0].QueryID != query || a[0].Text != word {
+		t.Fatalf("answers %+v, want the query answered once with the router's kept word %q", a, word)
+	}
+}
