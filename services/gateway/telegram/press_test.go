@@ -568,28 +568,64 @@ func killableAPI(t *testing.T, target string) (url string, kill chan struct{}) {
 func TestPressHolderDiesAfterSayingItHoldsThePress(t *testing.T) {
 	t.Parallel()
 	f := newFake(t)
+	d := pressHeldByAMortalReplica(t, f, true)
+	// The lease moves; b, handed the press again and told it is a
+	// duplicate, asks, and a says it holds it.
+	d.stopA()
+	waitFor(t, "b polling the press again", 20*time.Second, func() bool { return f.Confirmed() > d.id })
+	if a := f.CallbackAnswers(); len(a) != 0 {
+		t.Fatalf("answers %+v while a holds the press, want none yet", a)
+	}
+	// a dies: it answers nothing, and its connection to the bus closes.
+	close(d.kill)
+	d.ba.Conn().Close()
+	waitFor(t, "the query answered", maxPressHold, func() bool { return len(f.CallbackAnswers()) > 0 })
+	if a := f.CallbackAnswers(); len(a) != 1 || a[0].QueryID != d.query || a[0].Text != "" {
+		t.Fatalf("answers %+v, want the query answered once without text", a)
+	}
+}
+
+// mortalHolder is a replica, a, that holds a press's query on a bus
+// connection of its own (ba), which its death closes, whose calls to
+// Telegram fail once kill is closed, and which stops polling at stopA;
+// the press (the fake's update id, its query id) was published by a.
+// b, the test's bus, is the other replicas'; cfg their configuration.
+type mortalHolder struct {
+	b, ba *bus.Bus
+	cfg   Config
+	kill  chan struct{}
+	stopA func()
+	id    int64
+	query string
+}
+
+// pressHeldByAMortalReplica starts a (mortalHolder) with the longest
+// press hold there is (a, alive, answers only when its hold ends) and a
+// 1 s lease, and, with standby, a replica b standing by to take the
+// lease over; then a press of an approval card, which a holds.
+func pressHeldByAMortalReplica(t *testing.T, f *telegramfake.Server, standby bool) *mortalHolder {
+	t.Helper()
 	url := bustest.EmbeddedURL(t)
-	b := bustest.New(t, url)
-	// a, the holder, on a connection of its own, which its death closes.
-	ba := bustest.NewWith(t, url, b.Topology())
-	cfg := testConfig(f)
-	cfg.LeaseTTL = time.Second
-	// The longest there is: a, alive, would answer only when its hold
-	// ends.
-	cfg.PressHold = maxPressHold
-	cfgA := cfg
-	var kill chan struct{}
-	cfgA.APIBaseURL, kill = killableAPI(t, f.URL)
+	d := &mortalHolder{b: bustest.New(t, url)}
+	d.ba = bustest.NewWith(t, url, d.b.Topology())
+	d.cfg = testConfig(f)
+	d.cfg.LeaseTTL = time.Second
+	d.cfg.PressHold = maxPressHold
+	cfgA := d.cfg
+	cfgA.APIBaseURL, d.kill = killableAPI(t, f.URL)
 	lost := make(chan struct{})
-	sa, stopA := startWrapped(t, cfgA, ba, "a", func(c platform.Conn) platform.Conn {
+	var sa *platform.Service
+	sa, d.stopA = startWrapped(t, cfgA, d.ba, "a", func(c platform.Conn) platform.Conn {
 		return &cutOffConn{Conn: c, lost: lost, once: &sync.Once{}}
 	})
 	waitFor(t, "a connected", 20*time.Second, func() bool { st, _ := sa.Runner().State(); return st == platform.StateConnected })
-	sb, _ := startService(t, cfg, b, "b")
-	waitFor(t, "b standing by", 20*time.Second, func() bool { st, _ := sb.Runner().State(); return st == platform.StateStandby })
-
-	card := sendApprovalCard(t, f, b)
-	id, query, err := f.Press("99", card.ID, alice, "ea:once:call_1")
+	if standby {
+		sb, _ := startService(t, d.cfg, d.b, "b")
+		waitFor(t, "b standing by", 20*time.Second, func() bool { st, _ := sb.Runner().State(); return st == platform.StateStandby })
+	}
+	card := sendApprovalCard(t, f, d.b)
+	var err error
+	d.id, d.query, err = f.Press("99", card.ID, alice, "ea:once:call_1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -598,20 +634,7 @@ func TestPressHolderDiesAfterSayingItHoldsThePress(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the press was not published")
 	}
-	// The lease moves; b, handed the press again and told it is a
-	// duplicate, asks, and a says it holds it.
-	stopA()
-	waitFor(t, "b polling the press again", 20*time.Second, func() bool { return f.Confirmed() > id })
-	if a := f.CallbackAnswers(); len(a) != 0 {
-		t.Fatalf("answers %+v while a holds the press, want none yet", a)
-	}
-	// a dies: it answers nothing, and its connection to the bus closes.
-	close(kill)
-	ba.Conn().Close()
-	waitFor(t, "the query answered", maxPressHold, func() bool { return len(f.CallbackAnswers()) > 0 })
-	if a := f.CallbackAnswers(); len(a) != 1 || a[0].QueryID != query || a[0].Text != "" {
-		t.Fatalf("answers %+v, want the query answered once without text", a)
-	}
+	return d
 }
 
 // countedAnswers is the Bot API at target, counting its
