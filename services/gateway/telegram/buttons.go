@@ -231,44 +231,59 @@ func (p *Platform) answerQuery(ctx context.Context, id, text string) error {
 	return err
 }
 
-// answerHeld answers callback query id of a press this replica holds,
-// handed to it at handed, with text, and reports whether the answer
-// settled the query (queryDone). A failure that passes (a 5xx, a 429,
+// answerHeld answers callback query id of a published press with text,
+// and reports whether the answer settled the query (queryDone): every
+// answer of a press's query but a refusal's first try (refuse, which
+// goes on with answerAgain) is made here, by the press's holder (hold,
+// awaitRetry), by a replica handed the press again that no replica
+// holds any more (handle), and by a replica that took the query over
+// from its holder (watchHolder). A failure that passes (a 5xx, a 429,
 // the network: answerRetry) is tried again after a backoff, or after a
 // 429's retry_after, while Telegram still takes the answer: a try
-// begins no later than watchBound after handed, the answer's own time
-// left of queryAnswerable, and all of them within answerTimeout. Tried
-// once, a failure that passed left the query unanswered: a replica
-// watching it (watchHolder) answered it without the router's word, and
-// with none, no one did. The caller holds the press meanwhile: a
-// watcher, which takes the query over only once the hold is gone for
+// begins no later than last (watchBound after the press was handed to
+// this replica, or after its hold began elsewhere: watchFrom), the
+// answer's own time left of queryAnswerable, and all of them within
+// answerTimeout. Tried once, a failure that passed left the query
+// unanswered: a replica watching it (watchHolder) answered it without
+// the router's word, and with none, no one did.
+//
+// It blocks for the tries: its callers run it on a press's own
+// goroutine (goPress), never on the update loop, whose next getUpdates
+// would wait for it. A holder holds the press meanwhile: a watcher,
+// which takes the query over only once the hold is gone for
 // holderGrace, or at its own bound (watchBound after this hold began at
-// the earliest, watchFrom: after handed), leaves it to these tries,
-// but for one still under way at that bound: the watcher's answer
-// without text goes too, and Telegram takes the first of the two.
-func (p *Platform) answerHeld(ctx context.Context, id, text string, handed time.Time) (settled bool) {
+// the earliest), leaves it to these tries, but for one still under way
+// at that bound: the watcher's answer goes too, tried once (its last is
+// that bound), and Telegram takes the first of the two.
+func (p *Platform) answerHeld(ctx context.Context, id, text string, last time.Time) (settled bool) {
 	ctx, cancel := context.WithTimeout(ctx, answerTimeout)
 	defer cancel()
-	last := handed.Add(watchBound)
+	return p.answerAgain(ctx, id, text, last, p.answerQuery(ctx, id, text))
+}
+
+// answerAgain goes on answering callback query id with text after a
+// first try that returned err, as answerHeld does, and reports whether
+// an answer settled the query.
+func (p *Platform) answerAgain(ctx context.Context, id, text string, last time.Time, err error) (settled bool) {
 	for try := 0; ; try++ {
-		err := p.answerQuery(ctx, id, text)
 		if queryDone(err) {
 			return true
 		}
 		wait, again := answerRetry(err, try)
 		if !again || ctx.Err() != nil || time.Now().Add(wait).After(last) {
-			p.log.Warn("answer a held telegram callback query; giving up", "tries", try+1, "err", p.redact(err))
+			p.log.Warn("answer a telegram callback query; giving up", "tries", try+1, "err", p.redact(err))
 			return false
 		}
-		p.log.Debug("answer a held telegram callback query; trying again", "wait", wait, "err", p.redact(err))
+		p.log.Debug("answer a telegram callback query; trying again", "wait", wait, "err", p.redact(err))
 		t := time.NewTimer(wait)
 		select {
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
-			p.log.Warn("answer a held telegram callback query; giving up", "tries", try+1, "err", p.redact(err))
+			p.log.Warn("answer a telegram callback query; giving up", "tries", try+1, "err", p.redact(err))
 			return false
 		}
+		err = p.answerQuery(ctx, id, text)
 	}
 }
 
@@ -507,7 +522,7 @@ func (p *Platform) awaitRetry(ctx context.Context, id string, q *query) {
 		// decided.
 		answer := func(req *deliveryv1.SendRequested) {
 			if p.claimQuery(id) != nil {
-				settle(q.hold, p.answerHeld(context.WithoutCancel(ctx), id, req.GetText(), q.handed))
+				settle(q.hold, p.answerHeld(context.WithoutCancel(ctx), id, req.GetText(), q.handed.Add(watchBound)))
 			}
 		}
 		select {
@@ -820,7 +835,7 @@ func (p *Platform) hold(ctx context.Context, id string, q *query) {
 			return // refused: the refusal answers the query
 		}
 		if p.claimQuery(id) != nil {
-			settle(q.hold, p.answerHeld(context.WithoutCancel(ctx), id, text, q.handed))
+			settle(q.hold, p.answerHeld(context.WithoutCancel(ctx), id, text, q.handed.Add(watchBound)))
 		}
 	})
 }
