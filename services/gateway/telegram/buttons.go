@@ -668,9 +668,10 @@ func (p *Platform) watchHolder(id string, w *platform.PressWatch, until time.Tim
 		}
 	}
 	p.log.Info("the replica holding a telegram button press's query stopped holding it unanswered; answering it here")
-	actx, cancel := context.WithTimeout(ctx, answerTimeout)
-	defer cancel()
-	if p.answerCallbackText(actx, id, p.keptText(ctx, id)) {
+	// Tried again while Telegram takes the answer, up to the watch's
+	// own bound: a holder gone for holderGrace tries no more, and at
+	// that bound this answer is tried once.
+	if p.answerHeld(ctx, id, p.keptText(ctx, id), until) {
 		p.confirmAnswered(id)
 	}
 }
