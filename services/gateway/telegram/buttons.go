@@ -201,24 +201,15 @@ func pressed(u *models.Update, me identity) (outcome, error) {
 	return out, nil
 }
 
-// answerCallback answers a callback query, so the client stops showing
-// its progress: best effort (a redelivered press's query is answered
-// already, and Telegram refuses a second answer). settled reports
-// whether the query needs no answer from anyone any more (queryDone):
-// only then may a replica say it answered it (PressHold.Answered,
-// confirmAnswered), and a replica watching for that word leave it.
-func (p *Platform) answerCallback(ctx context.Context, id string) (settled bool) {
-	return p.answerCallbackText(ctx, id, "")
-}
-
-// answerCallbackText is answerCallback with text, a toast only the
-// presser sees ("" for none).
-func (p *Platform) answerCallbackText(ctx context.Context, id, text string) (settled bool) {
-	err := p.answerQuery(ctx, id, text)
-	if err != nil {
+// answerCallback answers the callback query of a press the gateway
+// does not publish (skipped, or malformed), without text, so the client
+// stops showing its progress: once and best effort (a redelivered
+// press's query is answered already, and Telegram refuses a second
+// answer). A press published is answered by its hold (answerHeld).
+func (p *Platform) answerCallback(ctx context.Context, id string) {
+	if err := p.answerQuery(ctx, id, ""); err != nil {
 		p.log.Debug("answerCallbackQuery failed", "err", p.redact(err))
 	}
-	return queryDone(err)
 }
 
 // answerQuery answers callback query id with text, once, and returns
@@ -887,10 +878,15 @@ func (p *Platform) refuse(ctx context.Context, req *deliveryv1.SendRequested) (s
 	q := p.claimQuery(ia.GetId())
 	held := q != nil
 	// settled: the query needs no answer any more (queryDone), said so
-	// only then.
-	settled := false
+	// only then; retrying: its answer is tried again on the press's own
+	// goroutine, which ends its hold.
+	settled, retrying := false, false
 	if held {
-		defer func() { settle(q.hold, settled) }()
+		defer func() {
+			if !retrying {
+				settle(q.hold, settled)
+			}
+		}()
 	}
 	// Sent on to a holder also past the press's end: the replica whose
 	// publish failed holds the query until its retry, which another
@@ -912,23 +908,37 @@ func (p *Platform) refuse(ctx context.Context, req *deliveryv1.SendRequested) (s
 			}
 		}()
 	}
-	text := req.GetText()
-	if utf8.RuneCountInString(text) > maxCallbackText {
-		text = string([]rune(text)[:maxCallbackText])
-	}
-	_, err := p.api.AnswerCallbackQuery(ctx, &bot.AnswerCallbackQueryParams{CallbackQueryID: ia.GetId(), Text: text})
+	id, text := ia.GetId(), req.GetText()
+	err := p.answerQuery(ctx, id, text)
 	settled = queryDone(err)
-	switch {
-	case err == nil:
+	if err == nil {
 		return "", nil
-	case errors.Is(err, bot.ErrorBadRequest):
+	}
+	if _, again := answerRetry(err, 0); held && again {
+		// A failure that passes (a 5xx, a 429, the network): the
+		// refusal is tried again, with its text, while Telegram takes
+		// it (answerAgain), and the press stays held here until then,
+		// so that a replica handed it again leaves it to this answer.
+		// The tries run on the press's own goroutine: this send's reply
+		// does not wait for them, lest delivery's request time out
+		// meanwhile and the refusal come again, to a query no longer
+		// held here.
+		retrying = true
+		actx := context.WithoutCancel(ctx)
+		p.goPress(func() {
+			actx, cancel := context.WithTimeout(actx, answerTimeout)
+			defer cancel()
+			settle(q.hold, p.answerAgain(actx, id, text, q.handed.Add(watchBound), err))
+		})
+		return "", nil
+	}
+	if errors.Is(err, bot.ErrorBadRequest) {
 		p.log.Info("telegram refused the callback query's answer; dropping the press's refusal", "err", p.redact(err))
 		return "", nil
 	}
 	if held {
-		// Telegram did not take it: the query is answered without text,
-		// as its hold would have, and the refusal is not retried.
-		settled = p.answerCallback(context.WithoutCancel(ctx), ia.GetId())
+		// Telegram refused it for good (not a 400): its hold ends
+		// without the word, and a replica watching it answers it.
 		p.log.Warn("answer telegram callback query with the refusal", "err", p.redact(err))
 		return "", nil
 	}

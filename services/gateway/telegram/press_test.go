@@ -1732,3 +1732,66 @@ func TestPressTakenOverRetriesItsAnswer(t *testing.T) {
 		t.Fatalf("answers %+v, want the query answered once with the router's word %q", a, word)
 	}
 }
+
+// A held press's refusal whose answer fails for a while (a 5xx, a flood
+// wait, the network) is tried again, with its text, while Telegram
+// still takes it: the presser sees the refusal, and the query is
+// answered once. Tried once, the query was answered without text after
+// the failure (or not at all, when that failed too), and the refusal
+// was lost.
+func TestPressRefusalRetriesItsAnswer(t *testing.T) {
+	t.Parallel()
+	const refusal = "⛔ You are not authorized to approve commands."
+	for _, tc := range []struct {
+		name string
+		fail []telegramfake.APIError
+	}{
+		{name: "server error", fail: []telegramfake.APIError{{Code: 500, Description: "Internal Server Error"}}},
+		{name: "flood wait", fail: []telegramfake.APIError{telegramfake.FloodWait(1)}},
+		{name: "network twice", fail: []telegramfake.APIError{telegramfake.ErrDropConnection, telegramfake.ErrDropConnection}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFake(t)
+			b := bustest.New(t, bustest.EmbeddedURL(t))
+			cfg := testConfig(f)
+			cfg.PressHold = maxPressHold
+			var calls *atomic.Int32
+			cfg.APIBaseURL, calls = countedAnswers(t, f.URL)
+			s, _ := startService(t, cfg, b, "a")
+			waitFor(t, "connected", 20*time.Second, func() bool { st, _ := s.Runner().State(); return st == platform.StateConnected })
+			card := sendApprovalCard(t, f, b)
+			id, query, err := f.Press("99", card.ID, alice, "ea:once:call_1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, "the press published", 20*time.Second, func() bool { return f.Confirmed() > id })
+			evs := inbound(t, b)
+			if len(evs) != 1 || evs[0].GetInteraction().GetId() != query {
+				t.Fatalf("published %v, want the press once", evs)
+			}
+			for _, e := range tc.fail {
+				f.FailNext("answerCallbackQuery", e)
+			}
+			if r := sendReq(t, b, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: "r1",
+				Target: &deliveryv1.Target{Platform: "telegram", Account: "4242", ChatId: "99", Interaction: evs[0].GetInteraction()}, Text: refusal}); !r.GetOk() {
+				t.Fatalf("refusal: %v", r)
+			}
+			waitFor(t, "the query answered", answerTimeout, func() bool { return len(f.CallbackAnswers()) > 0 })
+			// The hold ends once the refusal's answer is made: every try
+			// came before.
+			waitFor(t, "the hold ended", 20*time.Second, func() bool {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				defer cancel()
+				held, err := platform.RetryPress(ctx, b, "telegram", query)
+				return err == nil && !held
+			})
+			if a := f.CallbackAnswers(); len(a) != 1 || a[0].QueryID != query || a[0].Text != refusal {
+				t.Fatalf("answers %+v, want the refusal as the query's answer", a)
+			}
+			if n := calls.Load(); n != int32(len(tc.fail)+1) {
+				t.Errorf("%d answers tried, want %d: each failure and the answer", n, len(tc.fail)+1)
+			}
+		})
+	}
+}
