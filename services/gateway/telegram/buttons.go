@@ -201,24 +201,15 @@ func pressed(u *models.Update, me identity) (outcome, error) {
 	return out, nil
 }
 
-// answerCallback answers a callback query, so the client stops showing
-// its progress: best effort (a redelivered press's query is answered
-// already, and Telegram refuses a second answer). settled reports
-// whether the query needs no answer from anyone any more (queryDone):
-// only then may a replica say it answered it (PressHold.Answered,
-// confirmAnswered), and a replica watching for that word leave it.
-func (p *Platform) answerCallback(ctx context.Context, id string) (settled bool) {
-	return p.answerCallbackText(ctx, id, "")
-}
-
-// answerCallbackText is answerCallback with text, a toast only the
-// presser sees ("" for none).
-func (p *Platform) answerCallbackText(ctx context.Context, id, text string) (settled bool) {
-	err := p.answerQuery(ctx, id, text)
-	if err != nil {
+// answerCallback answers the callback query of a press the gateway
+// does not publish (skipped, or malformed), without text, so the client
+// stops showing its progress: once and best effort (a redelivered
+// press's query is answered already, and Telegram refuses a second
+// answer). A press published is answered by its hold (answerHeld).
+func (p *Platform) answerCallback(ctx context.Context, id string) {
+	if err := p.answerQuery(ctx, id, ""); err != nil {
 		p.log.Debug("answerCallbackQuery failed", "err", p.redact(err))
 	}
-	return queryDone(err)
 }
 
 // answerQuery answers callback query id with text, once, and returns
@@ -231,44 +222,59 @@ func (p *Platform) answerQuery(ctx context.Context, id, text string) error {
 	return err
 }
 
-// answerHeld answers callback query id of a press this replica holds,
-// handed to it at handed, with text, and reports whether the answer
-// settled the query (queryDone). A failure that passes (a 5xx, a 429,
+// answerHeld answers callback query id of a published press with text,
+// and reports whether the answer settled the query (queryDone): every
+// answer of a press's query but a refusal's first try (refuse, which
+// goes on with answerAgain) is made here, by the press's holder (hold,
+// awaitRetry), by a replica handed the press again that no replica
+// holds any more (handle), and by a replica that took the query over
+// from its holder (watchHolder). A failure that passes (a 5xx, a 429,
 // the network: answerRetry) is tried again after a backoff, or after a
 // 429's retry_after, while Telegram still takes the answer: a try
-// begins no later than watchBound after handed, the answer's own time
-// left of queryAnswerable, and all of them within answerTimeout. Tried
-// once, a failure that passed left the query unanswered: a replica
-// watching it (watchHolder) answered it without the router's word, and
-// with none, no one did. The caller holds the press meanwhile: a
-// watcher, which takes the query over only once the hold is gone for
+// begins no later than last (watchBound after the press was handed to
+// this replica, or after its hold began elsewhere: watchFrom), the
+// answer's own time left of queryAnswerable, and all of them within
+// answerTimeout. Tried once, a failure that passed left the query
+// unanswered: a replica watching it (watchHolder) answered it without
+// the router's word, and with none, no one did.
+//
+// It blocks for the tries: its callers run it on a press's own
+// goroutine (goPress), never on the update loop, whose next getUpdates
+// would wait for it. A holder holds the press meanwhile: a watcher,
+// which takes the query over only once the hold is gone for
 // holderGrace, or at its own bound (watchBound after this hold began at
-// the earliest, watchFrom: after handed), leaves it to these tries,
-// but for one still under way at that bound: the watcher's answer
-// without text goes too, and Telegram takes the first of the two.
-func (p *Platform) answerHeld(ctx context.Context, id, text string, handed time.Time) (settled bool) {
+// the earliest), leaves it to these tries, but for one still under way
+// at that bound: the watcher's answer goes too, tried once (its last is
+// that bound), and Telegram takes the first of the two.
+func (p *Platform) answerHeld(ctx context.Context, id, text string, last time.Time) (settled bool) {
 	ctx, cancel := context.WithTimeout(ctx, answerTimeout)
 	defer cancel()
-	last := handed.Add(watchBound)
+	return p.answerAgain(ctx, id, text, last, p.answerQuery(ctx, id, text))
+}
+
+// answerAgain goes on answering callback query id with text after a
+// first try that returned err, as answerHeld does, and reports whether
+// an answer settled the query.
+func (p *Platform) answerAgain(ctx context.Context, id, text string, last time.Time, err error) (settled bool) {
 	for try := 0; ; try++ {
-		err := p.answerQuery(ctx, id, text)
 		if queryDone(err) {
 			return true
 		}
 		wait, again := answerRetry(err, try)
 		if !again || ctx.Err() != nil || time.Now().Add(wait).After(last) {
-			p.log.Warn("answer a held telegram callback query; giving up", "tries", try+1, "err", p.redact(err))
+			p.log.Warn("answer a telegram callback query; giving up", "tries", try+1, "err", p.redact(err))
 			return false
 		}
-		p.log.Debug("answer a held telegram callback query; trying again", "wait", wait, "err", p.redact(err))
+		p.log.Debug("answer a telegram callback query; trying again", "wait", wait, "err", p.redact(err))
 		t := time.NewTimer(wait)
 		select {
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
-			p.log.Warn("answer a held telegram callback query; giving up", "tries", try+1, "err", p.redact(err))
+			p.log.Warn("answer a telegram callback query; giving up", "tries", try+1, "err", p.redact(err))
 			return false
 		}
+		err = p.answerQuery(ctx, id, text)
 	}
 }
 
@@ -507,7 +513,7 @@ func (p *Platform) awaitRetry(ctx context.Context, id string, q *query) {
 		// decided.
 		answer := func(req *deliveryv1.SendRequested) {
 			if p.claimQuery(id) != nil {
-				settle(q.hold, p.answerHeld(context.WithoutCancel(ctx), id, req.GetText(), q.handed))
+				settle(q.hold, p.answerHeld(context.WithoutCancel(ctx), id, req.GetText(), q.handed.Add(watchBound)))
 			}
 		}
 		select {
@@ -653,9 +659,10 @@ func (p *Platform) watchHolder(id string, w *platform.PressWatch, until time.Tim
 		}
 	}
 	p.log.Info("the replica holding a telegram button press's query stopped holding it unanswered; answering it here")
-	actx, cancel := context.WithTimeout(ctx, answerTimeout)
-	defer cancel()
-	if p.answerCallbackText(actx, id, p.keptText(ctx, id)) {
+	// Tried again while Telegram takes the answer, up to the watch's
+	// own bound: a holder gone for holderGrace tries no more, and at
+	// that bound this answer is tried once.
+	if p.answerHeld(ctx, id, p.keptText(ctx, id), until) {
 		p.confirmAnswered(id)
 	}
 }
@@ -820,7 +827,7 @@ func (p *Platform) hold(ctx context.Context, id string, q *query) {
 			return // refused: the refusal answers the query
 		}
 		if p.claimQuery(id) != nil {
-			settle(q.hold, p.answerHeld(context.WithoutCancel(ctx), id, text, q.handed))
+			settle(q.hold, p.answerHeld(context.WithoutCancel(ctx), id, text, q.handed.Add(watchBound)))
 		}
 	})
 }
@@ -871,10 +878,15 @@ func (p *Platform) refuse(ctx context.Context, req *deliveryv1.SendRequested) (s
 	q := p.claimQuery(ia.GetId())
 	held := q != nil
 	// settled: the query needs no answer any more (queryDone), said so
-	// only then.
-	settled := false
+	// only then; retrying: its answer is tried again on the press's own
+	// goroutine, which ends its hold.
+	settled, retrying := false, false
 	if held {
-		defer func() { settle(q.hold, settled) }()
+		defer func() {
+			if !retrying {
+				settle(q.hold, settled)
+			}
+		}()
 	}
 	// Sent on to a holder also past the press's end: the replica whose
 	// publish failed holds the query until its retry, which another
@@ -896,23 +908,37 @@ func (p *Platform) refuse(ctx context.Context, req *deliveryv1.SendRequested) (s
 			}
 		}()
 	}
-	text := req.GetText()
-	if utf8.RuneCountInString(text) > maxCallbackText {
-		text = string([]rune(text)[:maxCallbackText])
-	}
-	_, err := p.api.AnswerCallbackQuery(ctx, &bot.AnswerCallbackQueryParams{CallbackQueryID: ia.GetId(), Text: text})
+	id, text := ia.GetId(), req.GetText()
+	err := p.answerQuery(ctx, id, text)
 	settled = queryDone(err)
-	switch {
-	case err == nil:
+	if err == nil {
 		return "", nil
-	case errors.Is(err, bot.ErrorBadRequest):
+	}
+	if _, again := answerRetry(err, 0); held && again {
+		// A failure that passes (a 5xx, a 429, the network): the
+		// refusal is tried again, with its text, while Telegram takes
+		// it (answerAgain), and the press stays held here until then,
+		// so that a replica handed it again leaves it to this answer.
+		// The tries run on the press's own goroutine: this send's reply
+		// does not wait for them, lest delivery's request time out
+		// meanwhile and the refusal come again, to a query no longer
+		// held here.
+		retrying = true
+		actx := context.WithoutCancel(ctx)
+		p.goPress(func() {
+			actx, cancel := context.WithTimeout(actx, answerTimeout)
+			defer cancel()
+			settle(q.hold, p.answerAgain(actx, id, text, q.handed.Add(watchBound), err))
+		})
+		return "", nil
+	}
+	if errors.Is(err, bot.ErrorBadRequest) {
 		p.log.Info("telegram refused the callback query's answer; dropping the press's refusal", "err", p.redact(err))
 		return "", nil
 	}
 	if held {
-		// Telegram did not take it: the query is answered without text,
-		// as its hold would have, and the refusal is not retried.
-		settled = p.answerCallback(context.WithoutCancel(ctx), ia.GetId())
+		// Telegram refused it for good (not a 400): its hold ends
+		// without the word, and a replica watching it answers it.
 		p.log.Warn("answer telegram callback query with the refusal", "err", p.redact(err))
 		return "", nil
 	}

@@ -1101,16 +1101,17 @@ func TestPressWatchEndsWhileTheQueryIsOpen(t *testing.T) {
 // A handling of a press the bus says is a duplicate, whose hold told
 // another replica handed the press again that the press is held here,
 // tells that replica the query is answered only once it is: when its
-// own answer settled it, or when it leaves the query to a third replica
-// that holds the press and watches that one itself. Said before its
-// answer, as it was, a failed answer left the query to no one: the
-// replica told "held here" left it, its spinner on until it expired.
+// own answer settled it (tried again after a failure that passes), or
+// when it leaves the query to a third replica that holds the press and
+// watches that one itself. Said before its answer, as it was, a failed
+// answer left the query to no one: the replica told "held here" left
+// it, its spinner on until it expired.
 func TestPressDuplicateAskedForTellsItsAsker(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name string
-		// fail: the handling's answer to Telegram fails.
-		fail bool
+		// fail: Telegram's replies to the handling's first answers.
+		fail []telegramfake.APIError
 		// heldElsewhere: a third replica holds the press, and dies
 		// after the asker's watch ended.
 		heldElsewhere bool
@@ -1119,7 +1120,8 @@ func TestPressDuplicateAskedForTellsItsAsker(t *testing.T) {
 		askerLeaves bool
 	}{
 		{name: "answered", askerLeaves: true},
-		{name: "answer failed", fail: true},
+		{name: "answer failed", fail: []telegramfake.APIError{{Code: 400, Description: "Bad Request: invalid callback query answer"}}},
+		{name: "answer failed for a while", fail: []telegramfake.APIError{{Code: 500, Description: "Internal Server Error"}}, askerLeaves: true},
 		{name: "held elsewhere", heldElsewhere: true, askerLeaves: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -1145,8 +1147,8 @@ func TestPressDuplicateAskedForTellsItsAsker(t *testing.T) {
 						}
 						third = h
 					}
-					if tc.fail {
-						f.FailNext("answerCallbackQuery", telegramfake.APIError{Code: 500, Description: "Internal Server Error"})
+					for _, e := range tc.fail {
+						f.FailNext("answerCallbackQuery", e)
 					}
 					w, err := platform.WatchPress(b, "telegram", id)
 					if err != nil {
@@ -1641,5 +1643,155 @@ func TestPressWatchOfAHolderOnAnotherClock(t *testing.T) {
 	}
 	if a := f.CallbackAnswers(); len(a) != 1 || a[0].QueryID != query || a[0].Text != word {
 		t.Fatalf("answers %+v, want the holder's, with the router's word, alone", a)
+	}
+}
+
+// heldAnswers is the Bot API at target, whose answerCallbackQuery calls
+// are held back until release is called (at the latest as the test
+// ends); answering is closed when the first one comes.
+func heldAnswers(t *testing.T, target string) (url string, answering chan struct{}, release func()) {
+	t.Helper()
+	u, err := neturl.Parse(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	answering, released := make(chan struct{}), make(chan struct{})
+	var once, releaseOnce sync.Once
+	release = func() { releaseOnce.Do(func() { close(released) }) }
+	proxy := httputil.NewSingleHostReverseProxy(u)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/answerCallbackQuery") {
+			once.Do(func() { close(answering) })
+			<-released
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	// Cleanups run last first: the held calls end before the server
+	// closes, which waits for them.
+	t.Cleanup(release)
+	return srv.URL, answering, release
+}
+
+// A replica handed again a press that no replica holds (its holder
+// died) answers its query, with the router's kept word, off the update
+// loop, and tries the answer again when it fails for a while (a 5xx):
+// the poll goes on meanwhile (the press is confirmed while its answer
+// is still on its way), and the query ends answered with the word.
+// Tried once on the update loop, the poll waited for the answer, and a
+// failure that passes left the query unanswered, its spinner on until
+// Telegram gave up.
+func TestPressDecidedBeforeRetriesItsAnswer(t *testing.T) {
+	t.Parallel()
+	f := newFake(t)
+	d := pressHeldByAMortalReplica(t, f, false)
+	close(d.kill)
+	word := routerWord(t, d.b, d.query, true)
+	d.ba.Conn().Close()
+	d.stopA()
+	// b's first answer is held back, and then fails.
+	f.FailNext("answerCallbackQuery", telegramfake.APIError{Code: 500, Description: "Internal Server Error"})
+	cfgB := d.cfg
+	var (
+		answering chan struct{}
+		release   func()
+	)
+	cfgB.APIBaseURL, answering, release = heldAnswers(t, f.URL)
+	startService(t, cfgB, d.b, "b")
+	select {
+	case <-answering:
+	case <-time.After(30 * time.Second):
+		t.Fatal("b did not answer the press handed again")
+	}
+	waitFor(t, "b confirming the press while its answer is on its way", 20*time.Second, func() bool { return f.Confirmed() > d.id })
+	release()
+	waitFor(t, "the query answered", 2*answerTimeout, func() bool { return len(f.CallbackAnswers()) > 0 })
+	if a := f.CallbackAnswers(); len(a) != 1 || a[0].QueryID != d.query || a[0].Text != word {
+		t.Fatalf("answers %+v, want the query answered once with the router's word %q", a, word)
+	}
+}
+
+// A replica that takes a press's query over from a holder that died
+// (watchHolder) tries its answer again when it fails for a while (a
+// 5xx): the query ends answered with the router's kept word. Tried
+// once, the failure left the query unanswered, with no replica left to
+// answer it.
+func TestPressTakenOverRetriesItsAnswer(t *testing.T) {
+	t.Parallel()
+	f := newFake(t)
+	d := pressHeldByAMortalReplica(t, f, true)
+	d.stopA()
+	waitFor(t, "b polling the press again", 20*time.Second, func() bool { return f.Confirmed() > d.id })
+	close(d.kill)
+	// a is dead: the next answer Telegram gets is b's, which fails.
+	f.FailNext("answerCallbackQuery", telegramfake.APIError{Code: 502, Description: "Bad Gateway"})
+	word := routerWord(t, d.b, d.query, true)
+	d.ba.Conn().Close()
+	waitFor(t, "the query answered", maxPressHold+answerTimeout, func() bool { return len(f.CallbackAnswers()) > 0 })
+	if a := f.CallbackAnswers(); len(a) != 1 || a[0].QueryID != d.query || a[0].Text != word {
+		t.Fatalf("answers %+v, want the query answered once with the router's word %q", a, word)
+	}
+}
+
+// A held press's refusal whose answer fails for a while (a 5xx, a flood
+// wait, the network) is tried again, with its text, while Telegram
+// still takes it: the presser sees the refusal, and the query is
+// answered once. Tried once, the query was answered without text after
+// the failure (or not at all, when that failed too), and the refusal
+// was lost.
+func TestPressRefusalRetriesItsAnswer(t *testing.T) {
+	t.Parallel()
+	const refusal = "⛔ You are not authorized to approve commands."
+	for _, tc := range []struct {
+		name string
+		fail []telegramfake.APIError
+	}{
+		{name: "server error", fail: []telegramfake.APIError{{Code: 500, Description: "Internal Server Error"}}},
+		{name: "flood wait", fail: []telegramfake.APIError{telegramfake.FloodWait(1)}},
+		{name: "network twice", fail: []telegramfake.APIError{telegramfake.ErrDropConnection, telegramfake.ErrDropConnection}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFake(t)
+			b := bustest.New(t, bustest.EmbeddedURL(t))
+			cfg := testConfig(f)
+			cfg.PressHold = maxPressHold
+			var calls *atomic.Int32
+			cfg.APIBaseURL, calls = countedAnswers(t, f.URL)
+			s, _ := startService(t, cfg, b, "a")
+			waitFor(t, "connected", 20*time.Second, func() bool { st, _ := s.Runner().State(); return st == platform.StateConnected })
+			card := sendApprovalCard(t, f, b)
+			id, query, err := f.Press("99", card.ID, alice, "ea:once:call_1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, "the press published", 20*time.Second, func() bool { return f.Confirmed() > id })
+			evs := inbound(t, b)
+			if len(evs) != 1 || evs[0].GetInteraction().GetId() != query {
+				t.Fatalf("published %v, want the press once", evs)
+			}
+			for _, e := range tc.fail {
+				f.FailNext("answerCallbackQuery", e)
+			}
+			if r := sendReq(t, b, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: "r1",
+				Target: &deliveryv1.Target{Platform: "telegram", Account: "4242", ChatId: "99", Interaction: evs[0].GetInteraction()}, Text: refusal}); !r.GetOk() {
+				t.Fatalf("refusal: %v", r)
+			}
+			waitFor(t, "the query answered", answerTimeout, func() bool { return len(f.CallbackAnswers()) > 0 })
+			// The hold ends once the refusal's answer is made: every try
+			// came before.
+			waitFor(t, "the hold ended", 20*time.Second, func() bool {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				defer cancel()
+				held, err := platform.RetryPress(ctx, b, "telegram", query)
+				return err == nil && !held
+			})
+			if a := f.CallbackAnswers(); len(a) != 1 || a[0].QueryID != query || a[0].Text != refusal {
+				t.Fatalf("answers %+v, want the refusal as the query's answer", a)
+			}
+			if n := calls.Load(); n != int32(len(tc.fail)+1) {
+				t.Errorf("%d answers tried, want %d: each failure and the answer", n, len(tc.fail)+1)
+			}
+		})
 	}
 }

@@ -467,11 +467,21 @@ func (p *Platform) handle(ctx context.Context, conn platform.Conn, raw []byte) (
 				// Held by no one: the press was decided before, its holder
 				// done or dead, and the router's word kept for it, if any,
 				// is the query's answer (keptText), as its holder's was.
-				if p.claimQuery(out.callbackID) != nil && p.answerCallbackText(ctx, out.callbackID, p.keptText(ctx, out.callbackID)) {
-					// Its hold, closed, may have told a replica the
-					// press is held here.
-					p.confirmAnswered(out.callbackID)
+				// Answered on the press's own goroutine, and tried again
+				// while a failure passes (answerHeld): the next update
+				// does not wait for it. Nor does it end with ctx, a
+				// webhook's request's.
+				if p.claimQuery(out.callbackID) == nil {
+					return
 				}
+				id, actx := out.callbackID, context.WithoutCancel(ctx)
+				p.goPress(func() {
+					if p.answerHeld(actx, id, p.keptText(actx, id), handed.Add(watchBound)) {
+						// Its hold, closed, may have told a replica the
+						// press is held here.
+						p.confirmAnswered(id)
+					}
+				})
 			}
 		}()
 	}
