@@ -1711,28 +1711,6 @@ func TestPressDecidedBeforeRetriesItsAnswer(t *testing.T) {
 	}
 }
 
-// A replica that takes a press's query over from a holder that died
-// (watchHolder) tries its answer again when it fails for a while (a
-// 5xx): the query ends answered with the router's kept word. Tried
-// once, the failure left the query unanswered, with no replica left to
-// answer it.
-func TestPressTakenOverRetriesItsAnswer(t *testing.T) {
-	t.Parallel()
-	f := newFake(t)
-	d := pressHeldByAMortalReplica(t, f, true)
-	d.stopA()
-	waitFor(t, "b polling the press again", 20*time.Second, func() bool { return f.Confirmed() > d.id })
-	close(d.kill)
-	// a is dead: the next answer Telegram gets is b's, which fails.
-	f.FailNext("answerCallbackQuery", telegramfake.APIError{Code: 502, Description: "Bad Gateway"})
-	word := routerWord(t, d.b, d.query, true)
-	d.ba.Conn().Close()
-	waitFor(t, "the query answered", maxPressHold+answerTimeout, func() bool { return len(f.CallbackAnswers()) > 0 })
-	if a := f.CallbackAnswers(); len(a) != 1 || a[0].QueryID != d.query || a[0].Text != word {
-		t.Fatalf("answers %+v, want the query answered once with the router's word %q", a, word)
-	}
-}
-
 // A held press's refusal whose answer fails for a while (a 5xx, a flood
 // wait, the network) is tried again, with its text, while Telegram
 // still takes it: the presser sees the refusal, and the query is

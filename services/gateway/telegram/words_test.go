@@ -10,6 +10,7 @@ import (
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	"github.com/switchboard-chat/switchboard/pkg/platform"
+	"github.com/switchboard-chat/switchboard/pkg/telegramfake"
 )
 
 // A replica that left a press's query to the replica holding it, and
@@ -18,26 +19,44 @@ import (
 // the holder, which died with it unanswered, and was kept where every
 // replica reads it. Before, the query taken over was answered without
 // text, and the router's word (here, the approval's outcome) was lost.
+// Its answer is tried again when it fails for a while (a 5xx): tried
+// once, the failure left the query unanswered, with no replica left to
+// answer it.
 func TestPressTakenOverWithTheRouterWord(t *testing.T) {
 	t.Parallel()
-	f := newFake(t)
-	d := pressHeldByAMortalReplica(t, f, true)
-	// The lease moves; b, handed the press again and told it is a
-	// duplicate, asks, and a says it holds it: b watches a.
-	d.stopA()
-	waitFor(t, "b polling the press again", 20*time.Second, func() bool { return f.Confirmed() > d.id })
-	if a := f.CallbackAnswers(); len(a) != 0 {
-		t.Fatalf("answers %+v while a holds the press, want none yet", a)
-	}
-	// a dies with the router's word: it can answer nothing any more,
-	// the word comes (to a, and kept, as the router keeps it), and a's
-	// connection to the bus closes.
-	close(d.kill)
-	word := routerWord(t, d.b, d.query, true)
-	d.ba.Conn().Close()
-	waitFor(t, "the query answered", maxPressHold, func() bool { return len(f.CallbackAnswers()) > 0 })
-	if a := f.CallbackAnswers(); len(a) != 1 || a[0].QueryID != d.query || a[0].Text != word {
-		t.Fatalf("answers %+v, want the query answered once with the router's word %q", a, word)
+	for _, tc := range []struct {
+		name string
+		fail bool // the takeover's first answer fails with a 502
+	}{
+		{"answered", false},
+		{"answered after a failure", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFake(t)
+			d := pressHeldByAMortalReplica(t, f, true)
+			// The lease moves; b, handed the press again and told it is a
+			// duplicate, asks, and a says it holds it: b watches a.
+			d.stopA()
+			waitFor(t, "b polling the press again", 20*time.Second, func() bool { return f.Confirmed() > d.id })
+			if a := f.CallbackAnswers(); len(a) != 0 {
+				t.Fatalf("answers %+v while a holds the press, want none yet", a)
+			}
+			// a dies with the router's word: it can answer nothing any
+			// more, the word comes (to a, and kept, as the router keeps
+			// it), and a's connection to the bus closes.
+			close(d.kill)
+			if tc.fail {
+				// a is dead: the next answer Telegram gets is b's.
+				f.FailNext("answerCallbackQuery", telegramfake.APIError{Code: 502, Description: "Bad Gateway"})
+			}
+			word := routerWord(t, d.b, d.query, true)
+			d.ba.Conn().Close()
+			waitFor(t, "the query answered", maxPressHold+answerTimeout, func() bool { return len(f.CallbackAnswers()) > 0 })
+			if a := f.CallbackAnswers(); len(a) != 1 || a[0].QueryID != d.query || a[0].Text != word {
+				t.Fatalf("answers %+v, want the query answered once with the router's word %q", a, word)
+			}
+		})
 	}
 }
 
