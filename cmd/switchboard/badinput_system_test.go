@@ -500,7 +500,10 @@ func TestBadInputGetsItsDocumentedAnswer(t *testing.T) {
 				switch {
 				case strings.HasPrefix(m.Shown, "⚠️ Too many messages are waiting (8)."):
 					refused[m.ReplyTo] = true
-				case strings.HasPrefix(m.Shown, "⚡ Interrupting") || strings.HasPrefix(m.Shown, "⏳ Still working"):
+				case strings.HasPrefix(m.Shown, "⚡ Interrupting") || strings.HasPrefix(m.Shown, "⏳ Queued for the next turn"):
+					// A message that came while the turn before it was
+					// running interrupts it; one that came while that
+					// turn still waited for a worker waits behind it.
 					acks++
 				case m.Shown == fmt.Sprintf("echo: flood %d", inFlood[m.ReplyTo]):
 					answered[m.Shown]++
