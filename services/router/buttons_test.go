@@ -262,17 +262,6 @@ func TestPressOfAnUnknownChoice(t *testing.T) {
 		held(ev, id).Interaction.UnknownChoice = unknown
 		return ev
 	}
-	notices := func(chat string) []*repliesv1.ReplyEvent {
-		e.mu.Lock()
-		defer e.mu.Unlock()
-		var out []*repliesv1.ReplyEvent
-		for _, n := range e.notices {
-			if n.GetTarget().GetChatId() == chat && n.GetNotice() != nil {
-				out = append(out, n)
-			}
-		}
-		return out
-	}
 	for _, tc := range []struct {
 		name string
 		ev   *eventsv1.MessageReceived
@@ -284,27 +273,7 @@ func TestPressOfAnUnknownChoice(t *testing.T) {
 		{"a stranger's unknown choice", onTeams(press("mallory", "/start", "card-2", ""), "invoke-2", true), "⛔ Not authorized.", ""},
 		{"a stranger's known choice within the minute", onTeams(press("mallory", "/approve", "card-3", ""), "invoke-3", false), "", "⛔ Not authorized."},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			chat := tc.ev.GetSource().GetChatId()
-			before := len(notices(chat))
-			e.publish(tc.ev)
-			id := tc.ev.GetInteraction().GetId()
-			if tc.notice != "" {
-				waitFor(t, "the refusal", func() bool { return len(notices(chat)) > before })
-				waitFor(t, "inbound drained", e.inboundDrained)
-				n := notices(chat)[before]
-				if n.GetNotice().GetText() != tc.notice || n.GetTarget().GetInteraction().GetId() != id {
-					t.Fatalf("notice %q to %v, want %q with interaction %q", n.GetNotice().GetText(), n.GetTarget(), tc.notice, id)
-				}
-				keptWith(t, e, "teams", id, tc.notice)
-				return
-			}
-			waitFor(t, "inbound drained", e.inboundDrained)
-			answeredWith(t, e, answers, id, tc.answer)
-			if got := notices(chat); len(got) != before {
-				t.Fatalf("%s got %v, want nothing", chat, got[before:])
-			}
-		})
+		t.Run(tc.name, func(t *testing.T) { pressAnsweredOnce(t, e, answers, tc.ev, tc.notice, tc.answer) })
 	}
 	if turns, _ := w.snapshot(); len(turns) != 0 {
 		t.Fatalf("presses started %d turns", len(turns))
@@ -332,17 +301,6 @@ func TestTeamsPressWithoutAnAllowlist(t *testing.T) {
 		ev.Source.Platform = "teams"
 		return held(ev, id)
 	}
-	notices := func(chat string) []*repliesv1.ReplyEvent {
-		e.mu.Lock()
-		defer e.mu.Unlock()
-		var out []*repliesv1.ReplyEvent
-		for _, n := range e.notices {
-			if n.GetTarget().GetChatId() == chat && n.GetNotice() != nil {
-				out = append(out, n)
-			}
-		}
-		return out
-	}
 	unknownChoice := func(ev *eventsv1.MessageReceived) *eventsv1.MessageReceived {
 		ev.Interaction.UnknownChoice = true
 		return ev
@@ -360,29 +318,47 @@ func TestTeamsPressWithoutAnAllowlist(t *testing.T) {
 		{"a Teams press of an unknown choice", unknownChoice(onTeams(press("trudy", "/start", "card-2", ""), "invoke-3")), notice, ""},
 		{"a Telegram press", held(press("oscar", "/approve", "card-3", ""), "callback-1"), "⛔ You are not authorized to approve commands.", ""},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			chat := tc.ev.GetSource().GetChatId()
-			before := len(notices(chat))
-			e.publish(tc.ev)
-			id := tc.ev.GetInteraction().GetId()
-			if tc.refusal != "" {
-				waitFor(t, "the refusal", func() bool { return len(notices(chat)) > before })
-				waitFor(t, "inbound drained", e.inboundDrained)
-				n := notices(chat)[before]
-				if n.GetNotice().GetText() != tc.refusal || n.GetTarget().GetInteraction().GetId() != id {
-					t.Fatalf("refusal %q to %v, want %q with interaction %q", n.GetNotice().GetText(), n.GetTarget(), tc.refusal, id)
-				}
-				keptWith(t, e, tc.ev.GetSource().GetPlatform(), id, tc.refusal)
-				return
-			}
-			waitFor(t, "inbound drained", e.inboundDrained)
-			answeredWith(t, e, answers, id, tc.answer)
-			if got := notices(chat); len(got) != before {
-				t.Fatalf("%s got %v, want nothing", chat, got[before:])
-			}
-		})
+		t.Run(tc.name, func(t *testing.T) { pressAnsweredOnce(t, e, answers, tc.ev, tc.refusal, tc.answer) })
 	}
 	if turns, _ := w.snapshot(); len(turns) != 0 {
 		t.Fatalf("presses started %d turns", len(turns))
+	}
+}
+
+// pressAnsweredOnce publishes ev, a held press, and checks how it was
+// answered: with refusal, its refusal through delivery to the press's
+// chat (kept for the gateway's replicas), when refusal is set; else with
+// answer to its holder alone, no notice going to the chat.
+func pressAnsweredOnce(t *testing.T, e *env, answers func(string) []*deliveryv1.SendRequested, ev *eventsv1.MessageReceived, refusal, answer string) {
+	t.Helper()
+	chat := ev.GetSource().GetChatId()
+	notices := func() []*repliesv1.ReplyEvent {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		var out []*repliesv1.ReplyEvent
+		for _, n := range e.notices {
+			if n.GetTarget().GetChatId() == chat && n.GetNotice() != nil {
+				out = append(out, n)
+			}
+		}
+		return out
+	}
+	before := len(notices())
+	e.publish(ev)
+	id := ev.GetInteraction().GetId()
+	if refusal != "" {
+		waitFor(t, "the refusal", func() bool { return len(notices()) > before })
+		waitFor(t, "inbound drained", e.inboundDrained)
+		n := notices()[before]
+		if n.GetNotice().GetText() != refusal || n.GetTarget().GetInteraction().GetId() != id {
+			t.Fatalf("refusal %q to %v, want %q with interaction %q", n.GetNotice().GetText(), n.GetTarget(), refusal, id)
+		}
+		keptWith(t, e, ev.GetSource().GetPlatform(), id, refusal)
+		return
+	}
+	waitFor(t, "inbound drained", e.inboundDrained)
+	answeredWith(t, e, answers, id, answer)
+	if got := notices(); len(got) != before {
+		t.Fatalf("%s got %v, want nothing", chat, got[before:])
 	}
 }
