@@ -465,6 +465,11 @@ func (w *PressWatch) held(ctx context.Context, timeout time.Duration) bool {
 	return held || err != nil
 }
 
+// Said reports whether the press's holder has said it answered the
+// press, without waiting (a watch that ended on its own bound or
+// context and asks once more).
+func (w *PressWatch) Said() bool { return w.said() }
+
 // said reports whether the holder's word came.
 func (w *PressWatch) said() bool {
 	select {

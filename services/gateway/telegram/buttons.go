@@ -695,9 +695,8 @@ func (p *Platform) heldOnStop(id string, w *platform.PressWatch) (held, answered
 		}
 		// The holder's word comes before its hold ends, on one
 		// connection, and this one has it before the question's reply
-		// that no one holds the press. Wait with the gateway's life,
-		// which has ended, only reports whether it came.
-		if w.Wait(p.life, holderGrace, holderCheck, holderGrace) {
+		// that no one holds the press.
+		if w.Said() {
 			return true, true
 		}
 		if gone.IsZero() {
