@@ -804,13 +804,16 @@ func (s *Service) endEvent(ctx context.Context, rec runRecord) {
 // text delta (the deltas add up to the output, as a chat completion's
 // stream does), then its last event. Whoever writes them — the send that ended the run,
 // that send delivered again, a follower of a run whose writer stopped —
-// writes them in that order, so the links never come after the end.
+// writes them in that order, so the links never come after the end,
+// and both at the time the run ended, so the last delta's timestamp is
+// not after the end's either.
 func (s *Service) lastEvents(ctx context.Context, rec runRecord) error {
 	run := rec.Status.RunID
 	if rec.Status.Status == runCompleted && rec.Tail != "" {
 		// Under the key it had when it carried the links alone, so that
 		// a record a replica of that time ended streams it once.
-		if err := s.runs.emit(ctx, run, "media", runEvent{Event: "message.delta", Delta: rec.Tail}); err != nil {
+		tail := runEvent{Event: "message.delta", Delta: rec.Tail, Timestamp: rec.Status.UpdatedAt}
+		if err := s.runs.emit(ctx, run, "media", tail); err != nil {
 			return err
 		}
 	}

@@ -418,7 +418,7 @@ func TestRunCompletes(t *testing.T) {
 // stream does: the worker streams the answer at most every
 // worker.delta_interval and leaves the rest of it to the final send,
 // whose text the deltas did not carry goes out as the last delta before
-// run.completed. A later model call's text (after the break a tool call
+// run.completed (its timestamp not after the end's). A later model call's text (after the break a tool call
 // makes) is the answer; the text before the break stays in the stream.
 func TestRunDeltasAddUpToTheOutput(t *testing.T) {
 	t.Parallel()
@@ -438,12 +438,17 @@ func TestRunDeltasAddUpToTheOutput(t *testing.T) {
 			t.Fatalf("%s: events %v (closed %v)", c.input, names(events), closed)
 		}
 		var stream string
+		end := events[len(events)-1]
 		for _, ev := range events {
 			if ev["event"] == "message.delta" {
 				stream += ev["delta"].(string)
+				// Every delta comes before the end, in time too.
+				if ev["timestamp"].(float64) > end["timestamp"].(float64) {
+					t.Errorf("%s: delta %q at %v, after run.completed at %v", c.input, ev["delta"], ev["timestamp"], end["timestamp"])
+				}
 			}
 		}
-		if out := events[len(events)-1]["output"]; out != c.output || stream != c.stream {
+		if out := end["output"]; out != c.output || stream != c.stream {
 			t.Errorf("%s: deltas %q, output %q", c.input, stream, out)
 		}
 	}
