@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"slices"
 	"strings"
 	"time"
 
@@ -639,18 +638,14 @@ func (s *Service) runStep(ctx context.Context, run, command string, req *deliver
 func (s *Service) runDelta(ctx context.Context, run, key, text string, restart bool) error {
 	ev := runEvent{Event: "message.delta", Delta: text, Timestamp: unixNow()}
 	rec, found, err := s.runs.change(ctx, run, func(rec *runRecord) bool {
-		if terminal(rec.Status.Status) || slices.Contains(rec.Streams, key) {
+		rec.fold(run)
+		if terminal(rec.Status.Status) || rec.Deltas.counted(key) {
 			return false
 		}
 		if rec.Status.Status == runQueued {
 			rec.Status.Status = runRunning
 		}
-		if restart {
-			rec.Streamed = ""
-		} else {
-			rec.Streamed += text
-		}
-		rec.Streams = append(rec.Streams, key)
+		rec.Deltas.count(run, key, text, restart)
 		return true
 	})
 	if err != nil || !found || terminal(rec.Status.Status) {
@@ -733,9 +728,10 @@ func toolEvent(step *deliveryv1.ToolStep) (runEvent, func(*runRecord, *runEvent)
 // the send is delivered again).
 func (s *Service) endRun(ctx context.Context, run string, req *deliveryv1.SendRequested, stopped bool) error {
 	// The deltas the run's events hold: a replica from before the
-	// deltas were counted (Streamed) writes theirs without counting
-	// them, or rewrites the record without what was counted.
-	var deltas map[string]bool
+	// deltas were counted writes theirs without counting them, and one
+	// from before deltaTally rewrites the record without what was
+	// counted there.
+	var deltas deltaCount
 	if !stopped && req.GetErrorCode() == "" {
 		var err error
 		if deltas, err = s.runs.deltaEvents(ctx, run); err != nil {
@@ -747,6 +743,7 @@ func (s *Service) endRun(ctx context.Context, run string, req *deliveryv1.SendRe
 		if terminal(st.Status) {
 			return false
 		}
+		rec.fold(run)
 		switch {
 		case stopped || st.Status == runStopping:
 			st.Status = runCancelled
@@ -767,8 +764,8 @@ func (s *Service) endRun(ctx context.Context, run string, req *deliveryv1.SendRe
 			// or one whose deltas were not all counted (a replica from
 			// before the count wrote some), streams only its links: the
 			// output says the whole answer.
-			rest, continues := strings.CutPrefix(text, rec.Streamed)
-			if !continues || !rec.counted(run, deltas) {
+			rest, continues := rec.Deltas.rest(text)
+			if !continues || !rec.Deltas.matches(deltas) {
 				rest = ""
 			}
 			rec.Tail = rest + strings.TrimPrefix(out, text)
@@ -780,7 +777,7 @@ func (s *Service) endRun(ctx context.Context, run string, req *deliveryv1.SendRe
 		}
 		st.LastEvent, st.Approval = "run."+st.Status, nil
 		rec.Answer, rec.Sent, rec.Tools, rec.Media = "", nil, nil, nil
-		rec.Streamed, rec.Streams = "", nil
+		rec.Deltas = deltaTally{}
 		return true
 	})
 	if err != nil || !found || !terminal(rec.Status.Status) {
@@ -807,13 +804,16 @@ func (s *Service) endEvent(ctx context.Context, rec runRecord) {
 // text delta (the deltas add up to the output, as a chat completion's
 // stream does), then its last event. Whoever writes them — the send that ended the run,
 // that send delivered again, a follower of a run whose writer stopped —
-// writes them in that order, so the links never come after the end.
+// writes them in that order, so the links never come after the end,
+// and both at the time the run ended, so the last delta's timestamp is
+// not after the end's either.
 func (s *Service) lastEvents(ctx context.Context, rec runRecord) error {
 	run := rec.Status.RunID
 	if rec.Status.Status == runCompleted && rec.Tail != "" {
 		// Under the key it had when it carried the links alone, so that
 		// a record a replica of that time ended streams it once.
-		if err := s.runs.emit(ctx, run, "media", runEvent{Event: "message.delta", Delta: rec.Tail}); err != nil {
+		tail := runEvent{Event: "message.delta", Delta: rec.Tail, Timestamp: rec.Status.UpdatedAt}
+		if err := s.runs.emit(ctx, run, "media", tail); err != nil {
 			return err
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -291,10 +292,17 @@ func (es *eventStream) next(t *testing.T, deltas *[]string) map[string]any {
 // run's stream ends (": stream closed").
 func (es *eventStream) rest(t *testing.T) (events []map[string]any, closed bool) {
 	t.Helper()
-	select {
-	case <-es.done:
-	case <-time.After(20 * time.Second):
-		t.Fatal("run stream did not end")
+	timeout := time.After(20 * time.Second)
+wait:
+	for {
+		select {
+		case ev := <-es.events: // a long stream fills the buffer
+			events = append(events, ev)
+		case <-es.done:
+			break wait
+		case <-timeout:
+			t.Fatal("run stream did not end")
+		}
 	}
 	for {
 		select {
@@ -410,7 +418,7 @@ func TestRunCompletes(t *testing.T) {
 // stream does: the worker streams the answer at most every
 // worker.delta_interval and leaves the rest of it to the final send,
 // whose text the deltas did not carry goes out as the last delta before
-// run.completed. A later model call's text (after the break a tool call
+// run.completed (its timestamp not after the end's). A later model call's text (after the break a tool call
 // makes) is the answer; the text before the break stays in the stream.
 func TestRunDeltasAddUpToTheOutput(t *testing.T) {
 	t.Parallel()
@@ -430,46 +438,102 @@ func TestRunDeltasAddUpToTheOutput(t *testing.T) {
 			t.Fatalf("%s: events %v (closed %v)", c.input, names(events), closed)
 		}
 		var stream string
+		end := events[len(events)-1]
 		for _, ev := range events {
 			if ev["event"] == "message.delta" {
 				stream += ev["delta"].(string)
+				// Every delta comes before the end, in time too.
+				if ev["timestamp"].(float64) > end["timestamp"].(float64) {
+					t.Errorf("%s: delta %q at %v, after run.completed at %v", c.input, ev["delta"], ev["timestamp"], end["timestamp"])
+				}
 			}
 		}
-		if out := events[len(events)-1]["output"]; out != c.output || stream != c.stream {
+		if out := end["output"]; out != c.output || stream != c.stream {
 			t.Errorf("%s: deltas %q, output %q", c.input, stream, out)
 		}
 	}
 }
 
 // During a rolling upgrade the deltas of a run may be written by a
-// replica from before the deltas were counted (it writes their events
-// and leaves the record alone, or rewrites the record without the
-// fields it does not know), and its final send reach a newer one: the
-// answer's rest must not then stream the text those deltas carried
-// again. What was not counted streams nothing more (the output says
-// the whole answer), as before.
+// replica of a release before this one, and its final send reach a
+// newer one:
+//   - one from before the deltas were counted writes their events and
+//     leaves the record alone, or rewrites the record without the
+//     fields it does not know: the answer's rest must not then stream
+//     the text those deltas carried again; what was not counted streams
+//     nothing more (the output says the whole answer), as before;
+//   - one that counted them in the record by every key (Streams,
+//     Streamed) leaves out of it what this one counts (deltaTally): what
+//     it counted is counted on, and the deltas add up to the output, but
+//     what it dropped is not streamed again.
 func TestRunDeltasOfAnOlderReplicaAreNotStreamedAgain(t *testing.T) {
 	t.Parallel()
 	b := newBus(t)
 	s := startService(t, b, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	// older writes a delta as a replica of that time did (runProgress
-	// with no change): the run runs from its first event, the event is
-	// written, the record keeps no text.
-	older := func(id, key, text string) {
-		if _, _, err := s.runs.change(ctx, id, func(rec *runRecord) bool {
-			if rec.Status.Status != runQueued {
-				return false
-			}
-			rec.Status.Status = runRunning
-			return true
-		}); err != nil {
+	// rewrite writes the record as a replica of a release before this
+	// one does: with the fields it knows, which fn changes.
+	rewrite := func(id string, known []string, fn func(rec map[string]json.RawMessage)) {
+		kv, err := s.runs.bucket(ctx)
+		if err != nil {
 			t.Fatal(err)
 		}
+		e, err := kv.Get(ctx, kvKey(id))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rec map[string]json.RawMessage
+		if err := json.Unmarshal(e.Value(), &rec); err != nil {
+			t.Fatal(err)
+		}
+		for field := range rec {
+			if !slices.Contains(known, field) {
+				delete(rec, field)
+			}
+		}
+		fn(rec)
+		data, _ := json.Marshal(rec)
+		if _, err := kv.Update(ctx, kvKey(id), data, e.Revision()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	uncounted := []string{"owner", "chat", "scope", "request", "status", "answer", "sent", "media", "links", "tools", "slot"}
+	running := func(rec map[string]json.RawMessage) {
+		var st runStatus
+		_ = json.Unmarshal(rec["status"], &st)
+		if st.Status == runQueued {
+			st.Status = runRunning
+		}
+		rec["status"], _ = json.Marshal(st)
+	}
+	written := func(id, key, text string) {
 		if err := s.runs.emit(ctx, id, key, runEvent{Event: "message.delta", Delta: text}); err != nil {
 			t.Fatal(err)
 		}
+	}
+	// older writes a delta as a replica from before the count did
+	// (runProgress with no change): the run runs from its first event,
+	// the event is written, the record keeps no text.
+	older := func(id, key, text string) {
+		rewrite(id, uncounted, running)
+		written(id, key, text)
+	}
+	// keyed writes a delta as a replica that kept every key did.
+	keyed := func(id, key, text string) {
+		rewrite(id, append(uncounted, "streamed", "streams"), func(rec map[string]json.RawMessage) {
+			var streamed string
+			var streams []string
+			_ = json.Unmarshal(rec["streamed"], &streamed)
+			_ = json.Unmarshal(rec["streams"], &streams)
+			if !slices.Contains(streams, key) {
+				running(rec)
+				streamed, streams = streamed+text, append(streams, key)
+			}
+			rec["streamed"], _ = json.Marshal(streamed)
+			rec["streams"], _ = json.Marshal(streams)
+		})
+		written(id, key, text)
 	}
 	send := func(id string, req *deliveryv1.SendRequested) {
 		req.InputMessageIds = []string{id}
@@ -483,44 +547,158 @@ func TestRunDeltasOfAnOlderReplicaAreNotStreamedAgain(t *testing.T) {
 	for _, c := range []struct {
 		name   string
 		stream func(id string)
+		want   string
 	}{
 		{"all deltas by an older replica", func(id string) {
 			older(id, "d1", "hel")
 			older(id, "d2", "lo")
-		}},
+		}, "hello"},
 		{"the record rewritten by an older replica", func(id string) {
 			delta(id, "d1", "hel")
 			delta(id, "d2", "lo")
 			// A replica of that time rewrites the record (a tool's
 			// step) as it knows it: without the text counted so far.
-			if _, _, err := s.runs.change(ctx, id, func(rec *runRecord) bool {
-				rec.Streamed, rec.Streams = "", nil
-				return true
-			}); err != nil {
-				t.Fatal(err)
-			}
-		}},
+			rewrite(id, uncounted, func(map[string]json.RawMessage) {})
+		}, "hello"},
 		{"a later delta by an older replica", func(id string) {
 			delta(id, "d1", "hel")
 			older(id, "d2", "lo")
-		}},
+		}, "hello"},
+		{"a record that kept every key, counted on", func(id string) {
+			keyed(id, "t:1:d", "hel")
+			delta(id, "t:1:d", "hel") // delivered again, to this one
+			delta(id, "t:2:d", "lo")
+		}, "hello!"},
+		{"every delta in a record that kept every key", func(id string) {
+			keyed(id, "t:1:d", "hel")
+			keyed(id, "t:2:d", "lo")
+		}, "hello!"},
+		{"a later delta in a record that kept every key", func(id string) {
+			delta(id, "t:1:d", "hel")
+			keyed(id, "t:2:d", "lo")
+		}, "hello"},
 	} {
 		id, _ := startRun(t, s, `{"input":"hi"}`, nil)
 		c.stream(id)
 		send(id, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, Text: "hello!", Final: true, IdempotencyKey: "f"})
 		events, closed := followRun(t, s, id).rest(t)
-		var stream string
-		for _, ev := range events {
-			if ev["event"] == "message.delta" {
-				stream += ev["delta"].(string)
-			}
-		}
 		if n := len(events); n == 0 || events[n-1]["output"] != "hello!" || !closed {
 			t.Fatalf("%s: events %v (closed %v)", c.name, names(events), closed)
 		}
-		if stream != "hello" {
-			t.Errorf("%s: deltas %q, want %q (what was streamed, not again)", c.name, stream, "hello")
+		if stream := deltasOf(events); stream != c.want {
+			t.Errorf("%s: deltas %q, want %q", c.name, stream, c.want)
 		}
+	}
+}
+
+// A text delta delivered again (delivery's event redelivered after a
+// crash, a send retried) is counted once, whenever it comes: the deltas
+// add up to the output.
+func TestRunDeltaDeliveredAgainIsCountedOnce(t *testing.T) {
+	t.Parallel()
+	b := newBus(t)
+	s := startService(t, b, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	type delta struct {
+		key, text string
+	}
+	for _, c := range []struct {
+		name   string
+		deltas []delta
+		final  string
+		want   string
+	}{
+		{"at once", []delta{{"t:1:d", "hel"}, {"t:1:d", "hel"}, {"t:2:d", "lo"}}, "hello!", "hello!"},
+		{"after later deltas", []delta{{"t:1:d", "hel"}, {"t:2:d", "lo"}, {"t:1:d", "hel"}, {"t:2:d", "lo"}}, "hello!", "hello!"},
+		{"keys naming no seq", []delta{{"a", "hel"}, {"a", "hel"}, {"b", "lo"}, {"a", "hel"}}, "hello!", "hello!"},
+		{"a break", []delta{{"t:1:d", "Let me"}, {"t:2:d", "\n\n"}, {"t:3:d", "hel"}, {"t:2:d", "\n\n"}, {"t:4:d", "lo"}},
+			"hello!", "Let me\n\nhello!"},
+	} {
+		id, _ := startRun(t, s, `{"input":"hi"}`, nil)
+		for _, d := range c.deltas {
+			if err := s.runSend(ctx, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_STREAM_DELTA, InputMessageIds: []string{id},
+				Text: d.text, StreamRestart: d.text == "\n\n", IdempotencyKey: d.key}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := s.runSend(ctx, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, InputMessageIds: []string{id},
+			Text: c.final, Final: true, IdempotencyKey: "t:9:0"}); err != nil {
+			t.Fatal(err)
+		}
+		events, closed := followRun(t, s, id).rest(t)
+		if n := len(events); n == 0 || events[n-1]["output"] != c.final || !closed {
+			t.Fatalf("%s: events %v (closed %v)", c.name, names(events), closed)
+		}
+		if stream := deltasOf(events); stream != c.want {
+			t.Errorf("%s: deltas %q, want %q", c.name, stream, c.want)
+		}
+	}
+}
+
+// deltasOf is the text of a run's message.delta events.
+func deltasOf(events []map[string]any) string {
+	var stream string
+	for _, ev := range events {
+		if ev["event"] == "message.delta" {
+			stream += ev["delta"].(string)
+		}
+	}
+	return stream
+}
+
+// A run's record is written again at each of its text deltas: its size
+// must not grow with them, or a long streamed answer would near NATS's
+// 1 MB payload (the record is a KV entry) and cost O(n²) bytes written
+// over the run. The deltas still add up to the output.
+func TestRunRecordDoesNotGrowWithItsDeltas(t *testing.T) {
+	t.Parallel()
+	b := newBus(t)
+	s := startService(t, b, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	id, _ := startRun(t, s, `{"input":"hi"}`, nil)
+	size := func() int {
+		kv, err := s.runs.bucket(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e, err := kv.Get(ctx, kvKey(id))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(e.Value())
+	}
+	var answer strings.Builder
+	send := func(req *deliveryv1.SendRequested) {
+		req.InputMessageIds, req.TurnId = []string{id}, "turn-"+id
+		if err := s.runSend(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// As delivery keys a turn's deltas: <turn id>:<reply seq>:d.
+	deltas := func(from, to int) {
+		for i := from; i < to; i++ {
+			text := fmt.Sprintf("word%d ", i)
+			answer.WriteString(text)
+			send(&deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_STREAM_DELTA, Text: text,
+				IdempotencyKey: fmt.Sprintf("turn-%s:%d:d", id, i+1)})
+		}
+	}
+	deltas(0, 20)
+	early := size()
+	deltas(20, 300)
+	late := size()
+	if late > early+32 {
+		t.Errorf("record of %d bytes after 20 deltas, %d after 300: it grows with them", early, late)
+	}
+	t.Logf("record of %d bytes after 20 deltas, %d after 300", early, late)
+	answer.WriteString("and the rest.")
+	send(&deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, Text: answer.String(), Final: true,
+		IdempotencyKey: fmt.Sprintf("turn-%s:301:0", id)})
+	events, closed := followRun(t, s, id).rest(t)
+	if n, stream := len(events), deltasOf(events); n == 0 || events[n-1]["output"] != answer.String() || !closed || stream != answer.String() {
+		t.Errorf("events %d (closed %v), deltas add up to %q", len(events), closed, stream)
 	}
 }
 

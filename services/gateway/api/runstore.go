@@ -1,14 +1,18 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -109,9 +113,14 @@ type runRecord struct {
 	// Media are the links to the media of those sends (mediaLinks),
 	// which the output shows after the answer's text.
 	Media []string `json:"media,omitempty"`
-	// Streamed is the text the run's deltas carried since the last
-	// break (a later model call's text restarts the answer), and
-	// Streams the idempotency keys of those deltas (each is added once).
+	// Deltas is what the record knows of the run's text deltas, in a
+	// size that does not grow with them (deltaTally).
+	Deltas deltaTally `json:"deltas,omitzero"`
+	// Streamed and Streams are the record of the release before: the
+	// text the deltas carried since the last break and the idempotency
+	// keys of every delta, which grew with the run. A record one of its
+	// replicas wrote (during a rolling upgrade) is folded into Deltas
+	// when it is next written (fold).
 	Streamed string   `json:"streamed,omitempty"`
 	Streams  []string `json:"streams,omitempty"`
 	// Tail is what a completed run's output adds after the text its
@@ -339,34 +348,34 @@ func (rs *runStore) emit(ctx context.Context, id, key string, ev runEvent) error
 	return nil
 }
 
-// deltaEvents returns the KV keys of the text deltas written so far for
-// run id, whichever replica wrote them (not the last one, key "media").
-func (rs *runStore) deltaEvents(ctx context.Context, id string) (map[string]bool, error) {
+// deltaEvents counts the text deltas written so far for run id,
+// whichever replica wrote them (not the last one, key "media").
+func (rs *runStore) deltaEvents(ctx context.Context, id string) (deltaCount, error) {
 	kv, err := rs.bucket(ctx)
 	if err != nil {
-		return nil, err
+		return deltaCount{}, err
 	}
 	w, err := kv.Watch(ctx, kvKey(id)+".*", jetstream.IgnoreDeletes())
 	if err != nil {
-		return nil, fmt.Errorf("watch run events: %w", err)
+		return deltaCount{}, fmt.Errorf("watch run events: %w", err)
 	}
 	defer func() { _ = w.Stop() }()
 	last := eventKey(id, "media")
-	keys := map[string]bool{}
+	var deltas deltaCount
 	for {
 		select {
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			return deltaCount{}, ctx.Err()
 		case e, ok := <-w.Updates():
 			if !ok {
-				return nil, fmt.Errorf("watch run events: %w", ctx.Err())
+				return deltaCount{}, fmt.Errorf("watch run events: %w", ctx.Err())
 			}
 			if e == nil {
-				return keys, nil // the events so far
+				return deltas, nil // the events so far
 			}
 			var ev runEvent
 			if json.Unmarshal(e.Value(), &ev) == nil && ev.Event == "message.delta" && e.Key() != last {
-				keys[e.Key()] = true
+				deltas.add(e.Key())
 			}
 		}
 	}
@@ -414,22 +423,160 @@ func (rs *runStore) watch(ctx context.Context, id string, fn func(data []byte, e
 	}
 }
 
-// counted reports whether every text delta of run id that was written
-// (deltas, the KV keys of their events) is one the record counted.
-func (rec *runRecord) counted(id string, deltas map[string]bool) bool {
-	if len(deltas) > len(rec.Streams) {
-		return false
+// deltaTally is what a run's record knows of the run's text deltas,
+// without keeping their keys or their text, so that its size does not
+// grow with them (the record is written again at each one):
+//
+//   - which were counted, for a delta delivered again not to be counted
+//     twice: the turn and reply seq of the last one (delivery keys a
+//     turn's deltas <turn id>:<seq>:d, and sends them in seq order), and
+//     the last few keys of those whose key names no seq;
+//   - the text they carried since the last break (a later model call's
+//     text restarts the answer): its length and its SHA-256 state, which
+//     tells whether the answer continues it (rest);
+//   - how many were counted and the sum of a hash of their events' KV
+//     keys, which the run's end compares with the events written
+//     (matches): a replica that writes deltas without counting them
+//     here (one of a release from before) is told apart.
+type deltaTally struct {
+	Turn string   `json:"turn,omitempty"`
+	Seq  int64    `json:"seq,omitempty"`
+	Keys []string `json:"keys,omitempty"`
+
+	TextLen int    `json:"text_len,omitempty"`
+	Text    []byte `json:"text,omitempty"`
+
+	deltaCount
+}
+
+// deltaCount counts text delta events by their KV keys: how many, and
+// the sum of deltaHash of their keys.
+type deltaCount struct {
+	N   int    `json:"n,omitempty"`
+	Sum uint64 `json:"sum,omitempty"`
+}
+
+// deltaHash is the hash of a delta event's KV key that deltaCount sums.
+func deltaHash(kvKey string) uint64 {
+	sum := sha256.Sum256([]byte(kvKey))
+	return binary.BigEndian.Uint64(sum[:8])
+}
+
+func (c *deltaCount) add(kvKey string) {
+	c.N++
+	c.Sum += deltaHash(kvKey)
+}
+
+// recentKeys is how many keys naming no seq a tally keeps.
+const recentKeys = 16
+
+// deltaSeq reads the turn and reply seq of a delta's key as delivery
+// makes it: <turn id>:<seq>:d.
+func deltaSeq(key string) (turn string, seq int64, ok bool) {
+	rest, ok := strings.CutSuffix(key, ":d")
+	i := strings.LastIndexByte(rest, ':')
+	if !ok || i <= 0 {
+		return "", 0, false
 	}
-	own := make(map[string]bool, len(rec.Streams))
-	for _, key := range rec.Streams {
-		own[eventKey(id, key)] = true
+	seq, err := strconv.ParseInt(rest[i+1:], 10, 64)
+	if err != nil || seq <= 0 {
+		return "", 0, false
 	}
-	for key := range deltas {
-		if !own[key] {
-			return false
+	return rest[:i], seq, true
+}
+
+// counted reports whether the delta with key was counted: its seq is at
+// or before the last one counted of its turn, or, naming no seq, it is
+// one of the last few.
+func (d *deltaTally) counted(key string) bool {
+	if turn, seq, ok := deltaSeq(key); ok {
+		return turn == d.Turn && seq <= d.Seq
+	}
+	return slices.Contains(d.Keys, key)
+}
+
+// count counts the delta of run id with key and text; restart: it is
+// the break before a later model call's text, which the answer starts
+// after.
+func (d *deltaTally) count(id, key, text string, restart bool) {
+	if turn, seq, ok := deltaSeq(key); ok {
+		d.Turn, d.Seq = turn, seq
+	} else {
+		d.Keys = append(d.Keys, key)
+		if n := len(d.Keys); n > recentKeys {
+			d.Keys = slices.Clone(d.Keys[n-recentKeys:])
 		}
 	}
-	return true
+	d.add(eventKey(id, key))
+	if restart {
+		d.TextLen, d.Text = 0, nil
+		return
+	}
+	d.stream(text)
+}
+
+// stream adds text to the text streamed since the last break.
+func (d *deltaTally) stream(text string) {
+	if text == "" {
+		return
+	}
+	if d.TextLen < 0 {
+		return // unknown: no answer continues it
+	}
+	h := sha256.New()
+	if d.TextLen > 0 {
+		if err := h.(encoding.BinaryUnmarshaler).UnmarshalBinary(d.Text); err != nil {
+			d.TextLen, d.Text = -1, nil // a state this build does not read
+			return
+		}
+	}
+	_, _ = h.Write([]byte(text))
+	state, err := h.(encoding.BinaryMarshaler).MarshalBinary()
+	if err != nil {
+		d.TextLen, d.Text = -1, nil
+		return
+	}
+	d.TextLen, d.Text = d.TextLen+len(text), state
+}
+
+// rest is what answer adds to the text streamed since the last break,
+// when it continues it.
+func (d *deltaTally) rest(answer string) (string, bool) {
+	switch {
+	case d.TextLen == 0:
+		return answer, true
+	case d.TextLen < 0 || d.TextLen > len(answer):
+		return "", false
+	}
+	h := sha256.New()
+	if err := h.(encoding.BinaryUnmarshaler).UnmarshalBinary(d.Text); err != nil {
+		return "", false
+	}
+	if want := sha256.Sum256([]byte(answer[:d.TextLen])); !bytes.Equal(h.Sum(nil), want[:]) {
+		return "", false
+	}
+	return answer[d.TextLen:], true
+}
+
+// matches reports whether the delta events written (events) are those
+// the tally counted.
+func (d *deltaTally) matches(events deltaCount) bool { return d.deltaCount == events }
+
+// fold counts in Deltas what a replica of the release before recorded
+// of run id's deltas (Streamed, Streams), and drops it. Such a replica
+// leaves Deltas out of what it writes, so the record holds one or the
+// other.
+func (rec *runRecord) fold(id string) {
+	if rec.Streamed == "" && rec.Streams == nil {
+		return
+	}
+	d := &rec.Deltas
+	for _, key := range rec.Streams {
+		d.count(id, key, "", false)
+	}
+	d.TextLen, d.Text = 0, nil
+	d.stream(rec.Streamed)
+	rec.Streamed, rec.Streams = "", nil
 }
 
 // added reports whether the send with key was added to the answer.
