@@ -43,6 +43,11 @@ func TestWorkerMetrics(t *testing.T) {
 		}
 		grew("switchboard_worker_tool_calls_total", ok, okBefore, 1)
 		grew("switchboard_worker_tool_calls_total", unknown, unknownBefore, 1)
+		// The turn's time is observed after its completion is published
+		// (complete), so the completion's arrival does not mean it was.
+		waitFor(t, 10*time.Second, "the turn's time observed", func() bool {
+			return metric("switchboard_worker_turn_seconds", completed) >= turnsBefore+1
+		})
 		grew("switchboard_worker_turn_seconds", completed, turnsBefore, 1)
 		waitFor(t, 10*time.Second, "no turn in flight", func() bool { return metric("switchboard_worker_turns_inflight", nil) == 0 })
 	})
