@@ -35,8 +35,9 @@ var (
 	// userKeyAttrs hold a user key, "<platform>:<user id>", or a
 	// "session:<session key>" owner, or an operator.
 	userKeyAttrs = map[string]bool{"by": true, "owner": true, "subject": true, "target": true, "user_key": true}
-	// idListAttrs hold a list of platform ids ([]string, or numbers:
-	// []int64).
+	// idListAttrs hold a list of platform ids ([]string, numbers:
+	// []int64, fmt.Stringers: idList). Its ids are the record's as
+	// much as an idAttrs attribute's: its errors are scrubbed of them.
 	idListAttrs = map[string]bool{"user_ids": true, "chat_ids": true}
 	// chatKeyAttrs hold a chat key, "<platform>:<account>:<chat id>".
 	chatKeyAttrs = map[string]bool{"chat_key": true}
@@ -144,34 +145,24 @@ func pseudonymizeAny(p *pseudonym.Pseudonymizer, a slog.Attr) slog.Attr {
 	case encodedValue:
 		// Decoded by the record's scan already (withTrees).
 		changed := false
-		if tree := pseudonymizeTree(p, "", v.tree, &changed); changed {
+		if tree := pseudonymizeTree(p, a.Key, v.tree, &changed); changed {
 			return slog.Any(a.Key, tree)
 		}
 		return slog.Any(a.Key, v.v)
-	case []string:
-		if idListAttrs[a.Key] {
-			out := make([]string, len(v))
-			for i, id := range v {
+	default:
+		if ids, ok := listedIDs(a.Key, v); ok {
+			out := make([]string, len(ids))
+			for i, id := range ids {
 				out[i] = p.ID(id)
 			}
 			return slog.Any(a.Key, out)
-		}
-	default:
-		if idListAttrs[a.Key] {
-			if ids, ok := idList(v); ok {
-				out := make([]string, len(ids))
-				for i, id := range ids {
-					out[i] = p.ID(id)
-				}
-				return slog.Any(a.Key, out)
-			}
 		}
 		// A value that names no one is logged as it is: as its String
 		// or %+v by the text handler, its fields in their order by the
 		// JSON one, not as the map decoded to look for ids in it.
 		if tree, ok := structured(v); ok {
 			changed := false
-			if tree = pseudonymizeTree(p, "", tree, &changed); changed {
+			if tree = pseudonymizeTree(p, a.Key, tree, &changed); changed {
 				return slog.Any(a.Key, tree)
 			}
 		}
@@ -179,10 +170,17 @@ func pseudonymizeAny(p *pseudonym.Pseudonymizer, a slog.Attr) slog.Attr {
 	return a
 }
 
-// idList is v, a list of numbers ([]int64 Telegram ids, []int) or of
-// strings of another type, as the strings an id attribute of each
-// would show; false for any other value.
+// idList is v, a list of ids under an idListAttrs name, as the strings
+// an id attribute of each would show (fmt.Sprint's, as slog's
+// Value.String): strings ([]string, or of another string type),
+// numbers ([]int64 Telegram ids, []int), fmt.Stringers, or any values
+// holding those. It is false for any other value, and for a list
+// holding a nil or another kind of value, which is pseudonymized as
+// any value is (structured). A []string is its own list, not a copy.
 func idList(v any) ([]string, bool) {
+	if list, ok := v.([]string); ok {
+		return list, true
+	}
 	rv := reflect.ValueOf(v)
 	if k := rv.Kind(); k != reflect.Slice && k != reflect.Array {
 		return nil, false
@@ -190,6 +188,19 @@ func idList(v any) ([]string, bool) {
 	ids := make([]string, rv.Len())
 	for i := range ids {
 		e := rv.Index(i)
+		if e.Kind() == reflect.Interface {
+			if e.IsNil() {
+				return nil, false
+			}
+			e = e.Elem()
+		}
+		if e.Kind() == reflect.Pointer && e.IsNil() {
+			return nil, false
+		}
+		if e.Type().Implements(stringerType) {
+			ids[i] = fmt.Sprint(e.Interface())
+			continue
+		}
 		switch e.Kind() {
 		case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
 			ids[i] = strconv.FormatInt(e.Int(), 10)
@@ -203,6 +214,8 @@ func idList(v any) ([]string, bool) {
 	}
 	return ids, true
 }
+
+var stringerType = reflect.TypeFor[fmt.Stringer]()
 
 // holdsNames reports whether a value of type t may hold named fields
 // when encoding/json writes it: a struct, a map, a pointer to one (a
@@ -273,8 +286,10 @@ func marshalJSON(v any) (b []byte, err error) {
 
 // pseudonymizeTree pseudonymizes a decoded JSON value logged under the
 // name name: the strings in it as attributes of their names are, lists
-// of ids, objects and lists within, in place. It sets *changed when
-// it replaces anything.
+// of ids, objects and lists within, in place; a list's strings and
+// numbers are under the list's name (chat_ids: […], the attribute's own
+// name for a list logged as one). It sets *changed when it replaces
+// anything.
 func pseudonymizeTree(p *pseudonym.Pseudonymizer, name string, v any, changed *bool) any {
 	switch v := v.(type) {
 	case string:
@@ -304,26 +319,27 @@ func pseudonymizeTree(p *pseudonym.Pseudonymizer, name string, v any, changed *b
 }
 
 // treeIDs calls add with each id in a decoded JSON value (structured)
-// under the names of idAttrs, at any depth: the ids a struct, a proto or
-// a map logged with slog.Any names, as pseudonymizeTree shows them.
-func treeIDs(v any, add func(string)) {
+// logged under the name name: the strings and numbers under the names
+// of idAttrs and idListAttrs, at any depth, as pseudonymizeTree shows
+// them as pseudonyms, those in lists of ids too: the ids a struct, a
+// proto or a map logged with slog.Any names.
+func treeIDs(name string, v any, add func(string)) {
 	switch v := v.(type) {
+	case string:
+		if idAttrs[name] || idListAttrs[name] {
+			add(v)
+		}
+	case json.Number:
+		if idAttrs[name] || idListAttrs[name] {
+			add(v.String())
+		}
 	case map[string]any:
 		for k, inner := range v {
-			if !idAttrs[k] {
-				treeIDs(inner, add)
-				continue
-			}
-			switch id := inner.(type) {
-			case string:
-				add(id)
-			case json.Number:
-				add(id.String())
-			}
+			treeIDs(k, inner, add)
 		}
 	case []any:
 		for _, inner := range v {
-			treeIDs(inner, add)
+			treeIDs(name, inner, add)
 		}
 	}
 }
@@ -334,13 +350,13 @@ var errorAttrs = map[string]bool{"err": true, "last_error": true, "receipt_error
 
 // namingHandler marks each error a record logs (an error value, or an
 // errorAttrs string, its own or a With's), in groups too, as naming the
-// ids the record names under idAttrs, its own or a With's, in groups or
-// not, so pseudonymizeAttr takes them out of the error's text too: a
-// platform's error about a chat ("failed to POST
-// /_matrix/client/v3/join/!room:example.org", Twilio's "The 'To' number
-// +1555…") is logged beside the chat's chat_id, and its text names the
-// chat's pseudonym. A record with no id or no error goes through as it
-// is, without an allocation.
+// ids the record names under idAttrs (and in lists under idListAttrs),
+// its own or a With's, in groups or not, so pseudonymizeAttr takes
+// them out of the error's text too: a platform's error about a chat
+// ("failed to POST /_matrix/client/v3/join/!room:example.org",
+// Twilio's "The 'To' number +1555…") is logged beside the chat's
+// chat_id, and its text names the chat's pseudonym. A record with no
+// id or no error goes through as it is, without an allocation.
 type namingHandler struct {
 	slog.Handler
 	// ids are those the With attributes name, distinct; over: they
@@ -404,12 +420,12 @@ const scanIDs = 16
 var withheld = fmt.Sprintf("(error text withheld: the record names more than %d ids)", maxRecordIDs)
 
 // recordScan is what a record's attributes hold, groups and nested
-// groups among them: the distinct ids under idAttrs (up to
-// maxRecordIDs; the first scanIDs in an array, so that a record's scan
-// allocates nothing), whether there were more, whether an error is
-// among them, and whether a value that may hold ids by name
-// (holdsNames: a struct, a proto, a map, a list of them) is, whose ids
-// addNamed takes in.
+// groups among them: the distinct ids under idAttrs and in lists under
+// idListAttrs (up to maxRecordIDs; the first scanIDs in an array, so
+// that a record's scan allocates nothing), whether there were more,
+// whether an error is among them, and whether a value that may hold
+// ids by name (holdsNames: a struct, a proto, a map, a list of them)
+// is, whose ids addNamed takes in.
 type recordScan struct {
 	buf [scanIDs]string
 	n   int
@@ -481,6 +497,10 @@ func (s *recordScan) add(a slog.Attr) {
 	case v.Kind() == slog.KindAny:
 		if _, isErr := v.Any().(error); isErr {
 			s.errs = true
+		} else if ids, ok := listedIDs(a.Key, v.Any()); ok {
+			for _, id := range ids {
+				s.addID(id)
+			}
 		} else {
 			s.named = s.named || holdsNames(reflect.TypeOf(v.Any()))
 		}
@@ -511,12 +531,29 @@ func (s *recordScan) addNamed(a slog.Attr) {
 		if _, isErr := v.Any().(error); isErr {
 			return
 		}
+		if _, ok := listedIDs(a.Key, v.Any()); ok {
+			// Taken in by add, and logged as its ids' pseudonyms
+			// (pseudonymizeAny), not as a tree.
+			s.trees = append(s.trees, decoded{})
+			return
+		}
 		tree, ok := structured(v.Any())
 		if ok {
-			treeIDs(tree, s.addID)
+			treeIDs(a.Key, tree, s.addID)
 		}
 		s.trees = append(s.trees, decoded{v.Any(), reflect.TypeOf(v.Any()), tree})
 	}
+}
+
+// listedIDs are the ids of v logged under the name name when it is a
+// list of ids (idList) under an idListAttrs name, which the record
+// shows as their pseudonyms: its errors are about them as much as
+// about an id attribute's id.
+func listedIDs(name string, v any) ([]string, bool) {
+	if !idListAttrs[name] {
+		return nil, false
+	}
+	return idList(v)
 }
 
 // decoded is a value v of type t as structured decoded it (nil when it
