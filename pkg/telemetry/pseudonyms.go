@@ -999,16 +999,36 @@ func pseudonymizeURL(p *pseudonym.Pseudonymizer, u string) string {
 }
 
 // queryUnescape unescapes a query's name or value as url.QueryUnescape
-// does, but for a "+", which it keeps: a form's encoding writes a space
-// as "+", but a platform's id has a "+" (a phone number, "+1555…") and
-// no space, and is logged with it. Read as a space, a "+15551234567"
-// written as it is in a query (to=+15551234567) would be the ID of
-// " 15551234567" in a span and that of "+15551234567" in the log
-// records beside it, which could not be followed from one to the
-// other. (A "+" escaped as "%2B", as url.Values writes it, is one
-// either way.)
+// does, a "+" read as a form's space, but for a "+" that starts a
+// phone number written as it is: one before a digit at the value's
+// start or after a ":" or ";" ("+15551234567", Twilio's
+// "whatsapp:+15551234567", BlueBubbles's "iMessage;-;+15551234567"),
+// which stays a "+". An id is logged as it is, so its pseudonym in a
+// span must be that of the id a client's query names: a client that
+// escapes (url.Values, url.QueryEscape) writes a space as "+" and a "+"
+// as "%2B", and ":" and ";" as "%3A" and "%3B", so each id it writes
+// (but one starting with a space before a digit) is read back as it
+// is; one that writes a phone number as it is leaves its "+", and
+// writes no space, which a URL cannot hold.
 func queryUnescape(s string) (string, error) {
-	return url.PathUnescape(s)
+	if !strings.Contains(s, "+") {
+		return url.PathUnescape(s)
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '+' && !phonePlus(s, i) {
+			b.WriteString("%20")
+		} else {
+			b.WriteByte(s[i])
+		}
+	}
+	return url.PathUnescape(b.String()) // which keeps a "+"
+}
+
+// phonePlus reports whether the "+" at s[i] starts a phone number
+// written as it is (queryUnescape).
+func phonePlus(s string, i int) bool {
+	return i+1 < len(s) && '0' <= s[i+1] && s[i+1] <= '9' && (i == 0 || s[i-1] == ':' || s[i-1] == ';')
 }
 
 // unescaped is s unescaped by unescape, or s as it is when it holds
