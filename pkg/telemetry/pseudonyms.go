@@ -133,10 +133,7 @@ func pseudonymizeAny(p *pseudonym.Pseudonymizer, a slog.Attr) slog.Attr {
 		// Session keys first: Scrub would take an id out of a key,
 		// which Text would then not know as one.
 		s := v.Error()
-		ps := p.Text(s)
-		if ids := pseudonym.NamedIDs(v); len(ids) > 0 {
-			ps = p.Scrub(ps, ids...)
-		}
+		ps := p.ScrubNamed(p.Text(s), v)
 		if ps != s {
 			return slog.String(a.Key, ps)
 		}
@@ -359,10 +356,15 @@ var errorAttrs = map[string]bool{"err": true, "last_error": true, "receipt_error
 // id or no error goes through as it is, without an allocation.
 type namingHandler struct {
 	slog.Handler
+	p *pseudonym.Pseudonymizer
 	// ids are those the With attributes name, distinct; over: they
-	// were more than maxRecordIDs.
-	ids  []string
-	over bool
+	// were more than maxRecordIDs. scrub is their Scrubber, which
+	// their errors, and those of the records that name no other, are
+	// marked with: a logger With thousands of ids makes its automaton
+	// once, not for each record's error (nil with no ids).
+	ids   []string
+	over  bool
+	scrub *pseudonym.Scrubber
 	// base and steps, once a With attribute holds an error: the handler
 	// before that With, and the Withs and groups from it on. The
 	// handler's With'd errors are marked with the ids known when they
@@ -379,24 +381,25 @@ type withStep struct {
 	group string
 }
 
-// build is base with steps, their errors marked as naming ids.
-func build(base slog.Handler, steps []withStep, ids []string, over bool) slog.Handler {
+// build is base with steps, their errors marked as naming the ids of
+// scrub.
+func build(base slog.Handler, steps []withStep, scrub *pseudonym.Scrubber, over bool) slog.Handler {
 	h := base
 	for _, st := range steps {
 		if st.attrs == nil {
 			h = h.WithGroup(st.group)
 		} else {
-			h = h.WithAttrs(markAll(st.attrs, ids, over))
+			h = h.WithAttrs(markAll(st.attrs, scrub, over))
 		}
 	}
 	return h
 }
 
 // markAll is attrs, each through markNaming.
-func markAll(attrs []slog.Attr, ids []string, over bool) []slog.Attr {
+func markAll(attrs []slog.Attr, scrub *pseudonym.Scrubber, over bool) []slog.Attr {
 	out := make([]slog.Attr, len(attrs))
 	for i, a := range attrs {
-		out[i] = markNaming(a, ids, over)
+		out[i] = markNaming(a, scrub, over)
 	}
 	return out
 }
@@ -629,9 +632,16 @@ func (h namingHandler) Handle(ctx context.Context, r slog.Record) error {
 		return h.Handler.Handle(ctx, r)
 	}
 	named, over := h.named(&s)
+	// The record's errors, and its logger's when built again, are
+	// scrubbed by one Scrubber, the logger's when the record names no
+	// other id: its forms and automaton are made once.
+	scrub := h.scrub
+	if len(named) != len(h.ids) {
+		scrub = h.p.Scrubber(named...)
+	}
 	handler := h.Handler
 	if rebuild {
-		handler = build(h.base, h.steps, named, over)
+		handler = build(h.base, h.steps, scrub, over)
 	}
 	if !s.errs && s.trees == nil {
 		return handler.Handle(ctx, r)
@@ -649,7 +659,7 @@ func (h namingHandler) Handle(ctx context.Context, r slog.Record) error {
 			a = withTrees(a, &trees)
 		}
 		if mark {
-			a = markNaming(a, named, over)
+			a = markNaming(a, scrub, over)
 		}
 		out.AddAttrs(a)
 		return true
@@ -676,11 +686,14 @@ func (h namingHandler) adds(s *recordScan) bool {
 // named are the distinct ids of the logger's With attributes and of a
 // record's scan s, and whether they are more than maxRecordIDs.
 func (h namingHandler) named(s *recordScan) ([]string, bool) {
-	named := slices.Clone(h.ids)
+	named := h.ids // copied before an id is added to it, never changed
 	ids := s.ids()
 	known := h.known(len(ids))
 	for _, id := range ids {
 		if !known(id) {
+			if len(named) == len(h.ids) {
+				named = slices.Clip(slices.Clone(h.ids))
+			}
 			named = append(named, id)
 		}
 	}
@@ -701,9 +714,9 @@ func (h namingHandler) known(n int) func(string) bool {
 	return func(id string) bool { return set[id] }
 }
 
-// markNaming is a with its errors, in groups too, marked as naming ids;
-// with over, their text withheld.
-func markNaming(a slog.Attr, ids []string, over bool) slog.Attr {
+// markNaming is a with its errors, in groups too, marked as naming the
+// ids of scrub; with over, their text withheld.
+func markNaming(a slog.Attr, scrub *pseudonym.Scrubber, over bool) slog.Attr {
 	v := a.Value
 	if v.Kind() == slog.KindLogValuer {
 		v = v.Resolve()
@@ -713,7 +726,7 @@ func markNaming(a slog.Attr, ids []string, over bool) slog.Attr {
 		group := v.Group()
 		out := make([]slog.Attr, len(group))
 		for i, g := range group {
-			out[i] = markNaming(g, ids, over)
+			out[i] = markNaming(g, scrub, over)
 		}
 		return slog.Attr{Key: a.Key, Value: slog.GroupValue(out...)}
 	case v.Kind() == slog.KindAny:
@@ -721,13 +734,13 @@ func markNaming(a slog.Attr, ids []string, over bool) slog.Attr {
 			if over {
 				return slog.String(a.Key, withheld)
 			}
-			return slog.Any(a.Key, pseudonym.Naming(err, ids...))
+			return slog.Any(a.Key, scrub.Naming(err))
 		}
 	case v.Kind() == slog.KindString && errorAttrs[a.Key] && v.String() != "":
 		if over {
 			return slog.String(a.Key, withheld)
 		}
-		return slog.Any(a.Key, pseudonym.Naming(errors.New(v.String()), ids...))
+		return slog.Any(a.Key, scrub.Naming(errors.New(v.String())))
 	}
 	return a
 }
@@ -744,24 +757,27 @@ func (h namingHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
 			s.addNamed(a)
 		}
 	}
-	ids, over := h.ids, h.over
+	ids, over, scrub := h.ids, h.over, h.scrub
 	if (len(s.ids()) > 0 || s.over) && !over { // past the bound, no more to keep
 		ids, over = h.named(&s)
+		if len(ids) != len(h.ids) {
+			scrub = h.p.Scrubber(ids...)
+		}
 	}
 	if !s.errs && h.steps == nil {
-		return namingHandler{Handler: h.Handler.WithAttrs(attrs), ids: ids, over: over}
+		return namingHandler{Handler: h.Handler.WithAttrs(attrs), p: h.p, ids: ids, over: over, scrub: scrub}
 	}
 	// Errors, or a With after them: kept, to be built again when
 	// other ids are known.
-	next := namingHandler{ids: ids, over: over, base: h.base, steps: h.steps}
+	next := namingHandler{p: h.p, ids: ids, over: over, scrub: scrub, base: h.base, steps: h.steps}
 	if h.steps == nil {
 		next.base = h.Handler
 	}
 	next.steps = append(h.steps[:len(h.steps):len(h.steps)], withStep{attrs: attrs}) // never into a shared array
 	if h.steps != nil && len(ids) != len(h.ids) || over != h.over {
-		next.Handler = build(next.base, next.steps, ids, over) // earlier errors name these ids too
+		next.Handler = build(next.base, next.steps, scrub, over) // earlier errors name these ids too
 	} else {
-		next.Handler = h.Handler.WithAttrs(markAll(attrs, ids, over))
+		next.Handler = h.Handler.WithAttrs(markAll(attrs, scrub, over))
 	}
 	return next
 }
