@@ -16,7 +16,7 @@ func (p *Pseudonymizer) ScrubScan(text string, ids ...string) (out string, each 
 		return text, false
 	}
 	forms := scrubForms(ids)
-	if out, ok := p.scrubScan(text, forms); ok {
+	if out, ok := p.scrubScan(text, forms, nil); ok {
 		return out, false
 	}
 	return p.scrubEach(text, forms), true

@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"sync"
 )
 
 // Personal marks a logged value as a personal id whatever the name of its
@@ -37,6 +38,9 @@ func Naming(err error, ids ...string) error {
 type namingError struct {
 	err error
 	ids []string
+	// by is the Scrubber of ids that marked err (Scrubber.Naming),
+	// nil for Naming.
+	by *Scrubber
 }
 
 func (e *namingError) Error() string { return e.err.Error() }
@@ -113,11 +117,123 @@ func (p *Pseudonymizer) Scrub(text string, ids ...string) string {
 	}
 	forms := scrubForms(ids)
 	if len(forms) > maxEachForms {
-		if out, ok := p.scrubScan(text, forms); ok {
+		if out, ok := p.scrubScan(text, forms, nil); ok {
 			return out
 		}
 	}
 	return p.scrubEach(text, forms)
+}
+
+// Scrubber is Scrub of one list of ids for many texts: the ids' forms,
+// and past a few the automaton that finds them all in one pass
+// (scrubScan), are made the first time a text is scrubbed and kept for
+// the next ones. Made for a log record naming thousands of ids, its
+// errors cost a pass over each text, not the automaton each; made for
+// a logger's With attributes, its records' errors do. It is safe for
+// concurrent use.
+type Scrubber struct {
+	p    *Pseudonymizer
+	ids  []string
+	once sync.Once
+	// Made once: the forms, and the automaton of scrubScan (nil when
+	// Scrub takes them each in a pass: few, or one that only
+	// scrubEach can take).
+	forms []scrubForm
+	auto  *automaton
+	// The ids as a set, made the first time holds is asked of ids
+	// (those of the marks within a Scrubber's, for ScrubNamed) when
+	// they are more than a look through them costs.
+	setOnce sync.Once
+	set     map[string]bool
+}
+
+// Scrubber returns the Scrubber of ids, which it keeps (the caller
+// does not change them after). Making it costs nothing until a text is
+// scrubbed.
+func (p *Pseudonymizer) Scrubber(ids ...string) *Scrubber {
+	return &Scrubber{p: p, ids: ids}
+}
+
+// Scrub is p.Scrub(text, ids...) for the Scrubber's p and ids. A nil
+// Scrubber scrubs nothing.
+func (s *Scrubber) Scrub(text string) string {
+	if s == nil || s.p == nil || text == "" || len(s.ids) == 0 {
+		return text
+	}
+	s.once.Do(s.make)
+	if s.auto != nil {
+		if out, ok := s.p.scrubScan(text, s.forms, s.auto); ok {
+			return out
+		}
+	}
+	return s.p.scrubEach(text, s.forms)
+}
+
+// maxLookIDs is the number of ids up to which holds looks through them
+// rather than make a set.
+const maxLookIDs = 16
+
+// make makes the forms, and the automaton.
+func (s *Scrubber) make() {
+	s.forms = scrubForms(s.ids)
+	if len(s.forms) > maxEachForms && scannable(s.forms) {
+		s.auto = newAutomaton(s.forms)
+	}
+}
+
+// holds reports whether ids are all among the Scrubber's.
+func (s *Scrubber) holds(ids []string) bool {
+	if len(ids) == 0 {
+		return true
+	}
+	s.setOnce.Do(func() {
+		if len(s.ids) > maxLookIDs {
+			s.set = make(map[string]bool, len(s.ids))
+			for _, id := range s.ids {
+				s.set[id] = true
+			}
+		}
+	})
+	for _, id := range ids {
+		if s.set != nil && !s.set[id] || s.set == nil && !slices.Contains(s.ids, id) {
+			return false
+		}
+	}
+	return true
+}
+
+// Naming is pseudonym.Naming(err, ids...) for the Scrubber's ids, which
+// ScrubNamed then scrubs a text of with the Scrubber's forms; for a nil
+// Scrubber, Naming(err), with no ids.
+func (s *Scrubber) Naming(err error) error {
+	if err == nil {
+		return nil
+	}
+	if s == nil {
+		return Naming(err)
+	}
+	return &namingError{err: err, ids: s.ids, by: s}
+}
+
+// ScrubNamed is Scrub(text, NamedIDs(err)...): text (err's, or a text
+// about it) scrubbed of the ids err is marked as naming. When err was
+// marked last by a Scrubber of p's (Scrubber.Naming) and the marks
+// within name no id that one does not, that Scrubber scrubs it, with
+// the forms it made once, and the result is the same.
+func (p *Pseudonymizer) ScrubNamed(text string, err error) string {
+	if ne, ok := err.(*namingError); ok && ne.by != nil && ne.by.p == p {
+		if within := NamedIDs(ne.err); ne.by.holds(within) {
+			// The forms of the ids within are among the
+			// Scrubber's: scrubForms(ids) takes an id's forms
+			// once, the first time it meets them.
+			return ne.by.Scrub(text)
+		}
+	}
+	ids := NamedIDs(err)
+	if len(ids) == 0 {
+		return text
+	}
+	return p.Scrub(text, ids...)
 }
 
 // maxEachForms is the number of forms up to which Scrub looks for each

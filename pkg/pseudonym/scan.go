@@ -19,18 +19,22 @@ import (
 // pseudonym's 12 hex digits at its start or after a "#" can; scrubScan
 // returns false for such forms, for scrubEach to take them, so the two
 // always agree.
-func (p *Pseudonymizer) scrubScan(text string, forms []scrubForm) (string, bool) {
-	for _, f := range forms {
-		if strings.HasSuffix(f.find, Prefix) {
+//
+// a is the automaton of forms when it was made before (a Scrubber's),
+// nil for scrubScan to make it.
+func (p *Pseudonymizer) scrubScan(text string, forms []scrubForm, a *automaton) (string, bool) {
+	if a == nil {
+		if !scannable(forms) {
 			return "", false
 		}
+		a = newAutomaton(forms)
 	}
 	// Every place a form stands as a whole word in text: the only
 	// places scrubEach can take it from, since a pseudonym put before
 	// or after a place makes its boundary no looser (placeFree).
 	type place struct{ form, start int }
 	var places []place
-	newAutomaton(forms).scan(text, func(form, end int) {
+	a.scan(text, func(form, end int) {
 		f := forms[form]
 		start := end - len(f.find)
 		if (f.fold || text[start:end] == f.find) && wordBoundary(text, start, end) {
@@ -109,6 +113,17 @@ func (p *Pseudonymizer) scrubScan(text string, forms []scrubForm) (string, bool)
 	}
 	b.WriteString(text[done:])
 	return b.String(), true
+}
+
+// scannable reports whether scrubScan can take forms: none ends in
+// "#" (scrubScan's comment).
+func scannable(forms []scrubForm) bool {
+	for _, f := range forms {
+		if strings.HasSuffix(f.find, Prefix) {
+			return false
+		}
+	}
+	return true
 }
 
 // span is the place text[start:end] a form was taken from.

@@ -1,6 +1,7 @@
 package pseudonym_test
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -130,5 +131,56 @@ func BenchmarkScrub(b *testing.B) {
 				}
 			})
 		}
+	}
+}
+
+// TestScrubberAsScrub: a Scrubber makes of each text, again and again,
+// what Scrub does with its ids, with a few ids and with a thousand
+// (its automaton made once); ScrubNamed makes of a text what Scrub
+// does with the ids an error is marked as naming, the Scrubber's and
+// those of marks within, among its ids or not.
+func TestScrubberAsScrub(t *testing.T) {
+	t.Parallel()
+	p := pseudonym.New("k")
+	many := make([]string, 1000)
+	for i := range many {
+		many[i] = fmt.Sprintf("C0CHAT%04d", i)
+	}
+	many = append(many, "+15551234567", "bob@example.com")
+	cases := scrubCases(p)
+	for _, text := range []string{
+		"move C0CHAT0007 to C0CHAT0999 (not C0CHAT00071) for 15551234567, <BOB@example.com>: forbidden",
+		"forbidden", "",
+	} {
+		cases = append(cases, scrubCase{"a thousand ids", text, many, p.Scrub(text, many...)})
+	}
+	// Forms only the pass per id takes (one ends in "#").
+	cases = append(cases, scrubCase{"an id ending in #", "x at -100123456789", append([]string{"at #"}, many...),
+		p.Scrub("x at -100123456789", append([]string{"at #"}, many...)...)})
+	for _, tt := range cases {
+		s := p.Scrubber(tt.ids...)
+		for range 2 {
+			if got := s.Scrub(tt.text); got != tt.want {
+				t.Errorf("%s: Scrubber(%q).Scrub(%q) = %q, want %q", tt.name, tt.ids, tt.text, got, tt.want)
+			}
+		}
+		err := errors.New(tt.text)
+		for _, within := range [][]string{nil, tt.ids[:len(tt.ids)/2], {"C0CHAT0999", "bob@example.com"}, {"zzz-other"}} {
+			marked := s.Naming(pseudonym.Naming(err, within...))
+			if got, want := p.ScrubNamed(tt.text, marked), p.Scrub(tt.text, pseudonym.NamedIDs(marked)...); got != want {
+				t.Errorf("%s: ScrubNamed(%q) marked by %q within %q = %q, want %q", tt.name, tt.text, tt.ids, within, got, want)
+			}
+		}
+		// Another Pseudonymizer's Scrubber: p's pseudonyms all the same.
+		if got := p.ScrubNamed(tt.text, pseudonym.New("other").Scrubber(tt.ids...).Naming(err)); got != tt.want {
+			t.Errorf("%s: ScrubNamed(%q) marked by another's Scrubber = %q, want %q", tt.name, tt.text, got, tt.want)
+		}
+	}
+	var none *pseudonym.Scrubber
+	if got := none.Scrub("chat C0CHAT0007"); got != "chat C0CHAT0007" {
+		t.Errorf("a nil Scrubber's Scrub = %q", got)
+	}
+	if err := none.Naming(errors.New("x")); len(pseudonym.NamedIDs(err)) != 0 || err.Error() != "x" {
+		t.Errorf("a nil Scrubber's Naming = %v naming %q", err, pseudonym.NamedIDs(err))
 	}
 }

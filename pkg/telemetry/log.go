@@ -52,7 +52,8 @@ func NewLogger(cfg LogConfig, w io.Writer) *slog.Logger {
 		w = os.Stderr
 	}
 	opts := &slog.HandlerOptions{Level: ParseLevel(cfg.Level)}
-	if p := cfg.Pseudonyms(); p != nil {
+	p := cfg.Pseudonyms()
+	if p != nil {
 		opts.ReplaceAttr = pseudonymizeAttr(p)
 	}
 	var h slog.Handler
@@ -61,8 +62,8 @@ func NewLogger(cfg LogConfig, w io.Writer) *slog.Logger {
 	} else {
 		h = slog.NewJSONHandler(w, opts)
 	}
-	if opts.ReplaceAttr != nil {
-		h = namingHandler{Handler: h}
+	if p != nil {
+		h = namingHandler{Handler: h, p: p}
 	}
 	return slog.New(traceHandler{Handler: h})
 }

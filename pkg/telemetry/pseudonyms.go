@@ -35,8 +35,9 @@ var (
 	// userKeyAttrs hold a user key, "<platform>:<user id>", or a
 	// "session:<session key>" owner, or an operator.
 	userKeyAttrs = map[string]bool{"by": true, "owner": true, "subject": true, "target": true, "user_key": true}
-	// idListAttrs hold a list of platform ids ([]string, or numbers:
-	// []int64).
+	// idListAttrs hold a list of platform ids ([]string, numbers:
+	// []int64, fmt.Stringers: idList). Its ids are the record's as
+	// much as an idAttrs attribute's: its errors are scrubbed of them.
 	idListAttrs = map[string]bool{"user_ids": true, "chat_ids": true}
 	// chatKeyAttrs hold a chat key, "<platform>:<account>:<chat id>".
 	chatKeyAttrs = map[string]bool{"chat_key": true}
@@ -132,10 +133,7 @@ func pseudonymizeAny(p *pseudonym.Pseudonymizer, a slog.Attr) slog.Attr {
 		// Session keys first: Scrub would take an id out of a key,
 		// which Text would then not know as one.
 		s := v.Error()
-		ps := p.Text(s)
-		if ids := pseudonym.NamedIDs(v); len(ids) > 0 {
-			ps = p.Scrub(ps, ids...)
-		}
+		ps := p.ScrubNamed(p.Text(s), v)
 		if ps != s {
 			return slog.String(a.Key, ps)
 		}
@@ -144,34 +142,24 @@ func pseudonymizeAny(p *pseudonym.Pseudonymizer, a slog.Attr) slog.Attr {
 	case encodedValue:
 		// Decoded by the record's scan already (withTrees).
 		changed := false
-		if tree := pseudonymizeTree(p, "", v.tree, &changed); changed {
+		if tree := pseudonymizeTree(p, a.Key, v.tree, &changed); changed {
 			return slog.Any(a.Key, tree)
 		}
 		return slog.Any(a.Key, v.v)
-	case []string:
-		if idListAttrs[a.Key] {
-			out := make([]string, len(v))
-			for i, id := range v {
+	default:
+		if ids, ok := listedIDs(a.Key, v); ok {
+			out := make([]string, len(ids))
+			for i, id := range ids {
 				out[i] = p.ID(id)
 			}
 			return slog.Any(a.Key, out)
-		}
-	default:
-		if idListAttrs[a.Key] {
-			if ids, ok := idList(v); ok {
-				out := make([]string, len(ids))
-				for i, id := range ids {
-					out[i] = p.ID(id)
-				}
-				return slog.Any(a.Key, out)
-			}
 		}
 		// A value that names no one is logged as it is: as its String
 		// or %+v by the text handler, its fields in their order by the
 		// JSON one, not as the map decoded to look for ids in it.
 		if tree, ok := structured(v); ok {
 			changed := false
-			if tree = pseudonymizeTree(p, "", tree, &changed); changed {
+			if tree = pseudonymizeTree(p, a.Key, tree, &changed); changed {
 				return slog.Any(a.Key, tree)
 			}
 		}
@@ -179,10 +167,17 @@ func pseudonymizeAny(p *pseudonym.Pseudonymizer, a slog.Attr) slog.Attr {
 	return a
 }
 
-// idList is v, a list of numbers ([]int64 Telegram ids, []int) or of
-// strings of another type, as the strings an id attribute of each
-// would show; false for any other value.
+// idList is v, a list of ids under an idListAttrs name, as the strings
+// an id attribute of each would show (fmt.Sprint's, as slog's
+// Value.String): strings ([]string, or of another string type),
+// numbers ([]int64 Telegram ids, []int), fmt.Stringers, or any values
+// holding those. It is false for any other value, and for a list
+// holding a nil or another kind of value, which is pseudonymized as
+// any value is (structured). A []string is its own list, not a copy.
 func idList(v any) ([]string, bool) {
+	if list, ok := v.([]string); ok {
+		return list, true
+	}
 	rv := reflect.ValueOf(v)
 	if k := rv.Kind(); k != reflect.Slice && k != reflect.Array {
 		return nil, false
@@ -190,6 +185,19 @@ func idList(v any) ([]string, bool) {
 	ids := make([]string, rv.Len())
 	for i := range ids {
 		e := rv.Index(i)
+		if e.Kind() == reflect.Interface {
+			if e.IsNil() {
+				return nil, false
+			}
+			e = e.Elem()
+		}
+		if e.Kind() == reflect.Pointer && e.IsNil() {
+			return nil, false
+		}
+		if e.Type().Implements(stringerType) {
+			ids[i] = fmt.Sprint(e.Interface())
+			continue
+		}
 		switch e.Kind() {
 		case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
 			ids[i] = strconv.FormatInt(e.Int(), 10)
@@ -203,6 +211,8 @@ func idList(v any) ([]string, bool) {
 	}
 	return ids, true
 }
+
+var stringerType = reflect.TypeFor[fmt.Stringer]()
 
 // holdsNames reports whether a value of type t may hold named fields
 // when encoding/json writes it: a struct, a map, a pointer to one (a
@@ -273,8 +283,10 @@ func marshalJSON(v any) (b []byte, err error) {
 
 // pseudonymizeTree pseudonymizes a decoded JSON value logged under the
 // name name: the strings in it as attributes of their names are, lists
-// of ids, objects and lists within, in place. It sets *changed when
-// it replaces anything.
+// of ids, objects and lists within, in place; a list's strings and
+// numbers are under the list's name (chat_ids: […], the attribute's own
+// name for a list logged as one). It sets *changed when it replaces
+// anything.
 func pseudonymizeTree(p *pseudonym.Pseudonymizer, name string, v any, changed *bool) any {
 	switch v := v.(type) {
 	case string:
@@ -304,26 +316,27 @@ func pseudonymizeTree(p *pseudonym.Pseudonymizer, name string, v any, changed *b
 }
 
 // treeIDs calls add with each id in a decoded JSON value (structured)
-// under the names of idAttrs, at any depth: the ids a struct, a proto or
-// a map logged with slog.Any names, as pseudonymizeTree shows them.
-func treeIDs(v any, add func(string)) {
+// logged under the name name: the strings and numbers under the names
+// of idAttrs and idListAttrs, at any depth, as pseudonymizeTree shows
+// them as pseudonyms, those in lists of ids too: the ids a struct, a
+// proto or a map logged with slog.Any names.
+func treeIDs(name string, v any, add func(string)) {
 	switch v := v.(type) {
+	case string:
+		if idAttrs[name] || idListAttrs[name] {
+			add(v)
+		}
+	case json.Number:
+		if idAttrs[name] || idListAttrs[name] {
+			add(v.String())
+		}
 	case map[string]any:
 		for k, inner := range v {
-			if !idAttrs[k] {
-				treeIDs(inner, add)
-				continue
-			}
-			switch id := inner.(type) {
-			case string:
-				add(id)
-			case json.Number:
-				add(id.String())
-			}
+			treeIDs(k, inner, add)
 		}
 	case []any:
 		for _, inner := range v {
-			treeIDs(inner, add)
+			treeIDs(name, inner, add)
 		}
 	}
 }
@@ -334,19 +347,24 @@ var errorAttrs = map[string]bool{"err": true, "last_error": true, "receipt_error
 
 // namingHandler marks each error a record logs (an error value, or an
 // errorAttrs string, its own or a With's), in groups too, as naming the
-// ids the record names under idAttrs, its own or a With's, in groups or
-// not, so pseudonymizeAttr takes them out of the error's text too: a
-// platform's error about a chat ("failed to POST
-// /_matrix/client/v3/join/!room:example.org", Twilio's "The 'To' number
-// +1555…") is logged beside the chat's chat_id, and its text names the
-// chat's pseudonym. A record with no id or no error goes through as it
-// is, without an allocation.
+// ids the record names under idAttrs (and in lists under idListAttrs),
+// its own or a With's, in groups or not, so pseudonymizeAttr takes
+// them out of the error's text too: a platform's error about a chat
+// ("failed to POST /_matrix/client/v3/join/!room:example.org",
+// Twilio's "The 'To' number +1555…") is logged beside the chat's
+// chat_id, and its text names the chat's pseudonym. A record with no
+// id or no error goes through as it is, without an allocation.
 type namingHandler struct {
 	slog.Handler
+	p *pseudonym.Pseudonymizer
 	// ids are those the With attributes name, distinct; over: they
-	// were more than maxRecordIDs.
-	ids  []string
-	over bool
+	// were more than maxRecordIDs. scrub is their Scrubber, which
+	// their errors, and those of the records that name no other, are
+	// marked with: a logger With thousands of ids makes its automaton
+	// once, not for each record's error (nil with no ids).
+	ids   []string
+	over  bool
+	scrub *pseudonym.Scrubber
 	// base and steps, once a With attribute holds an error: the handler
 	// before that With, and the Withs and groups from it on. The
 	// handler's With'd errors are marked with the ids known when they
@@ -363,24 +381,25 @@ type withStep struct {
 	group string
 }
 
-// build is base with steps, their errors marked as naming ids.
-func build(base slog.Handler, steps []withStep, ids []string, over bool) slog.Handler {
+// build is base with steps, their errors marked as naming the ids of
+// scrub.
+func build(base slog.Handler, steps []withStep, scrub *pseudonym.Scrubber, over bool) slog.Handler {
 	h := base
 	for _, st := range steps {
 		if st.attrs == nil {
 			h = h.WithGroup(st.group)
 		} else {
-			h = h.WithAttrs(markAll(st.attrs, ids, over))
+			h = h.WithAttrs(markAll(st.attrs, scrub, over))
 		}
 	}
 	return h
 }
 
 // markAll is attrs, each through markNaming.
-func markAll(attrs []slog.Attr, ids []string, over bool) []slog.Attr {
+func markAll(attrs []slog.Attr, scrub *pseudonym.Scrubber, over bool) []slog.Attr {
 	out := make([]slog.Attr, len(attrs))
 	for i, a := range attrs {
-		out[i] = markNaming(a, ids, over)
+		out[i] = markNaming(a, scrub, over)
 	}
 	return out
 }
@@ -404,12 +423,12 @@ const scanIDs = 16
 var withheld = fmt.Sprintf("(error text withheld: the record names more than %d ids)", maxRecordIDs)
 
 // recordScan is what a record's attributes hold, groups and nested
-// groups among them: the distinct ids under idAttrs (up to
-// maxRecordIDs; the first scanIDs in an array, so that a record's scan
-// allocates nothing), whether there were more, whether an error is
-// among them, and whether a value that may hold ids by name
-// (holdsNames: a struct, a proto, a map, a list of them) is, whose ids
-// addNamed takes in.
+// groups among them: the distinct ids under idAttrs and in lists under
+// idListAttrs (up to maxRecordIDs; the first scanIDs in an array, so
+// that a record's scan allocates nothing), whether there were more,
+// whether an error is among them, and whether a value that may hold
+// ids by name (holdsNames: a struct, a proto, a map, a list of them)
+// is, whose ids addNamed takes in.
 type recordScan struct {
 	buf [scanIDs]string
 	n   int
@@ -481,6 +500,10 @@ func (s *recordScan) add(a slog.Attr) {
 	case v.Kind() == slog.KindAny:
 		if _, isErr := v.Any().(error); isErr {
 			s.errs = true
+		} else if ids, ok := listedIDs(a.Key, v.Any()); ok {
+			for _, id := range ids {
+				s.addID(id)
+			}
 		} else {
 			s.named = s.named || holdsNames(reflect.TypeOf(v.Any()))
 		}
@@ -511,12 +534,29 @@ func (s *recordScan) addNamed(a slog.Attr) {
 		if _, isErr := v.Any().(error); isErr {
 			return
 		}
+		if _, ok := listedIDs(a.Key, v.Any()); ok {
+			// Taken in by add, and logged as its ids' pseudonyms
+			// (pseudonymizeAny), not as a tree.
+			s.trees = append(s.trees, decoded{})
+			return
+		}
 		tree, ok := structured(v.Any())
 		if ok {
-			treeIDs(tree, s.addID)
+			treeIDs(a.Key, tree, s.addID)
 		}
 		s.trees = append(s.trees, decoded{v.Any(), reflect.TypeOf(v.Any()), tree})
 	}
+}
+
+// listedIDs are the ids of v logged under the name name when it is a
+// list of ids (idList) under an idListAttrs name, which the record
+// shows as their pseudonyms: its errors are about them as much as
+// about an id attribute's id.
+func listedIDs(name string, v any) ([]string, bool) {
+	if !idListAttrs[name] {
+		return nil, false
+	}
+	return idList(v)
 }
 
 // decoded is a value v of type t as structured decoded it (nil when it
@@ -592,9 +632,16 @@ func (h namingHandler) Handle(ctx context.Context, r slog.Record) error {
 		return h.Handler.Handle(ctx, r)
 	}
 	named, over := h.named(&s)
+	// The record's errors, and its logger's when built again, are
+	// scrubbed by one Scrubber, the logger's when the record names no
+	// other id: its forms and automaton are made once.
+	scrub := h.scrub
+	if len(named) != len(h.ids) {
+		scrub = h.p.Scrubber(named...)
+	}
 	handler := h.Handler
 	if rebuild {
-		handler = build(h.base, h.steps, named, over)
+		handler = build(h.base, h.steps, scrub, over)
 	}
 	if !s.errs && s.trees == nil {
 		return handler.Handle(ctx, r)
@@ -612,7 +659,7 @@ func (h namingHandler) Handle(ctx context.Context, r slog.Record) error {
 			a = withTrees(a, &trees)
 		}
 		if mark {
-			a = markNaming(a, named, over)
+			a = markNaming(a, scrub, over)
 		}
 		out.AddAttrs(a)
 		return true
@@ -639,11 +686,14 @@ func (h namingHandler) adds(s *recordScan) bool {
 // named are the distinct ids of the logger's With attributes and of a
 // record's scan s, and whether they are more than maxRecordIDs.
 func (h namingHandler) named(s *recordScan) ([]string, bool) {
-	named := slices.Clone(h.ids)
+	named := h.ids // copied before an id is added to it, never changed
 	ids := s.ids()
 	known := h.known(len(ids))
 	for _, id := range ids {
 		if !known(id) {
+			if len(named) == len(h.ids) {
+				named = slices.Clip(slices.Clone(h.ids))
+			}
 			named = append(named, id)
 		}
 	}
@@ -664,9 +714,9 @@ func (h namingHandler) known(n int) func(string) bool {
 	return func(id string) bool { return set[id] }
 }
 
-// markNaming is a with its errors, in groups too, marked as naming ids;
-// with over, their text withheld.
-func markNaming(a slog.Attr, ids []string, over bool) slog.Attr {
+// markNaming is a with its errors, in groups too, marked as naming the
+// ids of scrub; with over, their text withheld.
+func markNaming(a slog.Attr, scrub *pseudonym.Scrubber, over bool) slog.Attr {
 	v := a.Value
 	if v.Kind() == slog.KindLogValuer {
 		v = v.Resolve()
@@ -676,7 +726,7 @@ func markNaming(a slog.Attr, ids []string, over bool) slog.Attr {
 		group := v.Group()
 		out := make([]slog.Attr, len(group))
 		for i, g := range group {
-			out[i] = markNaming(g, ids, over)
+			out[i] = markNaming(g, scrub, over)
 		}
 		return slog.Attr{Key: a.Key, Value: slog.GroupValue(out...)}
 	case v.Kind() == slog.KindAny:
@@ -684,13 +734,13 @@ func markNaming(a slog.Attr, ids []string, over bool) slog.Attr {
 			if over {
 				return slog.String(a.Key, withheld)
 			}
-			return slog.Any(a.Key, pseudonym.Naming(err, ids...))
+			return slog.Any(a.Key, scrub.Naming(err))
 		}
 	case v.Kind() == slog.KindString && errorAttrs[a.Key] && v.String() != "":
 		if over {
 			return slog.String(a.Key, withheld)
 		}
-		return slog.Any(a.Key, pseudonym.Naming(errors.New(v.String()), ids...))
+		return slog.Any(a.Key, scrub.Naming(errors.New(v.String())))
 	}
 	return a
 }
@@ -707,24 +757,27 @@ func (h namingHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
 			s.addNamed(a)
 		}
 	}
-	ids, over := h.ids, h.over
+	ids, over, scrub := h.ids, h.over, h.scrub
 	if (len(s.ids()) > 0 || s.over) && !over { // past the bound, no more to keep
 		ids, over = h.named(&s)
+		if len(ids) != len(h.ids) {
+			scrub = h.p.Scrubber(ids...)
+		}
 	}
 	if !s.errs && h.steps == nil {
-		return namingHandler{Handler: h.Handler.WithAttrs(attrs), ids: ids, over: over}
+		return namingHandler{Handler: h.Handler.WithAttrs(attrs), p: h.p, ids: ids, over: over, scrub: scrub}
 	}
 	// Errors, or a With after them: kept, to be built again when
 	// other ids are known.
-	next := namingHandler{ids: ids, over: over, base: h.base, steps: h.steps}
+	next := namingHandler{p: h.p, ids: ids, over: over, scrub: scrub, base: h.base, steps: h.steps}
 	if h.steps == nil {
 		next.base = h.Handler
 	}
 	next.steps = append(h.steps[:len(h.steps):len(h.steps)], withStep{attrs: attrs}) // never into a shared array
 	if h.steps != nil && len(ids) != len(h.ids) || over != h.over {
-		next.Handler = build(next.base, next.steps, ids, over) // earlier errors name these ids too
+		next.Handler = build(next.base, next.steps, scrub, over) // earlier errors name these ids too
 	} else {
-		next.Handler = h.Handler.WithAttrs(markAll(attrs, ids, over))
+		next.Handler = h.Handler.WithAttrs(markAll(attrs, scrub, over))
 	}
 	return next
 }
@@ -962,16 +1015,36 @@ func pseudonymizeURL(p *pseudonym.Pseudonymizer, u string) string {
 }
 
 // queryUnescape unescapes a query's name or value as url.QueryUnescape
-// does, but for a "+", which it keeps: a form's encoding writes a space
-// as "+", but a platform's id has a "+" (a phone number, "+1555…") and
-// no space, and is logged with it. Read as a space, a "+15551234567"
-// written as it is in a query (to=+15551234567) would be the ID of
-// " 15551234567" in a span and that of "+15551234567" in the log
-// records beside it, which could not be followed from one to the
-// other. (A "+" escaped as "%2B", as url.Values writes it, is one
-// either way.)
+// does, a "+" read as a form's space, but for a "+" that starts a
+// phone number written as it is: one before a digit at the value's
+// start or after a ":" or ";" ("+15551234567", Twilio's
+// "whatsapp:+15551234567", BlueBubbles's "iMessage;-;+15551234567"),
+// which stays a "+". An id is logged as it is, so its pseudonym in a
+// span must be that of the id a client's query names: a client that
+// escapes (url.Values, url.QueryEscape) writes a space as "+" and a "+"
+// as "%2B", and ":" and ";" as "%3A" and "%3B", so each id it writes
+// (but one starting with a space before a digit) is read back as it
+// is; one that writes a phone number as it is leaves its "+", and
+// writes no space, which a URL cannot hold.
 func queryUnescape(s string) (string, error) {
-	return url.PathUnescape(s)
+	if !strings.Contains(s, "+") {
+		return url.PathUnescape(s)
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '+' && !phonePlus(s, i) {
+			b.WriteString("%20")
+		} else {
+			b.WriteByte(s[i])
+		}
+	}
+	return url.PathUnescape(b.String()) // which keeps a "+"
+}
+
+// phonePlus reports whether the "+" at s[i] starts a phone number
+// written as it is (queryUnescape).
+func phonePlus(s string, i int) bool {
+	return i+1 < len(s) && '0' <= s[i+1] && s[i+1] <= '9' && (i == 0 || s[i-1] == ':' || s[i-1] == ';')
 }
 
 // unescaped is s unescaped by unescape, or s as it is when it holds

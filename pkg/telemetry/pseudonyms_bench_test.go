@@ -57,3 +57,34 @@ func BenchmarkLogRecordWithAProto(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkLogRecordManyIDs: records naming 4,000 chats (a list of
+// structs, as chats makes) with errors, pseudonyms on: a record with
+// one error and with two (an error and an error text), and records
+// through a logger With the chats, each with an error.
+func BenchmarkLogRecordManyIDs(b *testing.B) {
+	const n = 4000
+	ctx := context.Background()
+	err := errors.New("chat C0CHAT007 of 123456789: forbidden")
+	l := telemetry.NewLogger(telemetry.LogConfig{Level: "info", Format: "json", Pseudonymize: true}, io.Discard)
+	list := chats(n)
+	b.Run("record/one_error", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			l.WarnContext(ctx, "send failed", "chats", list, "err", err)
+		}
+	})
+	b.Run("record/two_errors", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			l.WarnContext(ctx, "send failed", "chats", list, "err", err, "last_error", "chat C0CHAT009: gone")
+		}
+	})
+	b.Run("logger_with_the_chats", func(b *testing.B) {
+		with := l.With("chats", list)
+		b.ReportAllocs()
+		for b.Loop() {
+			with.WarnContext(ctx, "send failed", "err", err, "attempt", 2)
+		}
+	})
+}

@@ -118,3 +118,59 @@ func TestURLPseudonymsAsLogs(t *testing.T) {
 		t.Errorf("url.query=to=%s exported as %q, want %q", phone, got, "to="+logged)
 	}
 }
+
+// TestURLQueryIDsAsLogs: an id in a span's URL query has the pseudonym
+// the logs show for it however the client wrote it: escaped by
+// url.Values or url.QueryEscape (a space as "+", a "+" as "%2B"), with
+// "%20" for a space, or a phone number's "+" as it is, alone or after
+// a ":" or ";".
+func TestURLQueryIDsAsLogs(t *testing.T) {
+	t.Parallel()
+	p := pseudonym.New("k")
+	for _, id := range []string{
+		"Support Desk", "Team - 2024", "+15551234567", "whatsapp:+15551234567", "iMessage;-;+15551234567",
+		"group.ab+cd/ef==", "Bob +15551234567", "bob@example.com", "!r:example.org", "C0CHANNEL",
+	} {
+		logged := pseudonymizeAttr(p)(nil, slog.String("chat_id", id)).Value.String()
+		if logged != p.ID(id) {
+			t.Fatalf("chat_id=%q logged as %q, want %q", id, logged, p.ID(id))
+		}
+		queries := []string{
+			url.Values{"chat_id": {id}}.Encode(),
+			"chat_id=" + url.QueryEscape(id),
+			"chat_id=" + strings.ReplaceAll(url.QueryEscape(id), "+", "%20"),
+		}
+		if !strings.ContainsAny(id, " /=") {
+			queries = append(queries, "chat_id="+id) // as it is
+		}
+		for _, q := range queries {
+			if got, want := pseudonymizeURL(p, "https://api.example.org/send?"+q+"&page=2"),
+				"https://api.example.org/send?chat_id="+logged+"&page=2"; got != want {
+				t.Errorf("%q: pseudonymizeURL(…?%s) = %q, want %q", id, q, got, want)
+			}
+			kv := pseudonymizeKVs(p, []attribute.KeyValue{attribute.String("url.query", q)})
+			if got := kv[0].Value.AsString(); got != "chat_id="+logged {
+				t.Errorf("%q: url.query=%s exported as %q, want %q", id, q, got, "chat_id="+logged)
+			}
+		}
+	}
+}
+
+// FuzzURLQueryAsLogs: any id a client escapes in a query
+// (url.QueryEscape) has there the pseudonym it is logged with, but one
+// that starts with a space before a digit, which would be written as a
+// phone number's "+".
+func FuzzURLQueryAsLogs(f *testing.F) {
+	for _, seed := range []string{"Support Desk", "+15551234567", "a+b c", "x:+1 ;+2", "%2B", "+", " ", "bob@example.com"} {
+		f.Add(seed)
+	}
+	p := pseudonym.New("k")
+	f.Fuzz(func(t *testing.T, id string) {
+		if id == "" || len(id) > 1 && id[0] == ' ' && '0' <= id[1] && id[1] <= '9' {
+			return
+		}
+		if got, want := pseudonymizeURL(p, "/send?chat_id="+url.QueryEscape(id)), "/send?chat_id="+p.ID(id); got != want {
+			t.Errorf("pseudonymizeURL(/send?chat_id=%s) = %q, want %q", url.QueryEscape(id), got, want)
+		}
+	})
+}

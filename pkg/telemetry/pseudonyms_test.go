@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/url"
 	"reflect"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -187,6 +188,51 @@ func TestLogPseudonyms(t *testing.T) {
 				UserIDs []int64 `json:"user_ids"`
 			}{[]int64{123456789}})
 		}, []string{"allowed", "user_ids"}, []any{p.ID(user)}},
+		{"chat_ids as any values", func(l *slog.Logger) { l.Info("m", "chat_ids", []any{"C0CHANNEL", int64(123456789)}) },
+			[]string{"chat_ids"}, []any{p.ID("C0CHANNEL"), p.ID(user)}},
+		{"chat_ids as Stringers", func(l *slog.Logger) { l.Info("m", "chat_ids", []chatRef{{"C0CHANNEL"}, {user}}) },
+			[]string{"chat_ids"}, []any{p.ID("room C0CHANNEL"), p.ID("room " + user)}},
+		// A list of ids is about the record's errors as much as an id
+		// attribute is; a list under a name that is no id list's is
+		// no list of ids, logged as it is, and so is the error.
+		{"error beside its chat_ids", func(l *slog.Logger) {
+			l.Warn("m", "chat_ids", []string{"C0CHANNEL", user}, "err", fmt.Errorf("chat %s: forbidden", user))
+		}, []string{"err"}, "chat " + p.ID(user) + ": forbidden"},
+		{"error before user_ids as numbers", func(l *slog.Logger) {
+			l.Warn("m", "err", fmt.Errorf("user %s blocked the bot", user), "user_ids", []int64{987654321, 123456789})
+		}, []string{"err"}, "user " + p.ID(user) + " blocked the bot"},
+		{"error text beside chat_ids as any values", func(l *slog.Logger) {
+			l.Warn("m", "last_error", "chat "+user+" gone", "chat_ids", []any{int64(123456789)})
+		}, []string{"last_error"}, "chat " + p.ID(user) + " gone"},
+		{"error beside chat_ids as Stringers", func(l *slog.Logger) {
+			l.Warn("m", "chat_ids", []chatRef{{user}}, "err", fmt.Errorf("room %s: forbidden", user))
+		}, []string{"err"}, p.ID("room "+user) + ": forbidden"},
+		{"chat_ids as any values beside an error and a struct", func(l *slog.Logger) {
+			l.Warn("m", "chat_ids", []any{user}, "err", errTimeout, "target", struct {
+				Platform string `json:"platform"`
+			}{"slack"})
+		}, []string{"chat_ids"}, []any{p.ID(user)}},
+		{"error beside chat_ids in a group", func(l *slog.Logger) {
+			l.Warn("m", slog.Group("cfg", "chat_ids", []string{user}), "err", fmt.Errorf("chat %s: forbidden", user))
+		}, []string{"err"}, "chat " + p.ID(user) + ": forbidden"},
+		{"error under a logger With chat_ids", func(l *slog.Logger) {
+			l.With("chat_ids", []string{user}).Warn("m", "err", fmt.Errorf("chat %s: forbidden", user))
+		}, []string{"err"}, "chat " + p.ID(user) + ": forbidden"},
+		{"error With'd before a record's user_ids", func(l *slog.Logger) {
+			l.With("err", fmt.Errorf("user %s blocked the bot", user)).Warn("m", "user_ids", []string{user})
+		}, []string{"err"}, "user " + p.ID(user) + " blocked the bot"},
+		{"error beside a map naming user_ids", func(l *slog.Logger) {
+			l.Warn("m", "allow", map[string]any{"user_ids": []string{user}, "profiles": []string{"main"}},
+				"err", fmt.Errorf("user %s: not allowed", user))
+		}, []string{"err"}, "user " + p.ID(user) + ": not allowed"},
+		{"error beside a struct naming chat_ids as numbers", func(l *slog.Logger) {
+			l.Warn("m", "cfg", struct {
+				ChatIDs []int64 `json:"chat_ids"`
+			}{[]int64{123456789}}, "err", fmt.Errorf("chat %s: forbidden", user))
+		}, []string{"err"}, "chat " + p.ID(user) + ": forbidden"},
+		{"error beside a list under another name", func(l *slog.Logger) {
+			l.Warn("m", "recipients", []string{user}, "err", fmt.Errorf("chat %s: forbidden", user))
+		}, []string{"err"}, "chat " + user + ": forbidden"},
 		{"chat_key", func(l *slog.Logger) { l.Info("m", "chat_key", "whatsapp:main:"+user) }, []string{"chat_key"}, "whatsapp:main:" + p.ID(user)},
 		{"msg_id naming its sender", func(l *slog.Logger) { l.Info("m", "msg_id", "signal:main:+"+user+":1700000000000") },
 			[]string{"msg_id"}, "signal:main:" + p.ID("+"+user+":1700000000000")},
@@ -262,6 +308,12 @@ func TestLogPseudonyms(t *testing.T) {
 		})
 	}
 }
+
+// chatRef is a chat as a caller might hold it, a fmt.Stringer: logged
+// as an id, it is its String.
+type chatRef struct{ id string }
+
+func (c chatRef) String() string { return "room " + c.id }
 
 // chats is a list of n chats, as a caller might log the chats a
 // message goes to: C0CHAT000, C0CHAT001, …
@@ -602,5 +654,57 @@ func TestErrorBesideAStructNamingNoOneAsItIs(t *testing.T) {
 		if lines := strings.Split(strings.TrimSpace(out.String()), "\n"); len(lines) != 2 || cutTime(lines[0]) != cutTime(lines[1]) {
 			t.Errorf("%s: with pseudonyms the record is written differently:\n%s", format, out.String())
 		}
+	}
+}
+
+// TestManyIDsScrubbedByOneAutomaton: the forms of thousands of ids, and
+// the automaton that finds them (pseudonym.Scrubber), are made once for
+// a record, whatever the number of its errors, and once for a logger
+// With them, whatever the number of its records. Counted in bytes
+// allocated: making them for 4,000 ids costs about 2 MB, so a second
+// error costs a record far less than that, as does a record with an
+// error through such a logger (its ids' list, 64 KB, copied).
+func TestManyIDsScrubbedByOneAutomaton(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocations are not counted under the race detector")
+	}
+	const (
+		n     = 4000
+		bound = 1 << 20 // bytes
+	)
+	p := pseudonym.New("")
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("C0CHAT%04d", i)
+	}
+	var buf bytes.Buffer
+	l := telemetry.NewLogger(telemetry.LogConfig{Level: "info", Pseudonymize: true}, &buf)
+	err := errors.New("chat C0CHAT0007: forbidden")
+	ctx := context.Background()
+	// allocated is the bytes a record costs, on average over a few.
+	allocated := func(log func()) uint64 {
+		buf.Reset()
+		log()
+		if !strings.Contains(buf.String(), "chat "+p.ID("C0CHAT0007")+": forbidden") {
+			t.Fatalf("the error is not scrubbed: %s", buf.String())
+		}
+		const runs = 5
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		for range runs {
+			buf.Reset()
+			log()
+		}
+		runtime.ReadMemStats(&after)
+		return (after.TotalAlloc - before.TotalAlloc) / runs
+	}
+	one := allocated(func() { l.WarnContext(ctx, "m", "chat_ids", ids, "err", err) })
+	two := allocated(func() { l.WarnContext(ctx, "m", "chat_ids", ids, "err", err, "last_error", "chat C0CHAT0009: gone") })
+	if two > one+bound {
+		t.Errorf("a second error costs a record naming %d ids %d bytes (%d, %d), want less than %d", n, two-one, two, one, bound)
+	}
+	with := l.With("chat_ids", ids)
+	if got := allocated(func() { with.WarnContext(ctx, "m", "err", err) }); got > bound {
+		t.Errorf("a record with an error through a logger With %d ids costs %d bytes, want less than %d", n, got, bound)
 	}
 }

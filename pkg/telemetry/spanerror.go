@@ -57,9 +57,10 @@ func SpanFailed(span trace.Span, reason Reason) {
 const maxMessageDepth = 3
 
 // MessageIDs are the platform ids m holds in fields named as the id
-// attributes of a log record are (chat_id, user_id, thread_id), its own
-// and those of the messages it holds (an event's source or target), for
-// SpanError to take out of the text of an error about it.
+// attributes of a log record are (chat_id, user_id, thread_id, and the
+// lists user_ids and chat_ids), its own and those of the messages it
+// holds (an event's source or target), for SpanError to take out of the
+// text of an error about it.
 func MessageIDs(m proto.Message) []string {
 	if m == nil {
 		return nil
@@ -73,17 +74,32 @@ func messageIDs(ids []string, m protoreflect.Message, depth int) []string {
 	}
 	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
 		switch {
-		case fd.IsList() || fd.IsMap():
+		case fd.IsMap():
+		case fd.IsList():
+			if idListAttrs[string(fd.Name())] {
+				for i, list := 0, v.List(); i < list.Len(); i++ {
+					ids = appendID(ids, fd.Kind(), list.Get(i))
+				}
+			}
 		case fd.Kind() == protoreflect.MessageKind:
 			ids = messageIDs(ids, v.Message(), depth-1)
-		case !idAttrs[string(fd.Name())]:
-		case fd.Kind() == protoreflect.StringKind:
-			ids = append(ids, v.String())
-		case fd.Kind() == protoreflect.Int64Kind, fd.Kind() == protoreflect.Sint64Kind, fd.Kind() == protoreflect.Sfixed64Kind:
-			ids = append(ids, strconv.FormatInt(v.Int(), 10))
+		case idAttrs[string(fd.Name())]:
+			ids = appendID(ids, fd.Kind(), v)
 		}
 		return true
 	})
+	return ids
+}
+
+// appendID is ids with v, an id field's value of kind k, when k is a
+// string's or a signed 64-bit number's (a Telegram id).
+func appendID(ids []string, k protoreflect.Kind, v protoreflect.Value) []string {
+	switch k {
+	case protoreflect.StringKind:
+		return append(ids, v.String())
+	case protoreflect.Int64Kind, protoreflect.Sint64Kind, protoreflect.Sfixed64Kind:
+		return append(ids, strconv.FormatInt(v.Int(), 10))
+	}
 	return ids
 }
 

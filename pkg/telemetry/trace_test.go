@@ -24,6 +24,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 
+	adminv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/admin/v1"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	"github.com/switchboard-chat/switchboard/pkg/pseudonym"
 	"github.com/switchboard-chat/switchboard/pkg/telemetry"
@@ -335,6 +336,8 @@ func TestSpanErrorPseudonyms(t *testing.T) {
 		{"the ids given", fmt.Errorf("chat %s: forbidden", chat), []string{chat}, "chat " + p.ID(chat) + ": forbidden"},
 		{"the message's ids", fmt.Errorf("chat %s of user %s: forbidden", chat, user), telemetry.MessageIDs(ev),
 			"chat " + p.ID(chat) + " of user " + p.ID(user) + ": forbidden"},
+		{"the ids of a message's list", fmt.Errorf("user %s: not allowed", user), telemetry.MessageIDs(&adminv1.PauseAllowlist{UserIds: []string{chat, user}}),
+			"user " + p.ID(user) + ": not allowed"},
 	} {
 		for _, on := range []bool{true, false} {
 			exp := tracetest.NewInMemoryExporter()
