@@ -464,6 +464,9 @@ func TestSendAnswerLateNotSentTwice(t *testing.T) {
 	if r.GetOk() || r.GetErrorClass() != deliveryv1.ErrorClass_ERROR_CLASS_RETRYABLE || r.GetRetryAfterMs() <= 0 {
 		t.Fatalf("retry while the daemon still sends: %v, want retryable with a wait", r)
 	}
+	// Under load the first attempt can time out before its request
+	// reaches the daemon: it is on its way, so wait for it to arrive.
+	platformtest.WaitFor(t, "the first attempt at the daemon", func() bool { return len(g.f.Calls("send")) >= 1 })
 	if n := len(g.f.Calls("send")); n != 1 {
 		t.Fatalf("%d send calls while the first was at the daemon, want 1", n)
 	}
