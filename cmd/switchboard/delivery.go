@@ -2,17 +2,12 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
-
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/metadata"
 
 	adminv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/admin/v1"
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
@@ -49,9 +44,8 @@ func runDeliveries(ctx context.Context, args []string) error {
 
 func deliveriesCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	verb, rest := subcommandOf(args)
-	fs := flag.NewFlagSet("switchboard deliveries "+verb, flag.ContinueOnError)
+	fs, c := adminFlags("deliveries " + verb)
 	fs.SetOutput(stderr)
-	addr := fs.String("admin-addr", envOr("SWITCHBOARD_ADMIN_ADDR", "127.0.0.1:7070"), "admin gRPC address")
 	all := fs.Bool("all", false, "every dead letter (retry, purge)")
 	states := fs.String("state", "", "list: comma-separated states (queued, sending, sent, failed, expired); default dead letters")
 	limit := fs.Int("limit", 100, "list: at most this many")
@@ -74,17 +68,14 @@ func deliveriesCommand(ctx context.Context, args []string, stdout, stderr io.Wri
 	if verb != "list" && len(ids) == 0 && !*all {
 		return usage()
 	}
-	conn, err := grpc.NewClient(*addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	// As every admin verb: the token, and the operator's name for the
+	// audit log, which records retry and purge.
+	c.timeout = 30 * time.Second
+	client, ctx, closeFn, err := c.dial(ctx)
 	if err != nil {
-		return fmt.Errorf("dial admin %s: %w", *addr, err)
+		return err
 	}
-	defer conn.Close()
-	client := adminv1.NewAdminServiceClient(conn)
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	if tok := os.Getenv("SWITCHBOARD_ADMIN_TOKEN"); tok != "" {
-		ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+tok)
-	}
+	defer closeFn()
 	switch verb {
 	case "list":
 		req := &adminv1.ListDeliveriesRequest{Limit: int32(*limit)}

@@ -17,6 +17,7 @@ import (
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	"github.com/switchboard-chat/switchboard/pkg/outbox"
 	"github.com/switchboard-chat/switchboard/pkg/pg/pgtest"
+	"github.com/switchboard-chat/switchboard/services/admin"
 )
 
 // deliveriesAdmin serves the outbox adapter over gRPC behind a bearer
@@ -129,5 +130,44 @@ func errorsCause(err error) error {
 			return err
 		}
 		err = next
+	}
+}
+
+// TestDeliveriesCommandNamesTheOperator: retry and purge change state, so
+// the admin API audits them; like every other operator verb the command
+// names the operator ($USER) for that record, which `switchboard audit`
+// then shows as token:<user> instead of a bare "token".
+func TestDeliveriesCommandNamesTheOperator(t *testing.T) {
+	ctx := context.Background()
+	db := pgtest.New(t)
+	s, err := admin.New(admin.Config{Addr: "127.0.0.1:0"}, admin.Deps{DB: db, Token: "tok",
+		Deliveries: &outbox.Admin{Store: outbox.New(db)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Listen(); err != nil {
+		t.Fatal(err)
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- s.Run(rctx) }()
+	defer func() { cancel(); <-done }()
+	t.Setenv("SWITCHBOARD_ADMIN_TOKEN", "tok")
+	t.Setenv("USER", "jane")
+
+	for _, verb := range []string{"retry", "purge"} {
+		t.Run(verb, func(t *testing.T) {
+			var out, errOut bytes.Buffer
+			if err := deliveriesCommand(ctx, []string{verb, "--all", "--admin-addr", s.Addr()}, &out, &errOut); err != nil {
+				t.Fatalf("%v (%s)", err, errOut.String())
+			}
+			var actor string
+			if err := db.QueryRow(ctx, `SELECT actor FROM audit_log WHERE action = $1`, "deliveries."+verb).Scan(&actor); err != nil {
+				t.Fatal(err)
+			}
+			if actor != "token:jane" {
+				t.Errorf("audited actor %q, want token:jane", actor)
+			}
+		})
 	}
 }
