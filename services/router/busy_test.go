@@ -290,7 +290,8 @@ func TestSteerBeforeTheTurnIsClaimedIsQueued(t *testing.T) {
 // While a task runs, commands answer as Hermes's do: /queue and /steer
 // always say what became of their text, /approve and /deny whether an
 // approval was waiting, and the commands that would read or change the
-// conversation under the task are refused.
+// conversation under the task are refused. /whoami and /bundles, which
+// read neither (Hermes refuses them by his default busy_policy), answer.
 func TestCommandsMidTurnAnswerAsHermes(t *testing.T) {
 	t.Parallel()
 	e, g, w := busySession(t, testConfig(), "bob", "long job")
@@ -301,7 +302,8 @@ func TestCommandsMidTurnAnswerAsHermes(t *testing.T) {
 		text, want string
 		refuse     bool // no running turn takes controls
 	}{
-		{"/whoami", refusal("whoami"), false},
+		{"/whoami", "Platform: telegram\nUser id: bob\n", false},
+		{"/bundles", "No skill bundles installed.", false},
 		{"/sessions", refusal("sessions"), false},
 		{"/resume", refusal("resume"), false},
 		{"/title Trip", refusal("title"), false},
@@ -410,22 +412,36 @@ func TestBusyAckSaysHowLongTheTaskRuns(t *testing.T) {
 }
 
 // A webhook's text (an issue title, say) that starts with "/" is a message
-// for the agent, not a command: "/approve" must not answer a waiting tool.
+// for the agent, not a command: "/approve" must not answer a waiting tool,
+// and "/btw" or "/background" start no side question or task, whose
+// answer would go where the route delivers, nowhere for most.
 func TestInternalEventTextIsNoCommand(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	e.startRouter(testConfig(), nil, nil)
 	w := e.startWorker(nil)
-	ev := &eventsv1.MessageReceived{EventId: nextEventID(), Text: "/approve", Internal: true, TransportAuthenticated: true,
-		Source: &eventsv1.SessionSource{Platform: "webhook", Account: "github", ChatId: "issues", ChatType: "dm", UserId: "webhook:github"}}
-	e.publish(ev)
-	waitFor(t, "the webhook's turn", func() bool {
+	texts := []string{"/approve", "/btw what did we decide?", "/background summarise the plan", "/bg summarise the plan"}
+	for i, text := range texts {
+		// A route each: the turns do not meet in one session.
+		ev := &eventsv1.MessageReceived{EventId: nextEventID(), Text: text, Internal: true, TransportAuthenticated: true,
+			Source: &eventsv1.SessionSource{Platform: "webhook", Account: "github", ChatId: fmt.Sprintf("issues-%d", i), ChatType: "dm", UserId: "webhook:github"}}
+		e.publish(ev)
+	}
+	waitFor(t, "the webhooks' turns", func() bool {
 		turns, _ := w.snapshot()
-		return len(turns) == 1
+		return len(turns) == len(texts)
 	})
 	turns, _ := w.snapshot()
-	if got := turns[0].GetInputs(); len(got) != 1 || got[0].GetText() != "/approve" {
-		t.Fatalf("inputs %v, want the text as the turn's input", got)
+	for i, text := range texts {
+		key := fmt.Sprintf("agent:main:webhook:dm:issues-%d", i)
+		if got := inputsText(turns, key); len(got) != 1 || got[0] != text {
+			t.Errorf("%s: inputs %q, want the text as the turn's input", key, got)
+		}
+	}
+	for _, tr := range turns {
+		if tr.GetSideQuestion() != nil || tr.GetBackgroundTaskId() != "" {
+			t.Errorf("a side question's or task's turn ran: %q on %s", tr.GetInputs()[0].GetText(), tr.SessionKey)
+		}
 	}
 	if n := len(e.controls(controlApprove)); n != 0 {
 		t.Fatalf("%d approvals sent", n)

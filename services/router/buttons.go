@@ -38,6 +38,11 @@ const unknownChoiceAnswer = "Unknown action."
 // Hermes refuses every press until the allowlist is set.
 const teamsNoAllowlist = "⛔ Approval buttons require TEAMS_ALLOWED_USERS to be configured."
 
+// teamsNoAllowlistLogEvery is how often a router replica logs the
+// warning beside teamsNoAllowlist at most; the presses refused between
+// two are counted in the next.
+const teamsNoAllowlistLogEvery = 10 * time.Minute
+
 // decidedTTL is how long the router remembers that a prompt was
 // answered by one of its buttons.
 const decidedTTL = 24 * time.Hour

@@ -2,6 +2,8 @@ package router
 
 import (
 	"context"
+	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -294,7 +296,8 @@ func TestTeamsPressWithoutAnAllowlist(t *testing.T) {
 	cfg := testConfig()
 	cfg.Auth.GatewayAllowedUsers = nil
 	cfg.Auth.AllowedUsers = map[string][]string{"slack": {"alice"}}
-	e.startRouter(cfg, nil, nil)
+	var logs lockedBuffer
+	e.startRouterWith(cfg, nil, func(d *Deps) { d.Log = slog.New(slog.NewTextHandler(&logs, nil)) })
 	w := e.startWorker(nil)
 	answers := pressAnswers(t, e)
 	onTeams := func(ev *eventsv1.MessageReceived, id string) *eventsv1.MessageReceived {
@@ -322,6 +325,11 @@ func TestTeamsPressWithoutAnAllowlist(t *testing.T) {
 	}
 	if turns, _ := w.snapshot(); len(turns) != 0 {
 		t.Fatalf("presses started %d turns", len(turns))
+	}
+	// The operator's warning comes once for the three Teams presses
+	// (teamsNoAllowlistLogEvery), each presser having had the notice.
+	if n := strings.Count(logs.String(), `msg="teams button press refused: no allowlist applies to teams`); n != 1 {
+		t.Errorf("the warning logged %d times, want once; router log:\n%s", n, logs.String())
 	}
 }
 

@@ -83,7 +83,15 @@ var helpText = strings.Join([]string{
 // /usage, /context, /goal, /subgoal (a goal set mid-turn starts after it),
 // /background and /btw (sessions of their own) work mid-turn, and /model
 // and /moa are refused with their own texts.
-var refusedMidTurn = []string{"whoami", "sessions", "resume", "title", "retry", "undo", "compress", "sethome", "personality", "reasoning", "branch", "save", "memory", "approvals", "bundles"}
+//
+// Differs from Hermes: /whoami and /bundles work mid-turn. Hermes
+// refuses them by his default busy_policy (reject), which every command
+// gets that does not declare another, not for anything they do: they
+// read only the message's sender and the configuration and resolve no
+// session, so they neither read nor change the conversation under the
+// running turn (/usage and /insights, which Hermes refuses too, read
+// its counts and work mid-turn here already).
+var refusedMidTurn = []string{"sessions", "resume", "title", "retry", "undo", "compress", "sethome", "personality", "reasoning", "branch", "save", "memory", "approvals"}
 
 // openCommands stay available to non-admins where an admin list exists.
 // /approvals shows the mode to anyone; a change is refused to

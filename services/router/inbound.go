@@ -634,9 +634,14 @@ var pressRefusals = map[string][2]string{
 // the answer to the press's holder (refusePrivately).
 func (s *Service) pressRefused(ctx context.Context, m *msgCtx) error {
 	if m.platform == "teams" && m.decision.Reason == auth.ReasonNoAllowlist {
-		// Hermes's notice, and his warning, which tells the operator.
-		s.log.WarnContext(ctx, "teams button press refused: no allowlist applies to teams; set TEAMS_ALLOWED_USERS (auth.allowed_users.teams) or TEAMS_ALLOW_ALL_USERS, or pair the user",
-			"user_id", m.src.GetUserId(), "event", m.dedupeID)
+		// Hermes's notice, to every presser, and his warning, which tells
+		// the operator: logged once each teamsNoAllowlistLogEvery by this
+		// replica (Hermes logs it for every press), so that a busy card
+		// cannot flood the logs.
+		if due, missed := s.teamsNoAllowlistLog.due(s.now(), teamsNoAllowlistLogEvery); due {
+			s.log.WarnContext(ctx, "teams button press refused: no allowlist applies to teams; set TEAMS_ALLOWED_USERS (auth.allowed_users.teams) or TEAMS_ALLOW_ALL_USERS, or pair the user",
+				"user_id", m.src.GetUserId(), "event", m.dedupeID, "refused_unlogged", missed, "logged_every", teamsNoAllowlistLogEvery)
+		}
 		return s.refusePrivately(ctx, m, teamsNoAllowlist)
 	}
 	texts, ok := pressRefusals[m.platform]

@@ -388,6 +388,9 @@ type Service struct {
 	files *attachment.Store
 	// skills is Deps.Skills.
 	skills *skill.Library
+	// teamsNoAllowlistLog spaces the warning of a Teams press refused
+	// because no allowlist applies to Teams (pressRefused).
+	teamsNoAllowlistLog logEvery
 }
 
 // New builds a router.

@@ -203,13 +203,19 @@ func pressed(u *models.Update, me identity) (outcome, error) {
 
 // answerCallback answers the callback query of a press the gateway
 // does not publish (skipped, or malformed), without text, so the client
-// stops showing its progress: once and best effort (a redelivered
-// press's query is answered already, and Telegram refuses a second
-// answer). A press published is answered by its hold (answerHeld).
-func (p *Platform) answerCallback(ctx context.Context, id string) {
-	if err := p.answerQuery(ctx, id, ""); err != nil {
-		p.log.Debug("answerCallbackQuery failed", "err", p.redact(err))
-	}
+// stops showing its progress, as a published press's query is answered
+// (answerHeld): a failure that passes (a 5xx, a 429, the network) is
+// tried again while Telegram still takes the answer, the last try
+// beginning no later than watchBound after handed, when this replica
+// was handed the press. Its answer is the only one: no replica holds or
+// watches a press that was never published, and a redelivered press
+// answered already is refused as answered (queryDone), which ends the
+// tries. On the press's own goroutine (goPress): the update loop does
+// not wait for the tries, nor do they end with ctx, a webhook's
+// request's.
+func (p *Platform) answerCallback(ctx context.Context, id string, handed time.Time) {
+	actx := context.WithoutCancel(ctx)
+	p.goPress(func() { p.answerHeld(actx, id, "", handed.Add(watchBound)) })
 }
 
 // answerQuery answers callback query id with text, once, and returns
@@ -222,13 +228,14 @@ func (p *Platform) answerQuery(ctx context.Context, id, text string) error {
 	return err
 }
 
-// answerHeld answers callback query id of a published press with text,
+// answerHeld answers callback query id of a press with text,
 // and reports whether the answer settled the query (queryDone): every
 // answer of a press's query but a refusal's first try (refuse, which
 // goes on with answerAgain) is made here, by the press's holder (hold,
 // awaitRetry), by a replica handed the press again that no replica
-// holds any more (handle), and by a replica that took the query over
-// from its holder (watchHolder). A failure that passes (a 5xx, a 429,
+// holds any more (handle), by a replica that took the query over from
+// its holder (watchHolder), and for a press not published, skipped or
+// malformed (answerCallback). A failure that passes (a 5xx, a 429,
 // the network: answerRetry) is tried again after a backoff, or after a
 // 429's retry_after, while Telegram still takes the answer: a try
 // begins no later than last (watchBound after the press was handed to

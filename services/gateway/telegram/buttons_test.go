@@ -381,23 +381,75 @@ func TestPickerMenuAsButtons(t *testing.T) {
 	}
 }
 
-// A press whose update the gateway cannot read (a field of the wrong
-// type) is not published, but its callback query is answered, without
-// text, when its id can be read: the client shows its spinner until
-// the query is answered.
-func TestMalformedPressIsAnswered(t *testing.T) {
+// A press the gateway does not publish, whose update it cannot read (a
+// field of the wrong type) or that it skips (a picker's page counter, a
+// button it does not know, a press without its message), has its
+// callback query answered all the same, without text, when its id can
+// be read: the client shows its spinner until the query is answered. A
+// failure of that answer that passes (a 5xx, a 429, the network) is
+// tried again, as a published press's is; a bad request is not.
+func TestUnpublishedPressIsAnswered(t *testing.T) {
 	t.Parallel()
-	f := newFake(t)
-	b := bustest.New(t, bustest.EmbeddedURL(t))
-	s, _ := startService(t, testConfig(f), b, "a")
-	waitFor(t, "connected", 20*time.Second, func() bool { st, _ := s.Runner().State(); return st == platform.StateConnected })
-	_, query := f.InjectQuery(`"callback_query":{"id":"%[1]s","from":{"id":"not a number","first_name":"Alice"},"chat_instance":"-99","data":"ea:once"}`)
-	waitFor(t, "the query answered", 10*time.Second, func() bool { return len(f.CallbackAnswers()) == 1 })
-	if a := f.CallbackAnswers()[0]; a.QueryID != query || a.Text != "" {
-		t.Fatalf("answer %+v, want the query's, without text", a)
-	}
-	if evs := inbound(t, b); len(evs) != 0 {
-		t.Fatalf("published %v", evs)
+	const (
+		malformed      = `"callback_query":{"id":"%[1]s","from":{"id":"not a number","first_name":"Alice"},"chat_instance":"-99","data":"ea:once"}`
+		pageCounter    = `"callback_query":{"id":"%[1]s","from":{"id":99,"first_name":"Alice"},"chat_instance":"-99","data":"pn:3"}`
+		unknownButton  = `"callback_query":{"id":"%[1]s","from":{"id":99,"first_name":"Alice"},"chat_instance":"-99","data":"zz:nothing"}`
+		withoutMessage = `"callback_query":{"id":"%[1]s","from":{"id":99,"first_name":"Alice"},"chat_instance":"-99","data":"ea:once"}`
+	)
+	serverError := telegramfake.APIError{Code: 500, Description: "Internal Server Error"}
+	for _, tc := range []struct {
+		name, raw string
+		// fail are Telegram's replies to the first answers.
+		fail []telegramfake.APIError
+		// answered: the query ends answered.
+		answered bool
+	}{
+		{name: "malformed", raw: malformed, answered: true},
+		{name: "malformed, after a server error", raw: malformed, fail: []telegramfake.APIError{serverError}, answered: true},
+		{name: "a page counter, after a server error", raw: pageCounter, fail: []telegramfake.APIError{serverError}, answered: true},
+		{name: "an unknown button, after a server error", raw: unknownButton, fail: []telegramfake.APIError{serverError}, answered: true},
+		{name: "without its message, after a server error", raw: withoutMessage, fail: []telegramfake.APIError{serverError}, answered: true},
+		{name: "a page counter, after a flood wait and the network", raw: pageCounter,
+			fail: []telegramfake.APIError{telegramfake.FloodWait(1), telegramfake.ErrDropConnection}, answered: true},
+		{name: "malformed, never after a bad request", raw: malformed, fail: []telegramfake.APIError{{Code: 400, Description: "Bad Request: invalid callback query answer"}}},
+		{name: "an unknown button, never after a bad request", raw: unknownButton, fail: []telegramfake.APIError{{Code: 400, Description: "Bad Request: invalid callback query answer"}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFake(t)
+			b := bustest.New(t, bustest.EmbeddedURL(t))
+			cfg := testConfig(f)
+			var times func() []time.Time
+			cfg.APIBaseURL, times = answerTimes(t, f.URL)
+			s, stop := startService(t, cfg, b, "a")
+			waitFor(t, "connected", 20*time.Second, func() bool { st, _ := s.Runner().State(); return st == platform.StateConnected })
+			for _, e := range tc.fail {
+				f.FailNext("answerCallbackQuery", e)
+			}
+			id, query := f.InjectQuery(tc.raw)
+			waitFor(t, "the update confirmed", 20*time.Second, func() bool { return f.Confirmed() > id })
+			want := len(tc.fail) + 1
+			if !tc.answered {
+				want = len(tc.fail)
+			}
+			waitFor(t, "the answers tried", 20*time.Second, func() bool { return len(times()) >= want })
+			// The gateway's stop waits for the tries under way: every
+			// try came before it returns.
+			stop()
+			if n := len(times()); n != want {
+				t.Errorf("%d answers tried, want %d: each failure, and the answer unless Telegram refused it", n, want)
+			}
+			a := f.CallbackAnswers()
+			switch {
+			case !tc.answered && len(a) != 0:
+				t.Errorf("answers %+v, want none", a)
+			case tc.answered && (len(a) != 1 || a[0].QueryID != query || a[0].Text != ""):
+				t.Errorf("answers %+v, want the query's, once, without text", a)
+			}
+			if evs := inbound(t, b); len(evs) != 0 {
+				t.Fatalf("published %v", evs)
+			}
+		})
 	}
 }
 

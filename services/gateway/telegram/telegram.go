@@ -416,7 +416,7 @@ func (p *Platform) handle(ctx context.Context, conn platform.Conn, raw []byte) (
 		if id := queryID(raw); id != "" {
 			// A press all the same: its client shows a spinner until
 			// the query is answered.
-			p.answerCallback(ctx, id)
+			p.answerCallback(ctx, id, handed)
 		}
 		return nil
 	}
@@ -446,7 +446,7 @@ func (p *Platform) handle(ctx context.Context, conn platform.Conn, raw []byte) (
 				p.hold(ctx, out.callbackID, q)
 			default:
 				if q == nil {
-					p.answerCallback(ctx, out.callbackID)
+					p.answerCallback(ctx, out.callbackID, handed)
 					return
 				}
 				// A replica told meanwhile that the press is held
