@@ -14,6 +14,11 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	// A SIGHUP asks a process holding skills to scan them again
+	// (skillSignals, which listens for it there). Every other process
+	// ignores it rather than take the signal's default, an exit without
+	// a drain: `pkill -HUP switchboard` must not stop a host's workers.
+	signal.Ignore(syscall.SIGHUP)
 	memoryLimit(nil)
 	err := dispatch(ctx, os.Args[1:])
 	stop()
