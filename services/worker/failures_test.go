@@ -700,3 +700,33 @@ func TestLastAttemptsUncommittedApologyAfterItsStepsSharesSeq1(t *testing.T) {
 		t.Errorf("published %q, want %q", got, want)
 	}
 }
+
+// A turn that runs longer than its reply seq counter's expiry (a day: a
+// long tool, an external agent's long run, approvals waited for) keeps
+// counting: the attempt renews the counter while it runs. Before, the
+// counter expired and started again at 1, and the final, at seq 1 (the
+// turn's typing's), was dropped by the bus as the typing's duplicate.
+func TestTurnOutlivingItsSeqCountersExpiryKeepsCounting(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.setGeneration("s1", 1)
+	const expiry = 1500 * time.Millisecond
+	h.startWorker("w1", func(c *worker.Config, d *worker.Deps) {
+		c.SeqTTL = expiry
+		// Few events after the wait: before, they took seqs from 1 again
+		// and were dropped as the earlier events' duplicates, the final
+		// with them (a turn streaming many deltas hid it: those past the
+		// earlier seqs went out, and the final with them).
+		c.DeltaInterval = time.Hour
+		d.LLM.Provider = &beforeCall{Provider: d.LLM.Provider, hook: func(n int32) {
+			if n == 2 {
+				// The typing and the tool's steps took their seqs: the
+				// turn runs on past the counter's expiry, three times.
+				time.Sleep(3 * expiry)
+			}
+		}}
+	})
+	req := h.requestTurn("s1", "[[tool:clock {}]] what time is it", turnOpts{lockTTL: 900 * time.Millisecond})
+	h.waitCompleted(req.TurnId)
+	checkReplies(t, h.replies(req.TurnId))
+}
