@@ -978,8 +978,16 @@ func (r *turnRun) publishAt(ctx context.Context, seq int64, ev *repliesv1.ReplyE
 
 // publishAtID publishes ev at seq under the bus message id id.
 func (r *turnRun) publishAtID(ctx context.Context, seq int64, id string, ev *repliesv1.ReplyEvent) error {
+	_, err := r.publishEvent(ctx, seq, id, ev)
+	return err
+}
+
+// publishEvent is publishAtID, also returning the stream's
+// acknowledgement of an event it waited for (nil for progress, published
+// without waiting, and for a turn whose replies go nowhere).
+func (r *turnRun) publishEvent(ctx context.Context, seq int64, id string, ev *repliesv1.ReplyEvent) (ack *jetstream.PubAck, err error) {
 	if r.target == nil {
-		return nil
+		return nil, nil
 	}
 	ev.TurnId = r.req.GetTurnId()
 	ev.SessionKey = r.req.GetSessionKey()
@@ -995,18 +1003,17 @@ func (r *turnRun) publishAtID(ctx context.Context, seq int64, id string, ev *rep
 		ev.ToolProgressMode = r.req.GetToolProgressMode()
 	}
 	subject := r.s.bus.Topology().ReplySubject(r.req.GetSessionKey())
-	var err error
 	if isProgress(ev) {
 		// Progress: no need to wait for the stream; the final event,
 		// published after it on the same connection, stays behind it.
 		err = r.s.bus.PublishAsync(ctx, subject, id, ev)
 	} else {
-		_, err = r.s.bus.Publish(ctx, subject, id, ev)
+		ack, err = r.s.bus.Publish(ctx, subject, id, ev)
 	}
 	if err != nil {
-		return fmt.Errorf("publish reply event: %w", err)
+		return nil, fmt.Errorf("publish reply event: %w", err)
 	}
-	return nil
+	return ack, nil
 }
 
 // isProgress reports whether ev only shows progress (typing, streamed
@@ -1037,7 +1044,50 @@ func (r *turnRun) publishFinal(ctx context.Context, f store.Final) error {
 	default:
 		return nil
 	}
-	return r.publishAt(context.WithoutCancel(ctx), f.Seq, ev)
+	ctx = context.WithoutCancel(ctx)
+	id := fmt.Sprintf("reply:%s:%d", r.req.GetTurnId(), f.Seq)
+	ack, err := r.publishEvent(ctx, f.Seq, id, ev)
+	if err != nil || ack == nil || !ack.Duplicate || r.heldFinal(ctx, ack) {
+		return err
+	}
+	// The bus holds another event under the final's id: during a rolling
+	// upgrade, a typing event an older worker's later attempt filled the
+	// seq with, which an earlier attempt (frozen past its lock, and not
+	// fenced by that attempt, which claims nothing) took for the final
+	// committed. The final goes again under an id of its own, where that
+	// typing event had left the turn without an answer.
+	r.log.Warn("the final's seq holds another reply event; publishing the final under its own id", "seq", f.Seq)
+	_, err = r.publishEvent(ctx, f.Seq, id+":final", ev)
+	return err
+}
+
+// heldFinal reports whether the event the bus holds under a final's id,
+// which ack called a duplicate, is a final (this one, published before by
+// this attempt or another, or another attempt's at the same seq: a
+// turn's apology and an earlier final share seq 1), or could not be read
+// (a final published again is taken once by delivery: the same seq and
+// body, the same outbox keys).
+func (r *turnRun) heldFinal(ctx context.Context, ack *jetstream.PubAck) bool {
+	st, err := r.s.bus.JetStream().Stream(ctx, ack.Stream)
+	if err != nil {
+		r.log.Warn("read the event held under the final's id", "err", err)
+		return false
+	}
+	m, err := st.GetMsg(ctx, ack.Sequence)
+	if err != nil {
+		r.log.Warn("read the event held under the final's id", "err", err)
+		return false
+	}
+	var held repliesv1.ReplyEvent
+	if err := proto.Unmarshal(m.Data, &held); err != nil {
+		r.log.Warn("read the event held under the final's id", "err", err)
+		return false
+	}
+	switch held.GetBody().(type) {
+	case *repliesv1.ReplyEvent_FinalText, *repliesv1.ReplyEvent_Error:
+		return true
+	}
+	return false
 }
 
 // breakBeforeFinal streams Hermes's paragraph break, marked restart,
