@@ -337,6 +337,9 @@ func (s *Service) housekeeping(ctx context.Context) error {
 				if err := s.store.PruneStreamMessages(ctx, now.Add(-2*s.cfg.TTL)); err != nil && ctx.Err() == nil {
 					s.log.Warn("prune stream messages failed", "err", err)
 				}
+				if err := s.store.PruneFinals(ctx, now.Add(-finalsKeep)); err != nil && ctx.Err() == nil {
+					s.log.Warn("prune turn finals failed", "err", err)
+				}
 				s.pruneOutbox(ctx, s.now())
 				return nil
 			})

@@ -121,3 +121,72 @@ func TestAPIAnswerThatWasItsMediaEnds(t *testing.T) {
 		t.Fatalf("sent %+v, want the picture, then an empty final send", posted)
 	}
 }
+
+// A turn shows one final, whichever of its attempts' finals comes first,
+// also on a replica that never saw the other: a last attempt's apology
+// whose write failed goes out uncommitted at the seq counter's next,
+// beside an earlier attempt's final committed at another seq (an older
+// worker's, frozen past its lock), and a first attempt that streamed
+// text and was taken over ends its stream with an interrupted error that
+// shows nothing. Before, both finals were posted, and the empty error
+// coming to another replica after the answer deleted the answer's
+// message.
+func TestTurnShowsOneFinal(t *testing.T) {
+	t.Parallel()
+	answer := final("the answer")
+	streamed := &repliesv1.TextDelta{Text: "Let me look that up for you"} // long enough to show at once
+	apology := &repliesv1.ReplyError{Code: "interrupted", Message: "The request was interrupted. Please send it again."}
+	type published struct {
+		seq  int64
+		body any
+	}
+	for _, tc := range []struct {
+		name     string
+		platform string
+		// first goes to replica a, then b takes over and gets second.
+		first, second []published
+		want          []string // texts posted, in order
+	}{
+		{"the answer first", "test", []published{{2, answer}}, []published{{3, apology}}, []string{"the answer"}},
+		{"the apology first", "test", []published{{3, apology}}, []published{{2, answer}}, []string{"⚠️ " + apology.GetMessage()}},
+		{"the answer first, over its stream", "stream",
+			[]published{{1, streamed}, {2, answer}}, []published{{3, apology}}, []string{streamed.GetText() + " ▉", "the answer"}},
+		{"the answer over its stream, then an end that shows nothing", "stream",
+			[]published{{1, streamed}, {3, answer}}, []published{{2, &repliesv1.ReplyError{Code: "interrupted"}}}, []string{streamed.GetText() + " ▉", "the answer"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			cfg := streamConfig()
+			publish := func(ps []published) {
+				for _, p := range ps {
+					ev := event("t1", p.seq, "s1", p.body)
+					ev.Target.Platform = tc.platform
+					e.publish(t, ev)
+				}
+				e.consumed(t, "s1")
+			}
+			a := e.start(t, cfg, "a")
+			publish(tc.first)
+			eventually(t, e.clock, 0, "the first final", func() bool {
+				sent := e.gw.sends()
+				return len(sent) > 0 && sent[len(sent)-1].Req.GetText() == tc.want[len(tc.want)-1]
+			})
+			a.stop(t)
+			e.start(t, cfg, "b")
+			publish(tc.second)
+			var got []string
+			for _, c := range e.gw.sends() {
+				switch c.Op {
+				case deliveryv1.SendOp_SEND_OP_SEND, deliveryv1.SendOp_SEND_OP_EDIT:
+					got = append(got, c.Req.GetText())
+				default:
+					got = append(got, c.Op.String())
+				}
+			}
+			if strings.Join(got, "|") != strings.Join(tc.want, "|") {
+				t.Errorf("the gateway took %q, want %q", got, tc.want)
+			}
+		})
+	}
+}

@@ -30,4 +30,8 @@ var (
 		Name: "switchboard_delivery_progress_total",
 		Help: "Best-effort progress operations (stream edits, stream deltas, typing), by platform, op and result.",
 	}, []string{"platform", "op", "result"})
+	finalsDropped = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "switchboard_delivery_finals_dropped_total",
+		Help: "Final replies (answers, failure messages) dropped because their turn had shown another: two attempts of one turn each published one, by platform.",
+	}, []string{"platform"})
 )

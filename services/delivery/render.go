@@ -240,6 +240,9 @@ func (s *Service) handle(ctx context.Context, p int, ev *repliesv1.ReplyEvent) e
 	case *repliesv1.ReplyEvent_ToolProgress:
 		return s.toolProgress(ctx, ev, b.ToolProgress)
 	case *repliesv1.ReplyEvent_FinalText:
+		if other, err := s.otherFinal(ctx, ev); other || err != nil {
+			return err
+		}
 		s.typing.done(ev.GetTurnId())
 		if err := s.endTools(ctx, ev); err != nil {
 			return err
@@ -286,6 +289,9 @@ func (s *Service) handle(ctx context.Context, p int, ev *repliesv1.ReplyEvent) e
 		}
 		return s.enqueue(ctx, s.imageRequests(ctx, ev, images, false)...)
 	case *repliesv1.ReplyEvent_Error:
+		if other, err := s.otherFinal(ctx, ev); other || err != nil {
+			return err
+		}
 		s.typing.done(ev.GetTurnId())
 		if err := s.endTools(ctx, ev); err != nil {
 			return err

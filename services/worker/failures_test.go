@@ -700,3 +700,79 @@ func TestLastAttemptsUncommittedApologyAfterItsStepsSharesSeq1(t *testing.T) {
 		t.Errorf("published %q, want %q", got, want)
 	}
 }
+
+// A turn that runs longer than its reply seq counter's expiry (a day: a
+// long tool, an external agent's long run, approvals waited for) keeps
+// counting: the attempt renews the counter while it runs. Before, the
+// counter expired and started again at 1, and the final, at seq 1 (the
+// turn's typing's), was dropped by the bus as the typing's duplicate.
+func TestTurnOutlivingItsSeqCountersExpiryKeepsCounting(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.setGeneration("s1", 1)
+	const expiry = 1500 * time.Millisecond
+	h.startWorker("w1", func(c *worker.Config, d *worker.Deps) {
+		c.SeqTTL = expiry
+		// Few events after the wait: before, they took seqs from 1 again
+		// and were dropped as the earlier events' duplicates, the final
+		// with them (a turn streaming many deltas hid it: those past the
+		// earlier seqs went out, and the final with them).
+		c.DeltaInterval = time.Hour
+		d.LLM.Provider = &beforeCall{Provider: d.LLM.Provider, hook: func(n int32) {
+			if n == 2 {
+				// The typing and the tool's steps took their seqs: the
+				// turn runs on past the counter's expiry, three times.
+				time.Sleep(3 * expiry)
+			}
+		}}
+	})
+	req := h.requestTurn("s1", "[[tool:clock {}]] what time is it", turnOpts{lockTTL: 900 * time.Millisecond})
+	h.waitCompleted(req.TurnId)
+	checkReplies(t, h.replies(req.TurnId))
+}
+
+// During a rolling upgrade, an older worker's later attempt fills a hole
+// with a typing event (its gap fill: seq 1 of an answer-only turn, or the
+// counter's value), at the seq an earlier attempt took for its final:
+// that attempt, frozen past its lock rather than dead and not fenced by
+// the older one (which claims nothing), then commits its final and
+// publishes it under the typing event's id. Before, the bus dropped it as
+// the typing event's duplicate, and the turn had no answer; a final whose
+// id the bus holds for an event that is not a final now goes again under
+// an id of its own.
+func TestFinalAtASeqAnOlderWorkerFilledIsPublished(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.setGeneration("s1", 1)
+	turnID := fmt.Sprintf("turn-s1-%d", h.seq.Load()+1) // requestTurn's next
+	var hookErr atomic.Value
+	h.startWorker("w1", func(c *worker.Config, d *worker.Deps) {
+		d.LLM.Provider = &beforeCall{Provider: d.LLM.Provider, hook: func(n int32) {
+			if n != 1 {
+				return
+			}
+			// The answer-only turn's first attempt takes seq 1 for its
+			// final (without the counter), which the older worker's
+			// attempt fills first.
+			ev := &repliesv1.ReplyEvent{TurnId: turnID, SessionKey: "s1", Generation: 1, Seq: 1,
+				Target: &deliveryv1.Target{Platform: "telegram", Account: "bot1", ChatId: "99"},
+				Body:   &repliesv1.ReplyEvent_Typing{Typing: &repliesv1.Typing{Active: true}}}
+			if _, err := h.bus.Publish(context.Background(), h.bus.Topology().ReplySubject("s1"), fmt.Sprintf("reply:%s:1", turnID), ev); err != nil {
+				hookErr.Store(err)
+			}
+		}}
+	})
+	req := h.requestTurn("s1", "hello", turnOpts{answerOnly: true})
+	h.waitCompleted(req.TurnId)
+	if err, _ := hookErr.Load().(error); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, ev := range h.replies(req.TurnId) {
+		got = append(got, fmt.Sprintf("%d %T", ev.GetSeq(), ev.GetBody()))
+	}
+	want := []string{"1 *repliesv1.ReplyEvent_Typing", "1 *repliesv1.ReplyEvent_FinalText"}
+	if strings.Join(got, ", ") != strings.Join(want, ", ") {
+		t.Errorf("published %q, want %q", got, want)
+	}
+}

@@ -46,8 +46,24 @@ var (
 )
 
 // seqTTL keeps a turn's reply sequence counter as long as the REPLIES
-// stream keeps events.
+// stream keeps events, from its last renewal: the attempt running the
+// turn renews it (keepLock) every quarter of it, so a turn that runs
+// longer (a long tool, an external agent's long run, approvals waited
+// for) never sees it expire and start its seqs again at 1, which the bus
+// and delivery would take for the turn's earlier events (its final
+// dropped as its typing's duplicate).
 const seqTTL = 24 * time.Hour
+
+// seqTTL is the seq counter's expiry (Config.SeqTTL).
+func (s *Service) seqTTL() time.Duration {
+	if s.cfg.SeqTTL > 0 {
+		return s.cfg.SeqTTL
+	}
+	return seqTTL
+}
+
+// seqKey is the Redis key of the turn's reply seq counter.
+func (r *turnRun) seqKey() string { return r.s.cfg.RedisPrefix + "turnseq:" + r.req.GetTurnId() }
 
 // turnRun is one delivery of one turn.
 type turnRun struct {
@@ -627,6 +643,7 @@ func (r *turnRun) keepLock(ctx context.Context) (context.Context, func()) {
 		defer close(done)
 		t := time.NewTicker(r.ttl / 3)
 		defer t.Stop()
+		var seqKept time.Time // never: the first renewal renews the counter too
 		for {
 			select {
 			case <-ctx.Done():
@@ -640,9 +657,26 @@ func (r *turnRun) keepLock(ctx context.Context) (context.Context, func()) {
 			if err != nil && ctx.Err() == nil {
 				r.log.Warn("renew session lock", "err", err)
 			}
+			if now := time.Now(); err == nil && now.Sub(seqKept) >= r.s.seqTTL()/4 {
+				if err := r.keepSeq(ctx); err != nil && ctx.Err() == nil {
+					r.log.Warn("renew the reply seq counter", "err", err)
+				} else {
+					seqKept = now
+				}
+			}
 		}
 	}()
 	return ctx, func() { cancel(); <-done }
+}
+
+// keepSeq renews the expiry of the turn's reply seq counter, if it
+// exists (a turn that published nothing yet has none, and gets none):
+// the counter lives as long as the turn runs, and seqTTL after.
+func (r *turnRun) keepSeq(ctx context.Context) error {
+	if err := r.s.rdb.PExpire(ctx, r.seqKey(), r.s.seqTTL()).Err(); err != nil {
+		return fmt.Errorf("renew reply seq counter: %w", err)
+	}
+	return nil
 }
 
 // renewLock renews the session lock once, claiming it again when it
@@ -799,7 +833,7 @@ func (r *turnRun) nextSeq(ctx context.Context) (int64, error) {
 // either free or an earlier attempt's counter-less final (finalSeq).
 func (r *turnRun) takeSeq(ctx context.Context) (n int64, created bool, err error) {
 	r.seqUsed.Store(true)
-	key := r.s.cfg.RedisPrefix + "turnseq:" + r.req.GetTurnId()
+	key := r.seqKey()
 	floor := 0
 	if r.attempt > 1 && r.finalUncounted() && r.listsSteps {
 		// Only a turn whose later attempt publishes steps before its
@@ -807,7 +841,7 @@ func (r *turnRun) takeSeq(ctx context.Context) (n int64, created bool, err error
 		// Finish keeps one of the two, which both then publish.
 		floor = 1
 	}
-	v, err := nextSeqScript.Run(ctx, r.s.rdb, []string{key}, seqTTL.Milliseconds(), floor).Int64Slice()
+	v, err := nextSeqScript.Run(ctx, r.s.rdb, []string{key}, r.s.seqTTL().Milliseconds(), floor).Int64Slice()
 	if err != nil {
 		return 0, false, fmt.Errorf("allocate reply seq: %w", err)
 	}
@@ -877,7 +911,7 @@ func (r *turnRun) fillSeqGap(ctx context.Context, final *store.Final) error {
 	if r.target == nil {
 		return nil
 	}
-	n, err := r.s.rdb.Get(ctx, r.s.cfg.RedisPrefix+"turnseq:"+r.req.GetTurnId()).Int64()
+	n, err := r.s.rdb.Get(ctx, r.seqKey()).Int64()
 	if err != nil || n == 0 || (final != nil && final.Seq == n) {
 		return nil //nolint:nilerr // no counter: nothing was published
 	}
@@ -944,8 +978,16 @@ func (r *turnRun) publishAt(ctx context.Context, seq int64, ev *repliesv1.ReplyE
 
 // publishAtID publishes ev at seq under the bus message id id.
 func (r *turnRun) publishAtID(ctx context.Context, seq int64, id string, ev *repliesv1.ReplyEvent) error {
+	_, err := r.publishEvent(ctx, seq, id, ev)
+	return err
+}
+
+// publishEvent is publishAtID, also returning the stream's
+// acknowledgement of an event it waited for (nil for progress, published
+// without waiting, and for a turn whose replies go nowhere).
+func (r *turnRun) publishEvent(ctx context.Context, seq int64, id string, ev *repliesv1.ReplyEvent) (ack *jetstream.PubAck, err error) {
 	if r.target == nil {
-		return nil
+		return nil, nil
 	}
 	ev.TurnId = r.req.GetTurnId()
 	ev.SessionKey = r.req.GetSessionKey()
@@ -961,18 +1003,17 @@ func (r *turnRun) publishAtID(ctx context.Context, seq int64, id string, ev *rep
 		ev.ToolProgressMode = r.req.GetToolProgressMode()
 	}
 	subject := r.s.bus.Topology().ReplySubject(r.req.GetSessionKey())
-	var err error
 	if isProgress(ev) {
 		// Progress: no need to wait for the stream; the final event,
 		// published after it on the same connection, stays behind it.
 		err = r.s.bus.PublishAsync(ctx, subject, id, ev)
 	} else {
-		_, err = r.s.bus.Publish(ctx, subject, id, ev)
+		ack, err = r.s.bus.Publish(ctx, subject, id, ev)
 	}
 	if err != nil {
-		return fmt.Errorf("publish reply event: %w", err)
+		return nil, fmt.Errorf("publish reply event: %w", err)
 	}
-	return nil
+	return ack, nil
 }
 
 // isProgress reports whether ev only shows progress (typing, streamed
@@ -1003,7 +1044,50 @@ func (r *turnRun) publishFinal(ctx context.Context, f store.Final) error {
 	default:
 		return nil
 	}
-	return r.publishAt(context.WithoutCancel(ctx), f.Seq, ev)
+	ctx = context.WithoutCancel(ctx)
+	id := fmt.Sprintf("reply:%s:%d", r.req.GetTurnId(), f.Seq)
+	ack, err := r.publishEvent(ctx, f.Seq, id, ev)
+	if err != nil || ack == nil || !ack.Duplicate || r.heldFinal(ctx, ack) {
+		return err
+	}
+	// The bus holds another event under the final's id: during a rolling
+	// upgrade, a typing event an older worker's later attempt filled the
+	// seq with, which an earlier attempt (frozen past its lock, and not
+	// fenced by that attempt, which claims nothing) took for the final
+	// committed. The final goes again under an id of its own, where that
+	// typing event had left the turn without an answer.
+	r.log.Warn("the final's seq holds another reply event; publishing the final under its own id", "seq", f.Seq)
+	_, err = r.publishEvent(ctx, f.Seq, id+":final", ev)
+	return err
+}
+
+// heldFinal reports whether the event the bus holds under a final's id,
+// which ack called a duplicate, is a final (this one, published before by
+// this attempt or another, or another attempt's at the same seq: a
+// turn's apology and an earlier final share seq 1), or could not be read
+// (a final published again is taken once by delivery: the same seq and
+// body, the same outbox keys).
+func (r *turnRun) heldFinal(ctx context.Context, ack *jetstream.PubAck) bool {
+	st, err := r.s.bus.JetStream().Stream(ctx, ack.Stream)
+	if err != nil {
+		r.log.Warn("read the event held under the final's id", "err", err)
+		return false
+	}
+	m, err := st.GetMsg(ctx, ack.Sequence)
+	if err != nil {
+		r.log.Warn("read the event held under the final's id", "err", err)
+		return false
+	}
+	var held repliesv1.ReplyEvent
+	if err := proto.Unmarshal(m.Data, &held); err != nil {
+		r.log.Warn("read the event held under the final's id", "err", err)
+		return false
+	}
+	switch held.GetBody().(type) {
+	case *repliesv1.ReplyEvent_FinalText, *repliesv1.ReplyEvent_Error:
+		return true
+	}
+	return false
 }
 
 // breakBeforeFinal streams Hermes's paragraph break, marked restart,

@@ -52,6 +52,10 @@ type Config struct {
 	// configurable: tests shorten it so that stopping a worker does not
 	// take a second.
 	PollWait time.Duration `koanf:"-"`
+	// SeqTTL is how long a turn's reply seq counter outlives its last
+	// renewal (0: seqTTL, a day). Not configurable: tests shorten it to
+	// show a turn outliving it.
+	SeqTTL time.Duration `koanf:"-"`
 	// MaxDeliver bounds deliveries of one turn; the last attempt tells the
 	// user the turn was interrupted instead of failing silently.
 	MaxDeliver int `koanf:"max_deliver"`
