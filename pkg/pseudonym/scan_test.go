@@ -3,7 +3,9 @@ package pseudonym_test
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/switchboard-chat/switchboard/pkg/pseudonym"
@@ -183,4 +185,62 @@ func TestScrubberAsScrub(t *testing.T) {
 	if err := none.Naming(errors.New("x")); len(pseudonym.NamedIDs(err)) != 0 || err.Error() != "x" {
 		t.Errorf("a nil Scrubber's Naming = %v naming %q", err, pseudonym.NamedIDs(err))
 	}
+}
+
+// FuzzScrubberAsScrub: a Scrubber, used again and again and by
+// goroutines at once, makes of a text what Scrub does with its ids,
+// with a few ids and past the automaton's bound (the text's words and
+// many others), and ScrubNamed makes of it what Scrub does with the
+// ids an error is marked as naming, marks within among the Scrubber's
+// ids or not.
+func FuzzScrubberAsScrub(f *testing.F) {
+	p := pseudonym.New("fuzz")
+	long := "x-000000000000099001"
+	f.Add("abc-def and def", "abc-", "def", "")
+	f.Add("a-b-c a-b", "a-b", "b-c", "a-b-c")
+	f.Add("Bob@x.io,bob@x.io;BOB@x.io", "bob@x.io", "Bob@x.io", "")
+	f.Add(long, long, p.ID(long)[1:], "")
+	f.Add("x at -100123456789", "-100123456789", "at #", "")
+	f.Add("GET /users/BOB%40example.com: 404 for +15551234567", "bob@example.com", "+15551234567", "15551234567")
+	f.Add("PUT /rooms/%21r:example.org/send", "!r:example.org", "r", "room")
+	f.Add("move C0CHAT0007 to C0CHAT0999", "C0CHAT0007", "c0chat0999", "C0CHAT00071")
+	f.Add("", "", "", "")
+	many := make([]string, 40)
+	for i := range many {
+		many[i] = fmt.Sprintf("C0CHAT%04d", i)
+	}
+	f.Fuzz(func(t *testing.T, text, a, b, c string) {
+		words := strings.FieldsFunc(text, func(r rune) bool { return r == '/' || r == ' ' || r == ',' })
+		for _, ids := range [][]string{
+			{a, b, c},
+			append([]string{a, b, c}, strings.Fields(text)...),
+			append(append([]string{c}, words...), many...),
+			append(append([]string{}, many...), a, b),
+		} {
+			want := p.Scrub(text, ids...)
+			s := p.Scrubber(slices.Clone(ids)...)
+			var wg sync.WaitGroup
+			got := make([]string, 4)
+			for i := range got {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					got[i] = s.Scrub(text)
+				}()
+			}
+			wg.Wait()
+			for _, g := range got {
+				if g != want {
+					t.Fatalf("Scrubber(%q).Scrub(%q) = %q, Scrub = %q", ids, text, g, want)
+				}
+			}
+			err := errors.New(text)
+			for _, within := range [][]string{nil, ids[:len(ids)/2], {a}, {"zzz-other", c}} {
+				marked := s.Naming(pseudonym.Naming(err, within...))
+				if got, want := p.ScrubNamed(text, marked), p.Scrub(text, pseudonym.NamedIDs(marked)...); got != want {
+					t.Fatalf("ScrubNamed(%q) marked by %q within %q = %q, Scrub = %q", text, ids, within, got, want)
+				}
+			}
+		}
+	})
 }

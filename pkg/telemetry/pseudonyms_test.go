@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"reflect"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -706,5 +707,78 @@ func TestManyIDsScrubbedByOneAutomaton(t *testing.T) {
 	with := l.With("chat_ids", ids)
 	if got := allocated(func() { with.WarnContext(ctx, "m", "err", err) }); got > bound {
 		t.Errorf("a record with an error through a logger With %d ids costs %d bytes, want less than %d", n, got, bound)
+	}
+}
+
+// lines is an io.Writer of log lines safe for goroutines at once.
+type lines struct {
+	mu  sync.Mutex
+	all []string
+}
+
+func (l *lines) Write(b []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.all = append(l.all, string(b))
+	return len(b), nil
+}
+
+// TestLoggerWithManyIDsSharedByGoroutines: a logger With many ids (its
+// Scrubber, made once) logged through by goroutines at once writes
+// each record as a logger of its own would: its errors scrubbed of
+// the logger's ids and of the record's own.
+func TestLoggerWithManyIDsSharedByGoroutines(t *testing.T) {
+	t.Parallel()
+	const n, goroutines, records = 100, 8, 40
+	p := pseudonym.New("k")
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("C0CHAT%04d", i)
+	}
+	logs := []func(l *slog.Logger, g, i int){
+		func(l *slog.Logger, g, i int) {
+			l.Warn("m", "err", fmt.Errorf("chat %s: forbidden", ids[(g*records+i)%n]))
+		},
+		func(l *slog.Logger, g, i int) {
+			own := fmt.Sprintf("D0OWN%02d%03d", g, i)
+			l.Warn("m", "chat_id", own, "err", fmt.Errorf("chat %s, not %s: forbidden", own, ids[i%n]))
+		},
+		func(l *slog.Logger, g, i int) {
+			l.With("user_id", fmt.Sprintf("U0USER%02d%03d", g, i)).Warn("m", "last_error", fmt.Sprintf("user U0USER%02d%03d in %s", g, i, ids[(i+g)%n]))
+		},
+	}
+	cfg := telemetry.LogConfig{Level: "info", Format: "json", Pseudonymize: true, PseudonymKey: "k"}
+	var shared lines
+	with := telemetry.NewLogger(cfg, &shared).With("chat_ids", ids)
+	var wg sync.WaitGroup
+	for g := range goroutines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range records {
+				logs[i%len(logs)](with, g, i)
+			}
+		}()
+	}
+	wg.Wait()
+	var want []string
+	for g := range goroutines {
+		for i := range records {
+			var own lines
+			logs[i%len(logs)](telemetry.NewLogger(cfg, &own).With("chat_ids", ids), g, i)
+			want = append(want, cutTime(own.all[0]))
+		}
+	}
+	got := make([]string, len(shared.all))
+	for i, l := range shared.all {
+		got[i] = cutTime(l)
+	}
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Fatalf("records through a shared logger differ from those of a logger each:\n%s\nwant\n%s", strings.Join(got, ""), strings.Join(want, ""))
+	}
+	if !strings.Contains(strings.Join(got, ""), "chat "+p.ID(ids[0])+": forbidden") {
+		t.Errorf("errors not scrubbed of the logger's ids: %s", got[0])
 	}
 }
