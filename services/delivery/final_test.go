@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
@@ -188,5 +189,46 @@ func TestTurnShowsOneFinal(t *testing.T) {
 				t.Errorf("the gateway took %q, want %q", got, tc.want)
 			}
 		})
+	}
+}
+
+// A final dropped because its turn showed another still ends the turn's
+// typing indicator: a later attempt's typing event that came after the
+// answer (it started its loop before the earlier attempt, frozen past its
+// lock, woke and published the answer) had the indicator start again,
+// and the dropped apology that ended that attempt left it running until
+// TypingMax (five minutes of "typing…" under the answer).
+func TestADroppedFinalStopsTheTurnsTyping(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	cfg := testConfig()
+	cfg.TypingInterval = 50 * time.Millisecond
+	cfg.TypingMax = time.Hour
+	e.start(t, cfg, "a")
+	typings := func() int {
+		calls, _ := e.gw.snapshot()
+		n := 0
+		for _, c := range calls {
+			if c.Op == deliveryv1.SendOp_SEND_OP_TYPING {
+				n++
+			}
+		}
+		return n
+	}
+	e.publish(t, event("t1", 2, "s1", final("the answer")))
+	eventually(t, e.clock, 0, "the answer", func() bool { return len(e.gw.sends()) == 1 })
+	e.publish(t, event("t1", 3, "s1", &repliesv1.Typing{Active: true}))
+	eventually(t, e.clock, 0, "the later attempt's typing", func() bool { return typings() > 0 })
+	e.publish(t, event("t1", 4, "s1", &repliesv1.ReplyError{Code: "interrupted", Message: "Please send it again."}))
+	e.consumed(t, "s1")
+	if got := e.gw.sends(); len(got) != 1 {
+		t.Fatalf("the gateway took %d messages, want the answer alone", len(got))
+	}
+	// The end stops the indicator before the event is acknowledged: no
+	// request starts after it.
+	before := typings()
+	time.Sleep(10 * cfg.TypingInterval)
+	if after := typings(); after != before {
+		t.Errorf("typing went on after the turn's dropped final: %d requests, then %d", before, after)
 	}
 }

@@ -29,7 +29,8 @@ const finalsKeep = 48 * time.Hour
 // only the cursor comes off its stream) claims nothing, so that the
 // attempt that took the turn over still answers, but it is dropped too
 // once a final was shown (it would take that answer's messages away).
-// Per-request platforms (the API) are not checked: their gateway takes a
+// A dropped final still ends the turn's typing indicator. Per-request
+// platforms (the API) are not checked: their gateway takes a
 // request's first final and ignores the rest, and their replies pay no
 // round trip more.
 func (s *Service) otherFinal(ctx context.Context, ev *repliesv1.ReplyEvent) (bool, error) {
@@ -49,6 +50,10 @@ func (s *Service) otherFinal(ctx context.Context, ev *repliesv1.ReplyEvent) (boo
 		finalsDropped.WithLabelValues(ev.GetTarget().GetPlatform()).Inc()
 		chatLog(s.log, ev.GetTarget()).WarnContext(ctx, "turn showed another final; this one is dropped",
 			"turn_id", ev.GetTurnId(), "seq", ev.GetSeq())
+		// The turn is over all the same: a typing indicator that a later
+		// attempt's typing event started after the final shown (or on a
+		// replica that never saw it) stops here, not TypingMax later.
+		s.typing.done(ev.GetTurnId())
 	}
 	return !ok, nil
 }
