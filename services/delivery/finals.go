@@ -3,9 +3,9 @@ package delivery
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/binary"
+	"strconv"
 	"time"
-
-	"google.golang.org/protobuf/proto"
 
 	repliesv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/replies/v1"
 	"github.com/switchboard-chat/switchboard/pkg/outbox"
@@ -58,10 +58,30 @@ func (s *Service) otherFinal(ctx context.Context, ev *repliesv1.ReplyEvent) (boo
 	return !ok, nil
 }
 
-// finalDigest is the digest of a final event's seq and body, the same
-// for every copy of the event.
+// finalDigest is the digest of what a final event shows: its seq and
+// its text, format, or error code and message, each length-prefixed.
+// Every copy of the event has it, a later attempt's republished copy too
+// (which carries no token usage, the runtime footer's source), and a
+// replica of another release (fields are named here, not re-encoded with
+// whatever unknown fields that release kept).
 func finalDigest(ev *repliesv1.ReplyEvent) []byte {
-	b, _ := proto.MarshalOptions{Deterministic: true}.Marshal(&repliesv1.ReplyEvent{Seq: ev.GetSeq(), Body: ev.Body})
-	sum := sha256.Sum256(b)
-	return sum[:]
+	h := sha256.New()
+	field := func(s string) {
+		var n [8]byte
+		binary.BigEndian.PutUint64(n[:], uint64(len(s)))
+		h.Write(n[:])
+		h.Write([]byte(s))
+	}
+	field(strconv.FormatInt(ev.GetSeq(), 10))
+	switch b := ev.GetBody().(type) {
+	case *repliesv1.ReplyEvent_FinalText:
+		field("text")
+		field(b.FinalText.GetFormat().String())
+		field(b.FinalText.GetText())
+	case *repliesv1.ReplyEvent_Error:
+		field("error")
+		field(b.Error.GetCode())
+		field(b.Error.GetMessage())
+	}
+	return h.Sum(nil)
 }
