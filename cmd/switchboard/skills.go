@@ -133,6 +133,7 @@ func (a *app) skillSignals(b *bus.Bus) func(context.Context) error {
 		hup := make(chan os.Signal, 1)
 		signal.Notify(hup, syscall.SIGHUP)
 		defer signal.Stop(hup)
+		skillsHeld.Store(true)
 		for {
 			select {
 			case <-ctx.Done():
