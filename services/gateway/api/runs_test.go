@@ -591,6 +591,11 @@ func TestRunDeltasOfAnOlderReplicaAreNotStreamedAgain(t *testing.T) {
 			keyed(id, "t:1:d", "hel")
 			keyed(id, "t:2:d", "lo")
 		}, "hello!"},
+		{"a record that kept every key out of seq order, counted on", func(id string) {
+			keyed(id, "t:2:d", "hel")
+			keyed(id, "t:1:d", "lo")
+			delta(id, "t:2:d", "hel") // delivered again, to this one
+		}, "hello!"},
 		{"a later delta in a record that kept every key", func(id string) {
 			delta(id, "t:1:d", "hel")
 			keyed(id, "t:2:d", "lo")

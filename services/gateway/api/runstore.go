@@ -495,10 +495,14 @@ func (r *deltaRange) has(key string) bool {
 	return slices.Contains(r.Keys, key)
 }
 
-// add adds the delta with key to r.
+// add adds the delta with key to r. A turn's deltas may come out of
+// seq order where they were not counted as they came (the keys of a
+// record of the release before, in the order they were written).
 func (r *deltaRange) add(key string) {
 	if turn, seq, ok := deltaSeq(key); ok {
-		r.Turn, r.Seq = turn, seq
+		if turn != r.Turn || seq > r.Seq {
+			r.Turn, r.Seq = turn, seq
+		}
 		return
 	}
 	r.Keys = append(r.Keys, key)
