@@ -638,20 +638,20 @@ func (s *Service) runStep(ctx context.Context, run, command string, req *deliver
 func (s *Service) runDelta(ctx context.Context, run, key, text string, restart bool) error {
 	ev := runEvent{Event: "message.delta", Delta: text, Timestamp: unixNow()}
 	rec, found, err := s.runs.change(ctx, run, func(rec *runRecord) bool {
-		rec.fold(run)
+		rec.fold()
 		if terminal(rec.Status.Status) || rec.Deltas.counted(key) {
 			return false
 		}
 		if rec.Status.Status == runQueued {
 			rec.Status.Status = runRunning
 		}
-		rec.Deltas.count(run, key, text, restart)
+		rec.Deltas.count(key, text, restart)
 		return true
 	})
 	if err != nil || !found || terminal(rec.Status.Status) {
 		return err
 	}
-	return s.runs.emit(ctx, run, key, ev)
+	return s.runs.emitAt(ctx, run, rec.Deltas.eventKey(run, key), ev)
 }
 
 // runProgress records an event of a run that goes on: the run is
@@ -729,9 +729,9 @@ func toolEvent(step *deliveryv1.ToolStep) (runEvent, func(*runRecord, *runEvent)
 func (s *Service) endRun(ctx context.Context, run string, req *deliveryv1.SendRequested, stopped bool) error {
 	// The deltas the run's events hold: a replica from before the
 	// deltas were counted writes theirs without counting them, and one
-	// from before deltaTally rewrites the record without what was
-	// counted there.
-	var deltas deltaCount
+	// from before the tally's mark rewrites the record without what was
+	// counted there (deltaTally.countedAll).
+	var deltas []string
 	if !stopped && req.GetErrorCode() == "" {
 		var err error
 		if deltas, err = s.runs.deltaEvents(ctx, run); err != nil {
@@ -743,7 +743,7 @@ func (s *Service) endRun(ctx context.Context, run string, req *deliveryv1.SendRe
 		if terminal(st.Status) {
 			return false
 		}
-		rec.fold(run)
+		rec.fold()
 		switch {
 		case stopped || st.Status == runStopping:
 			st.Status = runCancelled
@@ -761,11 +761,12 @@ func (s *Service) endRun(ctx context.Context, run string, req *deliveryv1.SendRe
 			// interval; the final send carries the rest, which the last
 			// delta streams. An answer that is not what was streamed
 			// (the turn ran again after its worker died mid-stream),
-			// or one whose deltas were not all counted (a replica from
-			// before the count wrote some), streams only its links: the
-			// output says the whole answer.
+			// or one with a delta event that was not counted (a replica
+			// from before the count wrote it), streams only its links:
+			// the output says the whole answer. Delta events that are
+			// gone (expired, evicted) do not matter.
 			rest, continues := rec.Deltas.rest(text)
-			if !continues || !rec.Deltas.matches(deltas) {
+			if !continues || !rec.Deltas.countedAll(run, deltas) {
 				rest = ""
 			}
 			rec.Tail = rest + strings.TrimPrefix(out, text)

@@ -463,9 +463,10 @@ func TestRunDeltasAddUpToTheOutput(t *testing.T) {
 //     the text those deltas carried again; what was not counted streams
 //     nothing more (the output says the whole answer), as before;
 //   - one that counted them in the record by every key (Streams,
-//     Streamed) leaves out of it what this one counts (deltaTally): what
-//     it counted is counted on, and the deltas add up to the output, but
-//     what it dropped is not streamed again.
+//     Streamed), or in a tally whose events it did not mark, leaves out
+//     of it what this one counts (deltaTally's mark): what it counted is
+//     counted on, and the deltas add up to the output, but what it
+//     dropped is not streamed again.
 func TestRunDeltasOfAnOlderReplicaAreNotStreamedAgain(t *testing.T) {
 	t.Parallel()
 	b := newBus(t)
@@ -535,6 +536,23 @@ func TestRunDeltasOfAnOlderReplicaAreNotStreamedAgain(t *testing.T) {
 		})
 		written(id, key, text)
 	}
+	// tallied writes a delta as a replica with a tally but no mark did:
+	// its events are unmarked, and it drops the mark and the folded
+	// range of a record it rewrites.
+	tallied := func(id, key, text string) {
+		rewrite(id, append(uncounted, "deltas"), func(rec map[string]json.RawMessage) {
+			var d deltaTally
+			_ = json.Unmarshal(rec["deltas"], &d)
+			d.Mark, d.Folded = "", deltaRange{}
+			if !d.has(key) {
+				running(rec)
+				d.add(key)
+				d.stream(text)
+			}
+			rec["deltas"], _ = json.Marshal(d)
+		})
+		written(id, key, text)
+	}
 	send := func(id string, req *deliveryv1.SendRequested) {
 		req.InputMessageIds = []string{id}
 		if err := s.runSend(ctx, req); err != nil {
@@ -573,9 +591,23 @@ func TestRunDeltasOfAnOlderReplicaAreNotStreamedAgain(t *testing.T) {
 			keyed(id, "t:1:d", "hel")
 			keyed(id, "t:2:d", "lo")
 		}, "hello!"},
+		{"a record that kept every key out of seq order, counted on", func(id string) {
+			keyed(id, "t:2:d", "hel")
+			keyed(id, "t:1:d", "lo")
+			delta(id, "t:2:d", "hel") // delivered again, to this one
+		}, "hello!"},
 		{"a later delta in a record that kept every key", func(id string) {
 			delta(id, "t:1:d", "hel")
 			keyed(id, "t:2:d", "lo")
+		}, "hello"},
+		{"a tally without a mark, counted on", func(id string) {
+			tallied(id, "t:1:d", "hel")
+			delta(id, "t:1:d", "hel") // delivered again, to this one
+			delta(id, "t:2:d", "lo")
+		}, "hello!"},
+		{"a later delta in a tally without a mark", func(id string) {
+			delta(id, "t:1:d", "hel")
+			tallied(id, "t:2:d", "lo")
 		}, "hello"},
 	} {
 		id, _ := startRun(t, s, `{"input":"hi"}`, nil)
@@ -632,6 +664,97 @@ func TestRunDeltaDeliveredAgainIsCountedOnce(t *testing.T) {
 		}
 		if stream := deltasOf(events); stream != c.want {
 			t.Errorf("%s: deltas %q, want %q", c.name, stream, c.want)
+		}
+	}
+}
+
+// A run's delta events are not kept as long as its record: each expires
+// run_ttl after its write, and the bucket evicts the oldest at
+// runs_max_bytes, while the record, written again at each delta, stays
+// (a run longer than run_ttl loses its first ones). A follower that
+// read them before they went still gets the answer's rest at the end:
+// the deltas it read add up to the output.
+func TestRunDeltasAddUpWhenSomeOfTheirEventsAreGone(t *testing.T) {
+	t.Parallel()
+	b := newBus(t)
+	s := startService(t, b, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	kv, err := s.runs.bucket(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	send := func(id string, req *deliveryv1.SendRequested) {
+		req.InputMessageIds = []string{id}
+		if err := s.runSend(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deltas := []string{"hel", "lo", " there"}
+	for _, c := range []struct {
+		name string
+		gone []int // the deltas whose events are gone
+	}{
+		{"the first", []int{0}},
+		{"one between", []int{1}},
+		{"the last", []int{2}},
+		{"all of them", []int{0, 1, 2}},
+	} {
+		id, _ := startRun(t, s, `{"input":"hi"}`, nil)
+		var (
+			es     *eventStream
+			stream string
+		)
+		for i, text := range deltas {
+			send(id, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_STREAM_DELTA, Text: text,
+				IdempotencyKey: fmt.Sprintf("turn-%s:%d:d", id, i+1)})
+			if es == nil {
+				es = followRun(t, s, id) // its answer's header comes with the first event
+			}
+			select {
+			case ev := <-es.events:
+				if ev["event"] != "message.delta" || ev["delta"] != text {
+					t.Fatalf("%s: event %v, want the delta %q", c.name, ev, text)
+				}
+				stream += text
+			case <-ctx.Done():
+				t.Fatalf("%s: no delta %q", c.name, text)
+			}
+		}
+		// The events the follower read go, as an expired or evicted
+		// KV entry does (a purge leaves a marker, which watchers skip).
+		w, err := kv.Watch(ctx, kvKey(id)+".*")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var written []jetstream.KeyValueEntry
+		for e := range w.Updates() {
+			if e == nil {
+				break
+			}
+			written = append(written, e)
+		}
+		_ = w.Stop()
+		for _, i := range c.gone {
+			j := slices.IndexFunc(written, func(e jetstream.KeyValueEntry) bool {
+				var ev runEvent
+				return json.Unmarshal(e.Value(), &ev) == nil && ev.Delta == deltas[i]
+			})
+			if j < 0 {
+				t.Fatalf("%s: no event of the delta %q", c.name, deltas[i])
+			}
+			if err := kv.Purge(ctx, written[j].Key()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		send(id, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, Text: "hello there!", Final: true,
+			IdempotencyKey: fmt.Sprintf("turn-%s:9:0", id)})
+		events, closed := es.rest(t)
+		if n := len(events); n == 0 || events[n-1]["output"] != "hello there!" || !closed {
+			t.Fatalf("%s: events %v (closed %v)", c.name, names(events), closed)
+		}
+		if stream += deltasOf(events); stream != "hello there!" {
+			t.Errorf("%s: deltas %q, output %q", c.name, stream, "hello there!")
 		}
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding"
-	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -330,6 +329,11 @@ func (rs *runStore) change(ctx context.Context, id string, fn func(*runRecord) b
 // emit writes an event of run id under key, once: an event written
 // before under that key is left as it was.
 func (rs *runStore) emit(ctx context.Context, id, key string, ev runEvent) error {
+	return rs.emitAt(ctx, id, eventKey(id, key), ev)
+}
+
+// emitAt is emit with the event's KV key (eventKey, deltaTally.eventKey).
+func (rs *runStore) emitAt(ctx context.Context, id, at string, ev runEvent) error {
 	kv, err := rs.bucket(ctx)
 	if err != nil {
 		return err
@@ -342,40 +346,40 @@ func (rs *runStore) emit(ctx context.Context, id, key string, ev runEvent) error
 	if err != nil {
 		return fmt.Errorf("encode run event: %w", err)
 	}
-	if _, err := kv.Create(ctx, eventKey(id, key), data); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
+	if _, err := kv.Create(ctx, at, data); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
 		return fmt.Errorf("write run event: %w", err)
 	}
 	return nil
 }
 
-// deltaEvents counts the text deltas written so far for run id,
-// whichever replica wrote them (not the last one, key "media").
-func (rs *runStore) deltaEvents(ctx context.Context, id string) (deltaCount, error) {
+// deltaEvents returns the KV keys of the text deltas written so far for
+// run id, whichever replica wrote them (not the last one, key "media").
+func (rs *runStore) deltaEvents(ctx context.Context, id string) ([]string, error) {
 	kv, err := rs.bucket(ctx)
 	if err != nil {
-		return deltaCount{}, err
+		return nil, err
 	}
 	w, err := kv.Watch(ctx, kvKey(id)+".*", jetstream.IgnoreDeletes())
 	if err != nil {
-		return deltaCount{}, fmt.Errorf("watch run events: %w", err)
+		return nil, fmt.Errorf("watch run events: %w", err)
 	}
 	defer func() { _ = w.Stop() }()
 	last := eventKey(id, "media")
-	var deltas deltaCount
+	var keys []string
 	for {
 		select {
 		case <-ctx.Done():
-			return deltaCount{}, ctx.Err()
+			return nil, ctx.Err()
 		case e, ok := <-w.Updates():
 			if !ok {
-				return deltaCount{}, fmt.Errorf("watch run events: %w", ctx.Err())
+				return nil, fmt.Errorf("watch run events: %w", ctx.Err())
 			}
 			if e == nil {
-				return deltas, nil // the events so far
+				return keys, nil // the events so far
 			}
 			var ev runEvent
 			if json.Unmarshal(e.Value(), &ev) == nil && ev.Event == "message.delta" && e.Key() != last {
-				deltas.add(e.Key())
+				keys = append(keys, e.Key())
 			}
 		}
 	}
@@ -428,46 +432,42 @@ func (rs *runStore) watch(ctx context.Context, id string, fn func(data []byte, e
 // grow with them (the record is written again at each one):
 //
 //   - which were counted, for a delta delivered again not to be counted
-//     twice: the turn and reply seq of the last one (delivery keys a
-//     turn's deltas <turn id>:<seq>:d, and sends them in seq order), and
-//     the last few keys of those whose key names no seq;
+//     twice (deltaRange);
 //   - the text they carried since the last break (a later model call's
 //     text restarts the answer): its length and its SHA-256 state, which
 //     tells whether the answer continues it (rest);
-//   - how many were counted and the sum of a hash of their events' KV
-//     keys, which the run's end compares with the events written
-//     (matches): a replica that writes deltas without counting them
-//     here (one of a release from before) is told apart.
+//   - a mark, random, that the KV key of each delta event counted here
+//     carries (eventKey), which the run's end reads (countedAll): an
+//     event without it was written by a replica that did not count it
+//     here (one of a release from before), and one with another mark was
+//     counted in a tally that such a replica dropped when it rewrote the
+//     record. Events that are gone (each expires run_ttl after its write,
+//     the bucket evicts the oldest at runs_max_bytes, a slow delta's may
+//     come after the end) tell nothing: every event written must have
+//     been counted, not every delta counted written.
+//   - Folded: the deltas a release that marked no events counted, before
+//     the record came here (fold), whose events are under the unmarked key.
 type deltaTally struct {
-	Turn string   `json:"turn,omitempty"`
-	Seq  int64    `json:"seq,omitempty"`
-	Keys []string `json:"keys,omitempty"`
+	Mark string `json:"mark,omitempty"`
+	deltaRange
+
+	Folded deltaRange `json:"folded,omitzero"`
 
 	TextLen int    `json:"text_len,omitempty"`
 	Text    []byte `json:"text,omitempty"`
-
-	deltaCount
 }
 
-// deltaCount counts text delta events by their KV keys: how many, and
-// the sum of deltaHash of their keys.
-type deltaCount struct {
-	N   int    `json:"n,omitempty"`
-	Sum uint64 `json:"sum,omitempty"`
+// deltaRange says which deltas were counted, in a size that does not
+// grow with them: delivery keys a turn's deltas <turn id>:<reply
+// seq>:d and sends them in seq order, so the last turn and its highest
+// seq say which; of those whose key names no seq, the last few keys.
+type deltaRange struct {
+	Turn string   `json:"turn,omitempty"`
+	Seq  int64    `json:"seq,omitempty"`
+	Keys []string `json:"keys,omitempty"`
 }
 
-// deltaHash is the hash of a delta event's KV key that deltaCount sums.
-func deltaHash(kvKey string) uint64 {
-	sum := sha256.Sum256([]byte(kvKey))
-	return binary.BigEndian.Uint64(sum[:8])
-}
-
-func (c *deltaCount) add(kvKey string) {
-	c.N++
-	c.Sum += deltaHash(kvKey)
-}
-
-// recentKeys is how many keys naming no seq a tally keeps.
+// recentKeys is how many keys naming no seq a range keeps.
 const recentKeys = 16
 
 // deltaSeq reads the turn and reply seq of a delta's key as delivery
@@ -485,34 +485,107 @@ func deltaSeq(key string) (turn string, seq int64, ok bool) {
 	return rest[:i], seq, true
 }
 
-// counted reports whether the delta with key was counted: its seq is at
-// or before the last one counted of its turn, or, naming no seq, it is
-// one of the last few.
-func (d *deltaTally) counted(key string) bool {
+// has reports whether the delta with key is in r: its seq is at or
+// before the last one of its turn, or, naming no seq, it is one of the
+// last few.
+func (r *deltaRange) has(key string) bool {
 	if turn, seq, ok := deltaSeq(key); ok {
-		return turn == d.Turn && seq <= d.Seq
+		return turn == r.Turn && seq <= r.Seq
 	}
-	return slices.Contains(d.Keys, key)
+	return slices.Contains(r.Keys, key)
 }
+
+// add adds the delta with key to r. A turn's deltas may come out of
+// seq order where they were not counted as they came (the keys of a
+// record of the release before, in the order they were written).
+func (r *deltaRange) add(key string) {
+	if turn, seq, ok := deltaSeq(key); ok {
+		if turn != r.Turn || seq > r.Seq {
+			r.Turn, r.Seq = turn, seq
+		}
+		return
+	}
+	r.Keys = append(r.Keys, key)
+	if n := len(r.Keys); n > recentKeys {
+		r.Keys = slices.Clone(r.Keys[n-recentKeys:])
+	}
+}
+
+// empty reports whether r holds no delta.
+func (r *deltaRange) empty() bool { return r.Turn == "" && len(r.Keys) == 0 }
+
+// maxFoldedSeq bounds the seqs of a folded range whose event keys the
+// run's end works out; a range beyond is taken as not counted.
+const maxFoldedSeq = 1 << 16
+
+// eventKeys are the KV keys of the unmarked events of the deltas in r
+// (eventKey).
+func (r *deltaRange) eventKeys(id string) map[string]bool {
+	keys := make(map[string]bool, len(r.Keys))
+	for _, key := range r.Keys {
+		keys[eventKey(id, key)] = true
+	}
+	if r.Turn != "" && r.Seq <= maxFoldedSeq {
+		for seq := int64(1); seq <= r.Seq; seq++ {
+			keys[eventKey(id, r.Turn+":"+strconv.FormatInt(seq, 10)+":d")] = true
+		}
+	}
+	return keys
+}
+
+// counted reports whether the delta with key was counted.
+func (d *deltaTally) counted(key string) bool { return d.Folded.has(key) || d.has(key) }
 
 // count counts the delta of run id with key and text; restart: it is
 // the break before a later model call's text, which the answer starts
 // after.
-func (d *deltaTally) count(id, key, text string, restart bool) {
-	if turn, seq, ok := deltaSeq(key); ok {
-		d.Turn, d.Seq = turn, seq
-	} else {
-		d.Keys = append(d.Keys, key)
-		if n := len(d.Keys); n > recentKeys {
-			d.Keys = slices.Clone(d.Keys[n-recentKeys:])
-		}
+func (d *deltaTally) count(key, text string, restart bool) {
+	if d.Mark == "" {
+		d.Mark = randomHex(6)
 	}
-	d.add(eventKey(id, key))
+	d.add(key)
 	if restart {
 		d.TextLen, d.Text = 0, nil
 		return
 	}
 	d.stream(text)
+}
+
+// markedKeys is how the KV keys of run id's delta events counted in a
+// tally marked mark begin: the event key of the run's other events
+// (eventKey) is hex digits alone.
+func markedKeys(id, mark string) string { return kvKey(id) + ".m" + mark + "_" }
+
+// eventKey is the KV key of the event of a delta this tally counted,
+// with key: marked, but for one that a release marking none counted
+// (Folded): that release wrote its event unmarked, or may yet (the
+// delta delivered again there), and it is written once.
+func (d *deltaTally) eventKey(id, key string) string {
+	if d.Folded.has(key) || d.Mark == "" {
+		return eventKey(id, key)
+	}
+	sum := sha256.Sum256([]byte(key))
+	return markedKeys(id, d.Mark) + hex.EncodeToString(sum[:12])
+}
+
+// countedAll reports whether each delta event written of run id
+// (events, their KV keys) is one the tally counted: marked by it, or
+// one of the deltas folded into it. The events of deltas it counted
+// may be gone.
+func (d *deltaTally) countedAll(id string, events []string) bool {
+	var folded map[string]bool
+	for _, key := range events {
+		if d.Mark != "" && strings.HasPrefix(key, markedKeys(id, d.Mark)) {
+			continue
+		}
+		if folded == nil {
+			folded = d.Folded.eventKeys(id)
+		}
+		if !folded[key] {
+			return false
+		}
+	}
+	return true
 }
 
 // stream adds text to the text streamed since the last break.
@@ -558,21 +631,21 @@ func (d *deltaTally) rest(answer string) (string, bool) {
 	return answer[d.TextLen:], true
 }
 
-// matches reports whether the delta events written (events) are those
-// the tally counted.
-func (d *deltaTally) matches(events deltaCount) bool { return d.deltaCount == events }
-
-// fold counts in Deltas what a replica of the release before recorded
-// of run id's deltas (Streamed, Streams), and drops it. Such a replica
-// leaves Deltas out of what it writes, so the record holds one or the
-// other.
-func (rec *runRecord) fold(id string) {
+// fold takes into Deltas.Folded what a replica of a release that marked
+// no events counted of run id's deltas, and drops it there: the one
+// before the tally recorded them in Streamed and Streams (and leaves
+// Deltas out of what it writes, so the record holds one or the other);
+// the first with a tally kept its range, without a mark.
+func (rec *runRecord) fold() {
+	d := &rec.Deltas
+	if d.Mark == "" && !d.empty() {
+		d.Folded, d.deltaRange = d.deltaRange, deltaRange{}
+	}
 	if rec.Streamed == "" && rec.Streams == nil {
 		return
 	}
-	d := &rec.Deltas
 	for _, key := range rec.Streams {
-		d.count(id, key, "", false)
+		d.Folded.add(key)
 	}
 	d.TextLen, d.Text = 0, nil
 	d.stream(rec.Streamed)
