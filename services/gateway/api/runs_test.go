@@ -596,6 +596,15 @@ func TestRunDeltasOfAnOlderReplicaAreNotStreamedAgain(t *testing.T) {
 			keyed(id, "t:1:d", "lo")
 			delta(id, "t:2:d", "hel") // delivered again, to this one
 		}, "hello!"},
+		{"a record that kept every key, delivered again after this one counted", func(id string) {
+			keyed(id, "t:1:d", "hel")
+			delta(id, "t:2:d", "lo")
+			delta(id, "t:1:d", "hel") // delivered again, to this one: its event is written
+		}, "hello!"},
+		{"a record that kept keys naming no seq, counted on", func(id string) {
+			keyed(id, "a", "hel")
+			delta(id, "b", "lo")
+		}, "hello!"},
 		{"a later delta in a record that kept every key", func(id string) {
 			delta(id, "t:1:d", "hel")
 			keyed(id, "t:2:d", "lo")
