@@ -622,13 +622,7 @@ func TestRunDeltasOfAnOlderReplicaAreNotStreamedAgain(t *testing.T) {
 		id, _ := startRun(t, s, `{"input":"hi"}`, nil)
 		c.stream(id)
 		send(id, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, Text: "hello!", Final: true, IdempotencyKey: "f"})
-		events, closed := followRun(t, s, id).rest(t)
-		if n := len(events); n == 0 || events[n-1]["output"] != "hello!" || !closed {
-			t.Fatalf("%s: events %v (closed %v)", c.name, names(events), closed)
-		}
-		if stream := deltasOf(events); stream != c.want {
-			t.Errorf("%s: deltas %q, want %q", c.name, stream, c.want)
-		}
+		runStreams(t, s, id, c.name, "hello!", c.want)
 	}
 }
 
@@ -667,13 +661,7 @@ func TestRunDeltaDeliveredAgainIsCountedOnce(t *testing.T) {
 			Text: c.final, Final: true, IdempotencyKey: "t:9:0"}); err != nil {
 			t.Fatal(err)
 		}
-		events, closed := followRun(t, s, id).rest(t)
-		if n := len(events); n == 0 || events[n-1]["output"] != c.final || !closed {
-			t.Fatalf("%s: events %v (closed %v)", c.name, names(events), closed)
-		}
-		if stream := deltasOf(events); stream != c.want {
-			t.Errorf("%s: deltas %q, want %q", c.name, stream, c.want)
-		}
+		runStreams(t, s, id, c.name, c.final, c.want)
 	}
 }
 
@@ -769,6 +757,19 @@ func TestRunDeltasAddUpWhenSomeOfTheirEventsAreGone(t *testing.T) {
 }
 
 // deltasOf is the text of a run's message.delta events.
+// runStreams follows run id to its end: it must end with output, its
+// deltas adding up to want.
+func runStreams(t *testing.T, s *Service, id, name, output, want string) {
+	t.Helper()
+	events, closed := followRun(t, s, id).rest(t)
+	if n := len(events); n == 0 || events[n-1]["output"] != output || !closed {
+		t.Fatalf("%s: events %v (closed %v)", name, names(events), closed)
+	}
+	if stream := deltasOf(events); stream != want {
+		t.Errorf("%s: deltas %q, want %q", name, stream, want)
+	}
+}
+
 func deltasOf(events []map[string]any) string {
 	var stream string
 	for _, ev := range events {
