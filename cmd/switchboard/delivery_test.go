@@ -144,7 +144,7 @@ func errorsCause(err error) error {
 
 // TestDeliveriesCommandNamesTheOperator: retry and purge change state, so
 // the admin API audits them; like every other operator verb the command
-// names the operator ($USER) for that record, which `switchboard audit`
+// names the operator (--by, else $SWITCHBOARD_OPERATOR, else $USER) for that record, which `switchboard audit`
 // then shows as token:<user> instead of a bare "token".
 func TestDeliveriesCommandNamesTheOperator(t *testing.T) {
 	ctx := context.Background()
@@ -163,6 +163,7 @@ func TestDeliveriesCommandNamesTheOperator(t *testing.T) {
 	defer func() { cancel(); <-done }()
 	t.Setenv("SWITCHBOARD_ADMIN_TOKEN", "tok")
 	t.Setenv("USER", "jane")
+	t.Setenv("SWITCHBOARD_OPERATOR", "") // the operator is $USER here
 
 	for _, verb := range []string{"retry", "purge"} {
 		t.Run(verb, func(t *testing.T) {
