@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"sort"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -31,21 +32,37 @@ func init() {
 type adminClient struct {
 	addr     string
 	platform string
-	// actor names the operator for the audit log; $USER when empty.
+	// actor names the operator for the audit log (--by); when empty,
+	// $SWITCHBOARD_OPERATOR, else $USER (operator).
 	actor string
 	// timeout bounds the call; 15s unless a verb needs longer.
 	timeout time.Duration
 }
 
+// operatorEnv names the operator where $USER is unset or someone
+// else (kubectl exec, docker compose exec): --by comes first.
+const operatorEnv = "SWITCHBOARD_OPERATOR"
+
+// adminFlags is the flag set of an admin verb with the flags every one
+// takes: the API's address and the operator's name.
 func adminFlags(name string) (*flag.FlagSet, *adminClient) {
 	c := &adminClient{}
 	fs := flag.NewFlagSet("switchboard "+name, flag.ContinueOnError)
-	def := os.Getenv("SWITCHBOARD_ADMIN_ADDR")
-	if def == "" {
-		def = admin.DefaultAddr
-	}
-	fs.StringVar(&c.addr, "admin-addr", def, "admin API address (or $SWITCHBOARD_ADMIN_ADDR); the token comes from $SWITCHBOARD_ADMIN_TOKEN")
+	fs.StringVar(&c.addr, "admin-addr", envOr("SWITCHBOARD_ADMIN_ADDR", admin.DefaultAddr),
+		"admin API address (or $SWITCHBOARD_ADMIN_ADDR); the token comes from $SWITCHBOARD_ADMIN_TOKEN")
+	fs.StringVar(&c.actor, "by", "", "the operator, named in the audit log (token:<by>) and on what the call sets (admin:<by>); default $"+operatorEnv+", else $USER")
 	return fs, c
+}
+
+// operator is the operator's name the calls carry: --by, else
+// $SWITCHBOARD_OPERATOR, else $USER; empty when none is set.
+func (c *adminClient) operator() string {
+	for _, v := range []string{c.actor, os.Getenv(operatorEnv), os.Getenv("USER")} {
+		if v = strings.TrimSpace(v); v != "" {
+			return v
+		}
+	}
+	return ""
 }
 
 // platformFlag adds --platform, for the verbs that narrow to one.
@@ -60,11 +77,7 @@ func (c *adminClient) dial(ctx context.Context) (adminv1.AdminServiceClient, con
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("dial admin API %s: %w", c.addr, err)
 	}
-	actor := c.actor
-	if actor == "" {
-		actor = os.Getenv("USER")
-	}
-	md := metadata.Pairs(admin.ActorHeader, actor)
+	md := metadata.Pairs(admin.ActorHeader, c.operator())
 	if tok := os.Getenv("SWITCHBOARD_ADMIN_TOKEN"); tok != "" {
 		md.Append("authorization", "Bearer "+tok)
 	}

@@ -47,6 +47,7 @@ func TestSessionsPruneVerb(t *testing.T) {
 	defer func() { cancel(); <-done }()
 	t.Setenv("SWITCHBOARD_ADMIN_TOKEN", "tok")
 	t.Setenv("USER", "tester")
+	t.Setenv("SWITCHBOARD_OPERATOR", "") // the operator is $USER here
 
 	old := time.Now().Add(-100 * 24 * time.Hour)
 	for _, row := range []struct {

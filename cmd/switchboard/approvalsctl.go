@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -12,7 +11,6 @@ import (
 	"github.com/switchboard-chat/switchboard/pkg/approvalmode"
 	adminv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/admin/v1"
 	"github.com/switchboard-chat/switchboard/pkg/toolapproval"
-	"github.com/switchboard-chat/switchboard/services/admin"
 )
 
 func init() {
@@ -32,11 +30,8 @@ func init() {
 // configured default lives apart from the mode set, and nothing else
 // returns to it.
 func approvalsCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	c := &adminClient{}
-	fs := flag.NewFlagSet("switchboard approvals", flag.ContinueOnError)
+	fs, c := adminFlags("approvals")
 	fs.SetOutput(stderr)
-	fs.StringVar(&c.addr, "admin-addr", envOr("SWITCHBOARD_ADMIN_ADDR", admin.DefaultAddr),
-		"admin API address (or $SWITCHBOARD_ADMIN_ADDR); the token comes from $SWITCHBOARD_ADMIN_TOKEN")
 	var f toolapproval.Filter
 	fs.StringVar(&f.Scope, "scope", "", "list: only this scope (user: /approve always, session: /approve session)")
 	fs.StringVar(&f.Subject, "subject", "", "list: only this subject (a user key such as telegram:42, or a conversation's session id)")

@@ -61,11 +61,12 @@ func deliveriesCommand(ctx context.Context, args []string, stdout, stderr io.Wri
 	default:
 		return usage()
 	}
-	if err := parseFlags(fs, rest); err != nil {
+	// Flags may come after the ids, as with every admin verb.
+	ids, err := parseInterleaved(fs, rest)
+	if err != nil {
 		return usage()
 	}
-	ids := fs.Args()
-	if verb != "list" && len(ids) == 0 && !*all {
+	if verb == "list" && len(ids) > 0 || verb != "list" && len(ids) == 0 && !*all {
 		return usage()
 	}
 	// As every admin verb: the token, and the operator's name for the

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"net"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -102,8 +103,13 @@ func TestDeliveriesCommand(t *testing.T) {
 	if out := run("list", "--state", "queued"); strings.Count(out, "\n") != 3 {
 		t.Fatalf("list queued:\n%s", out)
 	}
-	if out := run("retry", "--all"); out != "requeued 1\n" {
-		t.Fatalf("retry: %q", out)
+	// Flags may come after the ids, as with every admin verb.
+	var out2, errOut2 bytes.Buffer
+	if err := deliveriesCommand(ctx, []string{"retry", strconv.FormatInt(rows[0].ID, 10), "--admin-addr", lis.Addr().String()}, &out2, &errOut2); err != nil || out2.String() != "requeued 1\n" {
+		t.Fatalf("retry <id> --admin-addr: %q %v (%s)", out2.String(), err, errOut2.String())
+	}
+	if out := run("retry", "--all"); out != "requeued 0\n" {
+		t.Fatalf("retry --all: %q", out)
 	}
 	if out := run("purge", "--all"); out != "purged 0\n" {
 		t.Fatalf("purge: %q", out)
@@ -111,6 +117,9 @@ func TestDeliveriesCommand(t *testing.T) {
 	var errOut bytes.Buffer
 	if err := deliveriesCommand(ctx, []string{"retry"}, &bytes.Buffer{}, &errOut); err == nil {
 		t.Fatal("retry without ids or --all accepted")
+	}
+	if err := deliveriesCommand(ctx, []string{"list", "12"}, &bytes.Buffer{}, &errOut); err == nil {
+		t.Fatal("list with an id accepted")
 	}
 	t.Setenv("SWITCHBOARD_ADMIN_TOKEN", "wrong")
 	if err := deliveriesCommand(ctx, []string{"list", "--admin-addr", lis.Addr().String()}, &bytes.Buffer{}, &errOut); status.Code(errorsCause(err)) != codes.Unauthenticated {
@@ -135,7 +144,7 @@ func errorsCause(err error) error {
 
 // TestDeliveriesCommandNamesTheOperator: retry and purge change state, so
 // the admin API audits them; like every other operator verb the command
-// names the operator ($USER) for that record, which `switchboard audit`
+// names the operator (--by, else $SWITCHBOARD_OPERATOR, else $USER) for that record, which `switchboard audit`
 // then shows as token:<user> instead of a bare "token".
 func TestDeliveriesCommandNamesTheOperator(t *testing.T) {
 	ctx := context.Background()
@@ -154,6 +163,7 @@ func TestDeliveriesCommandNamesTheOperator(t *testing.T) {
 	defer func() { cancel(); <-done }()
 	t.Setenv("SWITCHBOARD_ADMIN_TOKEN", "tok")
 	t.Setenv("USER", "jane")
+	t.Setenv("SWITCHBOARD_OPERATOR", "") // the operator is $USER here
 
 	for _, verb := range []string{"retry", "purge"} {
 		t.Run(verb, func(t *testing.T) {

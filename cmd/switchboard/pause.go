@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -15,7 +14,6 @@ import (
 	chatcommand "github.com/switchboard-chat/switchboard/pkg/command"
 	adminv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/admin/v1"
 	"github.com/switchboard-chat/switchboard/pkg/retention"
-	"github.com/switchboard-chat/switchboard/services/admin"
 )
 
 func init() {
@@ -36,11 +34,8 @@ func (e exitCode) Error() string { return "exit status " + strconv.Itoa(int(e)) 
 // [--ttl]` / `hermes resume` over the admin API: the entry it sets is the
 // one /pause sets from a chat.
 func pauseCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	c := &adminClient{}
-	fs := flag.NewFlagSet("switchboard pause", flag.ContinueOnError)
+	fs, c := adminFlags("pause")
 	fs.SetOutput(stderr)
-	fs.StringVar(&c.addr, "admin-addr", envOr("SWITCHBOARD_ADMIN_ADDR", admin.DefaultAddr),
-		"admin API address (or $SWITCHBOARD_ADMIN_ADDR); the token comes from $SWITCHBOARD_ADMIN_TOKEN")
 	ttlFlag := fs.String("ttl", "", "lift the pause by itself after this long (45m, 2h, 1d, or seconds); 0: never; unset: a pause engaged already keeps its expiry")
 	var allowUsers, allowProfiles repeated
 	fs.Var(&allowUsers, "allow-user", "a sender's user id that keeps working through the pause (repeatable); replaces the allowlist")

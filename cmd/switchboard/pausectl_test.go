@@ -42,6 +42,7 @@ func TestPauseVerbs(t *testing.T) {
 	defer func() { cancel(); <-done }()
 	t.Setenv("SWITCHBOARD_ADMIN_TOKEN", "tok")
 	t.Setenv("USER", "tester")
+	t.Setenv("SWITCHBOARD_OPERATOR", "") // the operator is $USER here
 
 	run := func(args ...string) (string, string, error) {
 		var out, errOut bytes.Buffer
@@ -140,6 +141,7 @@ func startAdminAPI(t *testing.T, ctx context.Context, cfg admin.Config, deps adm
 	t.Cleanup(func() { cancel(); <-done })
 	t.Setenv("SWITCHBOARD_ADMIN_TOKEN", "tok")
 	t.Setenv("USER", "tester")
+	t.Setenv("SWITCHBOARD_OPERATOR", "") // the operator is $USER here
 	return s.Addr()
 }
 

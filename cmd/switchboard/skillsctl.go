@@ -2,13 +2,11 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 
 	adminv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/admin/v1"
-	"github.com/switchboard-chat/switchboard/services/admin"
 )
 
 func init() {
@@ -23,12 +21,8 @@ func init() {
 // without a chat. What comes back is the stored announcement; the
 // processes scan on their own and each logs `skills loaded`.
 func runSkills(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	c := &adminClient{}
-	fs := flag.NewFlagSet("switchboard skills", flag.ContinueOnError)
+	fs, c := adminFlags("skills")
 	fs.SetOutput(stderr)
-	fs.StringVar(&c.addr, "admin-addr", envOr("SWITCHBOARD_ADMIN_ADDR", admin.DefaultAddr),
-		"admin API address (or $SWITCHBOARD_ADMIN_ADDR); the token comes from $SWITCHBOARD_ADMIN_TOKEN")
-	fs.StringVar(&c.actor, "by", "", "who asks, recorded as admin:<by> (default $USER)")
 	usage := func() error {
 		fmt.Fprintln(stderr, "usage: switchboard skills reload [--by name] [--admin-addr host:port]")
 		fmt.Fprintln(stderr, "every router replica and the Telegram and Discord gateways scan skills.dirs again; token from SWITCHBOARD_ADMIN_TOKEN")

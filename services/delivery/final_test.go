@@ -10,6 +10,7 @@ import (
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	repliesv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/replies/v1"
+	"github.com/switchboard-chat/switchboard/services/delivery"
 )
 
 // refuseBlank is what every gateway does with a message that has no text
@@ -230,5 +231,46 @@ func TestADroppedFinalStopsTheTurnsTyping(t *testing.T) {
 	time.Sleep(10 * cfg.TypingInterval)
 	if after := typings(); after != before {
 		t.Errorf("typing went on after the turn's dropped final: %d requests, then %d", before, after)
+	}
+}
+
+// A final dropped because its turn showed another still ends the turn's
+// tool progress as a shown final does: a later attempt's progress
+// message, started after the answer, gets the lines it had not shown yet
+// (its best-effort edits failed), and nothing else is sent: no second
+// answer, the shown one left as it is. Before, the drop returned before
+// the progress's last edit, and the message kept its last lines unshown.
+func TestADroppedFinalEndsTheTurnsToolProgress(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	cfg := streamConfig()
+	cfg.ToolProgress = delivery.ToolProgressAll
+	e.gw.setBehaviour(func(req *deliveryv1.SendRequested, _ int) behaviour {
+		if strings.HasSuffix(req.GetIdempotencyKey(), ":tpe") {
+			// The progress edits between lines: best effort, lost here.
+			return behaviour{fail: &deliveryv1.SendReceipt{ErrorClass: deliveryv1.ErrorClass_ERROR_CLASS_RETRYABLE, Error: "rate limited"}}
+		}
+		return behaviour{}
+	})
+	e.start(t, cfg, "a")
+	e.publishStream(t, "t1", 2, "s1", final("the answer"))
+	eventually(t, e.clock, 0, "the answer", func() bool { return e.gw.postedTexts()["the answer"] == 1 })
+	e.publishStream(t, "t1", 3, "s1", started("a", "one"))
+	eventually(t, e.clock, 0, "the later attempt's progress message", func() bool { return rowState(t, e.db, "t1:3:tp:0") == "sent" })
+	e.publishStream(t, "t1", 4, "s1", started("b", "two"))
+	e.publishStream(t, "t1", 5, "s1", &repliesv1.ReplyError{Code: "interrupted", Message: "Please send it again."})
+	e.consumed(t, "s1")
+	want := []string{"the answer", "⚙️ a: \"one\"\n⚙️ b: \"two\""}
+	eventually(t, e.clock, 0, "the progress message's last lines", func() bool {
+		return strings.Join(e.gw.shown("stream", "chat-s1"), "\n---\n") == strings.Join(want, "\n---\n")
+	})
+	sends := 0
+	for _, c := range e.gw.sends() {
+		if c.Op == deliveryv1.SendOp_SEND_OP_SEND {
+			sends++
+		}
+	}
+	if sends != 2 {
+		t.Errorf("the gateway took %d sends, want the answer and the progress message", sends)
 	}
 }

@@ -29,7 +29,10 @@ const finalsKeep = 48 * time.Hour
 // only the cursor comes off its stream) claims nothing, so that the
 // attempt that took the turn over still answers, but it is dropped too
 // once a final was shown (it would take that answer's messages away).
-// A dropped final still ends the turn's typing indicator. Per-request
+// A dropped final still ends the turn's typing indicator and its tool
+// progress (endTools: the progress message's last edit, never a second
+// answer nor an edit of the one shown); an error queueing that edit
+// nak's the event, which comes back dropped again. Per-request
 // platforms (the API) are not checked: their gateway takes a
 // request's first final and ignores the rest, and their replies pay no
 // round trip more.
@@ -54,6 +57,13 @@ func (s *Service) otherFinal(ctx context.Context, ev *repliesv1.ReplyEvent) (boo
 		// attempt's typing event started after the final shown (or on a
 		// replica that never saw it) stops here, not TypingMax later.
 		s.typing.done(ev.GetTurnId())
+		// A progress message a later attempt started after the final
+		// shown (or on a replica that never saw it) gets its last lines
+		// now, and the turn's progress is forgotten, not kept until
+		// housekeeping prunes it.
+		if err := s.endTools(ctx, ev); err != nil {
+			return true, err
+		}
 	}
 	return !ok, nil
 }
