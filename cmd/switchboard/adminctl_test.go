@@ -23,20 +23,7 @@ import (
 func TestPairingAndSessionsVerbs(t *testing.T) {
 	ctx := context.Background()
 	db := pgtest.New(t)
-	s, err := admin.New(admin.Config{Addr: "127.0.0.1:0"}, admin.Deps{DB: db, Token: "tok"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Listen(); err != nil {
-		t.Fatal(err)
-	}
-	rctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- s.Run(rctx) }()
-	defer func() { cancel(); <-done }()
-	t.Setenv("SWITCHBOARD_ADMIN_TOKEN", "tok")
-	t.Setenv("USER", "tester")
-	t.Setenv("SWITCHBOARD_OPERATOR", "") // the operator is $USER here
+	addr := startAdminAPI(t, ctx, admin.Config{}, admin.Deps{DB: db})
 
 	code, err := pairing.NewStore(db).Issue(ctx, "telegram", "42", "Zed")
 	if err != nil {
@@ -45,7 +32,7 @@ func TestPairingAndSessionsVerbs(t *testing.T) {
 	run := func(f func(context.Context, []string, *bytes.Buffer) error, args ...string) string {
 		t.Helper()
 		var out bytes.Buffer
-		if err := f(ctx, append(args, "--admin-addr", s.Addr()), &out); err != nil {
+		if err := f(ctx, append(args, "--admin-addr", addr), &out); err != nil {
 			t.Fatalf("%v: %v", args, err)
 		}
 		return out.String()
@@ -67,7 +54,7 @@ func TestPairingAndSessionsVerbs(t *testing.T) {
 	}
 	t.Setenv("SWITCHBOARD_ADMIN_TOKEN", "wrong")
 	var out bytes.Buffer
-	if err := runPairing(ctx, []string{"list", "--admin-addr", s.Addr()}, &out); err == nil || !strings.Contains(err.Error(), "Unauthenticated") {
+	if err := runPairing(ctx, []string{"list", "--admin-addr", addr}, &out); err == nil || !strings.Contains(err.Error(), "Unauthenticated") {
 		t.Fatalf("wrong token: %v", err)
 	}
 }

@@ -34,20 +34,7 @@ func TestSessionsPruneVerb(t *testing.T) {
 	ctx := context.Background()
 	db := pgtest.New(t)
 	pruner, rdb, prefix := testPruner(t, db)
-	s, err := admin.New(admin.Config{Addr: "127.0.0.1:0"}, admin.Deps{DB: db, Token: "tok", Pruner: pruner})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Listen(); err != nil {
-		t.Fatal(err)
-	}
-	rctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- s.Run(rctx) }()
-	defer func() { cancel(); <-done }()
-	t.Setenv("SWITCHBOARD_ADMIN_TOKEN", "tok")
-	t.Setenv("USER", "tester")
-	t.Setenv("SWITCHBOARD_OPERATOR", "") // the operator is $USER here
+	addr := startAdminAPI(t, ctx, admin.Config{}, admin.Deps{DB: db, Pruner: pruner})
 
 	old := time.Now().Add(-100 * 24 * time.Hour)
 	for _, row := range []struct {
@@ -77,7 +64,7 @@ func TestSessionsPruneVerb(t *testing.T) {
 	}
 	run := func(args ...string) (string, error) {
 		var out bytes.Buffer
-		err := runSessions(ctx, append(args, "--admin-addr", s.Addr()), &out)
+		err := runSessions(ctx, append(args, "--admin-addr", addr), &out)
 		return out.String(), err
 	}
 

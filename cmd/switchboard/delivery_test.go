@@ -149,26 +149,13 @@ func errorsCause(err error) error {
 func TestDeliveriesCommandNamesTheOperator(t *testing.T) {
 	ctx := context.Background()
 	db := pgtest.New(t)
-	s, err := admin.New(admin.Config{Addr: "127.0.0.1:0"}, admin.Deps{DB: db, Token: "tok",
-		Deliveries: &outbox.Admin{Store: outbox.New(db)}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Listen(); err != nil {
-		t.Fatal(err)
-	}
-	rctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- s.Run(rctx) }()
-	defer func() { cancel(); <-done }()
-	t.Setenv("SWITCHBOARD_ADMIN_TOKEN", "tok")
+	addr := startAdminAPI(t, ctx, admin.Config{}, admin.Deps{DB: db, Deliveries: &outbox.Admin{Store: outbox.New(db)}})
 	t.Setenv("USER", "jane")
-	t.Setenv("SWITCHBOARD_OPERATOR", "") // the operator is $USER here
 
 	for _, verb := range []string{"retry", "purge"} {
 		t.Run(verb, func(t *testing.T) {
 			var out, errOut bytes.Buffer
-			if err := deliveriesCommand(ctx, []string{verb, "--all", "--admin-addr", s.Addr()}, &out, &errOut); err != nil {
+			if err := deliveriesCommand(ctx, []string{verb, "--all", "--admin-addr", addr}, &out, &errOut); err != nil {
 				t.Fatalf("%v (%s)", err, errOut.String())
 			}
 			var actor string

@@ -28,25 +28,11 @@ func TestPauseVerbs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := admin.New(admin.Config{Addr: "127.0.0.1:0"}, admin.Deps{DB: db, Token: "tok",
-		Pause: func(context.Context) (jetstream.KeyValue, error) { return kv, nil }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Listen(); err != nil {
-		t.Fatal(err)
-	}
-	rctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- s.Run(rctx) }()
-	defer func() { cancel(); <-done }()
-	t.Setenv("SWITCHBOARD_ADMIN_TOKEN", "tok")
-	t.Setenv("USER", "tester")
-	t.Setenv("SWITCHBOARD_OPERATOR", "") // the operator is $USER here
+	addr := startAdminAPI(t, ctx, admin.Config{}, admin.Deps{DB: db, Pause: func(context.Context) (jetstream.KeyValue, error) { return kv, nil }})
 
 	run := func(args ...string) (string, string, error) {
 		var out, errOut bytes.Buffer
-		err := pauseCommand(ctx, append(args, "--admin-addr", s.Addr()), &out, &errOut)
+		err := pauseCommand(ctx, append(args, "--admin-addr", addr), &out, &errOut)
 		return out.String(), errOut.String(), err
 	}
 	for _, tt := range []struct {
