@@ -1732,8 +1732,19 @@ func TestBurstBeyondMaxPerTick(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- s.Run(ctx) }()
+	// The runs are in the stream before their publishes are acknowledged
+	// and their jobs written: wait for the jobs, or the stop cancels a
+	// publish that the stream already holds.
+	recorded := func() bool {
+		for _, id := range ids {
+			if j := e.job(t, id); j.State != cron.StateCompleted && j.LastStatus == "" {
+				return false
+			}
+		}
+		return true
+	}
 	deadline := time.Now().Add(10 * time.Second)
-	for e.published(t) < 7 && time.Now().Before(deadline) {
+	for (e.published(t) < 7 || !recorded()) && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	cancel()
