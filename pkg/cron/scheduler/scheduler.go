@@ -67,6 +67,10 @@ const fireTimeout = 30 * time.Second
 // skipped), which goes on when the scheduler stops meanwhile.
 const saveTimeout = 10 * time.Second
 
+// publishTimeout bounds a run's publish, which the scheduler's stop does
+// not cancel (run): the stream may hold it already.
+const publishTimeout = 10 * time.Second
+
 // Status values a run leaves in last_status (Hermes's literals).
 const (
 	StatusOK            = "ok"
@@ -804,7 +808,18 @@ func (s *Scheduler) run(ctx context.Context, j *cron.Job, due time.Time, eventID
 		Internal: true, TransportAuthenticated: true, AnswerOnly: true, ReplyRoute: route,
 	}
 	msgID := Platform + ":" + Account + ":" + eventID
-	if _, err := s.bus.Publish(ctx, s.bus.Topology().InboundSubject(sessionkey.ChatKey(src)), msgID, ev); err != nil {
+	// The scheduler's stop (the router's: ctx ends) does not cancel the
+	// publish, which the stream may hold already: cancelled, the run
+	// went out all the same while the job said it could not be queued
+	// and fired it again later. publishTimeout bounds what a stop waits.
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), publishTimeout)
+	defer cancel()
+	if deadline, ok := ctx.Deadline(); ok {
+		var cancelAt context.CancelFunc
+		pctx, cancelAt = context.WithDeadline(pctx, deadline)
+		defer cancelAt()
+	}
+	if _, err := s.bus.Publish(pctx, s.bus.Topology().InboundSubject(sessionkey.ChatKey(src)), msgID, ev); err != nil {
 		return false, fmt.Errorf("publish cron run %s: %w", eventID, err)
 	}
 	j.LastRunAt, j.LastStatus, j.LastError = now, StatusOK, ""

@@ -2060,3 +2060,40 @@ func TestCommitErrorAfterItsSave(t *testing.T) {
 		})
 	}
 }
+
+// TestAStopWhileFiringStillQueuesTheRun: the scheduler's stop (the
+// router's: its context ends) that comes while a claimed job is being
+// fired does not cancel the run's publish, which the stream may already
+// hold: the run goes out and is saved, and the job holds it. Before, the
+// publish returned the context's error (whether the stream held the run
+// or not), the job said "the scheduler could not queue its run" and was
+// fired again later, its run left to the bus's and the router's dedupe.
+func TestAStopWhileFiringStillQueuesTheRun(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	j := e.create(t, cron.NewJob{Prompt: "the report", Schedule: "every 1h", Deliver: "telegram:42"})
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	cfg := scheduler.DefaultConfig()
+	cfg.Timezone = "UTC"
+	s, err := scheduler.New(cfg, scheduler.Deps{DB: e.db, Bus: e.bus, Now: e.clock.Now,
+		Resolve: func(_ context.Context, raw string) (*deliveryv1.Target, error) {
+			stop() // the stop comes as the job is fired, before its publish
+			return resolve(context.Background(), raw)
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	due := t0.Add(time.Hour)
+	e.clock.Set(due)
+	_, _ = s.Tick(ctx) // stopped: what comes after the fired job may fail
+	if n := e.published(t); n != 1 {
+		t.Fatalf("%d runs on the bus, want the fired one", n)
+	}
+	runID := cron.RunID(j.ID, due, false)
+	got := e.job(t, j.ID)
+	if got.LastStatus != "ok" || got.LastError != "" || got.RunningRunID != runID || !got.NextRunAt.After(due) {
+		t.Errorf("status %q, error %q, running %q, next %s; want ok, held by %s, next after %s",
+			got.LastStatus, got.LastError, got.RunningRunID, got.NextRunAt, runID, due)
+	}
+}
