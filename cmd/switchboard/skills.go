@@ -130,10 +130,11 @@ func (a *app) skillSignals(b *bus.Bus) func(context.Context) error {
 		if !first {
 			return nil
 		}
+		// Held first: a SIGHUP from here on is a reload, never a stop.
+		skillsHeld.Store(true)
 		hup := make(chan os.Signal, 1)
 		signal.Notify(hup, syscall.SIGHUP)
 		defer signal.Stop(hup)
-		skillsHeld.Store(true)
 		for {
 			select {
 			case <-ctx.Done():
