@@ -1223,17 +1223,7 @@ func TestTypingStopsWithThePartition(t *testing.T) {
 	cfg.TypingInterval = 50 * time.Millisecond
 	e.start(t, cfg, "a")
 	e.publish(t, event("t1", 1, "s1", &repliesv1.Typing{Active: true}))
-	typings := func() int {
-		calls, _ := e.gw.snapshot()
-		n := 0
-		for _, c := range calls {
-			if c.Op == deliveryv1.SendOp_SEND_OP_TYPING {
-				n++
-			}
-		}
-		return n
-	}
-	eventually(t, e.clock, 0, "typing", func() bool { return typings() > 1 })
+	eventually(t, e.clock, 0, "typing", func() bool { return e.typings() > 1 })
 	// Another holder takes the partition's lease: the renewal fails and
 	// the replica lets go of the partition.
 	name := fmt.Sprintf("replies-partition:%d", e.bus.Topology().Partition("s1"))
@@ -1243,9 +1233,9 @@ func TestTypingStopsWithThePartition(t *testing.T) {
 	// Renewals run every third of the lease; the consumer ends within a
 	// poll (cfg.PollWait) after.
 	time.Sleep(cfg.PartitionLease + 2*time.Second)
-	before := typings()
+	before := e.typings()
 	time.Sleep(10 * cfg.TypingInterval)
-	if after := typings(); after != before {
+	if after := e.typings(); after != before {
 		t.Errorf("typing went on after the partition was lost: %d sends, then %d", before, after)
 	}
 }

@@ -206,20 +206,10 @@ func TestADroppedFinalStopsTheTurnsTyping(t *testing.T) {
 	cfg.TypingInterval = 50 * time.Millisecond
 	cfg.TypingMax = time.Hour
 	e.start(t, cfg, "a")
-	typings := func() int {
-		calls, _ := e.gw.snapshot()
-		n := 0
-		for _, c := range calls {
-			if c.Op == deliveryv1.SendOp_SEND_OP_TYPING {
-				n++
-			}
-		}
-		return n
-	}
 	e.publish(t, event("t1", 2, "s1", final("the answer")))
 	eventually(t, e.clock, 0, "the answer", func() bool { return len(e.gw.sends()) == 1 })
 	e.publish(t, event("t1", 3, "s1", &repliesv1.Typing{Active: true}))
-	eventually(t, e.clock, 0, "the later attempt's typing", func() bool { return typings() > 0 })
+	eventually(t, e.clock, 0, "the later attempt's typing", func() bool { return e.typings() > 0 })
 	e.publish(t, event("t1", 4, "s1", &repliesv1.ReplyError{Code: "interrupted", Message: "Please send it again."}))
 	e.consumed(t, "s1")
 	if got := e.gw.sends(); len(got) != 1 {
@@ -227,9 +217,9 @@ func TestADroppedFinalStopsTheTurnsTyping(t *testing.T) {
 	}
 	// The end stops the indicator before the event is acknowledged: no
 	// request starts after it.
-	before := typings()
+	before := e.typings()
 	time.Sleep(10 * cfg.TypingInterval)
-	if after := typings(); after != before {
+	if after := e.typings(); after != before {
 		t.Errorf("typing went on after the turn's dropped final: %d requests, then %d", before, after)
 	}
 }

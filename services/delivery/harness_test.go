@@ -423,6 +423,18 @@ func rowState(t *testing.T, db *pgxpool.Pool, key string) string {
 	return st
 }
 
+// typings counts the typing requests the gateway took.
+func (e *env) typings() int {
+	calls, _ := e.gw.snapshot()
+	n := 0
+	for _, c := range calls {
+		if c.Op == deliveryv1.SendOp_SEND_OP_TYPING {
+			n++
+		}
+	}
+	return n
+}
+
 // consumed waits until the reply partition of session has no event
 // left unhandled. A durable's pending count can lag a publish the
 // server already acknowledged, so the partition's last event must also
