@@ -254,11 +254,7 @@ func pressStoredWhenTheLeaseMoves(t *testing.T, pressHold time.Duration, late, u
 	sb, _ := startService(t, cfg, b, "b")
 	waitFor(t, "b standing by", 20*time.Second, func() bool { st, _ := sb.Runner().State(); return st == platform.StateStandby })
 
-	card := sendApprovalCard(t, f, b)
-	id, query, err := f.Press("99", card.ID, alice, "ea:once:call_1")
-	if err != nil {
-		t.Fatal(err)
-	}
+	id, query := pressOnce(t, f, b)
 	select {
 	case <-lost:
 	case <-time.After(10 * time.Second):
@@ -349,11 +345,7 @@ func TestPressHeldWhileItsRefusalIsAnswered(t *testing.T) {
 	cfg.PressHold = maxPressHold
 	s, _ := startService(t, cfg, b, "a")
 	waitFor(t, "connected", 20*time.Second, func() bool { st, _ := s.Runner().State(); return st == platform.StateConnected })
-	card := sendApprovalCard(t, f, b)
-	id, query, err := f.Press("99", card.ID, alice, "ea:once:call_1")
-	if err != nil {
-		t.Fatal(err)
-	}
+	id, query := pressOnce(t, f, b)
 	waitFor(t, "the press published", 10*time.Second, func() bool { return f.Confirmed() > id })
 	evs := inbound(t, b)
 	if len(evs) != 1 || evs[0].GetInteraction().GetId() != query {
@@ -458,11 +450,7 @@ func TestPressDeliveredAgainBeforeItsHoldSubscribes(t *testing.T) {
 		return &fastRouterConn{Conn: c, b: b, p: tp, answer: answer, published: make(chan struct{}), once: &sync.Once{}}
 	})
 	waitFor(t, "connected", 20*time.Second, func() bool { st, _ := s.Runner().State(); return st == platform.StateConnected })
-	card := sendApprovalCard(t, f, b)
-	id, query, err := f.Press("99", card.ID, alice, "ea:once:call_1")
-	if err != nil {
-		t.Fatal(err)
-	}
+	id, query := pressOnce(t, f, b)
 	var wg sync.WaitGroup
 	for range 2 {
 		wg.Add(1)
@@ -513,11 +501,7 @@ func TestPressAskedForAsItsRetryWaitRunsOut(t *testing.T) {
 		return &cutOffConn{Conn: c, lost: lost, once: &sync.Once{}}
 	})
 	waitFor(t, "connected", 20*time.Second, func() bool { st, _ := s.Runner().State(); return st == platform.StateConnected })
-	card := sendApprovalCard(t, f, b)
-	id, query, err := f.Press("99", card.ID, alice, "ea:once:call_1")
-	if err != nil {
-		t.Fatal(err)
-	}
+	id, query := pressOnce(t, f, b)
 	if code, err := f.Push(context.Background(), id); err != nil || code != http.StatusInternalServerError {
 		t.Fatalf("push: %d %v, want the publish failed", code, err)
 	}
@@ -637,6 +621,30 @@ func pressHeldByAMortalReplica(t *testing.T, f *telegramfake.Server, standby boo
 	return d
 }
 
+// pressOnce sends an approval card to chat 99 and has alice press its
+// "once" button: the update's id and its callback query's.
+func pressOnce(t *testing.T, f *telegramfake.Server, b *bus.Bus) (int64, string) {
+	t.Helper()
+	card := sendApprovalCard(t, f, b)
+	id, query, err := f.Press("99", card.ID, alice, "ea:once:call_1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id, query
+}
+
+// publishedOnce waits for the gateway to confirm update id, the press of
+// query, and returns what it published: that press, once.
+func publishedOnce(t *testing.T, f *telegramfake.Server, b *bus.Bus, id int64, query string) []*eventsv1.MessageReceived {
+	t.Helper()
+	waitFor(t, "the press published", 20*time.Second, func() bool { return f.Confirmed() > id })
+	evs := inbound(t, b)
+	if len(evs) != 1 || evs[0].GetInteraction().GetId() != query {
+		t.Fatalf("published %v, want the press once", evs)
+	}
+	return evs
+}
+
 // countedAnswers is the Bot API at target, counting its
 // answerCallbackQuery calls (also those Telegram refuses, which the
 // fake does not record).
@@ -690,11 +698,7 @@ func TestPressLeftToItsHolderIsAnsweredOnce(t *testing.T) {
 	}, func(c platform.Conn) platform.Conn { return c })
 	waitFor(t, "b standing by", 20*time.Second, func() bool { st, _ := sb.Runner().State(); return st == platform.StateStandby })
 
-	card := sendApprovalCard(t, f, b)
-	id, query, err := f.Press("99", card.ID, alice, "ea:once:call_1")
-	if err != nil {
-		t.Fatal(err)
-	}
+	id, query := pressOnce(t, f, b)
 	select {
 	case <-lost:
 	case <-time.After(10 * time.Second):
@@ -789,11 +793,7 @@ func TestPressDuplicateAskedForWhileHeld(t *testing.T) {
 		}}
 	})
 	waitFor(t, "connected", 20*time.Second, func() bool { st, _ := s.Runner().State(); return st == platform.StateConnected })
-	card := sendApprovalCard(t, f, b)
-	id, query, err := f.Press("99", card.ID, alice, "ea:once:call_1")
-	if err != nil {
-		t.Fatal(err)
-	}
+	id, query := pressOnce(t, f, b)
 	go func() {
 		if code, err := f.Push(context.Background(), id); err != nil || code != http.StatusOK {
 			t.Errorf("push: %d %v", code, err)
@@ -874,11 +874,7 @@ func TestPressHolderWhoseAnswerFailed(t *testing.T) {
 			}, func(c platform.Conn) platform.Conn { return c })
 			waitFor(t, "b standing by", 20*time.Second, func() bool { st, _ := sb.Runner().State(); return st == platform.StateStandby })
 
-			card := sendApprovalCard(t, f, b)
-			id, query, err := f.Press("99", card.ID, alice, "ea:once:call_1")
-			if err != nil {
-				t.Fatal(err)
-			}
+			id, query := pressOnce(t, f, b)
 			select {
 			case <-lost:
 			case <-time.After(10 * time.Second):
@@ -1008,11 +1004,7 @@ func TestPressWatchedWhenTheReplicaStops(t *testing.T) {
 			}, func(c platform.Conn) platform.Conn { return c })
 			waitFor(t, "b standing by", 20*time.Second, func() bool { st, _ := sb.Runner().State(); return st == platform.StateStandby })
 
-			card := sendApprovalCard(t, f, b)
-			id, query, err := f.Press("99", card.ID, alice, "ea:once:call_1")
-			if err != nil {
-				t.Fatal(err)
-			}
+			id, query := pressOnce(t, f, b)
 			select {
 			case <-lost:
 			case <-time.After(10 * time.Second):
@@ -1077,11 +1069,7 @@ func TestPressWatchEndsWhileTheQueryIsOpen(t *testing.T) {
 		}}
 	})
 	waitFor(t, "connected", 20*time.Second, func() bool { st, _ := s.Runner().State(); return st == platform.StateConnected })
-	card := sendApprovalCard(t, f, b)
-	id, query, err := f.Press("99", card.ID, alice, "ea:once:call_1")
-	if err != nil {
-		t.Fatal(err)
-	}
+	id, query := pressOnce(t, f, b)
 	if code, err := f.Push(context.Background(), id); err != nil || code != http.StatusOK {
 		t.Fatalf("push: %d %v", code, err)
 	}
@@ -1166,11 +1154,7 @@ func TestPressDuplicateAskedForTellsItsAsker(t *testing.T) {
 				}}
 			})
 			waitFor(t, "connected", 20*time.Second, func() bool { st, _ := s.Runner().State(); return st == platform.StateConnected })
-			card := sendApprovalCard(t, f, b)
-			id, query, err := f.Press("99", card.ID, alice, "ea:once:call_1")
-			if err != nil {
-				t.Fatal(err)
-			}
+			id, query := pressOnce(t, f, b)
 			if code, err := f.Push(context.Background(), id); err != nil || code != http.StatusOK {
 				t.Fatalf("push: %d %v", code, err)
 			}
@@ -1375,16 +1359,8 @@ func TestPressHolderRetriesItsAnswer(t *testing.T) {
 			cfg.APIBaseURL, times = answerTimes(t, f.URL)
 			s, _ := startService(t, cfg, b, "a")
 			waitFor(t, "connected", 20*time.Second, func() bool { st, _ := s.Runner().State(); return st == platform.StateConnected })
-			card := sendApprovalCard(t, f, b)
-			id, query, err := f.Press("99", card.ID, alice, "ea:once:call_1")
-			if err != nil {
-				t.Fatal(err)
-			}
-			waitFor(t, "the press published", 20*time.Second, func() bool { return f.Confirmed() > id })
-			evs := inbound(t, b)
-			if len(evs) != 1 || evs[0].GetInteraction().GetId() != query {
-				t.Fatalf("published %v, want the press once", evs)
-			}
+			id, query := pressOnce(t, f, b)
+			evs := publishedOnce(t, f, b, id, query)
 			for _, e := range tc.fail {
 				f.FailNext("answerCallbackQuery", e)
 			}
@@ -1468,11 +1444,7 @@ func TestPressWatchStopsWhileItsHolderReconnects(t *testing.T) {
 		}}
 	})
 	waitFor(t, "connected", 20*time.Second, func() bool { st, _ := s.Runner().State(); return st == platform.StateConnected })
-	card := sendApprovalCard(t, f, b)
-	id, query, err := f.Press("99", card.ID, alice, "ea:once:call_1")
-	if err != nil {
-		t.Fatal(err)
-	}
+	id, query := pressOnce(t, f, b)
 	if code, err := f.Push(context.Background(), id); err != nil || code != http.StatusOK {
 		t.Fatalf("push: %d %v", code, err)
 	}
@@ -1540,11 +1512,7 @@ func TestPressWatchCountsFromTheHoldersHold(t *testing.T) {
 		return &askedDuplicateConn{Conn: c, asked: func(string) {}}
 	})
 	waitFor(t, "connected", 20*time.Second, func() bool { st, _ := s.Runner().State(); return st == platform.StateConnected })
-	card := sendApprovalCard(t, f, b)
-	id, query, err := f.Press("99", card.ID, alice, "ea:once:call_1")
-	if err != nil {
-		t.Fatal(err)
-	}
+	id, query := pressOnce(t, f, b)
 	// Another replica was handed the press first, holds it, and never
 	// answers it.
 	stuck, err := platform.HoldPress(b, "telegram", query)
@@ -1592,11 +1560,7 @@ func TestPressWatchOfAHolderOnAnotherClock(t *testing.T) {
 		return &askedDuplicateConn{Conn: c, asked: func(string) {}}
 	})
 	waitFor(t, "connected", 20*time.Second, func() bool { st, _ := s.Runner().State(); return st == platform.StateConnected })
-	card := sendApprovalCard(t, f, b)
-	id, query, err := f.Press("99", card.ID, alice, "ea:once:call_1")
-	if err != nil {
-		t.Fatal(err)
-	}
+	id, query := pressOnce(t, f, b)
 	// Another replica holds the press, on a clock an hour behind, since
 	// a second ago: its reply to an asker says how long it has held it,
 	// and when it began to on its clock (as holders said at first).
@@ -1738,16 +1702,8 @@ func TestPressRefusalRetriesItsAnswer(t *testing.T) {
 			cfg.APIBaseURL, calls = countedAnswers(t, f.URL)
 			s, _ := startService(t, cfg, b, "a")
 			waitFor(t, "connected", 20*time.Second, func() bool { st, _ := s.Runner().State(); return st == platform.StateConnected })
-			card := sendApprovalCard(t, f, b)
-			id, query, err := f.Press("99", card.ID, alice, "ea:once:call_1")
-			if err != nil {
-				t.Fatal(err)
-			}
-			waitFor(t, "the press published", 20*time.Second, func() bool { return f.Confirmed() > id })
-			evs := inbound(t, b)
-			if len(evs) != 1 || evs[0].GetInteraction().GetId() != query {
-				t.Fatalf("published %v, want the press once", evs)
-			}
+			id, query := pressOnce(t, f, b)
+			evs := publishedOnce(t, f, b, id, query)
 			for _, e := range tc.fail {
 				f.FailNext("answerCallbackQuery", e)
 			}
