@@ -680,9 +680,17 @@ func testHandBackOnStop(t *testing.T, b *bus.Bus) {
 // copies it to the dead-letter stream and takes it off the work queue.
 func testServerMaxDeliveries(t *testing.T, b *bus.Bus) {
 	ctx, cancel := context.WithCancel(context.Background())
+	subs := b.Conn().NumSubscriptions()
 	watched := make(chan error, 1)
 	go func() { watched <- b.WatchAdvisories(ctx) }()
 	t.Cleanup(func() { cancel(); <-watched })
+	// The watcher's two subscriptions exist on the connection; a flush's
+	// round trip then proves the server has them (it handles a
+	// connection's protocol in order), so the advisory cannot be missed.
+	eventually(t, "the watcher subscribed", func() bool { return b.Conn().NumSubscriptions() >= subs+2 })
+	if err := b.Conn().Flush(); err != nil {
+		t.Fatal(err)
+	}
 	// A consumer that allows one delivery, driven by hand: the delivery
 	// is handed back without a handler, as a dying process would.
 	cons, err := b.JetStream().CreateOrUpdateConsumer(ctx, b.Topology().Stream(bus.StreamTurns), jetstream.ConsumerConfig{
@@ -691,7 +699,6 @@ func testServerMaxDeliveries(t *testing.T, b *bus.Bus) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(100 * time.Millisecond) // the watcher subscribes
 	publishTurn(t, b, "given-up")
 	batch, err := cons.Fetch(1, jetstream.FetchMaxWait(2*time.Second))
 	if err != nil {
