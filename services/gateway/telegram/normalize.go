@@ -183,10 +183,13 @@ func normalize(u *models.Update, me identity, g gating) (outcome, error) {
 	}
 	ev.Text = text
 	replyToMe := ev.GetReplyTo().GetFromBot()
-	isCommand := strings.HasPrefix(text, "/")
 	if src.ChatType == "group" {
 		ev.Mentioned = mentioned || replyToMe
-		if g.requireMention && !g.freeChats[chatID] && !ev.Mentioned && !isCommand {
+		// As in Hermes, a command is no exception: a bare "/cmd" may be
+		// meant for any bot in the group (or be no command at all, such
+		// as "/shrug"); "/cmd@this_bot", which the command menu types in
+		// groups, and "@this_bot /cmd" are mentions.
+		if g.requireMention && !g.freeChats[chatID] && !ev.Mentioned {
 			return outcome{skip: "group message does not mention the bot"}, nil
 		}
 	}
