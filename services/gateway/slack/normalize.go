@@ -159,8 +159,15 @@ func normalize(raw []byte, id identity) (*eventsv1.MessageReceived, skip, error)
 		// the bot: in a DM (a group DM is one), or with a mention.
 		NoReaction: !mentioned,
 	}
-	if m.ThreadTS == m.TS {
-		// The parent of a thread is not in the thread.
+	if chatType == "group" && (m.ThreadTS == "" || m.ThreadTS == m.TS) {
+		// As in Hermes, a channel message outside a thread is keyed and
+		// answered in the thread it starts (its own ts), so it and the
+		// replies in that thread are one session and the answer goes
+		// there; at the top level the answer would open a session of
+		// its own, and the user's follow-up in the thread would find
+		// none of the first exchange. A DM stays one session.
+		ev.Source.ThreadId = m.TS
+	} else if m.ThreadTS == m.TS {
 		ev.Source.ThreadId = ""
 	}
 	for _, f := range m.Files {

@@ -66,6 +66,46 @@ func TestMentionGate(t *testing.T) {
 	}
 }
 
+// TestChannelMessageStartsItsThread: as in Hermes, a channel message
+// outside a thread is keyed by the thread it starts (its own ts) and
+// answered there, so the replies in that thread, from anyone, reach the
+// same session; the key is Hermes's byte for byte. A DM keeps one
+// session and is answered where it was written.
+func TestChannelMessageStartsItsThread(t *testing.T) {
+	f := &slackfake.Fake{TeamID: "T0WORKSPACE", AppID: "A0APP", BotUserID: "U0BOT"}
+	gated := identity{Account: "U0BOT", BotUserID: "U0BOT", BotID: "B0BOT", RequireMention: true}
+	for _, c := range []struct {
+		name  string
+		ev    slackfake.Event
+		key   string
+		reply string // the thread the answer goes to
+	}{
+		{"mention in a channel", slackfake.Event{Type: "app_mention", Channel: "C0CHANNEL", User: "U0USER01", Text: "<@U0BOT> plan the trip", TS: "1.1"},
+			"agent:main:slack:group:T0WORKSPACE:C0CHANNEL:1.1", "1.1"},
+		{"its author's reply in its thread", slackfake.Event{Channel: "C0CHANNEL", ChannelType: "channel", User: "U0USER01", Text: "and the hotel?", TS: "2.1", ThreadTS: "1.1"},
+			"agent:main:slack:group:T0WORKSPACE:C0CHANNEL:1.1", "1.1"},
+		{"someone else's reply in its thread", slackfake.Event{Channel: "C0CHANNEL", ChannelType: "channel", User: "U0USER02", Text: "<@U0BOT> add me", TS: "3.1", ThreadTS: "1.1"},
+			"agent:main:slack:group:T0WORKSPACE:C0CHANNEL:1.1", "1.1"},
+		{"another mention in the channel", slackfake.Event{Channel: "C0CHANNEL", ChannelType: "channel", User: "U0USER01", Text: "<@U0BOT> new topic", TS: "4.1"},
+			"agent:main:slack:group:T0WORKSPACE:C0CHANNEL:4.1", "4.1"},
+		{"dm", slackfake.Event{Channel: "D0DM", ChannelType: "im", User: "U0USER01", Text: "hi", TS: "5.1"},
+			"agent:main:slack:dm:T0WORKSPACE:D0DM", ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ev, _, err := normalize(f.Callback("Ev1", c.ev), gated)
+			if err != nil || ev == nil {
+				t.Fatalf("got %v, %v; want the event", ev, err)
+			}
+			if got := sessionkey.Build(ev.GetSource(), sessionkey.DefaultOptions()); got != c.key {
+				t.Errorf("key %s, want %s", got, c.key)
+			}
+			if got := sessionkey.ReplyThread(ev.GetSource()); got != c.reply {
+				t.Errorf("answered in thread %q, want %q", got, c.reply)
+			}
+		})
+	}
+}
+
 func TestNormalize(t *testing.T) {
 	f := &slackfake.Fake{TeamID: "T0WORKSPACE", AppID: "A0APP", BotUserID: "U0BOT"}
 	cases := []struct {
@@ -79,8 +119,8 @@ func TestNormalize(t *testing.T) {
 		files   int
 		bot     bool // marked is_bot
 	}{
-		{name: "channel message", ev: slackfake.Event{Channel: "C0CHANNEL", ChannelType: "channel", User: "U0USER01", Text: "hi", TS: "1.1"},
-			key: "agent:main:slack:group:T0WORKSPACE:C0CHANNEL:U0USER01", text: "hi"},
+		{name: "channel message starts its thread", ev: slackfake.Event{Channel: "C0CHANNEL", ChannelType: "channel", User: "U0USER01", Text: "hi", TS: "1.1"},
+			key: "agent:main:slack:group:T0WORKSPACE:C0CHANNEL:1.1", text: "hi"},
 		{name: "dm", ev: slackfake.Event{Channel: "D0DM", ChannelType: "im", User: "U0USER01", Text: "hi", TS: "1.1"},
 			key: "agent:main:slack:dm:T0WORKSPACE:D0DM", text: "hi", mention: true},
 		{name: "dm in a thread", ev: slackfake.Event{Channel: "D0DM", ChannelType: "im", User: "U0USER01", Text: "hi", TS: "2.1", ThreadTS: "1.1"},
@@ -89,12 +129,12 @@ func TestNormalize(t *testing.T) {
 			key: "agent:main:slack:dm:T0WORKSPACE:G0MPIM", text: "hi", mention: true},
 		{name: "channel thread is shared", ev: slackfake.Event{Channel: "C0CHANNEL", ChannelType: "channel", User: "U0USER01", Text: "hi", TS: "2.1", ThreadTS: "1.1"},
 			key: "agent:main:slack:group:T0WORKSPACE:C0CHANNEL:1.1", text: "hi"},
-		{name: "thread parent is not in a thread", ev: slackfake.Event{Channel: "C0CHANNEL", ChannelType: "channel", User: "U0USER01", Text: "hi", TS: "1.1", ThreadTS: "1.1"},
-			key: "agent:main:slack:group:T0WORKSPACE:C0CHANNEL:U0USER01", text: "hi"},
+		{name: "thread parent is its thread's", ev: slackfake.Event{Channel: "C0CHANNEL", ChannelType: "channel", User: "U0USER01", Text: "hi", TS: "1.1", ThreadTS: "1.1"},
+			key: "agent:main:slack:group:T0WORKSPACE:C0CHANNEL:1.1", text: "hi"},
 		{name: "app mention stripped", ev: slackfake.Event{Type: "app_mention", Channel: "C0CHANNEL", User: "U0USER01", Text: "<@U0BOT>  !new  please", TS: "1.1"},
-			key: "agent:main:slack:group:T0WORKSPACE:C0CHANNEL:U0USER01", text: "!new please", mention: true},
+			key: "agent:main:slack:group:T0WORKSPACE:C0CHANNEL:1.1", text: "!new please", mention: true},
 		{name: "other mentions kept", ev: slackfake.Event{Channel: "C0CHANNEL", ChannelType: "channel", User: "U0USER01", Text: "ask <@U0OTHER|bob>", TS: "1.1"},
-			key: "agent:main:slack:group:T0WORKSPACE:C0CHANNEL:U0USER01", text: "ask <@U0OTHER|bob>"},
+			key: "agent:main:slack:group:T0WORKSPACE:C0CHANNEL:1.1", text: "ask <@U0OTHER|bob>"},
 		{name: "command passes through", ev: slackfake.Event{Channel: "D0DM", ChannelType: "im", User: "U0USER01", Text: "!model gpt", TS: "1.1"},
 			key: "agent:main:slack:dm:T0WORKSPACE:D0DM", text: "!model gpt", mention: true},
 		{name: "file share", ev: slackfake.Event{Subtype: "file_share", Channel: "D0DM", ChannelType: "im", User: "U0USER01", TS: "1.1",
@@ -105,13 +145,13 @@ func TestNormalize(t *testing.T) {
 		{name: "own bot user, every bot allowed", ev: slackfake.Event{Channel: "C1", ChannelType: "channel", User: "U0BOT", BotID: "B0BOT", Text: "<@U0BOT> x", TS: "1.1"}, id: identity{Account: "U0BOT", BotUserID: "U0BOT", BotID: "B0BOT", Bots: platform.BotsAll}, skip: true},
 		{name: "other bot ignored", ev: slackfake.Event{Subtype: "bot_message", Channel: "C1", ChannelType: "channel", BotID: "B9", Text: "x", TS: "1.1"}, skip: true},
 		{name: "other bot allowed", ev: slackfake.Event{Subtype: "bot_message", Channel: "C1", ChannelType: "channel", BotID: "B9", Text: "x", TS: "1.1"},
-			id: identity{Account: "U0BOT", BotUserID: "U0BOT", BotID: "B0BOT", Bots: platform.BotsAll}, key: "agent:main:slack:group:T0WORKSPACE:C1:B9", text: "x", bot: true},
+			id: identity{Account: "U0BOT", BotUserID: "U0BOT", BotID: "B0BOT", Bots: platform.BotsAll}, key: "agent:main:slack:group:T0WORKSPACE:C1:1.1", text: "x", bot: true},
 		{name: "other bot on mention: not mentioned", ev: slackfake.Event{Subtype: "bot_message", Channel: "C1", ChannelType: "channel", BotID: "B9", Text: "x", TS: "1.1"},
 			id: identity{Account: "U0BOT", BotUserID: "U0BOT", BotID: "B0BOT", Bots: platform.BotsMentions}, skip: true},
 		{name: "other bot on mention: not mentioned in a DM", ev: slackfake.Event{Channel: "D0DM", ChannelType: "im", User: "U0OTHERBOT", BotID: "B9", Text: "x", TS: "1.1"},
 			id: identity{Account: "U0BOT", BotUserID: "U0BOT", BotID: "B0BOT", Bots: platform.BotsMentions}, skip: true},
 		{name: "other bot on mention: mentioned", ev: slackfake.Event{Channel: "C1", ChannelType: "channel", User: "U0OTHERBOT", BotID: "B9", Text: "<@U0BOT> x", TS: "1.1"},
-			id: identity{Account: "U0BOT", BotUserID: "U0BOT", BotID: "B0BOT", Bots: platform.BotsMentions}, key: "agent:main:slack:group:T0WORKSPACE:C1:U0OTHERBOT", text: "x", mention: true, bot: true},
+			id: identity{Account: "U0BOT", BotUserID: "U0BOT", BotID: "B0BOT", Bots: platform.BotsMentions}, key: "agent:main:slack:group:T0WORKSPACE:C1:1.1", text: "x", mention: true, bot: true},
 		{name: "edit skipped", ev: slackfake.Event{Subtype: "message_changed", Channel: "C1", ChannelType: "channel", TS: "1.1"}, skip: true},
 		{name: "empty skipped", ev: slackfake.Event{Channel: "C1", ChannelType: "channel", User: "U1", TS: "1.1"}, skip: true},
 	}

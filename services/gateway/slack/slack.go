@@ -389,8 +389,9 @@ func (p *Platform) handle(ctx context.Context, conn deliverer, raw []byte) error
 		conn.Reject(ctx, "malformed slack event", err)
 		return nil
 	}
-	if root := ev.GetSource().GetThreadId(); why == skipUnaddressed && root != "" {
-		// A reply in the thread of a message the bot answered.
+	if root := ev.GetSource().GetThreadId(); why == skipUnaddressed && root != "" && root != ev.GetMessageId() {
+		// A reply in the thread of a message the bot answered (a
+		// channel message outside a thread has its own ts as thread).
 		known, err := conn.Seen(ctx, ev.GetSource().GetChatId()+":"+root)
 		if err != nil {
 			return err // not acknowledged: Slack sends it again

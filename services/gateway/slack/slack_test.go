@@ -60,7 +60,8 @@ func (c *contractFake) Deliver(t *testing.T, ctx context.Context, kind string) *
 	ev := slackfake.Event{Channel: fmt.Sprintf("C%04d", n), ChannelType: "channel", User: "U0USER01", Text: "hello " + kind, TS: ts}
 	want := &eventsv1.MessageReceived{
 		EventId: ev.Channel + ":" + ts, MessageId: ts, Text: ev.Text, SentAt: tsTime(ts),
-		Source: &eventsv1.SessionSource{Platform: "slack", Account: c.f.BotUserID, ChatId: ev.Channel, ChatType: "group", UserId: "U0USER01", ScopeId: c.f.TeamID},
+		// A channel message starts its thread, as in Hermes.
+		Source: &eventsv1.SessionSource{Platform: "slack", Account: c.f.BotUserID, ChatId: ev.Channel, ChatType: "group", UserId: "U0USER01", ScopeId: c.f.TeamID, ThreadId: ts},
 		// A channel message without a mention takes no reaction.
 		NoReaction: true,
 	}
@@ -68,10 +69,11 @@ func (c *contractFake) Deliver(t *testing.T, ctx context.Context, kind string) *
 	case "dm":
 		ev.Channel, ev.ChannelType = fmt.Sprintf("D%04d", n), "im"
 		want.EventId, want.Source.ChatId, want.Source.ChatType, want.Mentioned, want.NoReaction = ev.Channel+":"+ts, ev.Channel, "dm", true, false
+		want.Source.ThreadId = ""
 	case "mpim":
 		// A group DM is a DM, as in Hermes.
 		ev.ChannelType = "mpim"
-		want.Source.ChatType, want.Mentioned, want.NoReaction = "dm", true, false
+		want.Source.ChatType, want.Mentioned, want.NoReaction, want.Source.ThreadId = "dm", true, false, ""
 	case "thread":
 		ev.ThreadTS = "1690000000.000001"
 		want.Source.ThreadId = ev.ThreadTS
@@ -214,8 +216,8 @@ func gatewayWith(t *testing.T, fake *slackfake.Fake, cfg Config, opts platform.O
 }
 
 // With Hermes's defaults a channel message is published when it
-// mentions the bot, and so are replies in its thread; other channel
-// messages are not.
+// mentions the bot (in the thread it starts, as in Hermes), and so are
+// replies in its thread; other channel messages are not.
 func TestMentionGating(t *testing.T) {
 	t.Parallel()
 	fake := slackfake.New(t)
@@ -231,8 +233,8 @@ func TestMentionGating(t *testing.T) {
 	}
 	push(slackfake.Event{Channel: "C0CHANNEL", ChannelType: "channel", User: "U0USER01", Text: "chatter", TS: "1.1"})
 	push(slackfake.Event{Channel: "C0CHANNEL", ChannelType: "channel", User: "U0USER01", Text: "<@" + fake.BotUserID + "> help", TS: "2.1"})
-	if ev := next(); ev.GetMessageId() != "2.1" {
-		t.Fatalf("got %v, want the mention", ev)
+	if ev := next(); ev.GetMessageId() != "2.1" || ev.GetSource().GetThreadId() != "2.1" {
+		t.Fatalf("got %v, want the mention, in the thread it starts", ev)
 	}
 	push(slackfake.Event{Channel: "C0CHANNEL", ChannelType: "channel", User: "U0USER01", Text: "in chatter's thread", TS: "3.1", ThreadTS: "1.1"})
 	push(slackfake.Event{Channel: "C0CHANNEL", ChannelType: "channel", User: "U0USER01", Text: "and then?", TS: "4.1", ThreadTS: "2.1"})

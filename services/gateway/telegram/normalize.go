@@ -166,19 +166,30 @@ func normalize(u *models.Update, me identity, g gating) (outcome, error) {
 		}
 	}
 
-	command, mentioned, forOther := addressing(text, entities, me)
+	command, mentioned, forOther, otherBots := addressing(text, entities, me)
 	if forOther {
 		return outcome{skip: "command for another bot"}, nil
+	}
+	if src.ChatType == "group" && otherBots && !mentioned {
+		// As Hermes (exclusive bot mentions, on by default): a group
+		// message that names other bots ("@other_bot hi") and not this
+		// one is theirs, even as a reply to this bot, in a free-response
+		// chat or with require_mention off, so that two bots in a group
+		// do not both answer what was asked of one.
+		return outcome{skip: "group message for another bot"}, nil
 	}
 	if command != "" {
 		text = command
 	}
 	ev.Text = text
 	replyToMe := ev.GetReplyTo().GetFromBot()
-	isCommand := strings.HasPrefix(text, "/")
 	if src.ChatType == "group" {
 		ev.Mentioned = mentioned || replyToMe
-		if g.requireMention && !g.freeChats[chatID] && !ev.Mentioned && !isCommand {
+		// As in Hermes, a command is no exception: a bare "/cmd" may be
+		// meant for any bot in the group (or be no command at all, such
+		// as "/shrug"); "/cmd@this_bot", which the command menu types in
+		// groups, and "@this_bot /cmd" are mentions.
+		if g.requireMention && !g.freeChats[chatID] && !ev.Mentioned {
 			return outcome{skip: "group message does not mention the bot"}, nil
 		}
 	}
@@ -190,8 +201,11 @@ func normalize(u *models.Update, me identity, g gating) (outcome, error) {
 
 // addressing reads the entities: a leading bot_command "/cmd@name" is
 // rewritten to "/cmd" when name is this bot (forOther when it is another
-// bot); mentioned reports an @mention or text_mention of this bot.
-func addressing(text string, entities []models.MessageEntity, me identity) (command string, mentioned, forOther bool) {
+// bot); mentioned reports an @mention or text_mention of this bot;
+// otherBots reports an @mention of a bot other than this one (a username
+// ending in "bot", which Telegram requires of bots), or a "/cmd@other_bot"
+// anywhere in the text.
+func addressing(text string, entities []models.MessageEntity, me identity) (command string, mentioned, forOther, otherBots bool) {
 	units := utf16.Encode([]rune(text))
 	slice := func(e models.MessageEntity) (string, bool) {
 		if e.Offset < 0 || e.Length <= 0 || e.Offset+e.Length > len(units) {
@@ -203,17 +217,20 @@ func addressing(text string, entities []models.MessageEntity, me identity) (comm
 		switch e.Type {
 		case models.MessageEntityTypeMention:
 			s, ok := slice(e)
-			if ok && me.username != "" && strings.EqualFold(strings.TrimPrefix(s, "@"), me.username) {
+			if !ok || me.username == "" {
+				continue
+			}
+			switch name := strings.TrimPrefix(s, "@"); {
+			case strings.EqualFold(name, me.username):
 				mentioned = true
+			case botUsername(name):
+				otherBots = true
 			}
 		case models.MessageEntityTypeTextMention:
 			if e.User != nil && e.User.ID == me.id {
 				mentioned = true
 			}
 		case models.MessageEntityTypeBotCommand:
-			if e.Offset != 0 {
-				continue
-			}
 			s, ok := slice(e)
 			if !ok {
 				continue
@@ -222,15 +239,35 @@ func addressing(text string, entities []models.MessageEntity, me identity) (comm
 			if !has {
 				continue
 			}
+			if e.Offset != 0 {
+				if me.username != "" && !strings.EqualFold(target, me.username) && botUsername(target) {
+					otherBots = true
+				}
+				continue
+			}
 			if me.username != "" && !strings.EqualFold(target, me.username) {
-				return "", false, true
+				return "", false, true, false
 			}
 			mentioned = true
 			rest := string(utf16.Decode(units[e.Offset+e.Length:]))
 			command = name + rest
 		}
 	}
-	return command, mentioned, false
+	return command, mentioned, false, otherBots
+}
+
+// botUsername reports whether name (without "@") can be a bot's username:
+// 5 to 32 letters, digits and underscores ending in "bot", any case.
+func botUsername(name string) bool {
+	if len(name) < 5 || len(name) > 32 || !strings.HasSuffix(strings.ToLower(name), "bot") {
+		return false
+	}
+	for _, r := range name {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_') {
+			return false
+		}
+	}
+	return true
 }
 
 func attachments(msg *models.Message) []*eventsv1.Attachment {

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 
 	"google.golang.org/protobuf/encoding/prototext"
@@ -57,6 +58,65 @@ func TestMentionGatingOff(t *testing.T) {
 	out, _ := parseUpdate(raw, me, gating{})
 	if out.ev == nil || out.ev.GetMentioned() {
 		t.Fatalf("require_mention off: got %v, want published and not mentioned", out.ev)
+	}
+}
+
+// TestMessagesForOtherBots: as in Hermes, a group message that names
+// other bots (an @mention of a bot's username, or "/cmd@other_bot") and
+// not this one is left to them, even where every group message is
+// published (require_mention off, a free-response chat) and when it
+// replies to this bot; one that names this bot too, or only people, is
+// published, and so is any DM.
+func TestMessagesForOtherBots(t *testing.T) {
+	t.Parallel()
+	me := identity{id: testBotID, username: testUsername}
+	mention := func(text, name string) obj {
+		return obj{"type": "mention", "offset": strings.Index(text, "@"+name), "length": len(name) + 1}
+	}
+	message := func(chat obj, text string, entities []obj, mod func(obj)) []byte {
+		m := obj{"message_id": 9, "date": msgDate, "chat": chat, "from": alice, "text": text, "entities": entities}
+		if mod != nil {
+			mod(m)
+		}
+		raw, _ := json.Marshal(obj{"update_id": 77, "message": m})
+		return raw
+	}
+	replyToMe := func(m obj) {
+		m["reply_to_message"] = obj{"message_id": 5, "date": msgDate, "chat": group, "from": botUser, "text": "earlier answer"}
+	}
+	free := gating{requireMention: true, freeChats: map[string]bool{"-1002285219667": true}}
+	for _, c := range []struct {
+		name    string
+		raw     []byte
+		g       gating
+		publish bool
+	}{
+		{"another bot named, mention not required", message(group, "@other_bot what time is it",
+			[]obj{mention("@other_bot what time is it", "other_bot")}, nil), gating{}, false},
+		{"another bot named, free-response chat", message(group, "@OtherBot hi",
+			[]obj{mention("@OtherBot hi", "OtherBot")}, nil), free, false},
+		{"another bot named in a reply to this bot", message(group, "@other_bot can you check this?",
+			[]obj{mention("@other_bot can you check this?", "other_bot")}, replyToMe), gating{requireMention: true}, false},
+		{"another bot's command inside the text", message(group, "try /help@other_bot",
+			[]obj{{"type": "bot_command", "offset": 4, "length": 15}}, nil), gating{}, false},
+		{"this bot named too", message(group, "@other_bot and @"+testUsername+" compare notes",
+			[]obj{mention("@other_bot and @"+testUsername, "other_bot"), mention("@other_bot and @"+testUsername, testUsername)}, nil), gating{requireMention: true}, true},
+		{"a person named", message(group, "@alice look",
+			[]obj{mention("@alice look", "alice")}, nil), gating{}, true},
+		{"a person named in a reply to this bot", message(group, "@alice see this",
+			[]obj{mention("@alice see this", "alice")}, replyToMe), gating{requireMention: true}, true},
+		{"another bot named in a DM", message(dmChat, "@other_bot is better?",
+			[]obj{mention("@other_bot is better?", "other_bot")}, nil), gating{requireMention: true}, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			out, err := parseUpdate(c.raw, me, c.g)
+			if err != nil {
+				t.Fatalf("parse: %v", err)
+			}
+			if (out.ev != nil) != c.publish {
+				t.Fatalf("published %v (skip %q), want published %v", out.ev != nil, out.skip, c.publish)
+			}
+		})
 	}
 }
 

@@ -62,8 +62,9 @@ type Config struct {
 	// WebhookListen is the local address the webhook server binds.
 	WebhookListen string `koanf:"webhook_listen"`
 	// RequireMention (TELEGRAM_REQUIRE_MENTION, default false as in
-	// Hermes): in groups, answer only @mentions, replies to the bot and
-	// commands. Off, every group message the bot receives is answered
+	// Hermes): in groups, answer only @mentions and replies to the bot;
+	// as in Hermes a command needs one too ("/cmd@bot" is one). Off,
+	// every group message the bot receives is answered
 	// (with BotFather's privacy mode on, Telegram sends a bot that is not
 	// a group admin only those anyway; an admin bot receives everything).
 	RequireMention bool `koanf:"require_mention"`
