@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	repliesv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/replies/v1"
+	"github.com/switchboard-chat/switchboard/pkg/redisx"
 	"github.com/switchboard-chat/switchboard/pkg/sessionstore"
 )
 
@@ -107,5 +109,75 @@ func TestBusyCommandChangesWhatAMessageDoesMidTurn(t *testing.T) {
 	turns, _ := w.snapshot()
 	if got := strings.Join(inputsText(turns[1:], "agent:main:telegram:dm:chat-alice"), ","); got != "and also this,stop that, do this" {
 		t.Fatalf("second turn inputs %q", got)
+	}
+}
+
+// A command refused while a turn runs is refused once: redelivered after
+// the turn ended (a crash lost the record that it was handled), it is
+// answered with the refusal again, under the first answer's ids (which
+// delivery takes once), and what it would have changed stays as it was.
+func TestMidTurnRefusalRedeliveredAfterTheTurn(t *testing.T) {
+	t.Parallel()
+	const key = "agent:main:telegram:dm:chat-bob"
+	session := func(t *testing.T, e *env) sessionstore.Session {
+		t.Helper()
+		sess, err := sessionstore.New(e.db).Get(context.Background(), key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sess
+	}
+	turns := func(w *worker) string {
+		turns, _ := w.snapshot()
+		return strings.Join(inputsText(turns, key), ",")
+	}
+	for _, tt := range []struct {
+		text, name string
+		// state is what the command would change.
+		state func(t *testing.T, e *env, w *worker) string
+	}{
+		{"/title Trip", "title", func(t *testing.T, e *env, _ *worker) string { return session(t, e).Title }},
+		{"/reasoning high", "reasoning", func(t *testing.T, e *env, _ *worker) string { return session(t, e).ReasoningEffort }},
+		// It would start a turn of its own.
+		{"/retry", "retry", func(_ *testing.T, _ *env, w *worker) string { return turns(w) }},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			e, g, w := busySession(t, testConfig(), "bob", "long job")
+			ev := dm("bob", tt.text)
+			answers := func() []*repliesv1.ReplyEvent {
+				e.mu.Lock()
+				defer e.mu.Unlock()
+				var out []*repliesv1.ReplyEvent
+				for _, n := range e.notices {
+					if n.GetTurnId() == "notice:telegram:bot1:"+ev.EventId {
+						out = append(out, n)
+					}
+				}
+				return out
+			}
+			e.publish(ev)
+			waitFor(t, "the refusal", func() bool { return len(answers()) == 1 })
+
+			// The turn ends; then the crash: the bus delivers the command
+			// again to a router that finds the session free.
+			g.open()
+			locker := redisx.NewLocker(e.rdb, e.prefix)
+			waitFor(t, "the turn's end", func() bool { o, err := locker.Owner(context.Background(), key); return err == nil && o == "" })
+			was := tt.state(t, e, w)
+			e.loseHandled(ev)
+			e.publishID(ev, "redelivered-"+ev.EventId)
+			waitFor(t, "inbound drained", e.inboundDrained)
+			waitFor(t, "the redelivery's answer", func() bool { return len(answers()) == 2 })
+
+			for _, a := range answers() {
+				if got := a.GetNotice().GetText(); got != midTurnRefusal(tt.name) || a.GetSeq() != 1 {
+					t.Errorf("answer %d %q, want the refusal as answer 1", a.GetSeq(), got)
+				}
+			}
+			if is := tt.state(t, e, w); is != was {
+				t.Errorf("%s applied on its redelivery: %q, was %q", tt.text, is, was)
+			}
+		})
 	}
 }

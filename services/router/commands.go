@@ -159,8 +159,22 @@ func (s *Service) command(ctx context.Context, m *msgCtx, cmd command.Command) e
 		return err
 	}
 	busy := owner != ""
-	if busy && slices.Contains(refusedMidTurn, cmd.Name) {
-		return reply(0, midTurnRefusal(cmd.Name))
+	if slices.Contains(refusedMidTurn, cmd.Name) {
+		if busy {
+			// Recorded with the event (once), so that it stays the answer.
+			return s.once(ctx, m, cmd.Name, func(context.Context, *sessionstore.Store) (string, int64, error) {
+				return midTurnRefusal(cmd.Name), 0, nil
+			})
+		}
+		// A redelivery (a crash before the dedupe record) that comes
+		// after the turn ended: the refusal is answered again, under the
+		// first answer's ids, and the command the user was told waits
+		// does not run now (a /retry would start a turn).
+		if a, ok, err := s.store.Answered(ctx, m.dedupeID); err != nil {
+			return err
+		} else if ok {
+			return s.replay(ctx, m, cmd.Name, a)
+		}
 	}
 	if cmd.Name == "agents" {
 		// Read-only, mid-turn too (Hermes's busy_policy dispatch): it
