@@ -2,6 +2,7 @@ package sessionstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
@@ -62,6 +63,24 @@ func (s *Store) Once(ctx context.Context, eventID, key string, effect func(ctx c
 		return nil
 	})
 	return a, done, err
+}
+
+// Answered is the answer Once recorded for the event eventID, and
+// whether it recorded one: for a command that is not applied through
+// Once itself (one that starts a turn, or only reads) to answer a
+// redelivery as Once answered the first delivery (the router's refusal
+// while a turn ran, recorded through Once), instead of running.
+func (s *Store) Answered(ctx context.Context, eventID string) (Answer, bool, error) {
+	var a Answer
+	err := s.db.QueryRow(ctx, `SELECT answer, generation, seq FROM command_effects WHERE event_id = $1`, eventID).
+		Scan(&a.Text, &a.Generation, &a.Seq)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Answer{}, false, nil
+	}
+	if err != nil {
+		return Answer{}, false, fmt.Errorf("read command effect: %w", err)
+	}
+	return a, true, nil
 }
 
 // Tx is the transaction of Once's effect, for the stores of other

@@ -86,3 +86,21 @@ func TestOnceAppliesAnEffectOncePerEvent(t *testing.T) {
 		t.Fatalf("record's key %q, %v", key, err)
 	}
 }
+
+// Answered finds what Once recorded for an event, and nothing for an
+// event Once never saw.
+func TestAnsweredReadsOncesRecord(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := newForkSource(t)
+	if a, ok, err := f.s.Answered(ctx, "telegram:bot:none"); err != nil || ok || a != (Answer{}) {
+		t.Fatalf("an event never recorded: %+v, %v, %v", a, ok, err)
+	}
+	want := Answer{Text: "refused", Generation: 7, Seq: 2}
+	if _, _, err := f.s.Once(ctx, "telegram:bot:r1", f.key, func(context.Context, *Store) (Answer, error) { return want, nil }); err != nil {
+		t.Fatal(err)
+	}
+	if a, ok, err := f.s.Answered(ctx, "telegram:bot:r1"); err != nil || !ok || a != want {
+		t.Fatalf("recorded: %+v, %v, %v, want %+v", a, ok, err, want)
+	}
+}

@@ -340,8 +340,9 @@ func TestCommandsMidTurnAnswerAsHermes(t *testing.T) {
 		{"/approve", "No pending command to approve.", true},
 		{"/deny", "No pending command to deny.", true},
 		{"/status", "State: working", false},
-		{"/insights", "📊 Insights — this chat, last 30 days", false},
-		{"/provider", "🔌 Current provider:", false},
+		// Hermes refuses them too (TestCommandsRefusedMidTurnAsHermes).
+		{"/insights", refusal("insights"), false},
+		{"/provider", refusal("provider"), false},
 	}
 	for _, tt := range tests {
 		e.refuseControl.Store(tt.refuse)

@@ -5,7 +5,12 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/switchboard-chat/switchboard/pkg/gatewaystatus"
+	repliesv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/replies/v1"
+	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
+	"github.com/switchboard-chat/switchboard/pkg/redisx"
 	"github.com/switchboard-chat/switchboard/pkg/sessionstore"
+	"github.com/switchboard-chat/switchboard/pkg/skill"
 )
 
 // Hermes's /busy shows and sets the chat's busy input mode in Hermes's
@@ -107,5 +112,196 @@ func TestBusyCommandChangesWhatAMessageDoesMidTurn(t *testing.T) {
 	turns, _ := w.snapshot()
 	if got := strings.Join(inputsText(turns[1:], "agent:main:telegram:dm:chat-alice"), ","); got != "and also this,stop that, do this" {
 		t.Fatalf("second turn inputs %q", got)
+	}
+}
+
+// A command refused while a turn runs is refused once: redelivered after
+// the turn ended (a crash lost the record that it was handled), it is
+// answered with the refusal again, under the first answer's ids (which
+// delivery takes once), and what it would have changed stays as it was.
+func TestMidTurnRefusalRedeliveredAfterTheTurn(t *testing.T) {
+	t.Parallel()
+	const key = "agent:main:telegram:dm:chat-bob"
+	session := func(t *testing.T, e *env) sessionstore.Session {
+		t.Helper()
+		sess, err := sessionstore.New(e.db).Get(context.Background(), key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sess
+	}
+	turns := func(w *worker) string {
+		turns, _ := w.snapshot()
+		return strings.Join(inputsText(turns, key), ",")
+	}
+	for _, tt := range []struct {
+		text, name string
+		// state is what the command would change.
+		state func(t *testing.T, e *env, w *worker) string
+	}{
+		{"/title Trip", "title", func(t *testing.T, e *env, _ *worker) string { return session(t, e).Title }},
+		{"/reasoning high", "reasoning", func(t *testing.T, e *env, _ *worker) string { return session(t, e).ReasoningEffort }},
+		// It would start a turn of its own.
+		{"/retry", "retry", func(_ *testing.T, _ *env, w *worker) string { return turns(w) }},
+		{"/cron add 30m Check the build", "cron", func(t *testing.T, e *env, _ *worker) string { return cronJobs(t, e) }},
+		{"/platform pause discord", "platform", func(t *testing.T, e *env, _ *worker) string { return pausedPlatforms(t, e) }},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			e, g, w := busySession(t, testConfig(), "bob", "long job")
+			ev := dm("bob", tt.text)
+			answers := func() []*repliesv1.ReplyEvent {
+				e.mu.Lock()
+				defer e.mu.Unlock()
+				var out []*repliesv1.ReplyEvent
+				for _, n := range e.notices {
+					if n.GetTurnId() == "notice:telegram:bot1:"+ev.EventId {
+						out = append(out, n)
+					}
+				}
+				return out
+			}
+			e.publish(ev)
+			waitFor(t, "the refusal", func() bool { return len(answers()) == 1 })
+
+			// The turn ends; then the crash: the bus delivers the command
+			// again to a router that finds the session free.
+			g.open()
+			locker := redisx.NewLocker(e.rdb, e.prefix)
+			waitFor(t, "the turn's end", func() bool { o, err := locker.Owner(context.Background(), key); return err == nil && o == "" })
+			was := tt.state(t, e, w)
+			e.loseHandled(ev)
+			e.publishID(ev, "redelivered-"+ev.EventId)
+			waitFor(t, "inbound drained", e.inboundDrained)
+			waitFor(t, "the redelivery's answer", func() bool { return len(answers()) == 2 })
+
+			for _, a := range answers() {
+				if got := a.GetNotice().GetText(); got != midTurnRefusal(tt.name) || a.GetSeq() != 1 {
+					t.Errorf("answer %d %q, want the refusal as answer 1", a.GetSeq(), got)
+				}
+			}
+			if is := tt.state(t, e, w); is != was {
+				t.Errorf("%s applied on its redelivery: %q, was %q", tt.text, is, was)
+			}
+		})
+	}
+}
+
+// cronJobs are the ids of the cron jobs there are.
+func cronJobs(t *testing.T, e *env) string {
+	t.Helper()
+	var ids string
+	if err := e.db.QueryRow(context.Background(), `SELECT coalesce(string_agg(id, ',' ORDER BY id), '') FROM cron_jobs`).Scan(&ids); err != nil {
+		t.Fatal(err)
+	}
+	return ids
+}
+
+// pausedPlatforms are the platforms /platform paused.
+func pausedPlatforms(t *testing.T, e *env) string {
+	t.Helper()
+	ctx := context.Background()
+	kv, err := gatewaystatus.Pauses(ctx, e.bus.JetStream(), e.bus.Topology())
+	if err != nil {
+		t.Fatal(err)
+	}
+	paused, err := gatewaystatus.Paused(ctx, kv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, p := range paused {
+		names = append(names, p.Platform)
+	}
+	return strings.Join(names, ",")
+}
+
+// Hermes answers /usage, /insights, /voice, /fast, /platform,
+// /reload-skills and /cron while a task runs with his catch-all
+// refusal (gateway/run.py's running-agent guard: none has a mid-turn
+// policy of its own), and so did /provider while Hermes had it. Each is
+// refused so, whatever its arguments, and changes nothing: no voice or
+// fast mode, no cron job, no paused platform, no skills scanned again.
+// The task is not interrupted and its waiting messages run after it, in
+// order.
+func TestCommandsRefusedMidTurnAsHermes(t *testing.T) {
+	t.Parallel()
+	const key = "agent:main:telegram:dm:chat-bob"
+	ctx := context.Background()
+	e := newEnv(t)
+	dir := t.TempDir()
+	writeTestSkill(t, dir, "review", reviewSkill)
+	e.skillsCfg = &skill.Config{Dirs: []string{dir}, MaxBytes: skill.DefaultMaxBytes}
+	e.provider = Provider{Kind: "openai", Model: "gpt-5.4"} // has a fast tier
+	cfg := testConfig()
+	cfg.VoiceReplies = true
+	e.startRouter(cfg, nil, nil)
+	g := newGate(t, "long job")
+	w := e.startWorker(g.hold)
+	e.publish(dm("bob", "long job"))
+	waitFor(t, "the turn runs", func() bool { turns, _ := w.snapshot(); return len(turns) == 1 })
+	if got := e.ask("bob", "/queue first thing"); got != "Queued for the next turn." {
+		t.Fatalf("/queue: %q", got)
+	}
+	// Installed while the task runs: a reload would find it.
+	writeTestSkill(t, dir, "deploy", "---\ndescription: Ship the build\n---\nDeploy it.\n")
+
+	for _, tt := range []struct{ text, name string }{
+		{"/usage", "usage"},
+		{"/insights", "insights"},
+		{"/insights 7", "insights"},
+		{"/voice", "voice"},
+		{"/voice on", "voice"},
+		{"/voice status", "voice"},
+		{"/fast", "fast"},
+		{"/fast fast", "fast"},
+		{"/platform", "platform"},
+		{"/platform list", "platform"},
+		{"/platform pause discord", "platform"},
+		{"/reload-skills", "reload-skills"},
+		{"/reload_skills", "reload-skills"},
+		{"/provider", "provider"},
+		{"/cron", "cron"},
+		{"/cron list", "cron"},
+		{"/cron add 30m Check the build", "cron"},
+	} {
+		if got := e.ask("bob", tt.text); got != midTurnRefusal(tt.name) {
+			t.Errorf("%s: %q, want %q", tt.text, got, midTurnRefusal(tt.name))
+		}
+	}
+	if got := e.ask("bob", "/queue second thing"); got != "Queued for the next turn. (2 queued)" {
+		t.Fatalf("/queue after the refusals: %q", got)
+	}
+
+	sess, err := sessionstore.New(e.db).Get(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sess.VoiceMode != "" || sess.ServiceTier != "" {
+		t.Errorf("voice mode %q, fast mode %q: a refused command changed them", sess.VoiceMode, sess.ServiceTier)
+	}
+	if jobs := cronJobs(t, e); jobs != "" {
+		t.Errorf("cron jobs %q after a refused /cron add", jobs)
+	}
+	if paused := pausedPlatforms(t, e); paused != "" {
+		t.Errorf("paused %q after a refused /platform pause", paused)
+	}
+	if got := e.ask("bob", "/deploy now"); !strings.HasPrefix(got, "Unknown command /deploy.") {
+		t.Errorf("after a refused /reload-skills: %q, want the new skill unknown still", got)
+	}
+	for _, c := range []turnsv1.ControlAction{controlInterrupt, controlStop} {
+		if n := len(e.controls(c)); n != 0 {
+			t.Errorf("%d %s controls sent", n, c)
+		}
+	}
+	if owner, err := redisx.NewLocker(e.rdb, e.prefix).Owner(ctx, key); err != nil || owner == "" {
+		t.Fatalf("the running turn lost its lock (%q, %v)", owner, err)
+	}
+
+	g.open()
+	waitFor(t, "the waiting turns", func() bool { turns, _ := w.snapshot(); return len(inputsText(turns, key)) == 3 })
+	turns, _ := w.snapshot()
+	if got := strings.Join(inputsText(turns, key), ","); got != "long job,first thing,second thing" {
+		t.Fatalf("inputs %q, want the waiting messages after the task, in order", got)
 	}
 }

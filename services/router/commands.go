@@ -75,23 +75,30 @@ var helpText = strings.Join([]string{
 }, "\n")
 
 // refusedMidTurn are the commands that, as in Hermes, wait for the running
-// task: they would change or read the conversation under it (/resume
+// task (Hermes's busy_policy reject: its catch-all "⏳ Agent is running"
+// answer): they would change or read the conversation under it (/resume
 // would even end it without a word; /save would export half a turn;
-// /memory is Hermes's busy_policy reject: the running turn's own memory
-// writes are the ones it reviews). /help, /status, /stop, /new,
-// /queue, /steer, /approve, /deny, /yolo, /busy, /footer, /voice, /fast, /agents,
-// /usage, /context, /goal, /subgoal (a goal set mid-turn starts after it),
-// /background and /btw (sessions of their own) work mid-turn, and /model
-// and /moa are refused with their own texts.
+// /memory's pending writes are the running turn's own; /usage and
+// /insights read the counts the turn adds to), change what the chat's
+// next turns run with (/personality, /reasoning, /voice, /fast: Hermes's
+// "config-only, take effect next message … set them between turns"),
+// or act beside it (/cron: the jobs the turn's cronjob tool changes;
+// /reload-skills: the skills it runs with; /platform: the gateways that
+// carry its replies). /provider is Hermes's from before it dropped the
+// command, which refused it the same way. /help, /status, /stop, /new,
+// /queue, /steer, /approve, /deny, /yolo, /verbose, /busy, /footer,
+// /agents, /context, /goal, /subgoal (a goal set mid-turn starts after
+// it), /loop and /heartbeat controls, /pause, /commands, /profile,
+// /version, /background and /btw (sessions of their own) work mid-turn,
+// and /model and /moa are refused with their own texts.
 //
 // Differs from Hermes: /whoami and /bundles work mid-turn. Hermes
 // refuses them by his default busy_policy (reject), which every command
 // gets that does not declare another, not for anything they do: they
 // read only the message's sender and the configuration and resolve no
-// session, so they neither read nor change the conversation under the
-// running turn (/usage and /insights, which Hermes refuses too, read
-// its counts and work mid-turn here already).
-var refusedMidTurn = []string{"sessions", "resume", "title", "retry", "undo", "compress", "sethome", "personality", "reasoning", "branch", "save", "memory", "approvals"}
+// session, so they neither read nor change anything of the running turn.
+var refusedMidTurn = []string{"sessions", "resume", "title", "retry", "undo", "compress", "sethome", "personality", "reasoning", "branch", "save", "memory", "approvals",
+	"usage", "insights", "voice", "fast", "platform", "reload-skills", "provider", "cron"}
 
 // openCommands stay available to non-admins where an admin list exists.
 // /approvals shows the mode to anyone; a change is refused to
@@ -159,8 +166,22 @@ func (s *Service) command(ctx context.Context, m *msgCtx, cmd command.Command) e
 		return err
 	}
 	busy := owner != ""
-	if busy && slices.Contains(refusedMidTurn, cmd.Name) {
-		return reply(0, midTurnRefusal(cmd.Name))
+	if slices.Contains(refusedMidTurn, cmd.Name) {
+		if busy {
+			// Recorded with the event (once), so that it stays the answer.
+			return s.once(ctx, m, cmd.Name, func(context.Context, *sessionstore.Store) (string, int64, error) {
+				return midTurnRefusal(cmd.Name), 0, nil
+			})
+		}
+		// A redelivery (a crash before the dedupe record) that comes
+		// after the turn ended: the refusal is answered again, under the
+		// first answer's ids, and the command the user was told waits
+		// does not run now (a /retry would start a turn).
+		if a, ok, err := s.store.Answered(ctx, m.dedupeID); err != nil {
+			return err
+		} else if ok {
+			return s.replay(ctx, m, cmd.Name, a)
+		}
 	}
 	if cmd.Name == "agents" {
 		// Read-only, mid-turn too (Hermes's busy_policy dispatch): it
@@ -373,7 +394,8 @@ func (s *Service) command(ctx context.Context, m *msgCtx, cmd command.Command) e
 		// Read-only, mid-turn too (context.go).
 		return s.contextCommand(ctx, m, sess, cmd.Args, busy)
 	case "usage":
-		// Hermes's /usage: the conversation's token counts, mid-turn too.
+		// Hermes's /usage: the conversation's token counts (refused
+		// mid-turn, refusedMidTurn).
 		counted := []sessionstore.Session{sess}
 		if err := s.store.AddTurnUsage(ctx, counted); err != nil {
 			return err

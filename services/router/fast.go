@@ -15,8 +15,10 @@ import (
 // /fast status show the mode. As in Hermes, a chat whose model has no
 // fast tier is told so, whatever the argument (llm.FastModeSupported:
 // OpenAI's gpt-*, o1, o3 and o4 models except Codex, and the Claude
-// models Anthropic lists for fast mode). It runs mid-turn and counts
-// from the next turn ("takes effect on next message").
+// models Anthropic lists for fast mode). It counts from the next turn
+// ("takes effect on next message"), and while a turn runs it is refused,
+// as Hermes's ("config-only … users should wait and set them between
+// turns": refusedMidTurn).
 //
 // On the wire (pkg/llm): OpenAI gets service_tier "priority" on its chat
 // completions request, Anthropic speed "fast" with the

@@ -10,7 +10,8 @@ import (
 // /resume, /title, /yolo, /verbose, /personality, /reasoning, /busy,
 // /footer, /voice, /fast, /loop, /heartbeat, /stop, and /cron's verbs that change a job, whose store joins
 // st's transaction through st.Tx) exactly once per inbound event and
-// sends its answer. do applies the command
+// sends its answer; it also records a command's refusal while a turn
+// runs (command), which a redelivery then answers again (replay). do applies the command
 // with st, whose writes commit in one transaction with the record of the
 // event and of the answer do returns (sessionstore.Once). A redelivery of
 // the event after a crash between that commit and the record that the
@@ -30,10 +31,18 @@ func (s *Service) once(ctx context.Context, m *msgCtx, name string, do func(ctx 
 		return err
 	}
 	if done {
-		commandsReplayed.WithLabelValues(name).Inc()
-		s.log.InfoContext(ctx, "redelivered command applied already; answer sent again", "command", name,
-			"session_key", m.key, "event", m.dedupeID)
-		m.notices = a.Seq - 1
+		return s.replay(ctx, m, name, a)
 	}
+	return s.notice(ctx, m, a.Generation, a.Text, "command")
+}
+
+// replay sends again the answer a that once recorded for m's event, to
+// its redelivery: the first answer's generation and seq, so its bus
+// message id and delivery's idempotency key are the first one's.
+func (s *Service) replay(ctx context.Context, m *msgCtx, name string, a sessionstore.Answer) error {
+	commandsReplayed.WithLabelValues(name).Inc()
+	s.log.InfoContext(ctx, "redelivered command applied already; answer sent again", "command", name,
+		"session_key", m.key, "event", m.dedupeID)
+	m.notices = a.Seq - 1
 	return s.notice(ctx, m, a.Generation, a.Text, "command")
 }

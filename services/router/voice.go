@@ -13,9 +13,10 @@ import (
 // voice message — /voice on (Hermes's "voice_only") when the user's
 // message was a voice message, /voice tts ("all") to every message,
 // /voice off text only (the default). /voice status shows the mode; a
-// bare /voice toggles between off and on and explains the words. It
-// works mid-turn and counts from the next turn. The text answer is
-// always sent too (first; the voice message follows it).
+// bare /voice toggles between off and on and explains the words. While
+// a turn runs it is refused, as Hermes's (busy_policy reject:
+// refusedMidTurn), and set between turns it counts from the next. The
+// text answer is always sent too (first; the voice message follows it).
 //
 // The chat's choice is the voice_mode column of its session key's row
 // (migration 00119), which /new, /branch and /resume keep; the router
