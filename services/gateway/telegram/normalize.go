@@ -281,6 +281,11 @@ func attachments(msg *models.Message) []*eventsv1.Attachment {
 		out = append(out, &eventsv1.Attachment{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_VIDEO, PlatformFileId: v.FileID,
 			MimeType: v.MimeType, SizeBytes: v.FileSize, FileName: v.FileName, Caption: msg.Caption})
 	}
+	if v := msg.VideoNote; v != nil {
+		// A round video message: an MP4 without a name or a caption.
+		out = append(out, &eventsv1.Attachment{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_VIDEO, PlatformFileId: v.FileID,
+			MimeType: "video/mp4", SizeBytes: int64(v.FileSize)})
+	}
 	return out
 }
 

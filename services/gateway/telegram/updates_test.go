@@ -134,6 +134,13 @@ func kindCases() []kindCase {
 			ev(dm, "", func(e *eventsv1.MessageReceived) {
 				e.Attachments = []*eventsv1.Attachment{{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_VOICE, PlatformFileId: "v1", MimeType: "audio/ogg", SizeBytes: 4000}}
 			})},
+		// A round video message is a video the agent is told of, not a
+		// message dropped for having no supported media.
+		{"video_note", obj{"message": msg(obj{"from": alice, "chat": dmChat,
+			"video_note": obj{"file_id": "vn1", "file_unique_id": "n", "length": 240, "duration": 5, "file_size": 300000}})},
+			ev(dm, "", func(e *eventsv1.MessageReceived) {
+				e.Attachments = []*eventsv1.Attachment{{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_VIDEO, PlatformFileId: "vn1", MimeType: "video/mp4", SizeBytes: 300000}}
+			})},
 		// A location pin or a venue reaches the agent as Hermes writes
 		// it (_handle_location_message), rather than being dropped as a
 		// message without text.
