@@ -163,14 +163,42 @@ func LinkedText(req *deliveryv1.SendRequested) (text string, files []int) {
 }
 
 // FileName is the name an uploaded attachment goes by: its own, else
-// "file" with an extension for its media type.
+// "file" with the usual extension for its media type (fileExts), else
+// the first the host's media types give. Discord, Slack and the chat
+// apps decide by the extension whether a file shows inline (a picture,
+// a player), so it must be the one they know: mime.ExtensionsByType
+// lists a type's extensions sorted, from the host's mime.types, where
+// the first is often a rare one (Debian: .jfif for JPEG, .mp1 for MP3,
+// .brf for plain text), and a distroless image has no file at all (no
+// audio type then).
 func FileName(a *eventsv1.Attachment, mimeType string) string {
 	if n := a.GetFileName(); n != "" {
 		return n
 	}
-	name := "file"
-	if exts, _ := mime.ExtensionsByType(mimeType); len(exts) > 0 {
-		name += exts[0]
+	mt, _, _ := strings.Cut(strings.ToLower(mimeType), ";")
+	mt = strings.TrimSpace(mt)
+	if ext, ok := fileExts[mt]; ok {
+		return "file" + ext
 	}
-	return name
+	if exts, _ := mime.ExtensionsByType(mt); len(exts) > 0 {
+		return "file" + exts[0]
+	}
+	return "file"
+}
+
+// fileExts are the usual extensions of the media types attachments to
+// send come in.
+var fileExts = map[string]string{
+	"image/jpeg": ".jpg", "image/jpg": ".jpg", "image/png": ".png", "image/gif": ".gif", "image/webp": ".webp",
+	"image/svg+xml": ".svg", "image/heic": ".heic", "image/avif": ".avif", "image/bmp": ".bmp", "image/tiff": ".tiff",
+	"audio/mpeg": ".mp3", "audio/mp3": ".mp3", "audio/ogg": ".ogg", "audio/opus": ".opus", "audio/mp4": ".m4a",
+	"audio/m4a": ".m4a", "audio/x-m4a": ".m4a", "audio/aac": ".aac", "audio/wav": ".wav", "audio/x-wav": ".wav",
+	"audio/wave": ".wav", "audio/webm": ".webm", "audio/flac": ".flac", "audio/x-flac": ".flac",
+	"video/mp4": ".mp4", "video/webm": ".webm", "video/quicktime": ".mov", "video/mpeg": ".mpeg",
+	"text/plain": ".txt", "text/markdown": ".md", "text/csv": ".csv", "text/html": ".html", "text/css": ".css",
+	"text/calendar": ".ics", "application/json": ".json", "application/pdf": ".pdf", "application/zip": ".zip",
+	"application/xml": ".xml", "text/xml": ".xml", "application/gzip": ".gz", "application/x-ndjson": ".jsonl",
+	"application/vnd.openxmlformats-officedocument.wordprocessingml.document":   ".docx",
+	"application/vnd.openxmlformats-officedocument.spreadsheetml.sheet":         ".xlsx",
+	"application/vnd.openxmlformats-officedocument.presentationml.presentation": ".pptx",
 }

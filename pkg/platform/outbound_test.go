@@ -167,6 +167,21 @@ func TestFileName(t *testing.T) {
 		{&eventsv1.Attachment{}, "image/png", "file.png"},
 		{&eventsv1.Attachment{}, "application/x-unknown-thing", "file"},
 		{&eventsv1.Attachment{}, "", "file"},
+		// The usual extension, whatever the host's mime.types lists
+		// first (Debian's: .jfif, .mp1, .oga, .brf, .m4v) or lacks (a
+		// distroless image has none: no audio type at all).
+		{&eventsv1.Attachment{}, "image/jpeg", "file.jpg"},
+		{&eventsv1.Attachment{}, "image/jpg", "file.jpg"},
+		{&eventsv1.Attachment{}, "audio/mpeg", "file.mp3"},
+		{&eventsv1.Attachment{}, "audio/ogg", "file.ogg"},
+		{&eventsv1.Attachment{}, "audio/mp4", "file.m4a"},
+		{&eventsv1.Attachment{}, "audio/wav", "file.wav"},
+		{&eventsv1.Attachment{}, "video/mp4", "file.mp4"},
+		{&eventsv1.Attachment{}, "text/plain", "file.txt"},
+		{&eventsv1.Attachment{}, "text/markdown", "file.md"},
+		{&eventsv1.Attachment{}, "application/pdf", "file.pdf"},
+		{&eventsv1.Attachment{}, "Image/JPEG", "file.jpg"},
+		{&eventsv1.Attachment{}, "text/plain; charset=utf-8", "file.txt"},
 	}
 	for _, tt := range tests {
 		if got := FileName(tt.a, tt.mimeType); got != tt.want {

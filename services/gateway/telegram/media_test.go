@@ -201,3 +201,52 @@ func TestVoiceAndAudio(t *testing.T) {
 		})
 	}
 }
+
+// An attachment whose own caption is over Telegram's 1,024 characters
+// for captions (an agent's media reply) still arrives: the caption goes
+// first as a message of its own, as the send's text does, and the file
+// after it without one, rather than Telegram refusing the file with it.
+// A send retried after all its parts went posts none of them again.
+func TestLongAttachmentCaption(t *testing.T) {
+	t.Parallel()
+	f := newFake(t)
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	s, _ := startService(t, testConfig(f), b, "a")
+	waitFor(t, "connected", 20*time.Second, func() bool { st, _ := s.Runner().State(); return st == platform.StateConnected })
+	png := "data:image/png;base64," + base64.StdEncoding.EncodeToString([]byte("\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x01\x00\x00\x00\x01\x08\x02\x00\x00\x00"))
+	long := strings.TrimSpace(strings.Repeat("a long description. ", 60)) // 1,199 characters
+	picture := func(caption string) *eventsv1.Attachment {
+		return &eventsv1.Attachment{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, MimeType: "image/png", Caption: caption,
+			Location: &eventsv1.Attachment_Url{Url: png}}
+	}
+	type shown struct{ kind, text string }
+	for i, tc := range []struct {
+		name        string
+		attachments []*eventsv1.Attachment
+		want        []shown
+	}{
+		{"one picture", []*eventsv1.Attachment{picture(long)},
+			[]shown{{"text", long}, {"photo", ""}}},
+		{"the second of two", []*eventsv1.Attachment{picture("short"), picture(long)},
+			[]shown{{"photo", "short"}, {"text", long}, {"photo", ""}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			chat := fmt.Sprint(90 + i)
+			req := &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: "caption" + chat,
+				Target: &deliveryv1.Target{Platform: "telegram", Account: "4242", ChatId: chat}, Attachments: tc.attachments}
+			for attempt := 1; attempt <= 2; attempt++ {
+				if r := sendReq(t, b, req); !r.GetOk() {
+					t.Fatalf("attempt %d: receipt %v, want ok", attempt, r)
+				}
+			}
+			ms := f.Messages(chat)
+			var got []shown
+			for _, m := range ms {
+				got = append(got, shown{m.Kind, strings.TrimSpace(m.Shown)})
+			}
+			if fmt.Sprint(got) != fmt.Sprint(tc.want) {
+				t.Fatalf("chat shows %q, want %q", got, tc.want)
+			}
+		})
+	}
+}

@@ -142,6 +142,9 @@ func normalize(u *models.Update, me identity, g gating) (outcome, error) {
 	if text == "" && msg.Caption != "" {
 		text, entities = msg.Caption, msg.CaptionEntities
 	}
+	if text == "" {
+		text = locationText(msg)
+	}
 	ev := &eventsv1.MessageReceived{
 		EventId:      strconv.FormatInt(u.ID, 10),
 		MessageId:    strconv.Itoa(msg.ID),
@@ -315,7 +318,51 @@ func attachments(msg *models.Message) []*eventsv1.Attachment {
 		out = append(out, &eventsv1.Attachment{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_VIDEO, PlatformFileId: v.FileID,
 			MimeType: v.MimeType, SizeBytes: v.FileSize, FileName: v.FileName, Caption: msg.Caption})
 	}
+	if v := msg.VideoNote; v != nil {
+		// A round video message: an MP4 without a name or a caption.
+		out = append(out, &eventsv1.Attachment{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_VIDEO, PlatformFileId: v.FileID,
+			MimeType: "video/mp4", SizeBytes: int64(v.FileSize)})
+	}
 	return out
+}
+
+// locationText is a location pin or a venue as the agent reads it, in
+// Hermes's words (_handle_location_message): the venue's title and
+// address, the coordinates, a map link and what to ask. "" for a
+// message that is neither. A live location's later positions come as
+// edits, which are skipped.
+func locationText(msg *models.Message) string {
+	loc := msg.Location
+	if msg.Venue != nil {
+		loc = &msg.Venue.Location
+	}
+	if loc == nil {
+		return ""
+	}
+	lat, lon := pyFloat(loc.Latitude), pyFloat(loc.Longitude)
+	parts := []string{"[The user shared a location pin.]"}
+	if v := msg.Venue; v != nil {
+		if v.Title != "" {
+			parts = append(parts, "Venue: "+v.Title)
+		}
+		if v.Address != "" {
+			parts = append(parts, "Address: "+v.Address)
+		}
+	}
+	parts = append(parts, "latitude: "+lat, "longitude: "+lon,
+		"Map: https://www.google.com/maps/search/?api=1&query="+lat+","+lon,
+		"Ask what they'd like to find nearby (restaurants, cafes, etc.) and any preferences.")
+	return strings.Join(parts, "\n")
+}
+
+// pyFloat writes f as Python's str does for a coordinate: the shortest
+// decimal that reads back as f, with ".0" when it is whole (48.0).
+func pyFloat(f float64) string {
+	s := strconv.FormatFloat(f, 'f', -1, 64)
+	if !strings.ContainsAny(s, ".eEnN") {
+		s += ".0"
+	}
+	return s
 }
 
 func chatType(c models.Chat, channelPost bool) string {

@@ -165,10 +165,11 @@ func (p *Platform) Send(ctx context.Context, req *deliveryv1.SendRequested) (str
 
 // sendMedia sends each attachment (photo, animation, voice message, audio
 // or document); the text rides as
-// the first one's caption when it fits, else it goes first on its own.
-// Each message is a part of the send (the text 0, attachment i i+1): a
-// retry after a later part failed skips the parts already sent
-// (platform.SentPart).
+// the first one's caption when it fits, else it goes first on its own,
+// and so does an attachment's own caption over Telegram's 1,024. Each
+// message is a part of the send (the text 0, attachment i i+1, its
+// caption sent apart n+1+i): a retry after a later part failed skips the
+// parts already sent (platform.SentPart).
 func (p *Platform) sendMedia(ctx context.Context, req *deliveryv1.SendRequested) (string, error) {
 	t := req.GetTarget()
 	caption := req.GetText()
@@ -203,6 +204,20 @@ func (p *Platform) sendMedia(ctx context.Context, req *deliveryv1.SendRequested)
 		}
 		if sub.Text == "" {
 			sub.Text = a.GetCaption()
+			if utf16Len(sub.Text) > maxCaption {
+				// Its own caption is over Telegram's bound for captions:
+				// it goes first on its own, as the send's text does, a
+				// part after the attachments' (n+1+i), rather than the
+				// file being refused with it.
+				id, err := p.sendCaption(ctx, sub, len(req.GetAttachments())+1+i)
+				if err != nil {
+					return first, err
+				}
+				if first == "" {
+					first = id
+				}
+				sub.Text, sub.ChunkIndex = "", 1
+			}
 		}
 		id, err := p.sendFile(ctx, sub, input, kind)
 		if err != nil && urlRefused(err) && isWebURL(a.GetUrl()) {
@@ -218,6 +233,20 @@ func (p *Platform) sendMedia(ctx context.Context, req *deliveryv1.SendRequested)
 		caption = ""
 	}
 	return first, nil
+}
+
+// sendCaption sends sub's text on its own as part part of the send,
+// unless an earlier attempt did, and returns its message id.
+func (p *Platform) sendCaption(ctx context.Context, sub *deliveryv1.SendRequested, part int) (string, error) {
+	if id, sent := platform.SentPart(ctx, part); sent {
+		return id, nil
+	}
+	id, err := p.Send(ctx, &deliveryv1.SendRequested{Target: sub.GetTarget(), Text: sub.GetText(), Format: sub.GetFormat(), ChunkIndex: sub.GetChunkIndex()})
+	if err != nil {
+		return "", err
+	}
+	platform.RecordPart(ctx, part, id)
+	return id, nil
 }
 
 // fileKind is how a file goes to Telegram.

@@ -132,6 +132,27 @@ func kindCases() []kindCase {
 			ev(dm, "", func(e *eventsv1.MessageReceived) {
 				e.Attachments = []*eventsv1.Attachment{{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_VOICE, PlatformFileId: "v1", MimeType: "audio/ogg", SizeBytes: 4000}}
 			})},
+		// A round video message is a video the agent is told of, not a
+		// message dropped for having no supported media.
+		{"video_note", obj{"message": msg(obj{"from": alice, "chat": dmChat,
+			"video_note": obj{"file_id": "vn1", "file_unique_id": "n", "length": 240, "duration": 5, "file_size": 300000}})},
+			ev(dm, "", func(e *eventsv1.MessageReceived) {
+				e.Attachments = []*eventsv1.Attachment{{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_VIDEO, PlatformFileId: "vn1", MimeType: "video/mp4", SizeBytes: 300000}}
+			})},
+		// A location pin or a venue reaches the agent as Hermes writes
+		// it (_handle_location_message), rather than being dropped as a
+		// message without text.
+		{"location", obj{"message": msg(obj{"from": alice, "chat": dmChat,
+			"location": obj{"latitude": 53.3498, "longitude": -6.2603}})},
+			ev(dm, "[The user shared a location pin.]\nlatitude: 53.3498\nlongitude: -6.2603\n"+
+				"Map: https://www.google.com/maps/search/?api=1&query=53.3498,-6.2603\n"+
+				"Ask what they'd like to find nearby (restaurants, cafes, etc.) and any preferences.", nil)},
+		{"venue", obj{"message": msg(obj{"from": alice, "chat": dmChat,
+			"location": obj{"latitude": 48.0, "longitude": 2.2945},
+			"venue":    obj{"location": obj{"latitude": 48.0, "longitude": 2.2945}, "title": "Eiffel Tower", "address": "Champ de Mars, Paris"}})},
+			ev(dm, "[The user shared a location pin.]\nVenue: Eiffel Tower\nAddress: Champ de Mars, Paris\nlatitude: 48.0\nlongitude: 2.2945\n"+
+				"Map: https://www.google.com/maps/search/?api=1&query=48.0,2.2945\n"+
+				"Ask what they'd like to find nearby (restaurants, cafes, etc.) and any preferences.", nil)},
 		{"reply_in_dm", obj{"message": msg(obj{"from": alice, "chat": dmChat, "text": "this one",
 			"reply_to_message": obj{"message_id": 3, "date": msgDate, "chat": dmChat, "from": alice, "text": "older"}})},
 			ev(dm, "this one", func(e *eventsv1.MessageReceived) {
