@@ -204,7 +204,26 @@ type Part struct {
 // String is the message text.
 func (p Part) String() string { return p.Reopen + p.Body + p.Close + p.Suffix }
 
-const closeFence = "\n```"
+// CloseFence closes the code fence a message is cut inside.
+const CloseFence = "\n```"
+
+// Reopen is how the message after text starts when text, read as one
+// message by the rules Parts uses, ends inside a code fence: "```lang\n",
+// with the fence's language tag, or "```\n" when the tag would leave less
+// than half of l for text; "" when text ends outside any fence. A stream
+// that continues a message in the next (streamedit) closes and reopens
+// the fence with it, as Parts does.
+func Reopen(text string, l Limit) string {
+	st := scanFences(fenceState{}, text)
+	if !st.open {
+		return ""
+	}
+	r := "```" + st.lang + "\n"
+	if l.Max-l.Len(r)-len(CloseFence) < l.Max/2 {
+		r = "```\n"
+	}
+	return r
+}
 
 // Parts splits text like SplitLimit and returns the pieces of each message.
 //
@@ -259,7 +278,7 @@ func split(text string, l Limit, suffix int) []Part {
 		if fence.open {
 			p.Reopen = "```" + fence.lang + "\n"
 			// Keep the tag only if at least half the message is left for text.
-			if l.Max-suffix-l.Len(p.Reopen)-len(closeFence) < l.Max/2 {
+			if l.Max-suffix-l.Len(p.Reopen)-len(CloseFence) < l.Max/2 {
 				p.Reopen = "```\n"
 			}
 		}
@@ -269,10 +288,10 @@ func split(text string, l Limit, suffix int) []Part {
 		if end.open {
 			// Cut again leaving room for the close fence. The new cut may
 			// end outside the fence; then no close is needed.
-			body, sep, next = spanSafe(cut(rest, l.Measure, room-len(closeFence)))
+			body, sep, next = spanSafe(cut(rest, l.Measure, room-len(CloseFence)))
 			end = scanFences(fenceState{}, p.Reopen+body)
 			if end.open {
-				p.Close = closeFence
+				p.Close = CloseFence
 			}
 		}
 		p.Body, p.Sep = body, sep
