@@ -237,8 +237,9 @@ func Reopen(text string, l Limit) string {
 //
 // Fences are tracked per message, the way a platform renders each message
 // on its own: a line whose first non-blank characters are ``` toggles the
-// fence; when it opens one, the first word after the backticks is the
-// language tag.
+// fence, except that no line with a backtick after its opening run opens
+// one ("```npm install```" is code inline); when it opens one, the first
+// word after the backticks is the language tag.
 func Parts(text string, l Limit) []Part {
 	if l.Max < MinMax {
 		l.Max = MinMax
@@ -355,7 +356,7 @@ func spanSafe(body, sep, rest string) (string, string, string) {
 	inFence := false
 	pos := 0
 	for line := range strings.Lines(body) {
-		if _, ok := fenceLine(line); ok {
+		if info, ok := fenceLine(line); ok && (inFence || opens(info)) {
 			inFence = !inFence
 			open = false
 		} else if !inFence {
@@ -393,7 +394,7 @@ type fenceState struct {
 func scanFences(st fenceState, text string) fenceState {
 	for line := range strings.Lines(text) {
 		info, ok := fenceLine(line)
-		if !ok {
+		if !ok || !st.open && !opens(info) {
 			continue
 		}
 		if st.open {
@@ -418,6 +419,12 @@ func fenceLine(line string) (info string, ok bool) {
 	}
 	return strings.TrimLeft(t, "`"), true
 }
+
+// opens reports whether a fence line with info after its backticks opens
+// a fence: CommonMark lets no backtick into the info string, so
+// "```npm install```" is code inline, which the next ``` line does not
+// close.
+func opens(info string) bool { return !strings.Contains(info, "`") }
 
 func lastLineIsFence(s string) bool {
 	i := strings.LastIndexByte(s, '\n')
