@@ -204,7 +204,26 @@ type Part struct {
 // String is the message text.
 func (p Part) String() string { return p.Reopen + p.Body + p.Close + p.Suffix }
 
-const closeFence = "\n```"
+// CloseFence closes the code fence a message is cut inside.
+const CloseFence = "\n```"
+
+// Reopen is how the message after text starts when text, read as one
+// message by the rules Parts uses, ends inside a code fence: "```lang\n",
+// with the fence's language tag, or "```\n" when the tag would leave less
+// than half of l for text; "" when text ends outside any fence. A stream
+// that continues a message in the next (streamedit) closes and reopens
+// the fence with it, as Parts does.
+func Reopen(text string, l Limit) string {
+	st := scanFences(fenceState{}, text)
+	if !st.open {
+		return ""
+	}
+	r := "```" + st.lang + "\n"
+	if l.Max-l.Len(r)-len(CloseFence) < l.Max/2 {
+		r = "```\n"
+	}
+	return r
+}
 
 // Parts splits text like SplitLimit and returns the pieces of each message.
 //
@@ -218,8 +237,9 @@ const closeFence = "\n```"
 //
 // Fences are tracked per message, the way a platform renders each message
 // on its own: a line whose first non-blank characters are ``` toggles the
-// fence; when it opens one, the first word after the backticks is the
-// language tag.
+// fence, except that no line with a backtick after its opening run opens
+// one ("```npm install```" is code inline); when it opens one, the first
+// word after the backticks is the language tag.
 func Parts(text string, l Limit) []Part {
 	if l.Max < MinMax {
 		l.Max = MinMax
@@ -259,7 +279,7 @@ func split(text string, l Limit, suffix int) []Part {
 		if fence.open {
 			p.Reopen = "```" + fence.lang + "\n"
 			// Keep the tag only if at least half the message is left for text.
-			if l.Max-suffix-l.Len(p.Reopen)-len(closeFence) < l.Max/2 {
+			if l.Max-suffix-l.Len(p.Reopen)-len(CloseFence) < l.Max/2 {
 				p.Reopen = "```\n"
 			}
 		}
@@ -269,10 +289,10 @@ func split(text string, l Limit, suffix int) []Part {
 		if end.open {
 			// Cut again leaving room for the close fence. The new cut may
 			// end outside the fence; then no close is needed.
-			body, sep, next = spanSafe(cut(rest, l.Measure, room-len(closeFence)))
+			body, sep, next = spanSafe(cut(rest, l.Measure, room-len(CloseFence)))
 			end = scanFences(fenceState{}, p.Reopen+body)
 			if end.open {
-				p.Close = closeFence
+				p.Close = CloseFence
 			}
 		}
 		p.Body, p.Sep = body, sep
@@ -336,7 +356,7 @@ func spanSafe(body, sep, rest string) (string, string, string) {
 	inFence := false
 	pos := 0
 	for line := range strings.Lines(body) {
-		if _, ok := fenceLine(line); ok {
+		if info, ok := fenceLine(line); ok && (inFence || opens(info)) {
 			inFence = !inFence
 			open = false
 		} else if !inFence {
@@ -374,7 +394,7 @@ type fenceState struct {
 func scanFences(st fenceState, text string) fenceState {
 	for line := range strings.Lines(text) {
 		info, ok := fenceLine(line)
-		if !ok {
+		if !ok || !st.open && !opens(info) {
 			continue
 		}
 		if st.open {
@@ -399,6 +419,12 @@ func fenceLine(line string) (info string, ok bool) {
 	}
 	return strings.TrimLeft(t, "`"), true
 }
+
+// opens reports whether a fence line with info after its backticks opens
+// a fence: CommonMark lets no backtick into the info string, so
+// "```npm install```" is code inline, which the next ``` line does not
+// close.
+func opens(info string) bool { return !strings.Contains(info, "`") }
 
 func lastLineIsFence(s string) bool {
 	i := strings.LastIndexByte(s, '\n')

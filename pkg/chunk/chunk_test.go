@@ -145,6 +145,14 @@ func TestSplitLimit(t *testing.T) {
 			[]string{"```\n" + strings.Repeat("c", 20) + " `\n```\n(1/2)", "```\n" + strings.Repeat("d", 40) + "\n```\n(2/2)"},
 		},
 		{
+			// CommonMark, and markup.Convert: a backtick after the
+			// opening run makes the line code inline, not a fence.
+			"a line of inline triple backticks opens no fence",
+			"```npm install```\n" + line[:30] + "\n" + line,
+			l64,
+			[]string{"```npm install```\n" + line[:30] + " (1/2)", line + " (2/2)"},
+		},
+		{
 			"newline in the first half and no space: the newline, not mid-word",
 			"Summary:\n" + strings.Repeat("y", 80),
 			l64,
@@ -333,7 +341,8 @@ func checkParts(t *testing.T, text string, l chunk.Limit, parts []chunk.Part) {
 }
 
 // fenceAfter is an independent reading of the fence rule: a line whose
-// first non-blank characters are ``` toggles; an opening line's first word
+// first non-blank characters are ``` toggles, unless it would open a fence
+// and has a backtick after its opening run; an opening line's first word
 // after the backticks is the tag.
 func fenceAfter(s string) (open bool, lang string) {
 	for _, line := range strings.Split(s, "\n") {
@@ -344,6 +353,9 @@ func fenceAfter(s string) (open bool, lang string) {
 		if open {
 			open, lang = false, ""
 			continue
+		}
+		if strings.Contains(strings.TrimLeft(t, "`"), "`") {
+			continue // code inline: "```x```"
 		}
 		open = true
 		lang = ""

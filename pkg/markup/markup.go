@@ -160,7 +160,7 @@ func (d Dialect) Convert(md string) string {
 	for i := 0; i < len(lines); i++ {
 		line := lines[i]
 		trimmed := strings.TrimLeft(line, " ")
-		if strings.HasPrefix(trimmed, "```") {
+		if opensFence(trimmed) {
 			lang := strings.TrimSpace(strings.TrimPrefix(trimmed, "```"))
 			if strings.ContainsAny(lang, "` \t") {
 				lang = ""
@@ -181,6 +181,42 @@ func (d Dialect) Convert(md string) string {
 		out = append(out, d.line(line))
 	}
 	return strings.Join(out, "\n")
+}
+
+// opensFence reports whether a line, its leading blanks trimmed, opens a
+// fenced code block: ``` and no backtick after the opening run (CommonMark
+// lets none into the info string). "```npm install```" is a code span
+// (inline), not a block that would swallow the line and those after it.
+func opensFence(trimmed string) bool {
+	return strings.HasPrefix(trimmed, "```") && !strings.Contains(strings.TrimLeft(trimmed, "`"), "`")
+}
+
+// codeSpan reads a code span opened by a run of n >= 2 backticks at
+// the start of s (code that holds a backtick): the code up to the next
+// run of exactly n, with one space stripped from each end when both have one
+// (CommonMark). ok is false when no run closes it.
+func codeSpan(s string) (code string, size int, ok bool) {
+	n := len(s) - len(strings.TrimLeft(s, "`"))
+	for i := n; i < len(s); {
+		j := strings.IndexByte(s[i:], '`')
+		if j < 0 {
+			break
+		}
+		start := i + j
+		end := start
+		for end < len(s) && s[end] == '`' {
+			end++
+		}
+		if end-start == n {
+			code = s[n:start]
+			if len(code) >= 2 && code[0] == ' ' && code[len(code)-1] == ' ' && strings.Trim(code, " ") != "" {
+				code = code[1 : len(code)-1]
+			}
+			return code, end, code != ""
+		}
+		i = end
+	}
+	return "", n, false
 }
 
 func (d Dialect) line(line string) string {
@@ -222,13 +258,20 @@ func (d Dialect) inline(s, inside string) string {
 			d.literal(&b, s[i+1])
 			i += 2
 			continue
+		case c == '`' && strings.HasPrefix(s[i:], "``"):
+			code, size, ok := codeSpan(s[i:])
+			if ok {
+				d.writeCode(&b, code)
+			} else {
+				for range size {
+					d.escape(&b, '`') // an unclosed run is text
+				}
+			}
+			i += size
+			continue
 		case c == '`':
 			if end := strings.IndexByte(s[i+1:], '`'); end > 0 {
-				if d.plain {
-					b.WriteString(d.code(s[i+1 : i+1+end]))
-				} else {
-					b.WriteString("`" + d.code(s[i+1:i+1+end]) + "`")
-				}
+				d.writeCode(&b, s[i+1:i+1+end])
 				i += end + 2
 				continue
 			}
@@ -247,6 +290,15 @@ func (d Dialect) inline(s, inside string) string {
 		i++
 	}
 	return b.String()
+}
+
+// writeCode writes inline code.
+func (d Dialect) writeCode(b *strings.Builder, code string) {
+	if d.plain {
+		b.WriteString(d.code(code))
+	} else {
+		b.WriteString("`" + d.code(code) + "`")
+	}
 }
 
 func (d Dialect) span(b *strings.Builder, s string, i *int, inside string) bool {

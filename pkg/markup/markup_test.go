@@ -153,3 +153,43 @@ func nextByte(s string, i int, c byte) int {
 	}
 	return i + 1 + j
 }
+
+// A line that starts with ``` but has backticks after the opening run
+// ("```npm install```") opens no code block (CommonMark lets no backtick
+// into a fence's info string): it is code inline, shown, and the lines
+// after it stay text, as they do on the platforms that render the
+// Markdown themselves (Discord, Matrix).
+func TestTripleBacktickCodeInline(t *testing.T) {
+	t.Parallel()
+	in := "To install:\n```npm install```\nThen **run** it.\n```sh\nnpm test\n```"
+	for _, c := range []struct {
+		name    string
+		dialect Dialect
+		want    string
+	}{
+		{"telegram", Telegram, "To install:\n`npm install`\nThen *run* it\\.\n```sh\nnpm test\n```"},
+		{"slack", Slack, "To install:\n`npm install`\nThen *run* it.\n```\nnpm test\n```"},
+		{"whatsapp", WhatsApp, "To install:\n`npm install`\nThen *run* it.\n```\nnpm test\n```"},
+		{"plain", Plain, "To install:\nnpm install\nThen run it.\nnpm test"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if got := c.dialect.Convert(in); got != c.want {
+				t.Errorf("Convert(%q) =\n%q, want\n%q", in, got, c.want)
+			}
+		})
+	}
+	for _, c := range []struct{ in, want, shown string }{
+		{in, "To install:\n`npm install`\nThen *run* it\\.\n```sh\nnpm test\n```", "To install:\nnpm install\nThen run it.\nnpm test\n"},
+		{"``a`b`` and ```` ` ````", "`a\\`b` and `\\``", "a`b and `"},
+	} {
+		got := Telegram.Convert(c.in)
+		if got != c.want {
+			t.Errorf("Convert(%q) = %q, want %q", c.in, got, c.want)
+			continue
+		}
+		shown, err := telegramfake.ParseMarkdownV2(got)
+		if err != nil || shown != c.shown {
+			t.Errorf("telegram shows %q (%v) for %q, want %q", shown, err, got, c.shown)
+		}
+	}
+}

@@ -109,6 +109,11 @@ func FuzzStream(f *testing.F) {
 			case 0:
 				n := int(b/4) % 48
 				var d strings.Builder
+				if n == 0 {
+					// A fence line, which opens a code block or closes
+					// the one open.
+					d.WriteString("\n```go\n")
+				}
 				for range n {
 					r := []rune(alphabet)
 					d.WriteRune(r[pos%len(r)])
@@ -148,6 +153,17 @@ func FuzzStream(f *testing.F) {
 		}
 		if final != "" && len(p.live) == 0 {
 			t.Fatal("final answer not delivered")
+		}
+		// A message followed by another never ends inside a code block
+		// (the next one reopens it), as chunk.Parts cuts.
+		top := -1
+		for i := range p.live {
+			top = max(top, i)
+		}
+		for i, m := range p.live {
+			if i != top && !chunk.Balanced(m) {
+				t.Fatalf("message %d of %d ends inside a code block: %q", i, top+1, m)
+			}
 		}
 	})
 }

@@ -79,6 +79,9 @@ type Action struct {
 	base, upto int  // text[base:upto] is what the message shows on success
 	sealed     bool // the message is finished; the next starts at text[next:]
 	next       int
+	// reopen starts the next message of a sealed one: the code fence
+	// the sealed one closed, reopened (chunk.Reopen).
+	reopen string
 }
 
 // Config tunes a Stream. Zero fields take the defaults shown.
@@ -121,7 +124,7 @@ type Stream struct {
 	msg      int    // the message being streamed into
 	exists   bool   // msg has been sent; messages before msg all were
 	base     int    // text[base:] belongs to msg
-	shown    int    // msg shows text[base:shown] (plus the cursor)
+	shown    int    // msg shows reopen+text[base:shown] (plus the cursor)
 	lastEdit time.Time
 	interval time.Duration
 	strikes  int
@@ -130,6 +133,9 @@ type Stream struct {
 	// more is streamed, and Final writes over every message.
 	drift bool
 	done  bool
+	// reopen starts msg before text[base:]: the code fence that the
+	// message before closed, reopened ("```go\n"), or "".
+	reopen string
 }
 
 // New returns a Stream for one reply.
@@ -213,6 +219,9 @@ func (s *Stream) Replace(text string) []Action {
 // When the text with the cursor would exceed the limit, the current
 // message is finished without the cursor at a newline or space in its
 // second half (else at the limit) and the rest continues in a new message.
+// A message finished inside a code fence closes it, and the next reopens
+// it with its language tag, as chunk.Parts cuts; the message being
+// streamed keeps room for that close.
 func (s *Stream) Tick(now time.Time) []Action {
 	if s.done || s.stopped || s.drift || !s.cfg.CanEdit {
 		return nil
@@ -242,38 +251,61 @@ func (s *Stream) Flush(now time.Time) []Action {
 func (s *Stream) update(now time.Time) []Action {
 	s.lastEdit = now
 	var acts []Action
-	msg, exists, base := s.msg, s.exists, s.base
+	msg, exists, base, reopen := s.msg, s.exists, s.base, s.reopen
 	l := s.cfg.Limit
-	for !l.Fits(string(s.text[base:]) + s.cfg.Cursor) {
-		end, next := cutAt(s.text, base, l)
-		a := s.show(msg, exists, base, end, "")
+	for !l.Fits(s.finished(reopen, base, len(s.text)) + s.cfg.Cursor) {
+		room := l.Max - l.Len(reopen)
+		end, next := cutAt(s.text, base, l.Measure, room)
+		if chunk.Reopen(reopen+string(s.text[base:end]), l) != "" {
+			// Cut again leaving room for the close.
+			end, next = cutAt(s.text, base, l.Measure, room-len(chunk.CloseFence))
+		}
+		a := s.show(msg, exists, reopen, base, end, "")
+		a.Text = s.finished(reopen, base, end)
 		a.sealed, a.next = true, next
+		a.reopen = chunk.Reopen(reopen+string(s.text[base:end]), l)
 		acts = append(acts, a)
-		msg, exists, base = msg+1, false, next
+		msg, exists, base, reopen = msg+1, false, next, a.reopen
 	}
 	if base < len(s.text) {
-		acts = append(acts, s.show(msg, exists, base, len(s.text), s.cfg.Cursor))
+		acts = append(acts, s.show(msg, exists, reopen, base, len(s.text), s.cfg.Cursor))
 	}
 	return acts
 }
 
-// show is the action that makes message msg show text[base:upto]+cursor.
-func (s *Stream) show(msg int, exists bool, base, upto int, cursor string) Action {
+// finished is what a message that starts with reopen (chunk.Reopen)
+// before text[base:] shows when it is finished at upto: the code fence it
+// ends inside closed.
+func (s *Stream) finished(reopen string, base, upto int) string {
+	t := reopen + string(s.text[base:upto])
+	switch {
+	case chunk.Reopen(t, s.cfg.Limit) == "":
+	case strings.HasSuffix(t, "\n"):
+		t += strings.TrimPrefix(chunk.CloseFence, "\n")
+	default:
+		t += chunk.CloseFence
+	}
+	return t
+}
+
+// show is the action that makes message msg, which starts with reopen,
+// show text[base:upto]+cursor.
+func (s *Stream) show(msg int, exists bool, reopen string, base, upto int, cursor string) Action {
 	kind := Send
 	if exists {
 		kind = Edit
 	}
-	return Action{Kind: kind, Message: msg, Text: string(s.text[base:upto]) + cursor, base: base, upto: upto}
+	return Action{Kind: kind, Message: msg, Text: reopen + string(s.text[base:upto]) + cursor, base: base, upto: upto}
 }
 
-// cutAt finds where to finish a message that starts at text[base:]: the
-// end of its text and where the next message starts.
-func cutAt(text []byte, base int, l chunk.Limit) (end, next int) {
+// cutAt finds where to finish a message that has room units for
+// text[base:]: the end of its text and where the next message starts.
+func cutAt(text []byte, base int, m chunk.Measure, room int) (end, next int) {
 	n, e := 0, base
 	for e < len(text) {
 		r, size := utf8.DecodeRune(text[e:])
-		w := l.Measure.Width(r, size)
-		if n+w > l.Max {
+		w := m.Width(r, size)
+		if n+w > room {
 			break
 		}
 		n += w
@@ -316,7 +348,7 @@ func (s *Stream) OnResult(a Action, err error) {
 			s.strikes = 0
 		}
 		if a.sealed {
-			s.msg, s.exists, s.base, s.shown = a.Message+1, false, a.next, a.next
+			s.msg, s.exists, s.base, s.shown, s.reopen = a.Message+1, false, a.next, a.next, a.reopen
 			return
 		}
 		s.msg, s.exists, s.base, s.shown = a.Message, true, a.base, a.upto
@@ -347,6 +379,9 @@ func (s *Stream) OnResult(a Action, err error) {
 //     new messages if needed); when it does not, the answer is written over
 //     the messages from the first, sending more or deleting the surplus.
 //
+// A message left inside a code fence closes it, and the answer's part
+// after it reopens it (see Tick).
+//
 // After Final the Stream plans nothing more.
 func (s *Stream) Final(text string) []Action {
 	if s.done {
@@ -362,7 +397,7 @@ func (s *Stream) Final(text string) []Action {
 		// Nothing to say: leave what was shown, without the cursor (or
 		// remove the message, when Replace took what it showed back).
 		if s.exists && s.shown > s.base {
-			acts = append(acts, Action{Kind: Edit, Message: s.msg, Text: streamed[s.base:s.shown], Final: true})
+			acts = append(acts, Action{Kind: Edit, Message: s.msg, Text: s.finished(s.reopen, s.base, s.shown), Final: true})
 		} else if s.exists {
 			acts = append(acts, Action{Kind: Delete, Message: s.msg, Final: true})
 		}
@@ -382,9 +417,15 @@ func (s *Stream) Final(text string) []Action {
 			return acts
 		}
 		if s.exists && s.shown > s.base {
-			acts = append(acts, Action{Kind: Edit, Message: s.msg, Text: streamed[s.base:s.shown], Final: true})
+			acts = append(acts, Action{Kind: Edit, Message: s.msg, Text: s.finished(s.reopen, s.base, s.shown), Final: true})
 		}
+		// The rest continues the code fence the message ends inside
+		// (its first line's indent kept).
+		reopen := chunk.Reopen(s.reopen+streamed[s.base:s.shown], s.cfg.Limit)
 		rest := strings.TrimLeft(text[s.shown:], " \t\r\n")
+		if reopen != "" && rest != "" {
+			rest = reopen + strings.TrimLeft(text[s.shown:], "\r\n")
+		}
 		acts = append(acts, sends(live, chunk.SplitLimit(rest, s.cfg.Limit), rest)...)
 		if s.exists && s.shown == s.base {
 			// Replace took back all the message showed: the rest went
@@ -394,7 +435,7 @@ func (s *Stream) Final(text string) []Action {
 		return acts
 	}
 	if !s.drift && len(text) > s.base && strings.HasPrefix(text, streamed[:s.base]) {
-		parts := chunk.SplitLimit(text[s.base:], s.cfg.Limit)
+		parts := chunk.SplitLimit(s.reopen+text[s.base:], s.cfg.Limit)
 		if !s.exists {
 			return sends(s.msg, parts, text)
 		}

@@ -384,3 +384,71 @@ func TestReplaceToNothingThenEmptyFinal(t *testing.T) {
 		t.Fatalf("final %v, want the message deleted", acts)
 	}
 }
+
+// A code block longer than a message is continued as a code block: a
+// message the stream finishes inside it closes it, the next reopens it
+// with its language, during the stream and in the final answer, as
+// chunk.Parts cuts an answer that is not streamed.
+func TestOverflowInsideACodeBlock(t *testing.T) {
+	l := chunk.Limit{Max: 64, Measure: chunk.Runes}
+	code := "Here:\n```go\n" + strings.Repeat("x := 1 // a line of code\n", 8) + "```\nDone."
+	for _, tt := range []struct {
+		name string
+		fail error // the result of the stream's updates from the sixth line on
+	}{
+		{"streamed", nil},
+		{"updates stopped", errors.New("gone")},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c := &clock{t: t0}
+			s := streamedit.New(streamedit.Config{Limit: l, CanEdit: true, Now: c.Now})
+			live := map[int]string{}
+			apply := func(acts []streamedit.Action, err error) {
+				t.Helper()
+				for _, a := range acts {
+					if a.Kind != streamedit.Delete && !l.Fits(a.Text) {
+						t.Fatalf("%v %d: %d > %d: %q", a.Kind, a.Message, l.Len(a.Text), l.Max, a.Text)
+					}
+					s.OnResult(a, err)
+					if err != nil {
+						return
+					}
+					live[a.Message] = a.Text
+					if a.Kind == streamedit.Delete {
+						delete(live, a.Message)
+					}
+				}
+			}
+			for i, line := range strings.SplitAfter(code, "\n") {
+				c.at(time.Duration(i) * time.Second)
+				var err error
+				if i > 4 {
+					err = tt.fail
+				}
+				apply(s.Append(line), err)
+				for m, text := range live {
+					if strings.HasSuffix(text, streamedit.DefaultCursor) {
+						continue
+					}
+					// A finished message.
+					if !chunk.Balanced(text) {
+						t.Errorf("line %d: message %d is left inside the code block: %q", i, m, text)
+					}
+				}
+			}
+			apply(s.Final(code), nil)
+			if len(live) < 3 {
+				t.Fatalf("%d messages, want 3 or more: %v", len(live), live)
+			}
+			for m := range len(live) {
+				text := live[m]
+				if !chunk.Balanced(text) {
+					t.Errorf("message %d is left inside the code block: %q", m, text)
+				}
+				if m > 0 && m < len(live)-1 && !strings.HasPrefix(text, "```go\n") {
+					t.Errorf("message %d does not continue the code block: %q", m, text)
+				}
+			}
+		})
+	}
+}

@@ -66,7 +66,9 @@ func styled(md string) (string, []style) {
 			s.write("\n")
 		}
 		line := lines[i]
-		if strings.HasPrefix(strings.TrimLeft(line, " "), "```") {
+		if t := strings.TrimLeft(line, " "); strings.HasPrefix(t, "```") && !strings.Contains(strings.TrimLeft(t, "`"), "`") {
+			// A fence; a backtick after the opening run makes the line
+			// code inline ("```npm install```", as CommonMark reads it).
 			var body []string
 			j := i + 1
 			for ; j < len(lines); j++ {
@@ -115,6 +117,24 @@ func (s *styler) inline(line, inside string) {
 			i += 2
 			continue
 		}
+		if c == '`' && strings.HasPrefix(line[i:], "``") {
+			// A span of n backticks ends at the next run of exactly n.
+			n := len(line[i:]) - len(strings.TrimLeft(line[i:], "`"))
+			if end := closingRun(line[i+n:], n); end > 0 {
+				code := line[i+n : i+n+end]
+				if len(code) >= 2 && code[0] == ' ' && code[len(code)-1] == ' ' && strings.Trim(code, " ") != "" {
+					code = code[1 : len(code)-1]
+				}
+				start := s.u16
+				s.write(code)
+				s.add(start, "MONOSPACE")
+				i += n + end + n
+				continue
+			}
+			s.write(line[i : i+n]) // an unclosed run is text
+			i += n
+			continue
+		}
 		if c == '`' {
 			if end := strings.IndexByte(line[i+1:], '`'); end > 0 {
 				start := s.u16
@@ -136,6 +156,26 @@ func (s *styler) inline(line, inside string) {
 		s.write(line[i:j])
 		i = j
 	}
+}
+
+// closingRun is the index in s of the first run of exactly n backticks;
+// -1 when there is none.
+func closingRun(s string, n int) int {
+	for i := 0; i < len(s); {
+		j := strings.IndexByte(s[i:], '`')
+		if j < 0 {
+			return -1
+		}
+		start, end := i+j, i+j
+		for end < len(s) && s[end] == '`' {
+			end++
+		}
+		if end-start == n {
+			return start
+		}
+		i = end
+	}
+	return -1
 }
 
 // span writes a styled span starting at line[i] and returns the bytes it

@@ -24,6 +24,10 @@ func TestStyled(t *testing.T) {
 		{"escapes", `\*not italic\*`, "*not italic*", nil},
 		{"UTF-16 offsets after an emoji", "😀 **hi**", "😀 hi", []string{"3:2:BOLD"}},
 		{"blank runs collapse", "a\n\n\n\nb", "a\n\nb", nil},
+		// A backtick after the opening run: code inline, not a fence
+		// that would take the line's text and the lines after it.
+		{"inline triple backticks", "```npm install```\nthen **run** it", "npm install\nthen run it", []string{"0:11:MONOSPACE", "17:3:BOLD"}},
+		{"double backticks", "``a`b`` ok", "a`b ok", []string{"0:3:MONOSPACE"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			text, styles := styled(tc.md)
