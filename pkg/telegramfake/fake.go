@@ -144,6 +144,7 @@ type Server struct {
 	unfetchable  map[string]bool
 	noVoice      map[string]bool // chats whose user refuses voice messages
 	conflicts    int
+	polling      int               // getUpdates requests waiting for updates (Polling)
 	files        map[string]file   // by file_id
 	paths        map[string]string // file_path → file_id
 	nextFile     int
@@ -585,6 +586,14 @@ func (s *Server) Calls(method string) int {
 	return s.calls[strings.ToLower(method)]
 }
 
+// Polling reports whether a getUpdates is waiting for updates: a long
+// poll held open, nothing there for it yet.
+func (s *Server) Polling() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.polling > 0
+}
+
 // Conflicts counts getUpdates requests answered with 409.
 func (s *Server) Conflicts() int {
 	s.mu.Lock()
@@ -1010,21 +1019,34 @@ func (s *Server) getUpdates(w http.ResponseWriter, r *http.Request, p params, dr
 			writeOK(w, raws)
 			return
 		}
+		s.polling++
 		s.mu.Unlock()
+		var conflict, dropped, gone bool
 		select {
 		case <-changed:
 		case <-mine:
-			s.mu.Lock()
-			s.conflicts++
-			s.mu.Unlock()
-			writeErr(w, ErrConflict)
-			return
+			conflict = true
 		case <-drop:
-			dropConn(w)
-			return
+			dropped = true
 		case <-deadline.C:
 			timeout = 0
 		case <-r.Context().Done():
+			gone = true
+		}
+		s.mu.Lock()
+		s.polling--
+		if conflict {
+			s.conflicts++
+		}
+		s.mu.Unlock()
+		switch {
+		case conflict:
+			writeErr(w, ErrConflict)
+			return
+		case dropped:
+			dropConn(w)
+			return
+		case gone:
 			return
 		}
 	}

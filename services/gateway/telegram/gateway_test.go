@@ -138,6 +138,43 @@ func TestConflictIsFatal(t *testing.T) {
 	}
 }
 
+// A long-polling gateway is connected (and ready) once a first, short
+// getUpdates has answered, not after a whole poll_timeout (here ten
+// minutes) of an idle bot: it reports connected while its long poll is
+// held open. Updates waiting at the start come with that first answer,
+// each published and confirmed once.
+func TestConnectedWhilePolling(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		waiting int // updates sent before the start
+	}{
+		{"idle bot", 0},
+		{"updates waiting", 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFake(t)
+			b := bustest.New(t, bustest.EmbeddedURL(t))
+			cfg := testConfig(f)
+			cfg.PollTimeout = 10 * time.Minute
+			ids := injectText(f, tc.waiting)
+			s, _ := startService(t, cfg, b, "a")
+			waitFor(t, "connected with a long poll held open", 20*time.Second, func() bool {
+				st, _ := s.Runner().State()
+				return st == platform.StateConnected && f.Polling()
+			})
+			if err := s.Ready(context.Background()); err != nil {
+				t.Fatalf("unready while connected: %v", err)
+			}
+			if tc.waiting > 0 {
+				waitFor(t, "the waiting updates confirmed", 20*time.Second, func() bool { return f.Confirmed() > ids[len(ids)-1] })
+			}
+			checkExactlyOnce(t, inbound(t, b), ids)
+		})
+	}
+}
+
 func TestRestartLosesNothing(t *testing.T) {
 	t.Parallel()
 	f := newFake(t)

@@ -101,6 +101,14 @@ func (p *Platform) redact(err error) error {
 // the bus (or deliberately dropped). It starts without an offset:
 // Telegram keeps the confirmed position, so a restarted or newly elected
 // poller continues where the last confirmation left off.
+//
+// The gateway is connected once a first getUpdates has answered, a short
+// one (firstPollTimeout), about a second after the start when nothing
+// waits: the token works, no webhook holds the bot, and this replica's
+// poll is the one Telegram serves (a poll still waiting elsewhere, from
+// a poller outside the lease, is ended by it with 409). That is all a
+// longer first poll proved too: a poller that turns up later ends this
+// one's with 409 whenever it does, which stops the gateway.
 func (p *Platform) poll(ctx context.Context, conn platform.Conn) error {
 	// A webhook left behind makes getUpdates fail; polling mode owns the bot.
 	if _, err := p.api.DeleteWebhook(ctx, &bot.DeleteWebhookParams{}); err != nil {
@@ -117,7 +125,15 @@ func (p *Platform) poll(ctx context.Context, conn platform.Conn) error {
 	failures := 0
 	timeout := int(p.cfg.PollTimeout / time.Second)
 	for ctx.Err() == nil {
-		updates, err := p.getUpdates(ctx, getUpdatesRequest{Offset: offset, Limit: 100, Timeout: timeout, AllowedUpdates: allowedUpdates})
+		// Until a getUpdates has answered, the poll is short
+		// (firstPollTimeout): its answer is what makes the gateway
+		// connected, and a long poll with nothing waiting would keep it
+		// unready for the whole poll_timeout.
+		wait := timeout
+		if !connected {
+			wait = min(timeout, firstPollTimeout)
+		}
+		updates, err := p.getUpdates(ctx, getUpdatesRequest{Offset: offset, Limit: 100, Timeout: wait, AllowedUpdates: allowedUpdates})
 		if ctx.Err() != nil {
 			break
 		}
@@ -182,6 +198,14 @@ func (p *Platform) poll(ctx context.Context, conn platform.Conn) error {
 	// unconfirmed batch again and the bus dedupe absorbs it.
 	return nil
 }
+
+// firstPollTimeout (seconds) is the long-poll timeout of the getUpdates
+// that connects the gateway: Telegram answers it at once with the
+// updates waiting, with a 409 when a webhook or another poller holds the
+// bot, or else after this second, with none; the polls after it wait
+// poll_timeout. Its answer is what the gateway's readiness waits for.
+// Not 0: Telegram keeps short polling (timeout 0) for tests.
+const firstPollTimeout = 1
 
 // pollRetry are the waits before polling again after getUpdates failed
 // for a passing reason (about 15 s in all); after that the connection is
