@@ -212,7 +212,16 @@ func (s *Service) command(ctx context.Context, m *msgCtx, cmd command.Command) e
 		return s.approvalsCommand(ctx, m, cmd.Args)
 	}
 
-	sess, err := s.session(ctx, m)
+	var sess sessionstore.Session
+	if cmd.Name == "new" {
+		// /new starts a conversation itself, as Hermes's does before it
+		// looks at the reset policy: a reset the policy has due would
+		// come first, with its own notice and an empty conversation left
+		// in /sessions.
+		sess, _, _, err = s.arrive(ctx, m)
+	} else {
+		sess, err = s.session(ctx, m)
+	}
 	if err != nil {
 		return err
 	}

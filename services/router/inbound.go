@@ -722,12 +722,20 @@ func (s *Service) pairingNotice(ctx context.Context, m *msgCtx, id int64, text s
 // session resolves the message's session, recording its arrival, and
 // applies the reset policy.
 func (s *Service) session(ctx context.Context, m *msgCtx) (sessionstore.Session, error) {
-	sess, created, prev, err := s.store.ArriveFork(ctx, m.key, s.cfg.Profile, m.src, m.ev.GetEventId(), m.ev.GetForkFrom())
+	sess, created, prev, err := s.arrive(ctx, m)
 	if err != nil || created {
-		s.opened(ctx, m, created)
 		return sess, err
 	}
 	return s.resetIfDue(ctx, m, sess, prev)
+}
+
+// arrive resolves the message's session, recording its arrival, without
+// the reset policy; prev is the session's last activity before m (see
+// sessionstore.Arrive).
+func (s *Service) arrive(ctx context.Context, m *msgCtx) (sess sessionstore.Session, created bool, prev time.Time, err error) {
+	sess, created, prev, err = s.store.ArriveFork(ctx, m.key, s.cfg.Profile, m.src, m.ev.GetEventId(), m.ev.GetForkFrom())
+	s.opened(ctx, m, created)
+	return sess, created, prev, err
 }
 
 // branches reports a message that may open its session as a copy of

@@ -1,12 +1,16 @@
 package router
 
 import (
+	"context"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/switchboard-chat/switchboard/pkg/config"
+	"github.com/switchboard-chat/switchboard/pkg/redisx"
+	"github.com/switchboard-chat/switchboard/pkg/sessionstore"
 )
 
 func TestResetPolicy(t *testing.T) {
@@ -82,5 +86,70 @@ func TestResetOverrideFromYAML(t *testing.T) {
 	}
 	if got := cfg.SessionReset.policy("slack", "dm"); got.AtHour != 4 || got.Mode != ResetIdle {
 		t.Errorf("slack policy %+v, want idle, the default hour 4", got)
+	}
+}
+
+// /new after the reset policy came due starts one new conversation with
+// one answer, as Hermes handles /new before it looks at the policy: the
+// policy's reset ran first, with its own "Session reset" notice and an
+// empty conversation left in /sessions, and then /new reset again.
+func TestNewWhenAResetIsDueResetsOnce(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	cfg := testConfig()
+	cfg.SessionReset.Mode, cfg.SessionReset.IdleMinutes = ResetIdle, 60
+	var mu sync.Mutex
+	now := time.Now()
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	s, err := New(cfg, Deps{Bus: e.bus, DB: e.db, Redis: e.rdb, RedisPrefix: e.prefix, Environ: []string{}, Now: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	w := e.startWorker(nil)
+	key := "agent:main:telegram:dm:chat-alice"
+	store := sessionstore.New(e.db)
+
+	e.publish(dm("alice", "hello"))
+	waitFor(t, "first turn", func() bool { turns, _ := w.snapshot(); return len(turns) == 1 })
+	locker := redisx.NewLocker(e.rdb, e.prefix)
+	waitFor(t, "first turn done", func() bool {
+		owner, err := locker.Owner(context.Background(), key)
+		return err == nil && owner == ""
+	})
+	first, err := store.Get(context.Background(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	now = now.Add(61 * time.Minute)
+	mu.Unlock()
+
+	if got := e.ask("alice", "/new"); got != "✨ New session started." {
+		t.Fatalf("/new answered %q, want only its own answer; all: %q", got, e.noticesTo("alice"))
+	}
+	var sess sessionstore.Session
+	waitFor(t, "the reset of /new", func() bool {
+		sess, err = store.Get(context.Background(), key)
+		return err == nil && sess.ID != first.ID
+	})
+	var resets int
+	var reason string
+	if err := e.db.QueryRow(context.Background(), `SELECT reset_count, last_reset_reason FROM sessions WHERE session_key = $1`, key).
+		Scan(&resets, &reason); err != nil {
+		t.Fatal(err)
+	}
+	if resets != 1 || reason != "new" {
+		t.Errorf("%d resets, the last for %q; want 1, for new", resets, reason)
+	}
+	hist, err := store.History(context.Background(), key, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(hist) != 2 {
+		t.Errorf("%d conversations in the history, want 2 (the first and the one /new started): %+v", len(hist), hist)
 	}
 }
