@@ -113,10 +113,12 @@ func (c ResetConfig) policy(platform, chatType string) ResetPolicy {
 }
 
 // due reports whether a session last active at last must reset at now,
-// and why ("idle" or "daily").
+// and why ("idle" or "daily"). As in Hermes, idle is more than
+// idle_minutes since the last activity: a message at exactly the limit
+// continues the conversation.
 func (p ResetPolicy) due(last, now time.Time) (string, bool) {
 	if (p.Mode == ResetIdle || p.Mode == ResetBoth) && p.IdleMinutes > 0 &&
-		now.Sub(last) >= time.Duration(p.IdleMinutes)*time.Minute {
+		now.Sub(last) > time.Duration(p.IdleMinutes)*time.Minute {
 		return "idle", true
 	}
 	if p.Mode == ResetDaily || p.Mode == ResetBoth {

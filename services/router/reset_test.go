@@ -153,3 +153,30 @@ func TestNewWhenAResetIsDueResetsOnce(t *testing.T) {
 		t.Errorf("%d conversations in the history, want 2 (the first and the one /new started): %+v", len(hist), hist)
 	}
 }
+
+// The boundaries of a reset, as Hermes draws them: idle means longer
+// than idle_minutes since the last activity (a message at exactly the
+// limit continues the conversation), and the daily reset comes at
+// at_hour:00.
+func TestResetPolicyBoundaries(t *testing.T) {
+	idle := ResetPolicy{Mode: ResetIdle, IdleMinutes: 60}
+	now := time.Date(2026, 3, 10, 12, 0, 0, 0, time.UTC)
+	tests := []struct {
+		name      string
+		p         ResetPolicy
+		last, now time.Time
+		want      bool
+	}{
+		{"idle: exactly the limit", idle, now.Add(-60 * time.Minute), now, false},
+		{"idle: past the limit", idle, now.Add(-60*time.Minute - time.Second), now, true},
+		{"daily: last exactly at the hour", ResetPolicy{Mode: ResetDaily, AtHour: 4}, time.Date(2026, 3, 10, 4, 0, 0, 0, time.UTC), now, false},
+		{"daily: last just before the hour", ResetPolicy{Mode: ResetDaily, AtHour: 4}, time.Date(2026, 3, 10, 3, 59, 59, 0, time.UTC), now, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if _, due := tt.p.due(tt.last, tt.now); due != tt.want {
+				t.Errorf("due %v, want %v (last %v, now %v)", due, tt.want, tt.last.UTC(), tt.now.UTC())
+			}
+		})
+	}
+}
