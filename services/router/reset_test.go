@@ -157,10 +157,25 @@ func TestNewWhenAResetIsDueResetsOnce(t *testing.T) {
 // The boundaries of a reset, as Hermes draws them: idle means longer
 // than idle_minutes since the last activity (a message at exactly the
 // limit continues the conversation), and the daily reset comes at
-// at_hour:00.
+// at_hour:00 on the wall clock of the policy's time zone, also on the
+// day a DST change skips or repeats that hour.
 func TestResetPolicyBoundaries(t *testing.T) {
+	ny, err := time.LoadLocation("America/New_York")
+	if err != nil {
+		t.Fatal(err)
+	}
+	berlin, err := time.LoadLocation("Europe/Berlin")
+	if err != nil {
+		t.Fatal(err)
+	}
 	idle := ResetPolicy{Mode: ResetIdle, IdleMinutes: 60}
 	now := time.Date(2026, 3, 10, 12, 0, 0, 0, time.UTC)
+	// 2026-03-08 in New York: 02:00 EST is 03:00 EDT (07:00 UTC).
+	nyGap := ResetPolicy{Mode: ResetDaily, AtHour: 2, Timezone: "America/New_York"}
+	// 2026-03-29 in Berlin: 02:00 CET is 03:00 CEST (01:00 UTC).
+	berlinGap := ResetPolicy{Mode: ResetDaily, AtHour: 2, Timezone: "Europe/Berlin"}
+	// 2026-11-01 in New York: 01:00 to 02:00 runs twice (EDT, then EST).
+	nyTwice := ResetPolicy{Mode: ResetDaily, AtHour: 1, Timezone: "America/New_York"}
 	tests := []struct {
 		name      string
 		p         ResetPolicy
@@ -171,6 +186,14 @@ func TestResetPolicyBoundaries(t *testing.T) {
 		{"idle: past the limit", idle, now.Add(-60*time.Minute - time.Second), now, true},
 		{"daily: last exactly at the hour", ResetPolicy{Mode: ResetDaily, AtHour: 4}, time.Date(2026, 3, 10, 4, 0, 0, 0, time.UTC), now, false},
 		{"daily: last just before the hour", ResetPolicy{Mode: ResetDaily, AtHour: 4}, time.Date(2026, 3, 10, 3, 59, 59, 0, time.UTC), now, true},
+		{"skipped hour: crossed", nyGap, time.Date(2026, 3, 8, 1, 30, 0, 0, ny), time.Date(2026, 3, 8, 3, 30, 0, 0, ny), true},
+		{"skipped hour: not yet come", nyGap, time.Date(2026, 3, 8, 0, 30, 0, 0, ny), time.Date(2026, 3, 8, 1, 30, 0, 0, ny), false},
+		{"skipped hour: both after it", nyGap, time.Date(2026, 3, 8, 3, 5, 0, 0, ny), time.Date(2026, 3, 8, 9, 0, 0, 0, ny), false},
+		{"skipped hour, Berlin: crossed", berlinGap, time.Date(2026, 3, 29, 1, 45, 0, 0, berlin), time.Date(2026, 3, 29, 3, 15, 0, 0, berlin), true},
+		{"skipped hour, Berlin: not yet come", berlinGap, time.Date(2026, 3, 29, 0, 15, 0, 0, berlin), time.Date(2026, 3, 29, 1, 45, 0, 0, berlin), false},
+		{"repeated hour: crossed once", nyTwice, time.Date(2026, 11, 1, 0, 50, 0, 0, ny), time.Date(2026, 11, 1, 1, 10, 0, 0, ny), true},
+		// 05:30 UTC is 01:30 EDT; 06:10 UTC is 01:10 EST, the hour's second run.
+		{"repeated hour: no second reset", nyTwice, time.Date(2026, 11, 1, 5, 30, 0, 0, time.UTC), time.Date(2026, 11, 1, 6, 10, 0, 0, time.UTC), false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
