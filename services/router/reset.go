@@ -152,15 +152,18 @@ func wallClock(t time.Time, loc *time.Location) time.Time {
 	return time.Date(t.Year(), t.Month(), t.Day(), t.Hour(), t.Minute(), t.Second(), t.Nanosecond(), time.UTC)
 }
 
-// resetNotice tells the user why their session started over.
+// resetNotice tells the user why their session started over and, as
+// Hermes's notice does, how to get the ended conversation back (bare
+// /resume lists the chat's conversations).
 func resetNotice(reason string, p ResetPolicy) string {
+	const back = "\nUse /resume to browse and restore a previous session."
 	switch reason {
 	case "idle":
-		return fmt.Sprintf("◐ Session reset after %s of inactivity. Starting fresh.", humanMinutes(p.IdleMinutes))
+		return fmt.Sprintf("◐ Session reset after %s of inactivity. Starting fresh.", humanMinutes(p.IdleMinutes)) + back
 	case "daily":
-		return fmt.Sprintf("◐ Daily session reset (%02d:00 %s). Starting fresh.", p.AtHour, tzName(p.Timezone))
+		return fmt.Sprintf("◐ Daily session reset (%02d:00 %s). Starting fresh.", p.AtHour, tzName(p.Timezone)) + back
 	}
-	return "◐ Session reset. Starting fresh."
+	return "◐ Session reset. Starting fresh." + back
 }
 
 func tzName(tz string) string {

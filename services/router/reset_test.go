@@ -203,3 +203,22 @@ func TestResetPolicyBoundaries(t *testing.T) {
 		})
 	}
 }
+
+// An automatic reset tells the user why, and, as Hermes's notice does,
+// that the conversation it ended is not lost: /resume lists it and
+// brings it back.
+func TestResetNoticeNamesResume(t *testing.T) {
+	tests := []struct {
+		reason string
+		p      ResetPolicy
+		want   string
+	}{
+		{"idle", ResetPolicy{IdleMinutes: 1440}, "◐ Session reset after 1 day of inactivity. Starting fresh.\nUse /resume to browse and restore a previous session."},
+		{"daily", ResetPolicy{AtHour: 4, Timezone: "Europe/Berlin"}, "◐ Daily session reset (04:00 Europe/Berlin). Starting fresh.\nUse /resume to browse and restore a previous session."},
+	}
+	for _, tt := range tests {
+		if got := resetNotice(tt.reason, tt.p); got != tt.want {
+			t.Errorf("%s: %q, want %q", tt.reason, got, tt.want)
+		}
+	}
+}
