@@ -368,11 +368,21 @@ func TestArriveAndEnqueue(t *testing.T) {
 	if n, err := s.QueueLen(ctx, "k"); err != nil || n != 2 {
 		t.Fatalf("after a reset keeping the queue: %d waiting (%v), want a and b", n, err)
 	}
-	if _, err := s.Reset(ctx, "k", "new"); err != nil {
-		t.Fatal(err)
+	// /new's reset returns what it dropped, in queue order, for the
+	// router to answer (as Stop's).
+	_, dropped, err := s.ResetDropping(ctx, "k", "new")
+	var ids []string
+	for _, q := range dropped {
+		ids = append(ids, q.Event.GetEventId())
+	}
+	if err != nil || strings.Join(ids, ",") != "a,b" {
+		t.Fatalf("reset dropped %v (%v), want a,b", ids, err)
 	}
 	if n, err := s.QueueLen(ctx, "k"); err != nil || n != 0 {
 		t.Fatalf("after a reset: %d waiting (%v), want none", n, err)
+	}
+	if _, err := s.Reset(ctx, "k", "new"); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -238,8 +238,13 @@ func (s *Service) command(ctx context.Context, m *msgCtx, cmd command.Command) e
 			if _, err := s.forceUnlock(ctx, m); err != nil {
 				return "", 0, err
 			}
-			sess, err := st.Reset(ctx, m.key, "new")
+			sess, dropped, err := st.ResetDropping(ctx, m.key, "new")
 			if err != nil {
+				return "", 0, err
+			}
+			// As /stop's: before the commit, so a rollback answers them
+			// again under the same ids.
+			if err := s.answerDropped(ctx, m, sess.Generation, dropped, newDroppedText); err != nil {
 				return "", 0, err
 			}
 			resets.WithLabelValues("new").Inc()
@@ -278,7 +283,7 @@ func (s *Service) command(ctx context.Context, m *msgCtx, cmd command.Command) e
 			// Before the commit: a crash after it would leave the dropped
 			// messages unanswered (the redelivery drops nothing); a
 			// rollback answers them again under the same ids.
-			if err := s.answerDropped(ctx, m, gen, dropped); err != nil {
+			if err := s.answerDropped(ctx, m, gen, dropped, stoppedText); err != nil {
 				return "", 0, err
 			}
 			// Hermes's words, and what became of the waiting messages.
