@@ -514,6 +514,24 @@ func (s *Store) reset(ctx context.Context, key, reason string, keepQueue bool) (
 	return sess, dropped, err
 }
 
+// LastTurnEnd is when the last turn of conversation sessionID under key
+// ended (its worker's last write of it, worker_turns.updated_at); zero
+// when it has none. A session's recorded activity is its messages'
+// arrivals: the reset policy, which Hermes measures from the end of the
+// last interaction, reads this where a reset looks due.
+func (s *Store) LastTurnEnd(ctx context.Context, key, sessionID string) (time.Time, error) {
+	var at time.Time
+	err := s.db.QueryRow(ctx, `SELECT updated_at FROM worker_turns WHERE session_key = $1 AND session_id = $2
+		ORDER BY started_at DESC LIMIT 1`, key, sessionID).Scan(&at)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return time.Time{}, nil
+	}
+	if err != nil {
+		return time.Time{}, fmt.Errorf("read last turn end: %w", err)
+	}
+	return at, nil
+}
+
 // Stop fences the running turn (next generation) and drops the waiting
 // messages, steering the turn has not given to the model with them; it
 // returns the new generation and the messages dropped, in their queue

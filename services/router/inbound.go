@@ -771,7 +771,20 @@ func (s *Service) resetIfDue(ctx context.Context, m *msgCtx, sess sessionstore.S
 	if owner, err := s.lockHolder(ctx, m); err != nil || owner != "" {
 		return sess, nil //nolint:nilerr // unknown: do not reset
 	}
-	sess, err := s.store.ResetKeepingQueue(ctx, m.key, reason)
+	// So is the last turn, up to its end (Hermes counts idle time from
+	// the end of the last interaction): a user answering a long task's
+	// reply soon after it continues the conversation. prev is only the
+	// last message's arrival.
+	end, err := s.store.LastTurnEnd(ctx, m.key, sess.ID)
+	if err != nil {
+		return sess, err
+	}
+	if end.After(prev) {
+		if reason, due = pol.due(end, s.now()); !due {
+			return sess, nil
+		}
+	}
+	sess, err = s.store.ResetKeepingQueue(ctx, m.key, reason)
 	if err != nil {
 		return sess, fmt.Errorf("reset session: %w", err)
 	}

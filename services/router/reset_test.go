@@ -222,3 +222,64 @@ func TestResetNoticeNamesResume(t *testing.T) {
 		}
 	}
 }
+
+// Idle time counts from the end of the last turn, as Hermes's
+// update_session after each interaction makes it: a user who answers
+// soon after a long task's reply continues the conversation, though
+// their previous message arrived longer ago than idle_minutes.
+func TestIdleCountsFromTheLastTurnsEnd(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	cfg := testConfig()
+	cfg.SessionReset.Mode, cfg.SessionReset.IdleMinutes = ResetIdle, 60
+	var mu sync.Mutex
+	now := time.Now()
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	s, err := New(cfg, Deps{Bus: e.bus, DB: e.db, Redis: e.rdb, RedisPrefix: e.prefix, Environ: []string{}, Now: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	w := e.startWorker(nil)
+	key := "agent:main:telegram:dm:chat-alice"
+
+	e.publish(dm("alice", "a long task"))
+	waitFor(t, "first turn", func() bool { turns, _ := w.snapshot(); return len(turns) == 1 })
+	locker := redisx.NewLocker(e.rdb, e.prefix)
+	waitFor(t, "first turn done", func() bool {
+		owner, err := locker.Owner(context.Background(), key)
+		return err == nil && owner == ""
+	})
+	turns, _ := w.snapshot()
+	first := turns[0]
+	// The task ran 50 minutes (the worker's record of the turn); the
+	// user answers 11 minutes after its reply.
+	start := clock()
+	if _, err := e.db.Exec(context.Background(), `INSERT INTO worker_turns (turn_id, session_key, session_id, generation, status, started_at, updated_at)
+		VALUES ($1, $2, $3, $4, 'completed', $5, $6)`, first.TurnId, key, first.SessionId, first.Generation, start, start.Add(50*time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	now = now.Add(61 * time.Minute)
+	mu.Unlock()
+	e.publish(dm("alice", "thanks, and now"))
+	waitFor(t, "second turn", func() bool { turns, _ := w.snapshot(); return len(turns) == 2 })
+	turns, _ = w.snapshot()
+	if turns[1].SessionId != first.SessionId {
+		t.Fatalf("the conversation was reset 11 minutes after the last turn ended; notices %q", e.noticesTo("alice"))
+	}
+
+	// Idle past the turn's end too: the next message starts over.
+	mu.Lock()
+	now = now.Add(61 * time.Minute)
+	mu.Unlock()
+	e.publish(dm("alice", "back after a while"))
+	waitFor(t, "third turn", func() bool { turns, _ := w.snapshot(); return len(turns) == 3 })
+	turns, _ = w.snapshot()
+	if turns[2].SessionId == first.SessionId {
+		t.Fatal("an idle conversation was not reset")
+	}
+}
