@@ -790,7 +790,9 @@ func (s *Service) resetIfDue(ctx context.Context, m *msgCtx, sess sessionstore.S
 	}
 	resets.WithLabelValues(reason).Inc()
 	s.log.InfoContext(ctx, "session reset by policy", "session_key", m.key, "reason", reason)
-	if !quietPlatform(m.platform) {
+	// As Hermes, only a conversation that had a turn is worth a word: one
+	// of commands alone lost nothing.
+	if !quietPlatform(m.platform) && !end.IsZero() {
 		if err := s.notice(ctx, m, sess.Generation, resetNotice(reason, pol), "reset"); err != nil {
 			return sess, err
 		}

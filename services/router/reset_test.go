@@ -283,3 +283,46 @@ func TestIdleCountsFromTheLastTurnsEnd(t *testing.T) {
 		t.Fatal("an idle conversation was not reset")
 	}
 }
+
+// A reset by policy of a conversation that never had a turn (only
+// commands) says nothing, as Hermes notifies only when the expired
+// session had activity: there was nothing to lose.
+func TestResetOfAnEmptyConversationIsQuiet(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	cfg := testConfig()
+	cfg.SessionReset.Mode, cfg.SessionReset.IdleMinutes = ResetIdle, 60
+	var mu sync.Mutex
+	now := time.Now()
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	s, err := New(cfg, Deps{Bus: e.bus, DB: e.db, Redis: e.rdb, RedisPrefix: e.prefix, Environ: []string{}, Now: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	w := e.startWorker(nil)
+	key := "agent:main:telegram:dm:chat-alice"
+
+	e.ask("alice", "/status")
+	first, err := sessionstore.New(e.db).Get(context.Background(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	now = now.Add(61 * time.Minute)
+	mu.Unlock()
+	e.publish(dm("alice", "hello"))
+	waitFor(t, "a turn", func() bool { turns, _ := w.snapshot(); return len(turns) == 1 })
+	if turns, _ := w.snapshot(); turns[0].SessionId == first.ID {
+		t.Error("the idle conversation was not reset")
+	}
+	// Notices of the chat arrive in order: one the reset sent comes
+	// before this answer.
+	e.ask("alice", "/status")
+	if n := e.countNotices("alice", "Session reset"); n != 0 {
+		t.Fatalf("reset notices for an empty conversation: %q", e.noticesTo("alice"))
+	}
+}

@@ -1206,12 +1206,19 @@ func TestIdleResetTellsTheUser(t *testing.T) {
 		owner, err := locker.Owner(context.Background(), key)
 		return err == nil && owner == ""
 	})
+	// The worker's record of the finished turn (this fake worker writes
+	// none): the conversation had a turn, so its reset is worth a word.
+	turns, _ := w.snapshot()
+	if _, err := e.db.Exec(context.Background(), `INSERT INTO worker_turns (turn_id, session_key, session_id, generation, status, started_at, updated_at)
+		VALUES ($1, $2, $3, $4, 'completed', $5, $5)`, turns[0].TurnId, key, turns[0].SessionId, turns[0].Generation, clock()); err != nil {
+		t.Fatal(err)
+	}
 	mu.Lock()
 	now = now.Add(61 * time.Minute)
 	mu.Unlock()
 	e.publish(dm("alice", "back again"))
 	waitFor(t, "second turn", func() bool { turns, _ := w.snapshot(); return len(turns) == 2 })
-	turns, _ := w.snapshot()
+	turns, _ = w.snapshot()
 	if turns[1].SessionId == first.ID {
 		t.Fatal("idle session was not reset")
 	}
