@@ -453,6 +453,14 @@ func (s *Store) ArriveAndEnqueue(ctx context.Context, key, profile string, src *
 // (as Hermes, an override belongs to its conversation). reason is
 // recorded.
 func (s *Store) Reset(ctx context.Context, key, reason string) (Session, error) {
+	sess, _, err := s.reset(ctx, key, reason, false)
+	return sess, err
+}
+
+// ResetDropping is Reset that also returns the waiting messages it
+// dropped, in their queue order (Event and SteeredBy set), as Stop does,
+// for the caller to answer those that wait for an answer of their own.
+func (s *Store) ResetDropping(ctx context.Context, key, reason string) (Session, []Queued, error) {
 	return s.reset(ctx, key, reason, false)
 }
 
@@ -461,13 +469,16 @@ func (s *Store) Reset(ctx context.Context, key, reason string) (Session, error) 
 // (the one that found the session due, parts held for the rest of a
 // message), which belong to the new conversation.
 func (s *Store) ResetKeepingQueue(ctx context.Context, key, reason string) (Session, error) {
-	return s.reset(ctx, key, reason, true)
+	sess, _, err := s.reset(ctx, key, reason, true)
+	return sess, err
 }
 
-func (s *Store) reset(ctx context.Context, key, reason string, keepQueue bool) (Session, error) {
+func (s *Store) reset(ctx context.Context, key, reason string, keepQueue bool) (Session, []Queued, error) {
 	now := s.now()
 	var sess Session
+	var dropped []Queued
 	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+		dropped = nil
 		id := NewSessionID(now)
 		var old string
 		if err := tx.QueryRow(ctx, `SELECT session_id FROM sessions WHERE session_key = $1 FOR UPDATE`, key).Scan(&old); err != nil {
@@ -483,12 +494,12 @@ func (s *Store) reset(ctx context.Context, key, reason string, keepQueue bool) (
 		if _, err := tx.Exec(ctx, `INSERT INTO session_history (session_key, session_id, started_at) VALUES ($1, $2, $3)`, key, id, now); err != nil {
 			return fmt.Errorf("record session history: %w", err)
 		}
+		var err error
 		if !keepQueue {
-			if _, err := tx.Exec(ctx, `DELETE FROM session_queue WHERE session_key = $1`, key); err != nil {
-				return fmt.Errorf("clear queue: %w", err)
+			if dropped, err = dropQueue(ctx, tx, key); err != nil {
+				return err
 			}
 		}
-		var err error
 		sess, err = scanSession(tx.QueryRow(ctx, `UPDATE sessions SET session_id = $2, generation = generation + 1,
 			reset_count = reset_count + 1, last_reset_at = $3, last_reset_reason = $4, title = '', model_override = '',
 			input_tokens = 0, output_tokens = 0, cache_read_tokens = 0, cache_write_tokens = 0,
@@ -500,7 +511,25 @@ func (s *Store) reset(ctx context.Context, key, reason string, keepQueue bool) (
 		}
 		return nil
 	})
-	return sess, err
+	return sess, dropped, err
+}
+
+// LastTurnEnd is when the last turn of conversation sessionID under key
+// ended (its worker's last write of it, worker_turns.updated_at); zero
+// when it has none. A session's recorded activity is its messages'
+// arrivals: the reset policy, which Hermes measures from the end of the
+// last interaction, reads this where a reset looks due.
+func (s *Store) LastTurnEnd(ctx context.Context, key, sessionID string) (time.Time, error) {
+	var at time.Time
+	err := s.db.QueryRow(ctx, `SELECT updated_at FROM worker_turns WHERE session_key = $1 AND session_id = $2
+		ORDER BY started_at DESC LIMIT 1`, key, sessionID).Scan(&at)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return time.Time{}, nil
+	}
+	if err != nil {
+		return time.Time{}, fmt.Errorf("read last turn end: %w", err)
+	}
+	return at, nil
 }
 
 // Stop fences the running turn (next generation) and drops the waiting
@@ -517,29 +546,38 @@ func (s *Store) Stop(ctx context.Context, key string) (gen int64, dropped []Queu
 			}
 			return fmt.Errorf("advance generation: %w", err)
 		}
-		rows, err := tx.Query(ctx, `WITH d AS (DELETE FROM session_queue WHERE session_key = $1 RETURNING stream_seq, id, event, steered_by)
-			SELECT event, steered_by FROM d ORDER BY stream_seq, id`, key)
-		if err != nil {
-			return fmt.Errorf("clear queue: %w", err)
-		}
-		for rows.Next() {
-			var data []byte
-			var q Queued
-			if err := rows.Scan(&data, &q.SteeredBy); err != nil {
-				return fmt.Errorf("clear queue: %w", err)
-			}
-			q.Event = &eventsv1.MessageReceived{}
-			if err := proto.Unmarshal(data, q.Event); err != nil {
-				return fmt.Errorf("decode dropped message: %w", err)
-			}
-			dropped = append(dropped, q)
-		}
-		if err := rows.Err(); err != nil {
-			return fmt.Errorf("clear queue: %w", err)
-		}
-		return nil
+		dropped, err = dropQueue(ctx, tx, key)
+		return err
 	})
 	return gen, dropped, err
+}
+
+// dropQueue deletes key's waiting messages in tx and returns them in
+// their queue order (Event and SteeredBy set).
+func dropQueue(ctx context.Context, tx pgx.Tx, key string) ([]Queued, error) {
+	rows, err := tx.Query(ctx, `WITH d AS (DELETE FROM session_queue WHERE session_key = $1 RETURNING stream_seq, id, event, steered_by)
+		SELECT event, steered_by FROM d ORDER BY stream_seq, id`, key)
+	if err != nil {
+		return nil, fmt.Errorf("clear queue: %w", err)
+	}
+	defer rows.Close()
+	var dropped []Queued
+	for rows.Next() {
+		var data []byte
+		var q Queued
+		if err := rows.Scan(&data, &q.SteeredBy); err != nil {
+			return nil, fmt.Errorf("clear queue: %w", err)
+		}
+		q.Event = &eventsv1.MessageReceived{}
+		if err := proto.Unmarshal(data, q.Event); err != nil {
+			return nil, fmt.Errorf("decode dropped message: %w", err)
+		}
+		dropped = append(dropped, q)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("clear queue: %w", err)
+	}
+	return dropped, nil
 }
 
 // Enqueue appends a message to the session's FIFO and commits durably

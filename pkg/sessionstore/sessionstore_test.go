@@ -368,11 +368,21 @@ func TestArriveAndEnqueue(t *testing.T) {
 	if n, err := s.QueueLen(ctx, "k"); err != nil || n != 2 {
 		t.Fatalf("after a reset keeping the queue: %d waiting (%v), want a and b", n, err)
 	}
-	if _, err := s.Reset(ctx, "k", "new"); err != nil {
-		t.Fatal(err)
+	// /new's reset returns what it dropped, in queue order, for the
+	// router to answer (as Stop's).
+	_, dropped, err := s.ResetDropping(ctx, "k", "new")
+	var ids []string
+	for _, q := range dropped {
+		ids = append(ids, q.Event.GetEventId())
+	}
+	if err != nil || strings.Join(ids, ",") != "a,b" {
+		t.Fatalf("reset dropped %v (%v), want a,b", ids, err)
 	}
 	if n, err := s.QueueLen(ctx, "k"); err != nil || n != 0 {
 		t.Fatalf("after a reset: %d waiting (%v), want none", n, err)
+	}
+	if _, err := s.Reset(ctx, "k", "new"); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -769,5 +779,32 @@ func TestWaitingLeavesOutSteering(t *testing.T) {
 	_, dropped, err := s.Stop(ctx, key)
 	if err != nil || len(dropped) != 2 || !dropped[0].IsSteeringOf(turn) || dropped[1].IsSteeringOf(turn) || dropped[0].IsSteeringOf("") {
 		t.Fatalf("dropped %+v (%v), want the steering of %s, then next", dropped, err, turn)
+	}
+}
+
+func TestLastTurnEnd(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := pgtest.New(t)
+	s := New(db)
+	at := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	if end, err := s.LastTurnEnd(ctx, "k", "s1"); err != nil || !end.IsZero() {
+		t.Fatalf("no turns: %v %v, want zero", end, err)
+	}
+	for _, r := range []struct {
+		turn, session string
+		start, end    time.Time
+	}{
+		{"t1", "s1", at, at.Add(50 * time.Minute)},
+		{"t2", "s1", at.Add(time.Hour), at.Add(70 * time.Minute)},
+		{"t3", "s2", at.Add(2 * time.Hour), at.Add(3 * time.Hour)}, // another conversation of the key
+	} {
+		if _, err := db.Exec(ctx, `INSERT INTO worker_turns (turn_id, session_key, session_id, generation, started_at, updated_at)
+			VALUES ($1, 'k', $2, 1, $3, $4)`, r.turn, r.session, r.start, r.end); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if end, err := s.LastTurnEnd(ctx, "k", "s1"); err != nil || !end.Equal(at.Add(70*time.Minute)) {
+		t.Fatalf("last turn end %v (%v), want the end of t2", end, err)
 	}
 }

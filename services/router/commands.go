@@ -233,7 +233,16 @@ func (s *Service) command(ctx context.Context, m *msgCtx, cmd command.Command) e
 		return s.approvalsCommand(ctx, m, cmd.Args)
 	}
 
-	sess, err := s.session(ctx, m)
+	var sess sessionstore.Session
+	if cmd.Name == "new" {
+		// /new starts a conversation itself, as Hermes's does before it
+		// looks at the reset policy: a reset the policy has due would
+		// come first, with its own notice and an empty conversation left
+		// in /sessions.
+		sess, _, _, err = s.arrive(ctx, m)
+	} else {
+		sess, err = s.session(ctx, m)
+	}
 	if err != nil {
 		return err
 	}
@@ -250,8 +259,13 @@ func (s *Service) command(ctx context.Context, m *msgCtx, cmd command.Command) e
 			if _, err := s.forceUnlock(ctx, m); err != nil {
 				return "", 0, err
 			}
-			sess, err := st.Reset(ctx, m.key, "new")
+			sess, dropped, err := st.ResetDropping(ctx, m.key, "new")
 			if err != nil {
+				return "", 0, err
+			}
+			// As /stop's: before the commit, so a rollback answers them
+			// again under the same ids.
+			if err := s.answerDropped(ctx, m, sess.Generation, dropped, newDroppedText); err != nil {
 				return "", 0, err
 			}
 			resets.WithLabelValues("new").Inc()
@@ -290,7 +304,7 @@ func (s *Service) command(ctx context.Context, m *msgCtx, cmd command.Command) e
 			// Before the commit: a crash after it would leave the dropped
 			// messages unanswered (the redelivery drops nothing); a
 			// rollback answers them again under the same ids.
-			if err := s.answerDropped(ctx, m, gen, dropped); err != nil {
+			if err := s.answerDropped(ctx, m, gen, dropped, stoppedText); err != nil {
 				return "", 0, err
 			}
 			// Hermes's words, and what became of the waiting messages.

@@ -722,12 +722,20 @@ func (s *Service) pairingNotice(ctx context.Context, m *msgCtx, id int64, text s
 // session resolves the message's session, recording its arrival, and
 // applies the reset policy.
 func (s *Service) session(ctx context.Context, m *msgCtx) (sessionstore.Session, error) {
-	sess, created, prev, err := s.store.ArriveFork(ctx, m.key, s.cfg.Profile, m.src, m.ev.GetEventId(), m.ev.GetForkFrom())
+	sess, created, prev, err := s.arrive(ctx, m)
 	if err != nil || created {
-		s.opened(ctx, m, created)
 		return sess, err
 	}
 	return s.resetIfDue(ctx, m, sess, prev)
+}
+
+// arrive resolves the message's session, recording its arrival, without
+// the reset policy; prev is the session's last activity before m (see
+// sessionstore.Arrive).
+func (s *Service) arrive(ctx context.Context, m *msgCtx) (sess sessionstore.Session, created bool, prev time.Time, err error) {
+	sess, created, prev, err = s.store.ArriveFork(ctx, m.key, s.cfg.Profile, m.src, m.ev.GetEventId(), m.ev.GetForkFrom())
+	s.opened(ctx, m, created)
+	return sess, created, prev, err
 }
 
 // branches reports a message that may open its session as a copy of
@@ -763,13 +771,28 @@ func (s *Service) resetIfDue(ctx context.Context, m *msgCtx, sess sessionstore.S
 	if owner, err := s.lockHolder(ctx, m); err != nil || owner != "" {
 		return sess, nil //nolint:nilerr // unknown: do not reset
 	}
-	sess, err := s.store.ResetKeepingQueue(ctx, m.key, reason)
+	// So is the last turn, up to its end (Hermes counts idle time from
+	// the end of the last interaction): a user answering a long task's
+	// reply soon after it continues the conversation. prev is only the
+	// last message's arrival.
+	end, err := s.store.LastTurnEnd(ctx, m.key, sess.ID)
+	if err != nil {
+		return sess, err
+	}
+	if end.After(prev) {
+		if reason, due = pol.due(end, s.now()); !due {
+			return sess, nil
+		}
+	}
+	sess, err = s.store.ResetKeepingQueue(ctx, m.key, reason)
 	if err != nil {
 		return sess, fmt.Errorf("reset session: %w", err)
 	}
 	resets.WithLabelValues(reason).Inc()
 	s.log.InfoContext(ctx, "session reset by policy", "session_key", m.key, "reason", reason)
-	if !quietPlatform(m.platform) {
+	// As Hermes, only a conversation that had a turn is worth a word: one
+	// of commands alone lost nothing.
+	if !quietPlatform(m.platform) && !end.IsZero() {
 		if err := s.notice(ctx, m, sess.Generation, resetNotice(reason, pol), "reset"); err != nil {
 			return sess, err
 		}

@@ -113,10 +113,17 @@ func (c ResetConfig) policy(platform, chatType string) ResetPolicy {
 }
 
 // due reports whether a session last active at last must reset at now,
-// and why ("idle" or "daily").
+// and why ("idle" or "daily"). As in Hermes, idle is more than
+// idle_minutes since the last activity (a message at exactly the limit
+// continues the conversation), and the daily boundary is at_hour:00 on
+// the wall clock of the policy's time zone: last and now are compared as
+// that clock shows them, so on the day a DST change skips the hour the
+// boundary is the jump (Go's time.Date would place a skipped hour west
+// of UTC an hour early, at 01:00 EST for 02:00 in New York), and an
+// hour the change repeats is crossed once.
 func (p ResetPolicy) due(last, now time.Time) (string, bool) {
 	if (p.Mode == ResetIdle || p.Mode == ResetBoth) && p.IdleMinutes > 0 &&
-		now.Sub(last) >= time.Duration(p.IdleMinutes)*time.Minute {
+		now.Sub(last) > time.Duration(p.IdleMinutes)*time.Minute {
 		return "idle", true
 	}
 	if p.Mode == ResetDaily || p.Mode == ResetBoth {
@@ -126,27 +133,37 @@ func (p ResetPolicy) due(last, now time.Time) (string, bool) {
 				loc = l
 			}
 		}
-		n := now.In(loc)
-		boundary := time.Date(n.Year(), n.Month(), n.Day(), p.AtHour, 0, 0, 0, loc)
+		n, l := wallClock(now, loc), wallClock(last, loc)
+		boundary := time.Date(n.Year(), n.Month(), n.Day(), p.AtHour, 0, 0, 0, time.UTC)
 		if n.Before(boundary) {
 			boundary = boundary.AddDate(0, 0, -1)
 		}
-		if last.Before(boundary) {
+		if l.Before(boundary) {
 			return "daily", true
 		}
 	}
 	return "", false
 }
 
-// resetNotice tells the user why their session started over.
+// wallClock is what a clock in loc shows at t, as a UTC time, for
+// comparing wall clocks across a DST change.
+func wallClock(t time.Time, loc *time.Location) time.Time {
+	t = t.In(loc)
+	return time.Date(t.Year(), t.Month(), t.Day(), t.Hour(), t.Minute(), t.Second(), t.Nanosecond(), time.UTC)
+}
+
+// resetNotice tells the user why their session started over and, as
+// Hermes's notice does, how to get the ended conversation back (bare
+// /resume lists the chat's conversations).
 func resetNotice(reason string, p ResetPolicy) string {
+	const back = "\nUse /resume to browse and restore a previous session."
 	switch reason {
 	case "idle":
-		return fmt.Sprintf("◐ Session reset after %s of inactivity. Starting fresh.", humanMinutes(p.IdleMinutes))
+		return fmt.Sprintf("◐ Session reset after %s of inactivity. Starting fresh.", humanMinutes(p.IdleMinutes)) + back
 	case "daily":
-		return fmt.Sprintf("◐ Daily session reset (%02d:00 %s). Starting fresh.", p.AtHour, tzName(p.Timezone))
+		return fmt.Sprintf("◐ Daily session reset (%02d:00 %s). Starting fresh.", p.AtHour, tzName(p.Timezone)) + back
 	}
-	return "◐ Session reset. Starting fresh."
+	return "◐ Session reset. Starting fresh." + back
 }
 
 func tzName(tz string) string {

@@ -1,12 +1,16 @@
 package router
 
 import (
+	"context"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/switchboard-chat/switchboard/pkg/config"
+	"github.com/switchboard-chat/switchboard/pkg/redisx"
+	"github.com/switchboard-chat/switchboard/pkg/sessionstore"
 )
 
 func TestResetPolicy(t *testing.T) {
@@ -82,5 +86,243 @@ func TestResetOverrideFromYAML(t *testing.T) {
 	}
 	if got := cfg.SessionReset.policy("slack", "dm"); got.AtHour != 4 || got.Mode != ResetIdle {
 		t.Errorf("slack policy %+v, want idle, the default hour 4", got)
+	}
+}
+
+// /new after the reset policy came due starts one new conversation with
+// one answer, as Hermes handles /new before it looks at the policy: the
+// policy's reset ran first, with its own "Session reset" notice and an
+// empty conversation left in /sessions, and then /new reset again.
+func TestNewWhenAResetIsDueResetsOnce(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	cfg := testConfig()
+	cfg.SessionReset.Mode, cfg.SessionReset.IdleMinutes = ResetIdle, 60
+	var mu sync.Mutex
+	now := time.Now()
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	s, err := New(cfg, Deps{Bus: e.bus, DB: e.db, Redis: e.rdb, RedisPrefix: e.prefix, Environ: []string{}, Now: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	w := e.startWorker(nil)
+	key := "agent:main:telegram:dm:chat-alice"
+	store := sessionstore.New(e.db)
+
+	e.publish(dm("alice", "hello"))
+	waitFor(t, "first turn", func() bool { turns, _ := w.snapshot(); return len(turns) == 1 })
+	locker := redisx.NewLocker(e.rdb, e.prefix)
+	waitFor(t, "first turn done", func() bool {
+		owner, err := locker.Owner(context.Background(), key)
+		return err == nil && owner == ""
+	})
+	first, err := store.Get(context.Background(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	now = now.Add(61 * time.Minute)
+	mu.Unlock()
+
+	if got := e.ask("alice", "/new"); got != "✨ New session started." {
+		t.Fatalf("/new answered %q, want only its own answer; all: %q", got, e.noticesTo("alice"))
+	}
+	var sess sessionstore.Session
+	waitFor(t, "the reset of /new", func() bool {
+		sess, err = store.Get(context.Background(), key)
+		return err == nil && sess.ID != first.ID
+	})
+	var resets int
+	var reason string
+	if err := e.db.QueryRow(context.Background(), `SELECT reset_count, last_reset_reason FROM sessions WHERE session_key = $1`, key).
+		Scan(&resets, &reason); err != nil {
+		t.Fatal(err)
+	}
+	if resets != 1 || reason != "new" {
+		t.Errorf("%d resets, the last for %q; want 1, for new", resets, reason)
+	}
+	hist, err := store.History(context.Background(), key, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(hist) != 2 {
+		t.Errorf("%d conversations in the history, want 2 (the first and the one /new started): %+v", len(hist), hist)
+	}
+}
+
+// The boundaries of a reset, as Hermes draws them: idle means longer
+// than idle_minutes since the last activity (a message at exactly the
+// limit continues the conversation), and the daily reset comes at
+// at_hour:00 on the wall clock of the policy's time zone, also on the
+// day a DST change skips or repeats that hour.
+func TestResetPolicyBoundaries(t *testing.T) {
+	ny, err := time.LoadLocation("America/New_York")
+	if err != nil {
+		t.Fatal(err)
+	}
+	berlin, err := time.LoadLocation("Europe/Berlin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	idle := ResetPolicy{Mode: ResetIdle, IdleMinutes: 60}
+	now := time.Date(2026, 3, 10, 12, 0, 0, 0, time.UTC)
+	// 2026-03-08 in New York: 02:00 EST is 03:00 EDT (07:00 UTC).
+	nyGap := ResetPolicy{Mode: ResetDaily, AtHour: 2, Timezone: "America/New_York"}
+	// 2026-03-29 in Berlin: 02:00 CET is 03:00 CEST (01:00 UTC).
+	berlinGap := ResetPolicy{Mode: ResetDaily, AtHour: 2, Timezone: "Europe/Berlin"}
+	// 2026-11-01 in New York: 01:00 to 02:00 runs twice (EDT, then EST).
+	nyTwice := ResetPolicy{Mode: ResetDaily, AtHour: 1, Timezone: "America/New_York"}
+	tests := []struct {
+		name      string
+		p         ResetPolicy
+		last, now time.Time
+		want      bool
+	}{
+		{"idle: exactly the limit", idle, now.Add(-60 * time.Minute), now, false},
+		{"idle: past the limit", idle, now.Add(-60*time.Minute - time.Second), now, true},
+		{"daily: last exactly at the hour", ResetPolicy{Mode: ResetDaily, AtHour: 4}, time.Date(2026, 3, 10, 4, 0, 0, 0, time.UTC), now, false},
+		{"daily: last just before the hour", ResetPolicy{Mode: ResetDaily, AtHour: 4}, time.Date(2026, 3, 10, 3, 59, 59, 0, time.UTC), now, true},
+		{"skipped hour: crossed", nyGap, time.Date(2026, 3, 8, 1, 30, 0, 0, ny), time.Date(2026, 3, 8, 3, 30, 0, 0, ny), true},
+		{"skipped hour: not yet come", nyGap, time.Date(2026, 3, 8, 0, 30, 0, 0, ny), time.Date(2026, 3, 8, 1, 30, 0, 0, ny), false},
+		{"skipped hour: both after it", nyGap, time.Date(2026, 3, 8, 3, 5, 0, 0, ny), time.Date(2026, 3, 8, 9, 0, 0, 0, ny), false},
+		{"skipped hour, Berlin: crossed", berlinGap, time.Date(2026, 3, 29, 1, 45, 0, 0, berlin), time.Date(2026, 3, 29, 3, 15, 0, 0, berlin), true},
+		{"skipped hour, Berlin: not yet come", berlinGap, time.Date(2026, 3, 29, 0, 15, 0, 0, berlin), time.Date(2026, 3, 29, 1, 45, 0, 0, berlin), false},
+		{"repeated hour: crossed once", nyTwice, time.Date(2026, 11, 1, 0, 50, 0, 0, ny), time.Date(2026, 11, 1, 1, 10, 0, 0, ny), true},
+		// 05:30 UTC is 01:30 EDT; 06:10 UTC is 01:10 EST, the hour's second run.
+		{"repeated hour: no second reset", nyTwice, time.Date(2026, 11, 1, 5, 30, 0, 0, time.UTC), time.Date(2026, 11, 1, 6, 10, 0, 0, time.UTC), false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if _, due := tt.p.due(tt.last, tt.now); due != tt.want {
+				t.Errorf("due %v, want %v (last %v, now %v)", due, tt.want, tt.last.UTC(), tt.now.UTC())
+			}
+		})
+	}
+}
+
+// An automatic reset tells the user why, and, as Hermes's notice does,
+// that the conversation it ended is not lost: /resume lists it and
+// brings it back.
+func TestResetNoticeNamesResume(t *testing.T) {
+	tests := []struct {
+		reason string
+		p      ResetPolicy
+		want   string
+	}{
+		{"idle", ResetPolicy{IdleMinutes: 1440}, "◐ Session reset after 1 day of inactivity. Starting fresh.\nUse /resume to browse and restore a previous session."},
+		{"daily", ResetPolicy{AtHour: 4, Timezone: "Europe/Berlin"}, "◐ Daily session reset (04:00 Europe/Berlin). Starting fresh.\nUse /resume to browse and restore a previous session."},
+	}
+	for _, tt := range tests {
+		if got := resetNotice(tt.reason, tt.p); got != tt.want {
+			t.Errorf("%s: %q, want %q", tt.reason, got, tt.want)
+		}
+	}
+}
+
+// Idle time counts from the end of the last turn, as Hermes's
+// update_session after each interaction makes it: a user who answers
+// soon after a long task's reply continues the conversation, though
+// their previous message arrived longer ago than idle_minutes.
+func TestIdleCountsFromTheLastTurnsEnd(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	cfg := testConfig()
+	cfg.SessionReset.Mode, cfg.SessionReset.IdleMinutes = ResetIdle, 60
+	var mu sync.Mutex
+	now := time.Now()
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	s, err := New(cfg, Deps{Bus: e.bus, DB: e.db, Redis: e.rdb, RedisPrefix: e.prefix, Environ: []string{}, Now: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	w := e.startWorker(nil)
+	key := "agent:main:telegram:dm:chat-alice"
+
+	e.publish(dm("alice", "a long task"))
+	waitFor(t, "first turn", func() bool { turns, _ := w.snapshot(); return len(turns) == 1 })
+	locker := redisx.NewLocker(e.rdb, e.prefix)
+	waitFor(t, "first turn done", func() bool {
+		owner, err := locker.Owner(context.Background(), key)
+		return err == nil && owner == ""
+	})
+	turns, _ := w.snapshot()
+	first := turns[0]
+	// The task ran 50 minutes (the worker's record of the turn); the
+	// user answers 11 minutes after its reply.
+	start := clock()
+	if _, err := e.db.Exec(context.Background(), `INSERT INTO worker_turns (turn_id, session_key, session_id, generation, status, started_at, updated_at)
+		VALUES ($1, $2, $3, $4, 'completed', $5, $6)`, first.TurnId, key, first.SessionId, first.Generation, start, start.Add(50*time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	now = now.Add(61 * time.Minute)
+	mu.Unlock()
+	e.publish(dm("alice", "thanks, and now"))
+	waitFor(t, "second turn", func() bool { turns, _ := w.snapshot(); return len(turns) == 2 })
+	turns, _ = w.snapshot()
+	if turns[1].SessionId != first.SessionId {
+		t.Fatalf("the conversation was reset 11 minutes after the last turn ended; notices %q", e.noticesTo("alice"))
+	}
+
+	// Idle past the turn's end too: the next message starts over.
+	mu.Lock()
+	now = now.Add(61 * time.Minute)
+	mu.Unlock()
+	e.publish(dm("alice", "back after a while"))
+	waitFor(t, "third turn", func() bool { turns, _ := w.snapshot(); return len(turns) == 3 })
+	turns, _ = w.snapshot()
+	if turns[2].SessionId == first.SessionId {
+		t.Fatal("an idle conversation was not reset")
+	}
+}
+
+// A reset by policy of a conversation that never had a turn (only
+// commands) says nothing, as Hermes notifies only when the expired
+// session had activity: there was nothing to lose.
+func TestResetOfAnEmptyConversationIsQuiet(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	cfg := testConfig()
+	cfg.SessionReset.Mode, cfg.SessionReset.IdleMinutes = ResetIdle, 60
+	var mu sync.Mutex
+	now := time.Now()
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	s, err := New(cfg, Deps{Bus: e.bus, DB: e.db, Redis: e.rdb, RedisPrefix: e.prefix, Environ: []string{}, Now: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	w := e.startWorker(nil)
+	key := "agent:main:telegram:dm:chat-alice"
+
+	e.ask("alice", "/status")
+	first, err := sessionstore.New(e.db).Get(context.Background(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	now = now.Add(61 * time.Minute)
+	mu.Unlock()
+	e.publish(dm("alice", "hello"))
+	waitFor(t, "a turn", func() bool { turns, _ := w.snapshot(); return len(turns) == 1 })
+	if turns, _ := w.snapshot(); turns[0].SessionId == first.ID {
+		t.Error("the idle conversation was not reset")
+	}
+	// Notices of the chat arrive in order: one the reset sent comes
+	// before this answer.
+	e.ask("alice", "/status")
+	if n := e.countNotices("alice", "Session reset"); n != 0 {
+		t.Fatalf("reset notices for an empty conversation: %q", e.noticesTo("alice"))
 	}
 }

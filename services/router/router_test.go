@@ -1206,12 +1206,19 @@ func TestIdleResetTellsTheUser(t *testing.T) {
 		owner, err := locker.Owner(context.Background(), key)
 		return err == nil && owner == ""
 	})
+	// The worker's record of the finished turn (this fake worker writes
+	// none): the conversation had a turn, so its reset is worth a word.
+	turns, _ := w.snapshot()
+	if _, err := e.db.Exec(context.Background(), `INSERT INTO worker_turns (turn_id, session_key, session_id, generation, status, started_at, updated_at)
+		VALUES ($1, $2, $3, $4, 'completed', $5, $5)`, turns[0].TurnId, key, turns[0].SessionId, turns[0].Generation, clock()); err != nil {
+		t.Fatal(err)
+	}
 	mu.Lock()
 	now = now.Add(61 * time.Minute)
 	mu.Unlock()
 	e.publish(dm("alice", "back again"))
 	waitFor(t, "second turn", func() bool { turns, _ := w.snapshot(); return len(turns) == 2 })
-	turns, _ := w.snapshot()
+	turns, _ = w.snapshot()
 	if turns[1].SessionId == first.ID {
 		t.Fatal("idle session was not reset")
 	}
@@ -1414,59 +1421,68 @@ func TestForkFromOnlyOnTheAPI(t *testing.T) {
 }
 
 // TestStopAnswersTheAPIRequestsItDrops: an API request waits for an
-// answer of its own; one whose waiting message /stop drops gets an
-// "interrupted" error at once instead of its reply timeout. A chat's
-// dropped messages get only the /stop's count, as in Hermes.
+// answer of its own; one whose waiting message /stop or /new drops gets
+// an "interrupted" error at once instead of its reply timeout (/new
+// left it to the timeout). A chat's dropped messages get only the
+// /stop's count, as in Hermes.
 func TestStopAnswersTheAPIRequestsItDrops(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	cfg := testConfig()
-	cfg.Auth.AllowAll = map[string]bool{"api": true}
-	e.startRouter(cfg, nil, nil)
-	release := make(chan struct{})
-	w := e.startWorker(func(t *turnsv1.TurnRequested) {
-		if t.Inputs[0].Text == "long task" {
-			<-release
-		}
-	})
-	defer close(release)
+	for _, tt := range []struct{ command, text string }{
+		{"/stop", "Stopped before it ran: /stop dropped this waiting message."},
+		{"/new", "Stopped before it ran: /new dropped this waiting message."},
+	} {
+		t.Run(tt.command, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			cfg := testConfig()
+			cfg.Auth.AllowAll = map[string]bool{"api": true}
+			e.startRouter(cfg, nil, nil)
+			release := make(chan struct{})
+			w := e.startWorker(func(t *turnsv1.TurnRequested) {
+				if t.Inputs[0].Text == "long task" {
+					<-release
+				}
+			})
+			defer close(release)
 
-	api := func(id, text string) *eventsv1.MessageReceived {
-		return &eventsv1.MessageReceived{EventId: id, MessageId: id, Text: text, TransportAuthenticated: true,
-			Source: &eventsv1.SessionSource{Platform: "api", Account: "default", ChatId: "conv", ChatType: "dm", UserId: "client"}}
-	}
-	e.publish(api("req-1", "long task"))
-	waitFor(t, "turn running", func() bool { turns, _ := w.snapshot(); return len(turns) == 1 })
-	e.publish(api("req-2", "next"))
-	e.publish(api("req-3", "and next"))
-	waitFor(t, "both queued", func() bool {
-		n, err := sessionstore.New(e.db).QueueLen(context.Background(), "agent:main:api:dm:conv")
-		return err == nil && n == 2
-	})
-	e.publish(api("req-stop", "/stop"))
-
-	errorsFor := func() map[string]*repliesv1.ReplyEvent {
-		e.mu.Lock()
-		defer e.mu.Unlock()
-		out := map[string]*repliesv1.ReplyEvent{}
-		for _, ev := range e.notices {
-			if ev.GetError() != nil && len(ev.GetInputMessageIds()) == 1 {
-				out[ev.GetInputMessageIds()[0]] = ev
+			api := func(id, text string) *eventsv1.MessageReceived {
+				return &eventsv1.MessageReceived{EventId: id, MessageId: id, Text: text, TransportAuthenticated: true,
+					Source: &eventsv1.SessionSource{Platform: "api", Account: "default", ChatId: "conv", ChatType: "dm", UserId: "client"}}
 			}
-		}
-		return out
-	}
-	waitFor(t, "the dropped requests answered", func() bool { return len(errorsFor()) == 2 })
-	got := errorsFor()
-	for _, id := range []string{"req-2", "req-3"} {
-		ev := got[id]
-		if ev == nil || ev.GetError().GetCode() != "interrupted" || ev.GetError().GetMessage() != stoppedText ||
-			ev.GetTarget().GetChatId() != "conv" || ev.GetTurnId() != "stopped:"+id {
-			t.Errorf("answer to %s: %v", id, ev)
-		}
-	}
-	if got["req-1"] != nil {
-		t.Errorf("the running request got an answer from /stop: %v", got["req-1"])
+			e.publish(api("req-1", "long task"))
+			waitFor(t, "turn running", func() bool { turns, _ := w.snapshot(); return len(turns) == 1 })
+			e.publish(api("req-2", "next"))
+			e.publish(api("req-3", "and next"))
+			waitFor(t, "both queued", func() bool {
+				n, err := sessionstore.New(e.db).QueueLen(context.Background(), "agent:main:api:dm:conv")
+				return err == nil && n == 2
+			})
+			e.publish(api("req-cmd", tt.command))
+
+			errorsFor := func() map[string]*repliesv1.ReplyEvent {
+				e.mu.Lock()
+				defer e.mu.Unlock()
+				out := map[string]*repliesv1.ReplyEvent{}
+				for _, ev := range e.notices {
+					if ev.GetError() != nil && len(ev.GetInputMessageIds()) == 1 {
+						out[ev.GetInputMessageIds()[0]] = ev
+					}
+				}
+				return out
+			}
+			waitFor(t, "the dropped requests answered", func() bool { return len(errorsFor()) == 2 })
+			got := errorsFor()
+			for _, id := range []string{"req-2", "req-3"} {
+				ev := got[id]
+				if ev == nil || ev.GetError().GetCode() != "interrupted" || ev.GetError().GetMessage() != tt.text ||
+					ev.GetTarget().GetChatId() != "conv" || ev.GetTurnId() != "stopped:"+id {
+					t.Errorf("answer to %s: %v", id, ev)
+				}
+			}
+			if got["req-1"] != nil {
+				t.Errorf("the running request got an answer from %s: %v", tt.command, got["req-1"])
+			}
+		})
 	}
 }
 

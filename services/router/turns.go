@@ -445,13 +445,18 @@ func (s *Service) publishNext(ctx context.Context, m *msgCtx, gen int64, t *deli
 // stoppedText explains an API request whose waiting message /stop dropped.
 const stoppedText = "Stopped before it ran: /stop dropped this waiting message."
 
-// answerDropped ends the API requests whose waiting messages a /stop
-// dropped: each waits for an answer of its own (ownsTurn: never merged
-// into another message's turn), which no turn will give now. It gets an
-// "interrupted" error at once instead of its reply timeout. The reply's
-// ids come from the dropped message, so a republished one is taken
-// once; a redelivered /stop finds the queue emptied and adds nothing.
-func (s *Service) answerDropped(ctx context.Context, m *msgCtx, gen int64, dropped []sessionstore.Queued) error {
+// newDroppedText explains an API request whose waiting message /new
+// dropped.
+const newDroppedText = "Stopped before it ran: /new dropped this waiting message."
+
+// answerDropped ends the API requests whose waiting messages a /stop or
+// a /new dropped: each waits for an answer of its own (ownsTurn: never
+// merged into another message's turn), which no turn will give now. It
+// gets an "interrupted" error with text at once instead of its reply
+// timeout. The reply's ids come from the dropped message, so a
+// republished one is taken once; a redelivered command finds the queue
+// emptied (or its effect recorded) and adds nothing.
+func (s *Service) answerDropped(ctx context.Context, m *msgCtx, gen int64, dropped []sessionstore.Queued, text string) error {
 	for _, q := range dropped {
 		ev := q.Event
 		if !strings.EqualFold(ev.GetSource().GetPlatform(), "api") || ev.GetMessageId() == "" {
@@ -466,10 +471,10 @@ func (s *Service) answerDropped(ctx context.Context, m *msgCtx, gen int64, dropp
 			Target:          target(ev),
 			CreatedAt:       timestamppb.New(s.now()),
 			InputMessageIds: []string{ev.GetMessageId()},
-			Body:            &repliesv1.ReplyEvent_Error{Error: &repliesv1.ReplyError{Code: "interrupted", Message: stoppedText}},
+			Body:            &repliesv1.ReplyEvent_Error{Error: &repliesv1.ReplyError{Code: "interrupted", Message: text}},
 		}
 		if _, err := s.bus.Publish(ctx, s.topo.ReplySubject(m.key), turnID, reply); err != nil {
-			return fmt.Errorf("answer a message /stop dropped: %w", err)
+			return fmt.Errorf("answer a dropped waiting message: %w", err)
 		}
 	}
 	return nil
