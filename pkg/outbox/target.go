@@ -64,8 +64,13 @@ func ParseTarget(raw string, home func(platform string) string) (*deliveryv1.Tar
 // Home returns the home channel a user chose for platform with /sethome
 // (the home_channels table), or ErrNotFound.
 func (s *Store) Home(ctx context.Context, platform string) (*deliveryv1.Target, error) {
+	return s.HomeIn(ctx, s.db, platform)
+}
+
+// HomeIn is Home read with q (a transaction the caller holds).
+func (s *Store) HomeIn(ctx context.Context, q Querier, platform string) (*deliveryv1.Target, error) {
 	t := &deliveryv1.Target{Platform: platform}
-	err := s.db.QueryRow(ctx, `SELECT account, chat_id, thread_id FROM home_channels WHERE platform = $1`, platform).
+	err := q.QueryRow(ctx, `SELECT account, chat_id, thread_id FROM home_channels WHERE platform = $1`, platform).
 		Scan(&t.Account, &t.ChatId, &t.ThreadId)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("home channel of %s: %w", platform, ErrNotFound)

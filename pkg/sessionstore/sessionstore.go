@@ -815,7 +815,7 @@ func (f *FreeStart) Start(ctx context.Context, proceed func(Arrival) bool, publi
 	}
 	a = f.a
 	a.Session.Generation, a.Session.LastTurnID = f.gen, f.turn
-	turn := Turn{Session: a.Session, Generation: f.gen, Inputs: []Queued{{EventID: f.msg.GetEventId(), Event: f.msg}}, SkillsNote: f.note}
+	turn := Turn{Session: a.Session, Generation: f.gen, Inputs: []Queued{{EventID: f.msg.GetEventId(), Event: f.msg}}, SkillsNote: f.note, Tx: f.conn}
 	if err := publish(ctx, turn); err != nil {
 		return a, false, err
 	}
@@ -861,11 +861,22 @@ func readFreeStart(br pgx.BatchResults, a *Arrival) (gen int64, note string, err
 	return gen, note, br.Close()
 }
 
+// Querier runs a query (a transaction's, Turn.Tx).
+type Querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
 // Turn is what StartTurn hands to its publish callback.
 type Turn struct {
 	Session    Session
 	Generation int64
 	Inputs     []Queued
+	// Tx is the start's transaction, for what the publish reads before
+	// the turn goes out (FreeStart.Start sets it; valid during the
+	// publish only): a read on another of the pool's connections, made
+	// while the start holds one, could wait for ever once every
+	// connection is held by a start that waits the same way.
+	Tx Querier
 	// SkillsNote is the /reload-skills note the turn takes (SetSkillsNote),
 	// "" for none.
 	SkillsNote string

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/switchboard-chat/switchboard/pkg/command"
+	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	repliesv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/replies/v1"
 	"github.com/switchboard-chat/switchboard/pkg/outbox"
 )
@@ -24,10 +25,13 @@ import (
 // chat the message came from, once per conversation however many
 // replicas handle, redeliver or restart: the conversation's claim in
 // Redis (home:<session key> = "<session id> <inbound event>") is taken
-// before the message is recorded handled, and a redelivery of the
-// message that took it publishes the notice again under the same ids
-// (bus message "home:<session id>", delivery key "home:<session id>:1"),
-// which the bus and the outbox take once.
+// before the message's turn is published (the answer follows it on the
+// reply partition) or the message is recorded handled, and a redelivery
+// of the message that took it publishes the notice again under the same
+// ids, the message's (bus message "home:<inbound event>", delivery key
+// "home:<inbound event>:1"), which the bus and the outbox take once: a
+// new conversation whose start failed after the notice (its turn's
+// publish, its commit) comes back with another session id.
 //
 // As Hermes does since it skips senders authorized by a role, it is for
 // whoever can act on it: a sender who may run /sethome (an admin where
@@ -76,6 +80,16 @@ func (s *Service) wantsHome(m *msgCtx) bool {
 // the platform still has no home channel. m.home is the conversation's
 // claim, read with the dedupe record (nil: m does not want the notice).
 func (s *Service) homeNotice(ctx context.Context, m *msgCtx) error {
+	return s.homeNoticeAt(ctx, m, 0, nil)
+}
+
+// homeNoticeAt is homeNotice for a turn of generation gen about to be
+// published (0: the session's generation, read), which the notice goes
+// before; tx (nil: none) is the turn's start transaction, which the
+// read of the home channel uses: the start holds a connection of the
+// pool, and waiting for another one there could wait for ever once
+// every connection is held by a start doing the same.
+func (s *Service) homeNoticeAt(ctx context.Context, m *msgCtx, gen int64, tx outbox.Querier) error {
 	if m.home == nil || m.sessionID == "" {
 		return nil
 	}
@@ -85,7 +99,13 @@ func (s *Service) homeNotice(ctx context.Context, m *msgCtx) error {
 		return nil // told already
 	}
 	// A home channel chosen since, on any replica, stops it.
-	if _, err := s.directory.Home(ctx, m.platform); err == nil {
+	read := s.directory.Home
+	if tx != nil {
+		read = func(ctx context.Context, platform string) (*deliveryv1.Target, error) {
+			return s.directory.HomeIn(ctx, tx, platform)
+		}
+	}
+	if _, err := read(ctx, m.platform); err == nil {
 		s.homeKnown.Store(m.platform, true)
 		return nil
 	} else if !errors.Is(err, outbox.ErrNotFound) {
@@ -98,12 +118,13 @@ func (s *Service) homeNotice(ctx context.Context, m *msgCtx) error {
 	if took == 0 {
 		return nil
 	}
-	gen, err := s.store.Generation(ctx, m.key)
-	if err != nil {
-		return fmt.Errorf("home notice: %w", err)
+	if gen == 0 {
+		if gen, err = s.store.Generation(ctx, m.key); err != nil {
+			return fmt.Errorf("home notice: %w", err)
+		}
 	}
 	ev := &repliesv1.ReplyEvent{
-		TurnId:     "home:" + m.sessionID,
+		TurnId:     "home:" + m.dedupeID,
 		SessionKey: m.key,
 		Generation: gen,
 		Seq:        1,
@@ -117,7 +138,7 @@ func (s *Service) homeNotice(ctx context.Context, m *msgCtx) error {
 			ev.NoReactionMessageIds = ev.InputMessageIds
 		}
 	}
-	if _, err := s.bus.Publish(ctx, s.topo.ReplySubject(m.key), "home:"+m.sessionID, ev); err != nil {
+	if _, err := s.bus.Publish(ctx, s.topo.ReplySubject(m.key), "home:"+m.dedupeID, ev); err != nil {
 		return fmt.Errorf("publish home notice: %w", err)
 	}
 	homeNotices.Inc()

@@ -7,10 +7,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/switchboard-chat/switchboard/pkg/bus"
+	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	repliesv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/replies/v1"
 	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
@@ -58,6 +60,142 @@ func (e *env) storedHomeNotices() map[string][]*repliesv1.ReplyEvent {
 	}
 }
 
+// homeNoticeStored is when the bus stored the home notice to chat (zero:
+// none yet).
+func (e *env) homeNoticeStored(chat string) time.Time {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := e.bus.JetStream().OrderedConsumer(ctx, e.bus.Topology().Stream(bus.StreamReplies), jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	for {
+		batch, err := c.FetchNoWait(100)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		n := 0
+		for m := range batch.Messages() {
+			n++
+			var ev repliesv1.ReplyEvent
+			if err := proto.Unmarshal(m.Data(), &ev); err != nil {
+				e.t.Fatal(err)
+			}
+			if ev.GetNotice().GetKind() == "home" && ev.GetTarget().GetChatId() == chat {
+				md, err := m.Metadata()
+				if err != nil {
+					e.t.Fatal(err)
+				}
+				return md.Timestamp
+			}
+		}
+		if n == 0 {
+			return time.Time{}
+		}
+	}
+}
+
+// The home notice reaches the reply partition before the turn it comes
+// before reaches the workers, on the idle session's fast path too (a
+// new conversation's first message, one after /new): the worker's
+// answer, which it publishes to the same partition, cannot come before
+// it. The notice was published after the turn's start, and a quick
+// answer (a fake LLM's, a short one) reached the chat before it.
+func TestHomeNoticeBeforeTurn(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.startRouter(homeConfig(), nil, nil)
+	w := e.startWorker(nil)
+	for _, tc := range []struct{ name, user string }{
+		{"new conversation", "alice"},
+		{"after /new", "bob"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.name == "after /new" {
+				e.ask(tc.user, "/new")
+			}
+			e.publish(dm(tc.user, "hello"))
+			key := "agent:main:telegram:dm:chat-" + tc.user
+			var turn *turnsv1.TurnRequested
+			waitFor(t, "the turn", func() bool {
+				turns, _ := w.snapshot()
+				for _, tr := range turns {
+					if tr.GetSessionKey() == key {
+						turn = tr
+					}
+				}
+				return turn != nil
+			})
+			var notice time.Time
+			waitFor(t, "the home notice", func() bool { notice = e.homeNoticeStored("chat-" + tc.user); return !notice.IsZero() })
+			w.mu.Lock()
+			stored := w.stored[turn.GetTurnId()]
+			w.mu.Unlock()
+			if !notice.Before(stored) {
+				t.Errorf("home notice stored at %s, the turn at %s: want the notice first", notice.Format(time.StampNano), stored.Format(time.StampNano))
+			}
+		})
+	}
+}
+
+// The home notice's read of the home channels, made while the turn's
+// start holds a connection of the pool, uses that connection: on
+// another, once every connection is held by a start that reads the same
+// way (a burst of new conversations, a backlog after a restart), the
+// router waited for ever. With a pool of one connection, one message
+// shows it.
+func TestHomeNoticeWithOneConnection(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	cfg := e.db.Config()
+	cfg.MaxConns = 1
+	one, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(one.Close)
+	db := e.db
+	e.db = one
+	e.startRouter(homeConfig(), nil, nil)
+	e.db = db
+	w := e.startWorker(nil)
+	e.publish(dm("alice", "hello"))
+	waitFor(t, "the turn", func() bool { turns, _ := w.snapshot(); return len(turns) == 1 })
+	waitFor(t, "the home notice", func() bool { return !e.homeNoticeStored("chat-alice").IsZero() })
+}
+
+// A new conversation's start that fails after its home notice went out
+// (the turn's publish, the commit) is rolled back, and the message comes
+// back under another session id: the notice it sends again carries the
+// message's ids, which the bus takes once. Here the first attempt's
+// claim and notice are put in place as it left them.
+func TestHomeNoticeOnceAfterFailedStart(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.startRouter(homeConfig(), nil, nil)
+	w := e.startWorker(nil)
+	ev := dm("alice", "hello")
+	event := "telegram:bot1:" + ev.GetEventId()
+	key := "agent:main:telegram:dm:chat-alice"
+	ctx := context.Background()
+	if err := e.rdb.Set(ctx, e.prefix+"home:"+key, "rolled-back-session "+event, time.Hour).Err(); err != nil {
+		t.Fatal(err)
+	}
+	first := &repliesv1.ReplyEvent{TurnId: "home:" + event, SessionKey: key, Seq: 1,
+		Target: &deliveryv1.Target{Platform: "telegram", Account: "bot1", ChatId: "chat-alice"},
+		Body:   &repliesv1.ReplyEvent_Notice{Notice: &repliesv1.Notice{Text: homeTelegram, Kind: "home"}}}
+	if _, err := e.bus.Publish(ctx, e.bus.Topology().ReplySubject(key), "home:"+event, first); err != nil {
+		t.Fatal(err)
+	}
+	e.publish(ev)
+	waitFor(t, "the turn", func() bool { turns, _ := w.snapshot(); return len(turns) == 1 })
+	e.settle()
+	if got := e.storedHomeNotices()["chat-alice"]; len(got) != 1 {
+		t.Fatalf("%d home notices stored, want the first attempt's alone", len(got))
+	}
+}
+
 // settle waits until every inbound message is handled, and a moment for
 // notices in flight.
 func (e *env) settle() {
@@ -98,7 +236,7 @@ func TestHomeNotice(t *testing.T) {
 	home := e.storedHomeNotices()["chat-alice"][0]
 	turns, _ := w.snapshot()
 	if home.GetTarget().GetReplyToMessageId() != turns[0].GetInputs()[0].GetMessageId() || home.GetSessionKey() != turns[0].GetSessionKey() ||
-		home.GetTurnId() != "home:"+turns[0].GetSessionId() || home.GetGeneration() != turns[0].GetGeneration() {
+		home.GetTurnId() != "home:telegram:bot1:"+turns[0].GetInputs()[0].GetEventId() || home.GetGeneration() != turns[0].GetGeneration() {
 		t.Errorf("home notice %v, want it to answer the first message of the turn's conversation %v", home, turns[0])
 	}
 

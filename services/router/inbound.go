@@ -465,6 +465,13 @@ func (s *Service) startFree(ctx context.Context, m *msgCtx) (bool, error) {
 	}
 	turnID := token
 	a, started, err := start.Start(ctx, proceed, func(ctx context.Context, t sessionstore.Turn) error {
+		// The home notice the message wants goes before its turn: the
+		// worker's answer, on the same reply partition, then follows it
+		// (after the turn, it came behind an answer that was quick).
+		m.sessionID = t.Session.ID
+		if err := s.homeNoticeAt(ctx, m, t.Generation, t.Tx); err != nil {
+			return err
+		}
 		return s.publishTurn(ctx, m.key, token, turnID, t)
 	})
 	if err != nil {

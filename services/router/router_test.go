@@ -182,10 +182,12 @@ type worker struct {
 	// (a real worker ends them stale, without an answer).
 	lost []string
 	hold func(*turnsv1.TurnRequested)
+	// stored: when the bus stored each turn, by turn id.
+	stored map[string]time.Time
 }
 
 func (e *env) startWorker(hold func(*turnsv1.TurnRequested)) *worker {
-	w := &worker{active: map[string]int{}, hold: hold}
+	w := &worker{active: map[string]int{}, hold: hold, stored: map[string]time.Time{}}
 	locker := redisx.NewLocker(e.rdb, e.prefix)
 	c := bus.NewConsumer(e.bus, bus.ConsumerSpec{Stream: bus.StreamTurns, Durable: "worker-turns", Concurrency: 8, DrainTimeout: time.Second, PollWait: 200 * time.Millisecond},
 		func(ctx context.Context, t *turnsv1.TurnRequested) error {
@@ -206,6 +208,9 @@ func (e *env) startWorker(hold func(*turnsv1.TurnRequested)) *worker {
 			}
 			w.mu.Lock()
 			w.turns = append(w.turns, t)
+			if d, ok := bus.DeliveryFrom(ctx); ok {
+				w.stored[t.TurnId] = d.Published
+			}
 			if claim == redisx.ClaimLost {
 				w.lost = append(w.lost, t.TurnId)
 				w.mu.Unlock()

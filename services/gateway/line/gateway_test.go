@@ -365,6 +365,58 @@ func TestLongAnswer(t *testing.T) {
 	}
 }
 
+// A notice the router sends ahead of a turn's answer (the home channel
+// notice, a reset notice, a busy acknowledgement) is pushed and leaves
+// the reply token to the answer, as Hermes sends its home notice: the
+// answer goes free, and reaches the chat when the channel's monthly
+// push quota is spent (the notice, refused for good, does not). A
+// notice that is the whole answer (a command's) takes the token.
+func TestNoticeBeforeAnswerLeavesReplyToken(t *testing.T) {
+	t.Parallel()
+	f := linefake.New(t)
+	h := start(t, f, testConfig(f))
+	notice := func(turn, key string, final bool) *deliveryv1.SendRequested {
+		r := sendTo(alice, key, "notice "+key)
+		r.TurnId, r.Final, r.ChunkCount = turn, final, 1
+		return r
+	}
+	for _, c := range []struct {
+		name       string
+		notice     *deliveryv1.SendRequested
+		quotaSpent bool
+		want       []string // how the notice and then the answer went
+	}{
+		{"home notice", notice("home:line:ch1:ev1", "home:line:ch1:ev1:1:0", false), false, []string{"push", "reply"}},
+		{"reset notice", notice("notice:line:ch1:ev2", "notice:line:ch1:ev2:1:0", false), false, []string{"push", "reply"}},
+		{"home notice, push quota spent", notice("home:line:ch1:ev3", "home:line:ch1:ev3:1:0", false), true, []string{"reply"}},
+		{"a command's answer", notice("notice:line:ch1:ev4", "notice:line:ch1:ev4:1:0", true), false, []string{"reply", "push"}},
+	} {
+		before := len(f.Sent(alice))
+		h.post(t, f.Body(f.Event(linefake.Inbound{UserID: alice, Text: c.name})))
+		h.next(t)
+		if c.quotaSpent {
+			f.Fail(linefake.ErrMonthlyLimit)
+			if r := h.send(t, c.notice); r.GetOk() || r.GetErrorClass() != deliveryv1.ErrorClass_ERROR_CLASS_PERMANENT {
+				t.Fatalf("%s: notice receipt %v, want refused for good", c.name, r)
+			}
+		} else if r := h.send(t, c.notice); !r.GetOk() {
+			t.Fatalf("%s: notice receipt %v", c.name, r)
+		}
+		answer := sendTo(alice, "k-answer "+c.name, "the answer to "+c.name)
+		answer.TurnId = "turn-" + c.name
+		if r := h.send(t, answer); !r.GetOk() {
+			t.Fatalf("%s: answer receipt %v", c.name, r)
+		}
+		var via []string
+		for _, m := range f.Sent(alice)[before:] {
+			via = append(via, m.Via)
+		}
+		if !slices.Equal(via, c.want) {
+			t.Errorf("%s: sent via %v, want %v", c.name, via, c.want)
+		}
+	}
+}
+
 // A reply LINE refuses with a 429 did not use its token: the retry
 // answers by reply, not by a metered push.
 func TestRateLimitedReplyKeepsToken(t *testing.T) {

@@ -162,10 +162,26 @@ func (p *Platform) Send(ctx context.Context, req *deliveryv1.SendRequested) (str
 	return first, nil
 }
 
+// beforeAnswer reports whether req is a notice the router sends ahead of
+// a turn's answer (the home channel notice, a reset notice, a busy
+// acknowledgement): a message of the router's (turn id "home:…" or
+// "notice:…"), the last of its notice yet not final, since the answer is
+// still to come. It is pushed and leaves the chat's reply token to the
+// answer, as Hermes sends its home notice without the reply token: the
+// answer, up to five messages, goes free, and on a channel whose monthly
+// push quota is spent the answer still reaches the chat (the notice does
+// not). Taking the token, the notice left the answer to a push.
+func beforeAnswer(req *deliveryv1.SendRequested) bool {
+	turn := req.GetTurnId()
+	return !req.GetFinal() && req.GetChunkIndex() == req.GetChunkCount()-1 &&
+		(strings.HasPrefix(turn, "home:") || strings.HasPrefix(turn, "notice:"))
+}
+
 // sendCall posts one call's messages: the first call by reply when the
-// chat has a reply token, else (and every later call) by push.
+// chat has a reply token, else (and every later call, and a notice
+// before an answer: beforeAnswer) by push.
 func (p *Platform) sendCall(ctx context.Context, req *deliveryv1.SendRequested, to string, call int, msgs []lineMessage) (string, error) {
-	if call == 0 {
+	if call == 0 && !beforeAnswer(req) {
 		// A reply of an earlier attempt of this send that got no clear
 		// answer kept its token as the send's own: the chat's newer
 		// token, if the user wrote again meanwhile, is not this send's
