@@ -2,12 +2,22 @@ package main
 
 import (
 	"errors"
+	"io"
 	"net"
+	"net/url"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/switchboard-chat/switchboard/pkg/logtest"
+	"github.com/switchboard-chat/switchboard/pkg/natsd"
+	"github.com/switchboard-chat/switchboard/pkg/pg/pgtest"
+	"github.com/switchboard-chat/switchboard/pkg/redisx/redistest"
 )
 
 // TestSIGHUPDrainsAProcessWithoutSkills: a process holding no skills has
@@ -55,5 +65,198 @@ func TestSIGHUPDrainsAProcessWithoutSkills(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatalf("fakellm still running 30 s after SIGHUP\n%s", out.String())
+	}
+}
+
+// TestHangupWhileStartingReloadsSkills: a SIGHUP meant as a reload
+// (kill -HUP, a supervisor's reload) that reaches a process holding
+// skills while it still starts, here held connecting to Postgres before
+// it listens for skill reloads, is carried out as a reload once it
+// runs; it never stops the process.
+func TestHangupWhileStartingReloadsSkills(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs switchboard processes")
+	}
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		args []string
+		env  func(t *testing.T) []string
+	}{
+		{"router", []string{"router", "--ops-addr", "127.0.0.1:0"}, func(t *testing.T) []string {
+			srv, err := natsd.Start(natsd.Config{Port: -1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(srv.Shutdown)
+			return []string{"NATS_URL=" + srv.ClientURL()}
+		}},
+		{"dev", []string{"dev", "--ops-addr", "127.0.0.1:0"}, func(t *testing.T) []string {
+			return []string{"SWITCHBOARD_DEV__NATS_PORT=-1", "SWITCHBOARD_DEV__NATS_STORE_DIR=",
+				"SWITCHBOARD_ADMIN__ADDR=127.0.0.1:0", "SWITCHBOARD_DELIVERY__GRPC_ADDR=127.0.0.1:0",
+				"SWITCHBOARD_GATEWAYS__API__ADDR=127.0.0.1:0", "SWITCHBOARD_GATEWAYS__WEBHOOK__ADDR=127.0.0.1:0",
+				"API_SERVER_KEY=", "TELEGRAM_BOT_TOKEN=", "DISCORD_BOT_TOKEN=", "SLACK_BOT_TOKEN=", "WHATSAPP_ACCESS_TOKEN=",
+				"TWILIO_ACCOUNT_SID=", "LINE_CHANNEL_ACCESS_TOKEN=",
+				"OPENAI_API_KEY=", "OPENAI_BASE_URL=", "ANTHROPIC_API_KEY=", "ANTHROPIC_BASE_URL="}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			if err := os.MkdirAll(filepath.Join(dir, "review"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(dir, "review", "SKILL.md"), []byte("---\nname: code-review\n---\nRead the diff.\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			_, dbURL := pgtest.NewWithURL(t)
+			_, redisPrefix := redistest.New(t)
+			pgHeld := holdPostgres(t, dbURL)
+			cmd := exec.Command(binary(t), tc.args...)
+			cmd.Env = append(append(os.Environ(), "DATABASE_URL="+pgHeld.url, "SWITCHBOARD_REDIS__PREFIX="+redisPrefix,
+				"SWITCHBOARD_SKILLS__DIRS="+dir, "LOG_LEVEL=info"), tc.env(t)...)
+			// A session of its own: no controlling terminal, as under
+			// systemd or in a container.
+			cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+			out := &logtest.Buffer{}
+			cmd.Stdout, cmd.Stderr = out, out
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan error, 1)
+			go func() { done <- cmd.Wait() }()
+			t.Cleanup(func() { _ = cmd.Process.Kill() })
+
+			select {
+			case <-pgHeld.accepted:
+			case err := <-done:
+				t.Fatalf("%s ended before it connected to Postgres: %v\n%s", tc.name, err, out.String())
+			case <-time.After(60 * time.Second):
+				t.Fatalf("%s never connected to Postgres\n%s", tc.name, out.String())
+			}
+			if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
+				t.Fatal(err)
+			}
+			pgHeld.release()
+			reloaded := func() bool {
+				log := out.String()
+				return strings.Contains(log, "SIGHUP: reloading skills") && strings.Count(log, `"msg":"skills loaded"`) >= 2
+			}
+			deadline := time.After(90 * time.Second)
+			for !reloaded() {
+				select {
+				case err := <-done:
+					t.Fatalf("%s ended (%v) by a SIGHUP sent as it started; want a skill reload once it runs\n%s", tc.name, err, out.String())
+				case <-deadline:
+					t.Fatalf("%s did not reload its skills after a SIGHUP sent as it started\n%s", tc.name, out.String())
+				case <-time.After(50 * time.Millisecond):
+				}
+			}
+		})
+	}
+}
+
+// heldPostgres is a TCP proxy to Postgres that holds every connection
+// until release: a process that connects through it waits in its
+// start-up meanwhile.
+type heldPostgres struct {
+	url      string        // the database URL through the proxy
+	accepted chan struct{} // closed at the first connection
+	released chan struct{}
+	once     sync.Once
+}
+
+func (h *heldPostgres) release() { h.once.Do(func() { close(h.released) }) }
+
+func holdPostgres(t *testing.T, dbURL string) *heldPostgres {
+	t.Helper()
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := u.Host
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Host = ln.Addr().String()
+	h := &heldPostgres{url: u.String(), accepted: make(chan struct{}), released: make(chan struct{})}
+	var (
+		mu    sync.Mutex
+		conns []net.Conn
+		first sync.Once
+		wg    sync.WaitGroup
+	)
+	track := func(c net.Conn) {
+		mu.Lock()
+		defer mu.Unlock()
+		conns = append(conns, c)
+	}
+	ended := make(chan struct{})
+	t.Cleanup(func() {
+		close(ended)
+		ln.Close()
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			track(c)
+			first.Do(func() { close(h.accepted) })
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				select {
+				case <-h.released:
+				case <-ended:
+					return
+				}
+				pg, err := net.Dial("tcp", target)
+				if err != nil {
+					c.Close()
+					return
+				}
+				track(pg)
+				go func() { _, _ = io.Copy(pg, c); pg.Close() }()
+				_, _ = io.Copy(c, pg)
+				c.Close()
+			}()
+		}
+	}()
+	return h
+}
+
+// TestHangupHoldsSkills: a process holds skills where skills.dirs is set
+// and it runs the router or the Telegram or Discord gateway.
+func TestHangupHoldsSkills(t *testing.T) {
+	for _, tc := range []struct {
+		dirs     []string
+		services []string
+		want     bool
+	}{
+		{nil, []string{"router"}, false},
+		{[]string{"/skills"}, []string{"router"}, true},
+		{[]string{"/skills"}, []string{"gateway-telegram"}, true},
+		{[]string{"/skills"}, []string{"gateway-discord"}, true},
+		{[]string{"/skills"}, []string{"gateway-slack"}, false},
+		{[]string{"/skills"}, []string{"worker"}, false},
+		{[]string{"/skills"}, devServices, true},
+		{nil, devServices, false},
+	} {
+		cfg := defaultConfig()
+		cfg.Skills.Dirs = tc.dirs
+		if got := holdsSkills(cfg, tc.services); got != tc.want {
+			t.Errorf("holdsSkills(dirs %v, %v) = %v, want %v", tc.dirs, tc.services, got, tc.want)
+		}
 	}
 }
