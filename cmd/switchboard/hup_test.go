@@ -1,13 +1,16 @@
 package main
 
 import (
+	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -28,6 +31,8 @@ func TestSIGHUPDrainsAProcessWithoutSkills(t *testing.T) {
 	t.Parallel()
 	addr := freeAddr(t)
 	cmd := exec.Command(binary(t), "fakellm", "--addr", addr)
+	// No controlling terminal: its hang-up would stop the process anyway.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	var out strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
@@ -236,6 +241,32 @@ func holdPostgres(t *testing.T, dbURL string) *heldPostgres {
 	return h
 }
 
+// TestHangupDecision: what a SIGHUP does, by how the process started
+// and whether it holds skills. A SIGHUP ignored at start (nohup) stays
+// ignored; in a process with a controlling terminal it is the
+// terminal's hang-up, which stops `switchboard dev` with skills too;
+// without one (systemd, containers) it reloads skills where there are
+// some and stops any other process.
+func TestHangupDecision(t *testing.T) {
+	for _, tc := range []struct {
+		ignored, terminal, holds bool
+		want                     hangupAction
+	}{
+		{ignored: true, terminal: false, holds: false, want: hangupIgnore},
+		{ignored: true, terminal: false, holds: true, want: hangupIgnore},
+		{ignored: true, terminal: true, holds: false, want: hangupIgnore},
+		{ignored: true, terminal: true, holds: true, want: hangupIgnore},
+		{ignored: false, terminal: true, holds: false, want: hangupStop},
+		{ignored: false, terminal: true, holds: true, want: hangupStop},
+		{ignored: false, terminal: false, holds: false, want: hangupStop},
+		{ignored: false, terminal: false, holds: true, want: hangupReload},
+	} {
+		if got := onHangup(tc.ignored, tc.terminal, tc.holds); got != tc.want {
+			t.Errorf("onHangup(ignored %v, terminal %v, holds skills %v) = %v, want %v", tc.ignored, tc.terminal, tc.holds, got, tc.want)
+		}
+	}
+}
+
 // TestHangupHoldsSkills: a process holds skills where skills.dirs is set
 // and it runs the router or the Telegram or Discord gateway.
 func TestHangupHoldsSkills(t *testing.T) {
@@ -258,5 +289,159 @@ func TestHangupHoldsSkills(t *testing.T) {
 		if got := holdsSkills(cfg, tc.services); got != tc.want {
 			t.Errorf("holdsSkills(dirs %v, %v) = %v, want %v", tc.dirs, tc.services, got, tc.want)
 		}
+	}
+}
+
+// TestHangupIgnoredAtStartStaysIgnored: a process started with SIGHUP
+// ignored (nohup, so that closing its terminal leaves it running) keeps
+// it ignored: a SIGHUP neither stops it nor reaches it.
+func TestHangupIgnoredAtStartStaysIgnored(t *testing.T) {
+	t.Parallel()
+	nohup, err := exec.LookPath("nohup")
+	if err != nil {
+		t.Skip("no nohup")
+	}
+	addr := freeAddr(t)
+	cmd := exec.Command(nohup, binary(t), "fakellm", "--addr", addr)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	out := &logtest.Buffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	waitFor(t, 30*time.Second, "fakellm listening on "+addr, func() bool {
+		c, err := net.Dial("tcp", addr)
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	})
+	// Listening, it has set up its signals: SIGHUP must still be
+	// ignored, not caught.
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", cmd.Process.Pid))
+	if err != nil {
+		t.Skipf("no /proc: %v", err)
+	}
+	ignored, caught := sigMask(t, string(status), "SigIgn"), sigMask(t, string(status), "SigCgt")
+	if hup := uint64(1) << (syscall.SIGHUP - 1); ignored&hup == 0 || caught&hup != 0 {
+		t.Fatalf("SIGHUP ignored %v, caught %v; want it left ignored as nohup set it\n%s", ignored&hup != 0, caught&hup != 0, status)
+	}
+	if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("fakellm after SIGHUP and SIGTERM: %v\n%s", err, out.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("fakellm still running 30 s after SIGTERM\n%s", out.String())
+	}
+	if strings.Contains(out.String(), "SIGHUP") {
+		t.Errorf("the SIGHUP reached it:\n%s", out.String())
+	}
+}
+
+// sigMask reads a signal mask line (SigIgn, SigCgt) of /proc/<pid>/status.
+func sigMask(t *testing.T, status, name string) uint64 {
+	t.Helper()
+	for line := range strings.Lines(status) {
+		if v, ok := strings.CutPrefix(line, name+":"); ok {
+			m, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			return m
+		}
+	}
+	t.Fatalf("no %s in /proc status:\n%s", name, status)
+	return 0
+}
+
+// TestHangupOfATerminalStopsAProcessWithSkills: a router with
+// skills.dirs whose terminal hangs up drains and stops, as a `switchboard
+// dev` in a closed terminal window must, instead of scanning its skills
+// again. script(1) runs it on a pseudo-terminal of its own, its
+// controlling terminal; killing script closes the terminal, and the
+// kernel sends the router SIGHUP.
+func TestHangupOfATerminalStopsAProcessWithSkills(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a switchboard process")
+	}
+	t.Parallel()
+	scriptBin, err := exec.LookPath("script")
+	if err != nil {
+		t.Skip("no script(1) to give the process a terminal")
+	}
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "review"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "review", "SKILL.md"), []byte("---\nname: code-review\n---\nRead the diff.\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	srv, err := natsd.Start(natsd.Config{Port: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	_, dbURL := pgtest.NewWithURL(t)
+	_, redisPrefix := redistest.New(t)
+	logFile := filepath.Join(t.TempDir(), "router.log")
+	// The router's log goes to a file, which outlives the terminal.
+	cmd := exec.Command(scriptBin, "-qfec", "exec "+binary(t)+" router --ops-addr 127.0.0.1:0 2>"+logFile, "/dev/null")
+	cmd.Env = append(os.Environ(), "NATS_URL="+srv.ClientURL(), "DATABASE_URL="+dbURL,
+		"SWITCHBOARD_REDIS__PREFIX="+redisPrefix, "SWITCHBOARD_SKILLS__DIRS="+dir, "LOG_LEVEL=info")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	log := func() string {
+		b, _ := os.ReadFile(logFile)
+		return string(b)
+	}
+	waitFor(t, 60*time.Second, "the router to start", func() bool { return strings.Contains(log(), `"msg":"started"`) })
+	// script's child, the shell it ran, became the router (exec).
+	children, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", cmd.Process.Pid, cmd.Process.Pid))
+	if err != nil {
+		t.Skipf("no /proc children list: %v", err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(children)))
+	if err != nil {
+		t.Fatalf("script's children %q: %v", children, err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	<-done
+	// Gone, or a zombie its new parent has not reaped.
+	ended := func() bool {
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			return true
+		}
+		f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+		return len(f) > 0 && (f[0] == "Z" || f[0] == "X")
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for !ended() {
+		if time.Now().After(deadline) {
+			t.Fatalf("router still running 60 s after its terminal hung up\n%s", log())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if got := log(); !strings.Contains(got, "SIGHUP: taken for the hang-up of the terminal") || !strings.Contains(got, `"msg":"stopped"`) ||
+		strings.Contains(got, "SIGHUP: reloading skills") {
+		t.Errorf("want a drain and stop on the terminal's hang-up, no reload:\n%s", got)
 	}
 }
