@@ -298,6 +298,7 @@ func runServiceCommand(ctx context.Context, name string, args []string, names ..
 	if err != nil {
 		return err
 	}
+	hangups.decide(holdsSkills(cfg, names))
 	a := newApp(name, cfg)
 	for _, w := range warnings {
 		a.log.Warn(w.String())

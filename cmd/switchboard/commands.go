@@ -20,6 +20,10 @@ type command struct {
 	summary string
 	// run gets the arguments after the command name.
 	run func(ctx context.Context, args []string) error
+	// serves: run starts services, and tells hangups whether they hold
+	// skills once it has read its config; a SIGHUP stops any other
+	// command as SIGTERM does.
+	serves bool
 }
 
 // commands is every subcommand, registered by the files that implement them.
@@ -71,6 +75,9 @@ func dispatch(ctx context.Context, args []string) error {
 		fmt.Fprintf(os.Stderr, "switchboard: unknown command %q\n\n", args[0])
 		usage(os.Stderr)
 		return errUsage
+	}
+	if !c.serves {
+		hangups.decide(false)
 	}
 	return c.run(ctx, args[1:])
 }

@@ -20,7 +20,7 @@ import (
 )
 
 func init() {
-	register(command{name: "dev", summary: "run every service in one process with an embedded NATS server", run: runDev})
+	register(command{name: "dev", summary: "run every service in one process with an embedded NATS server", run: runDev, serves: true})
 }
 
 // runDev is the laptop mode: an embedded NATS server, the local Postgres
@@ -36,6 +36,7 @@ func runDev(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	hangups.decide(holdsSkills(cfg, devServices))
 	// GOMEMLIMIT wins, and so does a lower limit from the container.
 	if lim := int64(cfg.Dev.MemoryLimitMiB) << 20; lim > 0 && os.Getenv("GOMEMLIMIT") == "" && lim < debug.SetMemoryLimit(-1) {
 		debug.SetMemoryLimit(lim)

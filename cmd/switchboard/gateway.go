@@ -59,7 +59,7 @@ func registerGateway(platform string, start func(ctx context.Context, a *app) (f
 }
 
 func init() {
-	register(command{name: "gateway", summary: "run a platform gateway: `gateway <platform>` (" + "see `gateway help`)", run: runGateway})
+	register(command{name: "gateway", summary: "run a platform gateway: `gateway <platform>` (" + "see `gateway help`)", run: runGateway, serves: true})
 	registerGateway("api", startAPIGateway, true)
 	registerGateway("webhook", startWebhookGateway, true)
 }

@@ -1,13 +1,26 @@
 package main
 
 import (
+	"bytes"
 	"errors"
+	"fmt"
+	"io"
 	"net"
+	"net/url"
+	"os"
 	"os/exec"
+	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/switchboard-chat/switchboard/pkg/logtest"
+	"github.com/switchboard-chat/switchboard/pkg/natsd"
+	"github.com/switchboard-chat/switchboard/pkg/pg/pgtest"
+	"github.com/switchboard-chat/switchboard/pkg/redisx/redistest"
 )
 
 // TestSIGHUPDrainsAProcessWithoutSkills: a process holding no skills has
@@ -18,6 +31,8 @@ func TestSIGHUPDrainsAProcessWithoutSkills(t *testing.T) {
 	t.Parallel()
 	addr := freeAddr(t)
 	cmd := exec.Command(binary(t), "fakellm", "--addr", addr)
+	// No controlling terminal: its hang-up would stop the process anyway.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	var out strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
@@ -55,5 +70,378 @@ func TestSIGHUPDrainsAProcessWithoutSkills(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatalf("fakellm still running 30 s after SIGHUP\n%s", out.String())
+	}
+}
+
+// TestHangupWhileStartingReloadsSkills: a SIGHUP meant as a reload
+// (kill -HUP, a supervisor's reload) that reaches a process holding
+// skills while it still starts, here held connecting to Postgres before
+// it listens for skill reloads, is carried out as a reload once it
+// runs; it never stops the process.
+func TestHangupWhileStartingReloadsSkills(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs switchboard processes")
+	}
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		args []string
+		env  func(t *testing.T) []string
+	}{
+		{"router", []string{"router", "--ops-addr", "127.0.0.1:0"}, func(t *testing.T) []string {
+			srv, err := natsd.Start(natsd.Config{Port: -1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(srv.Shutdown)
+			return []string{"NATS_URL=" + srv.ClientURL()}
+		}},
+		{"dev", []string{"dev", "--ops-addr", "127.0.0.1:0"}, func(t *testing.T) []string {
+			return []string{"SWITCHBOARD_DEV__NATS_PORT=-1", "SWITCHBOARD_DEV__NATS_STORE_DIR=",
+				"SWITCHBOARD_ADMIN__ADDR=127.0.0.1:0", "SWITCHBOARD_DELIVERY__GRPC_ADDR=127.0.0.1:0",
+				"SWITCHBOARD_GATEWAYS__API__ADDR=127.0.0.1:0", "SWITCHBOARD_GATEWAYS__WEBHOOK__ADDR=127.0.0.1:0",
+				"API_SERVER_KEY=", "TELEGRAM_BOT_TOKEN=", "DISCORD_BOT_TOKEN=", "SLACK_BOT_TOKEN=", "WHATSAPP_ACCESS_TOKEN=",
+				"TWILIO_ACCOUNT_SID=", "LINE_CHANNEL_ACCESS_TOKEN=",
+				"OPENAI_API_KEY=", "OPENAI_BASE_URL=", "ANTHROPIC_API_KEY=", "ANTHROPIC_BASE_URL="}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			if err := os.MkdirAll(filepath.Join(dir, "review"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(dir, "review", "SKILL.md"), []byte("---\nname: code-review\n---\nRead the diff.\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			_, dbURL := pgtest.NewWithURL(t)
+			_, redisPrefix := redistest.New(t)
+			pgHeld := holdPostgres(t, dbURL)
+			cmd := exec.Command(binary(t), tc.args...)
+			cmd.Env = append(append(os.Environ(), "DATABASE_URL="+pgHeld.url, "SWITCHBOARD_REDIS__PREFIX="+redisPrefix,
+				"SWITCHBOARD_SKILLS__DIRS="+dir, "LOG_LEVEL=info"), tc.env(t)...)
+			// A session of its own: no controlling terminal, as under
+			// systemd or in a container.
+			cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+			out := &logtest.Buffer{}
+			cmd.Stdout, cmd.Stderr = out, out
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan error, 1)
+			go func() { done <- cmd.Wait() }()
+			t.Cleanup(func() { _ = cmd.Process.Kill() })
+
+			select {
+			case <-pgHeld.accepted:
+			case err := <-done:
+				t.Fatalf("%s ended before it connected to Postgres: %v\n%s", tc.name, err, out.String())
+			case <-time.After(60 * time.Second):
+				t.Fatalf("%s never connected to Postgres\n%s", tc.name, out.String())
+			}
+			if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
+				t.Fatal(err)
+			}
+			pgHeld.release()
+			reloaded := func() bool {
+				log := out.String()
+				return strings.Contains(log, "SIGHUP: reloading skills") && strings.Count(log, `"msg":"skills loaded"`) >= 2
+			}
+			deadline := time.After(90 * time.Second)
+			for !reloaded() {
+				select {
+				case err := <-done:
+					t.Fatalf("%s ended (%v) by a SIGHUP sent as it started; want a skill reload once it runs\n%s", tc.name, err, out.String())
+				case <-deadline:
+					t.Fatalf("%s did not reload its skills after a SIGHUP sent as it started\n%s", tc.name, out.String())
+				case <-time.After(50 * time.Millisecond):
+				}
+			}
+		})
+	}
+}
+
+// heldPostgres is a TCP proxy to Postgres that holds every connection
+// until release: a process that connects through it waits in its
+// start-up meanwhile.
+type heldPostgres struct {
+	url      string        // the database URL through the proxy
+	accepted chan struct{} // closed at the first connection
+	released chan struct{}
+	once     sync.Once
+}
+
+func (h *heldPostgres) release() { h.once.Do(func() { close(h.released) }) }
+
+func holdPostgres(t *testing.T, dbURL string) *heldPostgres {
+	t.Helper()
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := u.Host
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Host = ln.Addr().String()
+	h := &heldPostgres{url: u.String(), accepted: make(chan struct{}), released: make(chan struct{})}
+	var (
+		mu    sync.Mutex
+		conns []net.Conn
+		first sync.Once
+		wg    sync.WaitGroup
+	)
+	track := func(c net.Conn) {
+		mu.Lock()
+		defer mu.Unlock()
+		conns = append(conns, c)
+	}
+	ended := make(chan struct{})
+	t.Cleanup(func() {
+		close(ended)
+		ln.Close()
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			track(c)
+			first.Do(func() { close(h.accepted) })
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				select {
+				case <-h.released:
+				case <-ended:
+					return
+				}
+				pg, err := net.Dial("tcp", target)
+				if err != nil {
+					c.Close()
+					return
+				}
+				track(pg)
+				go func() { _, _ = io.Copy(pg, c); pg.Close() }()
+				_, _ = io.Copy(c, pg)
+				c.Close()
+			}()
+		}
+	}()
+	return h
+}
+
+// TestHangupDecision: what a SIGHUP does, by how the process started
+// and whether it holds skills. A SIGHUP ignored at start (nohup) stays
+// ignored; in a process with a controlling terminal it is the
+// terminal's hang-up, which stops `switchboard dev` with skills too;
+// without one (systemd, containers) it reloads skills where there are
+// some and stops any other process.
+func TestHangupDecision(t *testing.T) {
+	for _, tc := range []struct {
+		ignored, terminal, holds bool
+		want                     hangupAction
+	}{
+		{ignored: true, terminal: false, holds: false, want: hangupIgnore},
+		{ignored: true, terminal: false, holds: true, want: hangupIgnore},
+		{ignored: true, terminal: true, holds: false, want: hangupIgnore},
+		{ignored: true, terminal: true, holds: true, want: hangupIgnore},
+		{ignored: false, terminal: true, holds: false, want: hangupStop},
+		{ignored: false, terminal: true, holds: true, want: hangupStop},
+		{ignored: false, terminal: false, holds: false, want: hangupStop},
+		{ignored: false, terminal: false, holds: true, want: hangupReload},
+	} {
+		if got := onHangup(tc.ignored, tc.terminal, tc.holds); got != tc.want {
+			t.Errorf("onHangup(ignored %v, terminal %v, holds skills %v) = %v, want %v", tc.ignored, tc.terminal, tc.holds, got, tc.want)
+		}
+	}
+}
+
+// TestHangupHoldsSkills: a process holds skills where skills.dirs is set
+// and it runs the router or the Telegram or Discord gateway.
+func TestHangupHoldsSkills(t *testing.T) {
+	for _, tc := range []struct {
+		dirs     []string
+		services []string
+		want     bool
+	}{
+		{nil, []string{"router"}, false},
+		{[]string{"/skills"}, []string{"router"}, true},
+		{[]string{"/skills"}, []string{"gateway-telegram"}, true},
+		{[]string{"/skills"}, []string{"gateway-discord"}, true},
+		{[]string{"/skills"}, []string{"gateway-slack"}, false},
+		{[]string{"/skills"}, []string{"worker"}, false},
+		{[]string{"/skills"}, devServices, true},
+		{nil, devServices, false},
+	} {
+		cfg := defaultConfig()
+		cfg.Skills.Dirs = tc.dirs
+		if got := holdsSkills(cfg, tc.services); got != tc.want {
+			t.Errorf("holdsSkills(dirs %v, %v) = %v, want %v", tc.dirs, tc.services, got, tc.want)
+		}
+	}
+}
+
+// TestHangupIgnoredAtStartStaysIgnored: a process started with SIGHUP
+// ignored (nohup, so that closing its terminal leaves it running) keeps
+// it ignored: a SIGHUP neither stops it nor reaches it.
+func TestHangupIgnoredAtStartStaysIgnored(t *testing.T) {
+	t.Parallel()
+	nohup, err := exec.LookPath("nohup")
+	if err != nil {
+		t.Skip("no nohup")
+	}
+	addr := freeAddr(t)
+	cmd := exec.Command(nohup, binary(t), "fakellm", "--addr", addr)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	out := &logtest.Buffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	waitFor(t, 30*time.Second, "fakellm listening on "+addr, func() bool {
+		c, err := net.Dial("tcp", addr)
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	})
+	// Listening, it has set up its signals: SIGHUP must still be
+	// ignored, not caught.
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", cmd.Process.Pid))
+	if err != nil {
+		t.Skipf("no /proc: %v", err)
+	}
+	ignored, caught := sigMask(t, string(status), "SigIgn"), sigMask(t, string(status), "SigCgt")
+	if hup := uint64(1) << (syscall.SIGHUP - 1); ignored&hup == 0 || caught&hup != 0 {
+		t.Fatalf("SIGHUP ignored %v, caught %v; want it left ignored as nohup set it\n%s", ignored&hup != 0, caught&hup != 0, status)
+	}
+	if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("fakellm after SIGHUP and SIGTERM: %v\n%s", err, out.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("fakellm still running 30 s after SIGTERM\n%s", out.String())
+	}
+	if strings.Contains(out.String(), "SIGHUP") {
+		t.Errorf("the SIGHUP reached it:\n%s", out.String())
+	}
+}
+
+// sigMask reads a signal mask line (SigIgn, SigCgt) of /proc/<pid>/status.
+func sigMask(t *testing.T, status, name string) uint64 {
+	t.Helper()
+	for line := range strings.Lines(status) {
+		if v, ok := strings.CutPrefix(line, name+":"); ok {
+			m, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			return m
+		}
+	}
+	t.Fatalf("no %s in /proc status:\n%s", name, status)
+	return 0
+}
+
+// TestHangupOfATerminalStopsAProcessWithSkills: a router with
+// skills.dirs whose terminal hangs up drains and stops, as a `switchboard
+// dev` in a closed terminal window must, instead of scanning its skills
+// again. script(1) runs it on a pseudo-terminal of its own, its
+// controlling terminal; killing script closes the terminal, and the
+// kernel sends the router SIGHUP.
+func TestHangupOfATerminalStopsAProcessWithSkills(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a switchboard process")
+	}
+	t.Parallel()
+	scriptBin, err := exec.LookPath("script")
+	if err != nil {
+		t.Skip("no script(1) to give the process a terminal")
+	}
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "review"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "review", "SKILL.md"), []byte("---\nname: code-review\n---\nRead the diff.\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	srv, err := natsd.Start(natsd.Config{Port: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	_, dbURL := pgtest.NewWithURL(t)
+	_, redisPrefix := redistest.New(t)
+	logFile := filepath.Join(t.TempDir(), "router.log")
+	// The router's log goes to a file, which outlives the terminal.
+	cmd := exec.Command(scriptBin, "-qfec", "exec "+binary(t)+" router --ops-addr 127.0.0.1:0 2>"+logFile, "/dev/null")
+	cmd.Env = append(os.Environ(), "NATS_URL="+srv.ClientURL(), "DATABASE_URL="+dbURL,
+		"SWITCHBOARD_REDIS__PREFIX="+redisPrefix, "SWITCHBOARD_SKILLS__DIRS="+dir, "LOG_LEVEL=info")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	log := func() string {
+		b, _ := os.ReadFile(logFile)
+		return string(b)
+	}
+	waitFor(t, 60*time.Second, "the router to start", func() bool { return strings.Contains(log(), `"msg":"started"`) })
+	// script's child, the shell it ran, became the router (exec).
+	children, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", cmd.Process.Pid, cmd.Process.Pid))
+	if err != nil {
+		t.Skipf("no /proc children list: %v", err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(children)))
+	if err != nil {
+		t.Fatalf("script's children %q: %v", children, err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	<-done
+	// Gone, or a zombie its new parent has not reaped.
+	ended := func() bool {
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			return true
+		}
+		f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+		return len(f) > 0 && (f[0] == "Z" || f[0] == "X")
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for !ended() {
+		if time.Now().After(deadline) {
+			t.Fatalf("router still running 60 s after its terminal hung up\n%s", log())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if got := log(); !strings.Contains(got, "SIGHUP: taken for the hang-up of the terminal") || !strings.Contains(got, `"msg":"stopped"`) ||
+		strings.Contains(got, "SIGHUP: reloading skills") {
+		t.Errorf("want a drain and stop on the terminal's hang-up, no reload:\n%s", got)
 	}
 }

@@ -19,7 +19,7 @@ func init() {
 	register(command{name: "router", summary: "run the router: sessions, authorization, pairing, commands, turn ownership, cron jobs",
 		run: func(ctx context.Context, args []string) error {
 			return runServiceCommand(ctx, "router", args, "router")
-		}})
+		}, serves: true})
 }
 
 func startRouter(ctx context.Context, a *app) (func(context.Context) error, error) {

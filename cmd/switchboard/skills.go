@@ -3,9 +3,6 @@ package main
 import (
 	"context"
 	"log/slog"
-	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -116,10 +113,29 @@ func followReloads(ctx context.Context, log *slog.Logger, lib *skill.Library, op
 	}
 }
 
+// holdsSkills reports whether a process running these services holds
+// skills: skills.dirs is set and the router or the Telegram or Discord
+// gateway is among them (skillSignals runs there). Known before any of
+// them starts, it tells what a SIGHUP during start-up asks (hangup).
+func holdsSkills(cfg *Config, services []string) bool {
+	if len(cfg.Skills.Dirs) == 0 {
+		return false
+	}
+	for _, s := range services {
+		switch s {
+		case "router", "gateway-telegram", "gateway-discord":
+			return true
+		}
+	}
+	return false
+}
+
 // skillSignals returns a run that, once per process, turns a SIGHUP into
 // a skill reload everywhere: this process scans skills.dirs again and
 // announces the reload to every other (the SKILLS bucket), as
-// /reload-skills does. It returns when ctx ends.
+// /reload-skills does. A SIGHUP that came while the process was still
+// starting is carried out as it begins (hangups.reloads). It returns
+// when ctx ends.
 func (a *app) skillSignals(b *bus.Bus) func(context.Context) error {
 	return func(ctx context.Context) error {
 		if len(a.cfg.Skills.Dirs) == 0 {
@@ -130,16 +146,11 @@ func (a *app) skillSignals(b *bus.Bus) func(context.Context) error {
 		if !first {
 			return nil
 		}
-		// Held first: a SIGHUP from here on is a reload, never a stop.
-		skillsHeld.Store(true)
-		hup := make(chan os.Signal, 1)
-		signal.Notify(hup, syscall.SIGHUP)
-		defer signal.Stop(hup)
 		for {
 			select {
 			case <-ctx.Done():
 				return nil
-			case <-hup:
+			case <-hangups.reloads:
 			}
 			a.log.Info("SIGHUP: reloading skills on every process")
 			lib := a.loadSkills()
