@@ -333,3 +333,61 @@ func TestWebChatShowsATurnThatTimedOut(t *testing.T) {
 		t.Fatalf("page %q, want %q", got, want)
 	}
 }
+
+// pageLog is the page's bubbles, "<class>: <text>" joined by " | ".
+const pageLog = `Array.from(document.querySelectorAll('.msg')).map(m => m.className + ": " + m.textContent).join(" | ")`
+
+// TestWebChatEnterWaitsForTheAnswer: Enter pressed while an answer is on
+// its way sends nothing, as the disabled Send button does not: the text
+// stays in the box. It went out as a second message at once, which
+// interrupts the turn answering the first (the default busy mode), and
+// the two answers' bookkeeping overwrote each other (the second message
+// was no longer pending, its question gone from the kept transcript).
+func TestWebChatEnterWaitsForTheAnswer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a browser")
+	}
+	t.Parallel()
+	browser := chromiumPath(t)
+	b := newBus(t)
+	s := startService(t, b, func(c *Config) { c.Key, c.Insecure = "", true })
+	r := startResponder(t, b)
+	release := r.hold()
+	defer release()
+	ctx, step := headless(t, browser)
+	eval := func(expr string) string {
+		t.Helper()
+		v, err := chromedp.Run(ctx, chromedp.Evaluate[string](expr))
+		if err != nil {
+			t.Fatalf("browser: evaluate %s: %v", expr, err)
+		}
+		return v
+	}
+	step("open", chromedp.Navigate("http://"+s.Addr()+"/"), chromedp.WaitVisible("#input"))
+	// Enter as the keyboard's event (CDP's key events also type the
+	// Enter's newline, which a real keyboard's cancelled keydown does not).
+	enter := `document.getElementById("input").dispatchEvent(new KeyboardEvent("keydown", {key: "Enter", bubbles: true, cancelable: true}))`
+	step("send", chromedp.SendKeys("#input", "first"))
+	eval(`String(` + enter + `)`)
+	platformtest.WaitFor(t, "the message", func() bool { return len(r.received()) == 1 })
+	step("type while the answer is on its way", chromedp.SendKeys("#input", "second"))
+	eval(`String(` + enter + `)`)
+	if got := eval(pageLog + ` + " | input: " + document.getElementById("input").value`); got != "msg user: first | msg assistant pending:  | input: second" {
+		t.Fatalf("page after Enter mid-answer %q", got)
+	}
+	release()
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`document.querySelectorAll('.msg.assistant:not(.pending)').length >= 1 && !document.getElementById("send").disabled`)); err != nil {
+		t.Fatalf("browser: the answer: %v", err)
+	}
+	eval(`String(` + enter + `)`) // the second, now
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`document.querySelectorAll('.msg.assistant:not(.pending)').length >= 2`)); err != nil {
+		t.Fatalf("browser: the second answer: %v", err)
+	}
+	step("reload", chromedp.Reload(), chromedp.WaitVisible("#input"))
+	if got, want := eval(pageLog), "msg user: first | msg assistant: echo: first (turn 1) | msg user: second | msg assistant: echo: second (turn 2)"; got != want {
+		t.Fatalf("page %q, want %q", got, want)
+	}
+	if n := len(r.received()); n != 2 {
+		t.Fatalf("%d messages published, want 2", n)
+	}
+}

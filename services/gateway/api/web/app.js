@@ -80,6 +80,11 @@
 
   form.addEventListener("submit", function (e) {
     e.preventDefault();
+    // One message at a time, as the disabled Send button says: Enter
+    // (requestSubmit) is not held back by it, and a message sent while
+    // an answer is on its way would interrupt that answer's turn. The
+    // text stays in the box until the answer is in.
+    if (send.disabled) return;
     var text = input.value.trim();
     if (!text && !picture) return;
     var pic = picture;
