@@ -91,6 +91,8 @@ type responder struct {
 	turns map[string]int
 	// events are the inbound events answered, in arrival order.
 	events []*eventsv1.MessageReceived
+	// answered counts the final sends the gateway took, per chat id.
+	answered map[string]int
 	// answer makes the reply pieces for an event.
 	answer func(ev *eventsv1.MessageReceived, turn int) []string
 	// gate, when set, holds every answer until it is closed.
@@ -224,6 +226,20 @@ func (r *responder) reply(ctx context.Context, t *testing.T, b *bus.Bus, ev *eve
 	}
 	wait()
 	send(final)
+	r.mu.Lock()
+	if r.answered == nil {
+		r.answered = map[string]int{}
+	}
+	r.answered[chat]++
+	r.mu.Unlock()
+}
+
+// delivered reports whether the gateway took the final send of an
+// answer in chat.
+func (r *responder) delivered(chat string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.answered[chat] > 0
 }
 
 // hold makes the responder wait for the returned release before it

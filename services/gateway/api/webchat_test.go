@@ -391,3 +391,54 @@ func TestWebChatEnterWaitsForTheAnswer(t *testing.T) {
 		t.Fatalf("%d messages published, want 2", n)
 	}
 }
+
+// TestWebChatNewChatLeavesTheAnswerBehind: "New chat" pressed while an
+// answer is on its way starts the new conversation at once: the old
+// answer neither keeps Send disabled until it comes nor, when it comes,
+// writes the old conversation back into the new one's transcript (shown
+// again after a reload) or drops the new one's pending message.
+func TestWebChatNewChatLeavesTheAnswerBehind(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a browser")
+	}
+	t.Parallel()
+	browser := chromiumPath(t)
+	b := newBus(t)
+	s := startService(t, b, func(c *Config) { c.Key, c.Insecure = "", true })
+	r := startResponder(t, b)
+	release := r.hold()
+	defer release()
+	ctx, step := headless(t, browser)
+	eval := func(expr string) string {
+		t.Helper()
+		v, err := chromedp.Run(ctx, chromedp.Evaluate[string](expr))
+		if err != nil {
+			t.Fatalf("browser: evaluate %s: %v", expr, err)
+		}
+		return v
+	}
+	step("open", chromedp.Navigate("http://"+s.Addr()+"/"), chromedp.WaitVisible("#input"))
+	step("send", chromedp.SendKeys("#input", "old question"), chromedp.Click("#send"))
+	platformtest.WaitFor(t, "the message", func() bool { return len(r.received()) == 1 })
+	oldChat := r.chatIDs()[0]
+	step("new chat", chromedp.Click("#new"))
+	if got := eval(pageLog + ` + " | send disabled: " + document.getElementById("send").disabled`); got != " | send disabled: false" {
+		t.Errorf("page after New chat mid-answer %q", got)
+	}
+	release() // the old answer comes
+	platformtest.WaitFor(t, "the old answer's delivery", func() bool { return r.delivered(oldChat) })
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`!document.getElementById("send").disabled`)); err != nil {
+		t.Fatalf("browser: Send enabled: %v", err)
+	}
+	step("send in the new chat", chromedp.SendKeys("#input", "new question"), chromedp.Click("#send"))
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`document.querySelectorAll('.msg.assistant:not(.pending)').length >= 1`)); err != nil {
+		t.Fatalf("browser: the new answer: %v", err)
+	}
+	step("reload", chromedp.Reload(), chromedp.WaitVisible("#input"))
+	if got, want := eval(pageLog), "msg user: new question | msg assistant: echo: new question (turn 1)"; got != want {
+		t.Fatalf("page %q, want %q", got, want)
+	}
+	if chats := r.chatIDs(); len(chats) != 2 || chats[0] == chats[1] {
+		t.Fatalf("chats %q, want two conversations", chats)
+	}
+}

@@ -40,7 +40,14 @@
   }
   history().forEach(function (m) { bubble(m.role, m.content); });
 
+  // current stops the answer on its way (an AbortController), if any.
+  var current = null;
+
   document.getElementById("new").addEventListener("click", function () {
+    // The answer on its way is the old conversation's: it is no longer
+    // waited for (its turn runs on), nor written into the new one.
+    if (current) { current.abort(); current = null; }
+    send.disabled = false;
     store.removeItem("sb.session");
     store.removeItem("sb.history");
     store.removeItem("sb.pending");
@@ -126,6 +133,8 @@
   // before the answer is whole is tried again, with the same key.
   async function ask(p) {
     var out = bubble("assistant pending", "");
+    var ctl = new AbortController();
+    current = ctl;
     send.disabled = true;
     var h = history();
     try {
@@ -136,7 +145,7 @@
           var headers = { "Content-Type": "application/json", "X-Session-Id": p.session, "Idempotency-Key": p.key };
           var key = store.getItem("sb.key");
           if (key) headers["Authorization"] = "Bearer " + key;
-          res = await fetch("/v1/chat/completions", { method: "POST", headers: headers, body: p.body });
+          res = await fetch("/v1/chat/completions", { method: "POST", headers: headers, body: p.body, signal: ctl.signal });
           if (res.ok) {
             answer = await readStream(res, function (piece) {
               out.textContent += piece;
@@ -160,6 +169,7 @@
           var body = await res.json().catch(function () { return {}; });
           throw new Error((body.error && body.error.message) || ("HTTP " + res.status));
         }
+        if (ctl.signal.aborted) return;
         if (answer != null) {
           store.removeItem("sb.pending");
           h.push({ role: "assistant", content: answer });
@@ -170,14 +180,19 @@
           throw new Error("The connection was lost before the answer came; reload the page to get it.");
         }
         await sleep(1000 * (attempt + 1));
+        if (ctl.signal.aborted) return;
       }
     } catch (err) {
+      if (ctl.signal.aborted) return; // New chat: nothing to show or keep
       if (!(err.message || "").startsWith("The connection was lost")) store.removeItem("sb.pending");
       bubble("error", String(err.message || err));
     } finally {
       out.classList.remove("pending");
       if (!out.textContent) out.remove();
-      send.disabled = false;
+      if (current === ctl) {
+        current = null;
+        send.disabled = false;
+      }
     }
   }
 
