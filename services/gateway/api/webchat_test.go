@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -440,5 +441,125 @@ func TestWebChatNewChatLeavesTheAnswerBehind(t *testing.T) {
 	}
 	if chats := r.chatIDs(); len(chats) != 2 || chats[0] == chats[1] {
 		t.Fatalf("chats %q, want two conversations", chats)
+	}
+}
+
+// TestWebChatTwoTabs: two tabs of the page share the conversation and
+// its transcript (localStorage). An answer is added to the transcript as
+// it is when the answer comes, not as it was when its question went out,
+// which lost the other tab's question; and it leaves the message the
+// other tab sent since pending, so that tab, reloaded before its own
+// answer came, still asks for it and shows it.
+func TestWebChatTwoTabs(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a browser")
+	}
+	t.Parallel()
+	browser := chromiumPath(t)
+	b := newBus(t)
+	s := startService(t, b, func(c *Config) { c.Key, c.Insecure = "", true })
+	r := startResponder(t, b)
+	releaseA := r.hold()
+	defer releaseA()
+	gateB := make(chan struct{})
+	var openB sync.Once
+	releaseB := func() { openB.Do(func() { close(gateB) }) }
+	defer releaseB()
+	r.mu.Lock()
+	r.answer = func(ev *eventsv1.MessageReceived, turn int) []string {
+		if ev.GetText() == "from B" {
+			<-gateB // B's answer waits for its own release
+		}
+		return []string{"echo: " + ev.GetText()}
+	}
+	r.mu.Unlock()
+	tabA, stepA := headless(t, browser)
+	url := "http://" + s.Addr() + "/"
+	stepA("open tab A", chromedp.Navigate(url), chromedp.WaitVisible("#input"))
+	tabB, cancelB := chromedp.NewContext(tabA) // another tab of the same browser, once it runs
+	defer cancelB()
+	stepB := func(what string, actions ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		if err := chromedp.Do(tabB, actions...); err != nil {
+			t.Fatalf("browser tab B: %s: %v", what, err)
+		}
+	}
+	stepB("open tab B", chromedp.Navigate(url), chromedp.WaitVisible("#input"))
+	stepA("send in A", chromedp.SendKeys("#input", "from A"), chromedp.Click("#send"))
+	platformtest.WaitFor(t, "A's message", func() bool { return len(r.received()) == 1 })
+	stepB("send in B", chromedp.SendKeys("#input", "from B"), chromedp.Click("#send"))
+	platformtest.WaitFor(t, "B's message", func() bool { return len(r.received()) == 2 })
+	// Each tab's localStorage follows the other's writes a moment later.
+	kept := `JSON.parse(localStorage.getItem("sb.history") || "[]").length`
+	if _, err := chromedp.Run(tabA, chromedp.Poll[bool](kept+` == 2`)); err != nil {
+		t.Fatalf("browser: tab A sees B's question: %v", err)
+	}
+	releaseA()
+	if _, err := chromedp.Run(tabA, chromedp.Poll[bool](`document.querySelectorAll('.msg.assistant:not(.pending)').length >= 1`)); err != nil {
+		t.Fatalf("browser: A's answer: %v", err)
+	}
+	if _, err := chromedp.Run(tabB, chromedp.Poll[bool](`(localStorage.getItem("sb.history") || "").includes("echo: from A")`)); err != nil {
+		t.Fatalf("browser: tab B sees A's answer: %v", err)
+	}
+	stepB("reload B before its answer", chromedp.Reload(), chromedp.WaitVisible("#input"))
+	releaseB()
+	if _, err := chromedp.Run(tabB, chromedp.Poll[bool](`Array.from(document.querySelectorAll('.msg.assistant:not(.pending)')).some(m => m.textContent === "echo: from B")`)); err != nil {
+		t.Fatalf("browser: B's answer after its reload: %v", err)
+	}
+	if _, err := chromedp.Run(tabA, chromedp.Poll[bool](`localStorage.getItem("sb.pending") === null`)); err != nil {
+		t.Fatalf("browser: tab A sees nothing pending: %v", err)
+	}
+	stepA("reload A", chromedp.Reload(), chromedp.WaitVisible("#input"))
+	got, err := chromedp.Run(tabA, chromedp.Evaluate[string](pageLog))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "msg user: from A | msg user: from B | msg assistant: echo: from A | msg assistant: echo: from B"; got != want {
+		t.Fatalf("transcript %q, want %q", got, want)
+	}
+	if n := len(r.received()); n != 2 {
+		t.Fatalf("%d messages published, want 2", n)
+	}
+}
+
+// TestWebChatNewChatInAnotherTab: an answer that comes after another tab
+// started a new chat is not written into the new chat's transcript.
+func TestWebChatNewChatInAnotherTab(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a browser")
+	}
+	t.Parallel()
+	browser := chromiumPath(t)
+	b := newBus(t)
+	s := startService(t, b, func(c *Config) { c.Key, c.Insecure = "", true })
+	r := startResponder(t, b)
+	release := r.hold()
+	defer release()
+	tabA, stepA := headless(t, browser)
+	url := "http://" + s.Addr() + "/"
+	stepA("open tab A", chromedp.Navigate(url), chromedp.WaitVisible("#input"))
+	tabB, cancelB := chromedp.NewContext(tabA) // another tab of the same browser, once it runs
+	defer cancelB()
+	if err := chromedp.Do(tabB, chromedp.Navigate(url), chromedp.WaitVisible("#input")); err != nil {
+		t.Fatalf("browser: open tab B: %v", err)
+	}
+	stepA("send in A", chromedp.SendKeys("#input", "old question"), chromedp.Click("#send"))
+	platformtest.WaitFor(t, "A's message", func() bool { return len(r.received()) == 1 })
+	if err := chromedp.Do(tabB, chromedp.Click("#new")); err != nil {
+		t.Fatalf("browser: New chat in tab B: %v", err)
+	}
+	if _, err := chromedp.Run(tabA, chromedp.Poll[bool](`localStorage.getItem("sb.session") === null`)); err != nil {
+		t.Fatalf("browser: tab A sees the new chat: %v", err)
+	}
+	release()
+	if _, err := chromedp.Run(tabA, chromedp.Poll[bool](`document.querySelectorAll('.msg.assistant:not(.pending)').length >= 1`)); err != nil {
+		t.Fatalf("browser: A's answer: %v", err)
+	}
+	got, err := chromedp.Run(tabA, chromedp.Evaluate[string](`String(localStorage.getItem("sb.history"))`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != "null" {
+		t.Fatalf("the new chat's transcript %s, want none", got)
 	}
 }

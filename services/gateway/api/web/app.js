@@ -108,6 +108,12 @@
   function pending() {
     try { return JSON.parse(store.getItem("sb.pending") || "null"); } catch (e) { return null; }
   }
+  // done ends p's pending record, unless a message sent since (in
+  // another tab) has taken its place.
+  function done(p) {
+    var q = pending();
+    if (q && q.key === p.key) store.removeItem("sb.pending");
+  }
   function sleep(ms) { return new Promise(function (ok) { setTimeout(ok, ms); }); }
 
   async function chat(text, pic) {
@@ -136,7 +142,6 @@
     var ctl = new AbortController();
     current = ctl;
     send.disabled = true;
-    var h = history();
     try {
       for (var attempt = 0; ; attempt++) {
         out.textContent = "";
@@ -157,7 +162,7 @@
           answer = null; // the connection was lost
         }
         if (res && res.status === 401) {
-          store.removeItem("sb.pending");
+          done(p);
           out.remove();
           bubble("error", "This gateway needs an API key. Enter it below and send again.");
           form.hidden = true;
@@ -171,9 +176,14 @@
         }
         if (ctl.signal.aborted) return;
         if (answer != null) {
-          store.removeItem("sb.pending");
-          h.push({ role: "assistant", content: answer });
-          saveHistory(h);
+          done(p);
+          // The transcript as it is now: another tab may have added to
+          // it since the question went out, or started a new chat.
+          if (store.getItem("sb.session") === p.session) {
+            var h = history();
+            h.push({ role: "assistant", content: answer });
+            saveHistory(h);
+          }
           return;
         }
         if (attempt >= 3) {
@@ -184,7 +194,7 @@
       }
     } catch (err) {
       if (ctl.signal.aborted) return; // New chat: nothing to show or keep
-      if (!(err.message || "").startsWith("The connection was lost")) store.removeItem("sb.pending");
+      if (!(err.message || "").startsWith("The connection was lost")) done(p);
       bubble("error", String(err.message || err));
     } finally {
       out.classList.remove("pending");
