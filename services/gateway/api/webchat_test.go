@@ -563,3 +563,48 @@ func TestWebChatNewChatInAnotherTab(t *testing.T) {
 		t.Fatalf("the new chat's transcript %s, want none", got)
 	}
 }
+
+// TestWebChatEnterConfirmsAComposition: the Enter that confirms an input
+// method's composition (Japanese, Chinese, Korean: the keydown has
+// isComposing) ends the composition, as in any text box, rather than
+// sending the message half typed.
+func TestWebChatEnterConfirmsAComposition(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a browser")
+	}
+	t.Parallel()
+	browser := chromiumPath(t)
+	b := newBus(t)
+	s := startService(t, b, func(c *Config) { c.Key, c.Insecure = "", true })
+	r := startResponder(t, b)
+	ctx, step := headless(t, browser)
+	eval := func(expr string) string {
+		t.Helper()
+		v, err := chromedp.Run(ctx, chromedp.Evaluate[string](expr))
+		if err != nil {
+			t.Fatalf("browser: evaluate %s: %v", expr, err)
+		}
+		return v
+	}
+	enter := func(composing bool) string {
+		return fmt.Sprintf(`String(document.getElementById("input").dispatchEvent(new KeyboardEvent("keydown", {key: "Enter", isComposing: %v, bubbles: true, cancelable: true})))`, composing)
+	}
+	step("open", chromedp.Navigate("http://"+s.Addr()+"/"), chromedp.WaitVisible("#input"))
+	step("type", chromedp.SendKeys("#input", "こんにちは"))
+	if got := eval(enter(true)); got != "true" {
+		t.Errorf("the composition's Enter was cancelled (%s): the input method cannot confirm it", got)
+	}
+	if got := eval(pageLog + ` + " | input: " + document.getElementById("input").value`); got != " | input: こんにちは" {
+		t.Fatalf("page after the composition's Enter %q", got)
+	}
+	eval(enter(false))
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`document.querySelectorAll('.msg.assistant:not(.pending)').length >= 1`)); err != nil {
+		t.Fatalf("browser: the answer: %v", err)
+	}
+	if got := eval(pageLog); got != "msg user: こんにちは | msg assistant: echo: こんにちは (turn 1)" {
+		t.Fatalf("page %q", got)
+	}
+	if n := len(r.received()); n != 1 {
+		t.Fatalf("%d messages published, want 1", n)
+	}
+}

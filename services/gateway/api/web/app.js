@@ -62,6 +62,9 @@
     input.focus();
   });
   input.addEventListener("keydown", function (e) {
+    // The Enter that confirms an input method's composition (isComposing;
+    // Safari's comes as keyCode 229) is the input method's, not a send.
+    if (e.isComposing || e.keyCode === 229) return;
     if (e.key === "Enter" && !e.shiftKey) { e.preventDefault(); form.requestSubmit(); }
   });
 
