@@ -91,6 +91,8 @@ type responder struct {
 	turns map[string]int
 	// events are the inbound events answered, in arrival order.
 	events []*eventsv1.MessageReceived
+	// before, when set, is called before piece i is sent (and may hold it).
+	before func(i int)
 	// answered counts the final sends the gateway took, per chat id.
 	answered map[string]int
 	// answer makes the reply pieces for an event.
@@ -185,7 +187,7 @@ func (r *responder) reply(ctx context.Context, t *testing.T, b *bus.Bus, ev *eve
 	}
 	send(&deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_TYPING})
 	r.mu.Lock()
-	restart, pace, tools := r.restart, r.pace, r.tools
+	restart, pace, tools, before := r.restart, r.pace, r.tools, r.before
 	r.mu.Unlock()
 	wait := func() {
 		if pace == 0 {
@@ -198,6 +200,9 @@ func (r *responder) reply(ctx context.Context, t *testing.T, b *bus.Bus, ev *eve
 	}
 	for i, p := range pieces {
 		wait()
+		if before != nil {
+			before(i)
+		}
 		for j, step := range tools[i] {
 			send(&deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_TOOL_PROGRESS, ToolStep: step, IdempotencyKey: fmt.Sprintf("%s:tool:%d:%d", turnID, i, j)})
 		}

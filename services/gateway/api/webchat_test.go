@@ -608,3 +608,68 @@ func TestWebChatEnterConfirmsAComposition(t *testing.T) {
 		t.Fatalf("%d messages published, want 1", n)
 	}
 }
+
+// TestWebChatLetsTheReaderScrollBack: a reader who scrolled back while a
+// long answer streams stays where they read; each piece of the answer
+// pulled the page back to its end. At the end, the page follows the
+// answer as before.
+func TestWebChatLetsTheReaderScrollBack(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a browser")
+	}
+	t.Parallel()
+	browser := chromiumPath(t)
+	b := newBus(t)
+	s := startService(t, b, func(c *Config) { c.Key, c.Insecure = "", true })
+	r := startResponder(t, b)
+	const lines, readBack = 80, 40
+	gate := make(chan struct{})
+	var opened sync.Once
+	open := func() { opened.Do(func() { close(gate) }) }
+	defer open()
+	r.mu.Lock()
+	r.answer = func(*eventsv1.MessageReceived, int) []string {
+		var out []string
+		for i := range lines {
+			out = append(out, fmt.Sprintf("line %d\n", i))
+		}
+		return out
+	}
+	r.before = func(i int) {
+		if i == readBack {
+			<-gate // the rest once the reader has scrolled back
+		}
+	}
+	r.mu.Unlock()
+	ctx, step := headless(t, browser)
+	eval := func(expr string) string {
+		t.Helper()
+		v, err := chromedp.Run(ctx, chromedp.Evaluate[string](expr))
+		if err != nil {
+			t.Fatalf("browser: evaluate %s: %v", expr, err)
+		}
+		return v
+	}
+	step("open", chromedp.Navigate("http://"+s.Addr()+"/"), chromedp.WaitVisible("#input"))
+	step("send", chromedp.SendKeys("#input", "a long answer, please"), chromedp.Click("#send"))
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](fmt.Sprintf(`(document.querySelector('.msg.assistant') || {}).textContent === %q`, func() string {
+		var b strings.Builder
+		for i := range readBack {
+			fmt.Fprintf(&b, "line %d\n", i)
+		}
+		return b.String()
+	}()))); err != nil {
+		t.Fatalf("browser: the answer's first part: %v", err)
+	}
+	if got := eval(`(l => String(l.scrollHeight > l.clientHeight && l.scrollTop > 0))(document.getElementById("log"))`); got != "true" {
+		t.Fatalf("the page did not follow the answer to its end (scrolled %s)", got)
+	}
+	eval(`String(document.getElementById("log").scrollTop = 0)`) // the reader scrolls back to the question
+	open()
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`document.querySelectorAll('.msg.assistant:not(.pending)').length >= 1`)); err != nil {
+		t.Fatalf("browser: the whole answer: %v", err)
+	}
+	if got := eval(`String(document.getElementById("log").scrollTop)`); got != "0" {
+		t.Fatalf("the page scrolled to %s while the reader read back", got)
+	}
+}

@@ -30,12 +30,16 @@
   }
   function saveHistory(h) { store.setItem("sb.history", JSON.stringify(h.slice(-200))); }
 
+  // atEnd: the log is scrolled to its end (near enough), so what comes
+  // is followed; a reader who scrolled back stays where they read.
+  function atEnd() { return log.scrollHeight - log.scrollTop - log.clientHeight < 40; }
   function bubble(role, text) {
+    var follow = role === "user" || atEnd();
     var d = document.createElement("div");
     d.className = "msg " + role;
     d.textContent = text;
     log.appendChild(d);
-    log.scrollTop = log.scrollHeight;
+    if (follow) log.scrollTop = log.scrollHeight;
     return d;
   }
   history().forEach(function (m) { bubble(m.role, m.content); });
@@ -156,8 +160,9 @@
           res = await fetch("/v1/chat/completions", { method: "POST", headers: headers, body: p.body, signal: ctl.signal });
           if (res.ok) {
             answer = await readStream(res, function (piece) {
+              var follow = atEnd();
               out.textContent += piece;
-              log.scrollTop = log.scrollHeight;
+              if (follow) log.scrollTop = log.scrollHeight;
             });
           }
         } catch (err) {
