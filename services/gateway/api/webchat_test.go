@@ -673,3 +673,60 @@ func TestWebChatLetsTheReaderScrollBack(t *testing.T) {
 		t.Fatalf("the page scrolled to %s while the reader read back", got)
 	}
 }
+
+// TestWebChatWithAFullStorage: a transcript that fills the browser's
+// localStorage (long answers kept over many conversations' worth of
+// messages) loses its oldest exchanges, not the message being sent: the
+// page failed to keep the question and then never sent it, silently,
+// for every message after.
+func TestWebChatWithAFullStorage(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a browser")
+	}
+	t.Parallel()
+	browser := chromiumPath(t)
+	b := newBus(t)
+	s := startService(t, b, func(c *Config) { c.Key, c.Insecure = "", true })
+	r := startResponder(t, b)
+	ctx, step := headless(t, browser)
+	eval := func(expr string) string {
+		t.Helper()
+		v, err := chromedp.Run(ctx, chromedp.Evaluate[string](expr))
+		if err != nil {
+			t.Fatalf("browser: evaluate %s: %v", expr, err)
+		}
+		return v
+	}
+	step("open", chromedp.Navigate("http://"+s.Addr()+"/"), chromedp.WaitVisible("#input"))
+	// A transcript of long answers as big as the storage takes, and the
+	// little room left taken too.
+	if got := eval(`(() => {
+		const big = "x".repeat(100000), h = [];
+		for (;;) {
+			h.push({ role: "assistant", content: big });
+			try { localStorage.setItem("sb.history", JSON.stringify(h)); } catch (e) { break; }
+		}
+		let n = 50000, i = 0;
+		while (n > 0) {
+			try { localStorage.setItem("filler" + i, "y".repeat(n)); i++; } catch (e) { n = Math.floor(n / 2); }
+		}
+		return String(h.length - 1);
+	})()`); got == "0" {
+		t.Fatal("the storage took no transcript")
+	}
+	step("reload", chromedp.Reload(), chromedp.WaitVisible("#input"))
+	step("send", chromedp.SendKeys("#input", "still working?"), chromedp.Click("#send"))
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`Array.from(document.querySelectorAll('.msg.assistant:not(.pending), .msg.error')).some(m => !m.textContent.startsWith("xxx"))`)); err != nil {
+		t.Fatalf("browser: the answer: %v", err)
+	}
+	if got := eval(`Array.from(document.querySelectorAll('.msg')).slice(-2).map(m => m.className + ": " + m.textContent).join(" | ")`); got != "msg user: still working? | msg assistant: echo: still working? (turn 1)" {
+		t.Fatalf("page %q", got)
+	}
+	step("reload again", chromedp.Reload(), chromedp.WaitVisible("#input"))
+	if got := eval(`Array.from(document.querySelectorAll('.msg')).slice(-2).map(m => m.className + ": " + m.textContent).join(" | ")`); got != "msg user: still working? | msg assistant: echo: still working? (turn 1)" {
+		t.Fatalf("kept transcript ends %q", got)
+	}
+	if n := len(r.received()); n != 1 {
+		t.Fatalf("%d messages published, want 1", n)
+	}
+}

@@ -28,7 +28,18 @@
   function history() {
     try { return JSON.parse(store.getItem("sb.history") || "[]"); } catch (e) { return []; }
   }
-  function saveHistory(h) { store.setItem("sb.history", JSON.stringify(h.slice(-200))); }
+  // saveHistory keeps the last 200 messages of the transcript; when the
+  // storage is full (long answers), the oldest go, a quarter at a time,
+  // rather than the message being sent.
+  function saveHistory(h) {
+    h = h.slice(-200);
+    for (;;) {
+      try { store.setItem("sb.history", JSON.stringify(h)); return; } catch (e) {
+        if (!h.length) return;
+        h = h.slice(Math.ceil(h.length / 4));
+      }
+    }
+  }
 
   // atEnd: the log is scrolled to its end (near enough), so what comes
   // is followed; a reader who scrolled back stays where they read.
