@@ -123,7 +123,9 @@ func TestWebChatStreamsAReply(t *testing.T) {
 }
 
 // TestWebChatAsksForTheKey: on a gateway with a key, the page asks for it
-// after the first 401, keeps it, and the resent message gets its reply.
+// after the first 401, keeps it, and sends the message the 401 refused
+// with it, which gets its reply (it was dropped, to be typed again); the
+// next message goes with the key.
 func TestWebChatAsksForTheKey(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a browser")
@@ -137,14 +139,18 @@ func TestWebChatAsksForTheKey(t *testing.T) {
 	step("open", chromedp.Navigate("http://"+s.Addr()+"/"), chromedp.WaitVisible("#input"))
 	step("send without a key", chromedp.SendKeys("#input", "secret question"), chromedp.Click("#send"))
 	step("key form", chromedp.WaitVisible("#key"), chromedp.SendKeys("#key", testKey), chromedp.Click("#key-form button"))
-	step("send with the key", chromedp.WaitVisible("#input"), chromedp.SendKeys("#input", "with key"), chromedp.Click("#send"))
-	step("reply", chromedp.WaitVisible(".msg.assistant:not(.pending)"))
-	got, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.querySelector('.msg.assistant').textContent`))
+	step("the refused message's reply", chromedp.WaitVisible("#input"), chromedp.WaitVisible(".msg.assistant:not(.pending)"))
+	step("send with the key", chromedp.SendKeys("#input", "with key"), chromedp.Click("#send"))
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`document.querySelectorAll('.msg.assistant:not(.pending)').length >= 2`)); err != nil {
+		t.Fatalf("browser: the second reply: %v", err)
+	}
+	got, err := chromedp.Run(ctx, chromedp.Evaluate[string](pageLog))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got != "echo: with key (turn 1)" {
-		t.Fatalf("reply %q", got)
+	if want := "msg user: secret question | msg error: This gateway needs an API key. Enter it below; your message goes out with it. | " +
+		"msg assistant: echo: secret question (turn 1) | msg user: with key | msg assistant: echo: with key (turn 2)"; got != want {
+		t.Fatalf("page %q, want %q", got, want)
 	}
 }
 

@@ -66,15 +66,21 @@
     store.removeItem("sb.session");
     store.removeItem("sb.history");
     store.removeItem("sb.pending");
+    refused = null;
     log.textContent = "";
     input.focus();
   });
+  // refused is the message a 401 turned back, sent again with the key.
+  var refused = null;
   keyForm.addEventListener("submit", function (e) {
     e.preventDefault();
     store.setItem("sb.key", keyInput.value.trim());
     keyForm.hidden = true;
     form.hidden = false;
     input.focus();
+    var p = refused;
+    refused = null;
+    if (p && p.session === store.getItem("sb.session")) ask(p);
   });
   input.addEventListener("keydown", function (e) {
     // The Enter that confirms an input method's composition (isComposing;
@@ -181,9 +187,11 @@
           answer = null; // the connection was lost
         }
         if (res && res.status === 401) {
-          done(p);
+          // The message stays pending: it goes out once the key is in
+          // (or, after a reload, asks for the key again).
+          refused = p;
           out.remove();
-          bubble("error", "This gateway needs an API key. Enter it below and send again.");
+          bubble("error", "This gateway needs an API key. Enter it below; your message goes out with it.");
           form.hidden = true;
           keyForm.hidden = false;
           keyInput.focus();
