@@ -91,6 +91,10 @@ type responder struct {
 	turns map[string]int
 	// events are the inbound events answered, in arrival order.
 	events []*eventsv1.MessageReceived
+	// before, when set, is called before piece i is sent (and may hold it).
+	before func(i int)
+	// answered counts the final sends the gateway took, per chat id.
+	answered map[string]int
 	// answer makes the reply pieces for an event.
 	answer func(ev *eventsv1.MessageReceived, turn int) []string
 	// gate, when set, holds every answer until it is closed.
@@ -183,7 +187,7 @@ func (r *responder) reply(ctx context.Context, t *testing.T, b *bus.Bus, ev *eve
 	}
 	send(&deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_TYPING})
 	r.mu.Lock()
-	restart, pace, tools := r.restart, r.pace, r.tools
+	restart, pace, tools, before := r.restart, r.pace, r.tools, r.before
 	r.mu.Unlock()
 	wait := func() {
 		if pace == 0 {
@@ -196,6 +200,9 @@ func (r *responder) reply(ctx context.Context, t *testing.T, b *bus.Bus, ev *eve
 	}
 	for i, p := range pieces {
 		wait()
+		if before != nil {
+			before(i)
+		}
 		for j, step := range tools[i] {
 			send(&deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_TOOL_PROGRESS, ToolStep: step, IdempotencyKey: fmt.Sprintf("%s:tool:%d:%d", turnID, i, j)})
 		}
@@ -224,6 +231,20 @@ func (r *responder) reply(ctx context.Context, t *testing.T, b *bus.Bus, ev *eve
 	}
 	wait()
 	send(final)
+	r.mu.Lock()
+	if r.answered == nil {
+		r.answered = map[string]int{}
+	}
+	r.answered[chat]++
+	r.mu.Unlock()
+}
+
+// delivered reports whether the gateway took the final send of an
+// answer in chat.
+func (r *responder) delivered(chat string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.answered[chat] > 0
 }
 
 // hold makes the responder wait for the returned release before it

@@ -11,7 +11,8 @@ import (
 // in localStorage, and an Idempotency-Key per message, with which it asks
 // again for an answer a reload, a lost connection or the end of the
 // request's wait (reply_timeout) cut off. When the gateway has a key, the page asks for it once
-// (after the first 401) and keeps it in localStorage; on a loopback
+// (after the first 401), keeps it in localStorage and sends the refused
+// message with it; on a loopback
 // gateway run with gateways.api.insecure it needs none.
 //
 //go:embed web

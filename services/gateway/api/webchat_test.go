@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -122,7 +123,9 @@ func TestWebChatStreamsAReply(t *testing.T) {
 }
 
 // TestWebChatAsksForTheKey: on a gateway with a key, the page asks for it
-// after the first 401, keeps it, and the resent message gets its reply.
+// after the first 401, keeps it, and sends the message the 401 refused
+// with it, which gets its reply (it was dropped, to be typed again); the
+// next message goes with the key.
 func TestWebChatAsksForTheKey(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a browser")
@@ -136,14 +139,18 @@ func TestWebChatAsksForTheKey(t *testing.T) {
 	step("open", chromedp.Navigate("http://"+s.Addr()+"/"), chromedp.WaitVisible("#input"))
 	step("send without a key", chromedp.SendKeys("#input", "secret question"), chromedp.Click("#send"))
 	step("key form", chromedp.WaitVisible("#key"), chromedp.SendKeys("#key", testKey), chromedp.Click("#key-form button"))
-	step("send with the key", chromedp.WaitVisible("#input"), chromedp.SendKeys("#input", "with key"), chromedp.Click("#send"))
-	step("reply", chromedp.WaitVisible(".msg.assistant:not(.pending)"))
-	got, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.querySelector('.msg.assistant').textContent`))
+	step("the refused message's reply", chromedp.WaitVisible("#input"), chromedp.WaitVisible(".msg.assistant:not(.pending)"))
+	step("send with the key", chromedp.SendKeys("#input", "with key"), chromedp.Click("#send"))
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`document.querySelectorAll('.msg.assistant:not(.pending)').length >= 2`)); err != nil {
+		t.Fatalf("browser: the second reply: %v", err)
+	}
+	got, err := chromedp.Run(ctx, chromedp.Evaluate[string](pageLog))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got != "echo: with key (turn 1)" {
-		t.Fatalf("reply %q", got)
+	if want := "msg user: secret question | msg error: This gateway needs an API key. Enter it below; your message goes out with it. | " +
+		"msg assistant: echo: secret question (turn 1) | msg user: with key | msg assistant: echo: with key (turn 2)"; got != want {
+		t.Fatalf("page %q, want %q", got, want)
 	}
 }
 
@@ -331,5 +338,401 @@ func TestWebChatShowsATurnThatTimedOut(t *testing.T) {
 	}
 	if want := "msg user: a stalled model | msg error: " + failureMessage(failureText) + " | pending: null"; got != want {
 		t.Fatalf("page %q, want %q", got, want)
+	}
+}
+
+// pageLog is the page's bubbles, "<class>: <text>" joined by " | ".
+const pageLog = `Array.from(document.querySelectorAll('.msg')).map(m => m.className + ": " + m.textContent).join(" | ")`
+
+// TestWebChatEnterWaitsForTheAnswer: Enter pressed while an answer is on
+// its way sends nothing, as the disabled Send button does not: the text
+// stays in the box. It went out as a second message at once, which
+// interrupts the turn answering the first (the default busy mode), and
+// the two answers' bookkeeping overwrote each other (the second message
+// was no longer pending, its question gone from the kept transcript).
+func TestWebChatEnterWaitsForTheAnswer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a browser")
+	}
+	t.Parallel()
+	browser := chromiumPath(t)
+	b := newBus(t)
+	s := startService(t, b, func(c *Config) { c.Key, c.Insecure = "", true })
+	r := startResponder(t, b)
+	release := r.hold()
+	defer release()
+	ctx, step := headless(t, browser)
+	eval := func(expr string) string {
+		t.Helper()
+		v, err := chromedp.Run(ctx, chromedp.Evaluate[string](expr))
+		if err != nil {
+			t.Fatalf("browser: evaluate %s: %v", expr, err)
+		}
+		return v
+	}
+	step("open", chromedp.Navigate("http://"+s.Addr()+"/"), chromedp.WaitVisible("#input"))
+	// Enter as the keyboard's event (CDP's key events also type the
+	// Enter's newline, which a real keyboard's cancelled keydown does not).
+	enter := `document.getElementById("input").dispatchEvent(new KeyboardEvent("keydown", {key: "Enter", bubbles: true, cancelable: true}))`
+	step("send", chromedp.SendKeys("#input", "first"))
+	eval(`String(` + enter + `)`)
+	platformtest.WaitFor(t, "the message", func() bool { return len(r.received()) == 1 })
+	step("type while the answer is on its way", chromedp.SendKeys("#input", "second"))
+	eval(`String(` + enter + `)`)
+	if got := eval(pageLog + ` + " | input: " + document.getElementById("input").value`); got != "msg user: first | msg assistant pending:  | input: second" {
+		t.Fatalf("page after Enter mid-answer %q", got)
+	}
+	release()
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`document.querySelectorAll('.msg.assistant:not(.pending)').length >= 1 && !document.getElementById("send").disabled`)); err != nil {
+		t.Fatalf("browser: the answer: %v", err)
+	}
+	eval(`String(` + enter + `)`) // the second, now
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`document.querySelectorAll('.msg.assistant:not(.pending)').length >= 2`)); err != nil {
+		t.Fatalf("browser: the second answer: %v", err)
+	}
+	step("reload", chromedp.Reload(), chromedp.WaitVisible("#input"))
+	if got, want := eval(pageLog), "msg user: first | msg assistant: echo: first (turn 1) | msg user: second | msg assistant: echo: second (turn 2)"; got != want {
+		t.Fatalf("page %q, want %q", got, want)
+	}
+	if n := len(r.received()); n != 2 {
+		t.Fatalf("%d messages published, want 2", n)
+	}
+}
+
+// TestWebChatNewChatLeavesTheAnswerBehind: "New chat" pressed while an
+// answer is on its way starts the new conversation at once: the old
+// answer neither keeps Send disabled until it comes nor, when it comes,
+// writes the old conversation back into the new one's transcript (shown
+// again after a reload) or drops the new one's pending message.
+func TestWebChatNewChatLeavesTheAnswerBehind(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a browser")
+	}
+	t.Parallel()
+	browser := chromiumPath(t)
+	b := newBus(t)
+	s := startService(t, b, func(c *Config) { c.Key, c.Insecure = "", true })
+	r := startResponder(t, b)
+	release := r.hold()
+	defer release()
+	ctx, step := headless(t, browser)
+	eval := func(expr string) string {
+		t.Helper()
+		v, err := chromedp.Run(ctx, chromedp.Evaluate[string](expr))
+		if err != nil {
+			t.Fatalf("browser: evaluate %s: %v", expr, err)
+		}
+		return v
+	}
+	step("open", chromedp.Navigate("http://"+s.Addr()+"/"), chromedp.WaitVisible("#input"))
+	step("send", chromedp.SendKeys("#input", "old question"), chromedp.Click("#send"))
+	platformtest.WaitFor(t, "the message", func() bool { return len(r.received()) == 1 })
+	oldChat := r.chatIDs()[0]
+	step("new chat", chromedp.Click("#new"))
+	if got := eval(pageLog + ` + " | send disabled: " + document.getElementById("send").disabled`); got != " | send disabled: false" {
+		t.Errorf("page after New chat mid-answer %q", got)
+	}
+	release() // the old answer comes
+	platformtest.WaitFor(t, "the old answer's delivery", func() bool { return r.delivered(oldChat) })
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`!document.getElementById("send").disabled`)); err != nil {
+		t.Fatalf("browser: Send enabled: %v", err)
+	}
+	step("send in the new chat", chromedp.SendKeys("#input", "new question"), chromedp.Click("#send"))
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`document.querySelectorAll('.msg.assistant:not(.pending)').length >= 1`)); err != nil {
+		t.Fatalf("browser: the new answer: %v", err)
+	}
+	step("reload", chromedp.Reload(), chromedp.WaitVisible("#input"))
+	if got, want := eval(pageLog), "msg user: new question | msg assistant: echo: new question (turn 1)"; got != want {
+		t.Fatalf("page %q, want %q", got, want)
+	}
+	if chats := r.chatIDs(); len(chats) != 2 || chats[0] == chats[1] {
+		t.Fatalf("chats %q, want two conversations", chats)
+	}
+}
+
+// TestWebChatTwoTabs: two tabs of the page share the conversation and
+// its transcript (localStorage). An answer is added to the transcript as
+// it is when the answer comes, not as it was when its question went out,
+// which lost the other tab's question; and it leaves the message the
+// other tab sent since pending, so that tab, reloaded before its own
+// answer came, still asks for it and shows it.
+func TestWebChatTwoTabs(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a browser")
+	}
+	t.Parallel()
+	browser := chromiumPath(t)
+	b := newBus(t)
+	s := startService(t, b, func(c *Config) { c.Key, c.Insecure = "", true })
+	r := startResponder(t, b)
+	releaseA := r.hold()
+	defer releaseA()
+	gateB := make(chan struct{})
+	var openB sync.Once
+	releaseB := func() { openB.Do(func() { close(gateB) }) }
+	defer releaseB()
+	r.mu.Lock()
+	r.answer = func(ev *eventsv1.MessageReceived, turn int) []string {
+		if ev.GetText() == "from B" {
+			<-gateB // B's answer waits for its own release
+		}
+		return []string{"echo: " + ev.GetText()}
+	}
+	r.mu.Unlock()
+	tabA, stepA := headless(t, browser)
+	url := "http://" + s.Addr() + "/"
+	stepA("open tab A", chromedp.Navigate(url), chromedp.WaitVisible("#input"))
+	tabB, cancelB := chromedp.NewContext(tabA) // another tab of the same browser, once it runs
+	defer cancelB()
+	stepB := func(what string, actions ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		if err := chromedp.Do(tabB, actions...); err != nil {
+			t.Fatalf("browser tab B: %s: %v", what, err)
+		}
+	}
+	stepB("open tab B", chromedp.Navigate(url), chromedp.WaitVisible("#input"))
+	stepA("send in A", chromedp.SendKeys("#input", "from A"), chromedp.Click("#send"))
+	platformtest.WaitFor(t, "A's message", func() bool { return len(r.received()) == 1 })
+	stepB("send in B", chromedp.SendKeys("#input", "from B"), chromedp.Click("#send"))
+	platformtest.WaitFor(t, "B's message", func() bool { return len(r.received()) == 2 })
+	// Each tab's localStorage follows the other's writes a moment later.
+	kept := `JSON.parse(localStorage.getItem("sb.history") || "[]").length`
+	if _, err := chromedp.Run(tabA, chromedp.Poll[bool](kept+` == 2`)); err != nil {
+		t.Fatalf("browser: tab A sees B's question: %v", err)
+	}
+	releaseA()
+	if _, err := chromedp.Run(tabA, chromedp.Poll[bool](`document.querySelectorAll('.msg.assistant:not(.pending)').length >= 1`)); err != nil {
+		t.Fatalf("browser: A's answer: %v", err)
+	}
+	if _, err := chromedp.Run(tabB, chromedp.Poll[bool](`(localStorage.getItem("sb.history") || "").includes("echo: from A")`)); err != nil {
+		t.Fatalf("browser: tab B sees A's answer: %v", err)
+	}
+	stepB("reload B before its answer", chromedp.Reload(), chromedp.WaitVisible("#input"))
+	releaseB()
+	if _, err := chromedp.Run(tabB, chromedp.Poll[bool](`Array.from(document.querySelectorAll('.msg.assistant:not(.pending)')).some(m => m.textContent === "echo: from B")`)); err != nil {
+		t.Fatalf("browser: B's answer after its reload: %v", err)
+	}
+	if _, err := chromedp.Run(tabA, chromedp.Poll[bool](`localStorage.getItem("sb.pending") === null`)); err != nil {
+		t.Fatalf("browser: tab A sees nothing pending: %v", err)
+	}
+	stepA("reload A", chromedp.Reload(), chromedp.WaitVisible("#input"))
+	got, err := chromedp.Run(tabA, chromedp.Evaluate[string](pageLog))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "msg user: from A | msg user: from B | msg assistant: echo: from A | msg assistant: echo: from B"; got != want {
+		t.Fatalf("transcript %q, want %q", got, want)
+	}
+	if n := len(r.received()); n != 2 {
+		t.Fatalf("%d messages published, want 2", n)
+	}
+}
+
+// TestWebChatNewChatInAnotherTab: an answer that comes after another tab
+// started a new chat is not written into the new chat's transcript.
+func TestWebChatNewChatInAnotherTab(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a browser")
+	}
+	t.Parallel()
+	browser := chromiumPath(t)
+	b := newBus(t)
+	s := startService(t, b, func(c *Config) { c.Key, c.Insecure = "", true })
+	r := startResponder(t, b)
+	release := r.hold()
+	defer release()
+	tabA, stepA := headless(t, browser)
+	url := "http://" + s.Addr() + "/"
+	stepA("open tab A", chromedp.Navigate(url), chromedp.WaitVisible("#input"))
+	tabB, cancelB := chromedp.NewContext(tabA) // another tab of the same browser, once it runs
+	defer cancelB()
+	if err := chromedp.Do(tabB, chromedp.Navigate(url), chromedp.WaitVisible("#input")); err != nil {
+		t.Fatalf("browser: open tab B: %v", err)
+	}
+	stepA("send in A", chromedp.SendKeys("#input", "old question"), chromedp.Click("#send"))
+	platformtest.WaitFor(t, "A's message", func() bool { return len(r.received()) == 1 })
+	if err := chromedp.Do(tabB, chromedp.Click("#new")); err != nil {
+		t.Fatalf("browser: New chat in tab B: %v", err)
+	}
+	if _, err := chromedp.Run(tabA, chromedp.Poll[bool](`localStorage.getItem("sb.session") === null`)); err != nil {
+		t.Fatalf("browser: tab A sees the new chat: %v", err)
+	}
+	release()
+	if _, err := chromedp.Run(tabA, chromedp.Poll[bool](`document.querySelectorAll('.msg.assistant:not(.pending)').length >= 1`)); err != nil {
+		t.Fatalf("browser: A's answer: %v", err)
+	}
+	got, err := chromedp.Run(tabA, chromedp.Evaluate[string](`String(localStorage.getItem("sb.history"))`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != "null" {
+		t.Fatalf("the new chat's transcript %s, want none", got)
+	}
+}
+
+// TestWebChatEnterConfirmsAComposition: the Enter that confirms an input
+// method's composition (Japanese, Chinese, Korean: the keydown has
+// isComposing) ends the composition, as in any text box, rather than
+// sending the message half typed.
+func TestWebChatEnterConfirmsAComposition(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a browser")
+	}
+	t.Parallel()
+	browser := chromiumPath(t)
+	b := newBus(t)
+	s := startService(t, b, func(c *Config) { c.Key, c.Insecure = "", true })
+	r := startResponder(t, b)
+	ctx, step := headless(t, browser)
+	eval := func(expr string) string {
+		t.Helper()
+		v, err := chromedp.Run(ctx, chromedp.Evaluate[string](expr))
+		if err != nil {
+			t.Fatalf("browser: evaluate %s: %v", expr, err)
+		}
+		return v
+	}
+	enter := func(composing bool) string {
+		return fmt.Sprintf(`String(document.getElementById("input").dispatchEvent(new KeyboardEvent("keydown", {key: "Enter", isComposing: %v, bubbles: true, cancelable: true})))`, composing)
+	}
+	step("open", chromedp.Navigate("http://"+s.Addr()+"/"), chromedp.WaitVisible("#input"))
+	step("type", chromedp.SendKeys("#input", "こんにちは"))
+	if got := eval(enter(true)); got != "true" {
+		t.Errorf("the composition's Enter was cancelled (%s): the input method cannot confirm it", got)
+	}
+	if got := eval(pageLog + ` + " | input: " + document.getElementById("input").value`); got != " | input: こんにちは" {
+		t.Fatalf("page after the composition's Enter %q", got)
+	}
+	eval(enter(false))
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`document.querySelectorAll('.msg.assistant:not(.pending)').length >= 1`)); err != nil {
+		t.Fatalf("browser: the answer: %v", err)
+	}
+	if got := eval(pageLog); got != "msg user: こんにちは | msg assistant: echo: こんにちは (turn 1)" {
+		t.Fatalf("page %q", got)
+	}
+	if n := len(r.received()); n != 1 {
+		t.Fatalf("%d messages published, want 1", n)
+	}
+}
+
+// TestWebChatLetsTheReaderScrollBack: a reader who scrolled back while a
+// long answer streams stays where they read; each piece of the answer
+// pulled the page back to its end. At the end, the page follows the
+// answer as before.
+func TestWebChatLetsTheReaderScrollBack(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a browser")
+	}
+	t.Parallel()
+	browser := chromiumPath(t)
+	b := newBus(t)
+	s := startService(t, b, func(c *Config) { c.Key, c.Insecure = "", true })
+	r := startResponder(t, b)
+	const lines, readBack = 80, 40
+	gate := make(chan struct{})
+	var opened sync.Once
+	open := func() { opened.Do(func() { close(gate) }) }
+	defer open()
+	r.mu.Lock()
+	r.answer = func(*eventsv1.MessageReceived, int) []string {
+		var out []string
+		for i := range lines {
+			out = append(out, fmt.Sprintf("line %d\n", i))
+		}
+		return out
+	}
+	r.before = func(i int) {
+		if i == readBack {
+			<-gate // the rest once the reader has scrolled back
+		}
+	}
+	r.mu.Unlock()
+	ctx, step := headless(t, browser)
+	eval := func(expr string) string {
+		t.Helper()
+		v, err := chromedp.Run(ctx, chromedp.Evaluate[string](expr))
+		if err != nil {
+			t.Fatalf("browser: evaluate %s: %v", expr, err)
+		}
+		return v
+	}
+	step("open", chromedp.Navigate("http://"+s.Addr()+"/"), chromedp.WaitVisible("#input"))
+	step("send", chromedp.SendKeys("#input", "a long answer, please"), chromedp.Click("#send"))
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](fmt.Sprintf(`(document.querySelector('.msg.assistant') || {}).textContent === %q`, func() string {
+		var b strings.Builder
+		for i := range readBack {
+			fmt.Fprintf(&b, "line %d\n", i)
+		}
+		return b.String()
+	}()))); err != nil {
+		t.Fatalf("browser: the answer's first part: %v", err)
+	}
+	if got := eval(`(l => String(l.scrollHeight > l.clientHeight && l.scrollTop > 0))(document.getElementById("log"))`); got != "true" {
+		t.Fatalf("the page did not follow the answer to its end (scrolled %s)", got)
+	}
+	eval(`String(document.getElementById("log").scrollTop = 0)`) // the reader scrolls back to the question
+	open()
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`document.querySelectorAll('.msg.assistant:not(.pending)').length >= 1`)); err != nil {
+		t.Fatalf("browser: the whole answer: %v", err)
+	}
+	if got := eval(`String(document.getElementById("log").scrollTop)`); got != "0" {
+		t.Fatalf("the page scrolled to %s while the reader read back", got)
+	}
+}
+
+// TestWebChatWithAFullStorage: a transcript that fills the browser's
+// localStorage (long answers kept over many conversations' worth of
+// messages) loses its oldest exchanges, not the message being sent: the
+// page failed to keep the question and then never sent it, silently,
+// for every message after.
+func TestWebChatWithAFullStorage(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a browser")
+	}
+	t.Parallel()
+	browser := chromiumPath(t)
+	b := newBus(t)
+	s := startService(t, b, func(c *Config) { c.Key, c.Insecure = "", true })
+	r := startResponder(t, b)
+	ctx, step := headless(t, browser)
+	eval := func(expr string) string {
+		t.Helper()
+		v, err := chromedp.Run(ctx, chromedp.Evaluate[string](expr))
+		if err != nil {
+			t.Fatalf("browser: evaluate %s: %v", expr, err)
+		}
+		return v
+	}
+	step("open", chromedp.Navigate("http://"+s.Addr()+"/"), chromedp.WaitVisible("#input"))
+	// A transcript of long answers as big as the storage takes, and the
+	// little room left taken too.
+	if got := eval(`(() => {
+		const big = "x".repeat(100000), h = [];
+		for (;;) {
+			h.push({ role: "assistant", content: big });
+			try { localStorage.setItem("sb.history", JSON.stringify(h)); } catch (e) { break; }
+		}
+		let n = 50000, i = 0;
+		while (n > 0) {
+			try { localStorage.setItem("filler" + i, "y".repeat(n)); i++; } catch (e) { n = Math.floor(n / 2); }
+		}
+		return String(h.length - 1);
+	})()`); got == "0" {
+		t.Fatal("the storage took no transcript")
+	}
+	step("reload", chromedp.Reload(), chromedp.WaitVisible("#input"))
+	step("send", chromedp.SendKeys("#input", "still working?"), chromedp.Click("#send"))
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`Array.from(document.querySelectorAll('.msg.assistant:not(.pending), .msg.error')).some(m => !m.textContent.startsWith("xxx"))`)); err != nil {
+		t.Fatalf("browser: the answer: %v", err)
+	}
+	if got := eval(`Array.from(document.querySelectorAll('.msg')).slice(-2).map(m => m.className + ": " + m.textContent).join(" | ")`); got != "msg user: still working? | msg assistant: echo: still working? (turn 1)" {
+		t.Fatalf("page %q", got)
+	}
+	step("reload again", chromedp.Reload(), chromedp.WaitVisible("#input"))
+	if got := eval(`Array.from(document.querySelectorAll('.msg')).slice(-2).map(m => m.className + ": " + m.textContent).join(" | ")`); got != "msg user: still working? | msg assistant: echo: still working? (turn 1)" {
+		t.Fatalf("kept transcript ends %q", got)
+	}
+	if n := len(r.received()); n != 1 {
+		t.Fatalf("%d messages published, want 1", n)
 	}
 }

@@ -28,33 +28,64 @@
   function history() {
     try { return JSON.parse(store.getItem("sb.history") || "[]"); } catch (e) { return []; }
   }
-  function saveHistory(h) { store.setItem("sb.history", JSON.stringify(h.slice(-200))); }
+  // saveHistory keeps the last 200 messages of the transcript; when the
+  // storage is full (long answers), the oldest go, a quarter at a time,
+  // rather than the message being sent.
+  function saveHistory(h) {
+    h = h.slice(-200);
+    for (;;) {
+      try { store.setItem("sb.history", JSON.stringify(h)); return; } catch (e) {
+        if (!h.length) return;
+        h = h.slice(Math.ceil(h.length / 4));
+      }
+    }
+  }
 
+  // atEnd: the log is scrolled to its end (near enough), so what comes
+  // is followed; a reader who scrolled back stays where they read.
+  function atEnd() { return log.scrollHeight - log.scrollTop - log.clientHeight < 40; }
   function bubble(role, text) {
+    var follow = role === "user" || atEnd();
     var d = document.createElement("div");
     d.className = "msg " + role;
     d.textContent = text;
     log.appendChild(d);
-    log.scrollTop = log.scrollHeight;
+    if (follow) log.scrollTop = log.scrollHeight;
     return d;
   }
   history().forEach(function (m) { bubble(m.role, m.content); });
 
+  // current stops the answer on its way (an AbortController), if any.
+  var current = null;
+
   document.getElementById("new").addEventListener("click", function () {
+    // The answer on its way is the old conversation's: it is no longer
+    // waited for (its turn runs on), nor written into the new one.
+    if (current) { current.abort(); current = null; }
+    send.disabled = false;
     store.removeItem("sb.session");
     store.removeItem("sb.history");
     store.removeItem("sb.pending");
+    refused = null;
     log.textContent = "";
     input.focus();
   });
+  // refused is the message a 401 turned back, sent again with the key.
+  var refused = null;
   keyForm.addEventListener("submit", function (e) {
     e.preventDefault();
     store.setItem("sb.key", keyInput.value.trim());
     keyForm.hidden = true;
     form.hidden = false;
     input.focus();
+    var p = refused;
+    refused = null;
+    if (p && p.session === store.getItem("sb.session")) ask(p);
   });
   input.addEventListener("keydown", function (e) {
+    // The Enter that confirms an input method's composition (isComposing;
+    // Safari's comes as keyCode 229) is the input method's, not a send.
+    if (e.isComposing || e.keyCode === 229) return;
     if (e.key === "Enter" && !e.shiftKey) { e.preventDefault(); form.requestSubmit(); }
   });
 
@@ -80,6 +111,11 @@
 
   form.addEventListener("submit", function (e) {
     e.preventDefault();
+    // One message at a time, as the disabled Send button says: Enter
+    // (requestSubmit) is not held back by it, and a message sent while
+    // an answer is on its way would interrupt that answer's turn. The
+    // text stays in the box until the answer is in.
+    if (send.disabled) return;
     var text = input.value.trim();
     if (!text && !picture) return;
     var pic = picture;
@@ -95,6 +131,12 @@
   function newKey() { return newSessionId().replace("web-", "msg-"); }
   function pending() {
     try { return JSON.parse(store.getItem("sb.pending") || "null"); } catch (e) { return null; }
+  }
+  // done ends p's pending record, unless a message sent since (in
+  // another tab) has taken its place.
+  function done(p) {
+    var q = pending();
+    if (q && q.key === p.key) store.removeItem("sb.pending");
   }
   function sleep(ms) { return new Promise(function (ok) { setTimeout(ok, ms); }); }
 
@@ -121,8 +163,9 @@
   // before the answer is whole is tried again, with the same key.
   async function ask(p) {
     var out = bubble("assistant pending", "");
+    var ctl = new AbortController();
+    current = ctl;
     send.disabled = true;
-    var h = history();
     try {
       for (var attempt = 0; ; attempt++) {
         out.textContent = "";
@@ -131,11 +174,12 @@
           var headers = { "Content-Type": "application/json", "X-Session-Id": p.session, "Idempotency-Key": p.key };
           var key = store.getItem("sb.key");
           if (key) headers["Authorization"] = "Bearer " + key;
-          res = await fetch("/v1/chat/completions", { method: "POST", headers: headers, body: p.body });
+          res = await fetch("/v1/chat/completions", { method: "POST", headers: headers, body: p.body, signal: ctl.signal });
           if (res.ok) {
             answer = await readStream(res, function (piece) {
+              var follow = atEnd();
               out.textContent += piece;
-              log.scrollTop = log.scrollHeight;
+              if (follow) log.scrollTop = log.scrollHeight;
             });
           }
         } catch (err) {
@@ -143,9 +187,11 @@
           answer = null; // the connection was lost
         }
         if (res && res.status === 401) {
-          store.removeItem("sb.pending");
+          // The message stays pending: it goes out once the key is in
+          // (or, after a reload, asks for the key again).
+          refused = p;
           out.remove();
-          bubble("error", "This gateway needs an API key. Enter it below and send again.");
+          bubble("error", "This gateway needs an API key. Enter it below; your message goes out with it.");
           form.hidden = true;
           keyForm.hidden = false;
           keyInput.focus();
@@ -155,24 +201,35 @@
           var body = await res.json().catch(function () { return {}; });
           throw new Error((body.error && body.error.message) || ("HTTP " + res.status));
         }
+        if (ctl.signal.aborted) return;
         if (answer != null) {
-          store.removeItem("sb.pending");
-          h.push({ role: "assistant", content: answer });
-          saveHistory(h);
+          done(p);
+          // The transcript as it is now: another tab may have added to
+          // it since the question went out, or started a new chat.
+          if (store.getItem("sb.session") === p.session) {
+            var h = history();
+            h.push({ role: "assistant", content: answer });
+            saveHistory(h);
+          }
           return;
         }
         if (attempt >= 3) {
           throw new Error("The connection was lost before the answer came; reload the page to get it.");
         }
         await sleep(1000 * (attempt + 1));
+        if (ctl.signal.aborted) return;
       }
     } catch (err) {
-      if (!(err.message || "").startsWith("The connection was lost")) store.removeItem("sb.pending");
+      if (ctl.signal.aborted) return; // New chat: nothing to show or keep
+      if (!(err.message || "").startsWith("The connection was lost")) done(p);
       bubble("error", String(err.message || err));
     } finally {
       out.classList.remove("pending");
       if (!out.textContent) out.remove();
-      send.disabled = false;
+      if (current === ctl) {
+        current = null;
+        send.disabled = false;
+      }
     }
   }
 
