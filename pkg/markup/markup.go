@@ -168,7 +168,7 @@ func (d Dialect) Convert(md string) string {
 			var body []string
 			j := i + 1
 			for ; j < len(lines); j++ {
-				if strings.HasPrefix(strings.TrimLeft(lines[j], " "), "```") {
+				if closesFence(strings.TrimLeft(lines[j], " ")) {
 					break
 				}
 				body = append(body, lines[j])
@@ -189,6 +189,14 @@ func (d Dialect) Convert(md string) string {
 // (inline), not a block that would swallow the line and those after it.
 func opensFence(trimmed string) bool {
 	return strings.HasPrefix(trimmed, "```") && !strings.Contains(strings.TrimLeft(trimmed, "`"), "`")
+}
+
+// closesFence reports whether a line inside a fenced code block, its
+// leading blanks trimmed, closes it: a run of backticks followed by
+// nothing but blanks (CommonMark). "``` foo" is a line of the code, not
+// a fence whose "foo" would be lost.
+func closesFence(trimmed string) bool {
+	return strings.HasPrefix(trimmed, "```") && strings.TrimRight(strings.TrimLeft(trimmed, "`"), " \t") == ""
 }
 
 // codeSpan reads a code span opened by a run of n >= 2 backticks at

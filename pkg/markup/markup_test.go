@@ -193,3 +193,29 @@ func TestTripleBacktickCodeInline(t *testing.T) {
 		}
 	}
 }
+
+// A closing fence is a run of backticks followed by blanks only
+// (CommonMark): a line inside a code block that starts with ``` and has
+// text after it is a line of the code, shown, not a fence whose text is
+// dropped.
+func TestClosingFence(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name    string
+		dialect Dialect
+		in      string
+		want    string
+	}{
+		{"closed with blanks after", WhatsApp, "```\ncode\n```  \nafter", "```\ncode\n```\nafter"},
+		{"text after the backticks", WhatsApp, "```\ncode\n```  foo\nmore\n```\nafter", "```\ncode\n```  foo\nmore\n```\nafter"},
+		{"an info string", Slack, "```\na\n```go\nb\n```", "```\na\n```go\nb\n```"},
+		{"unclosed", Plain, "```\ncode\n``` not a fence", "code\n``` not a fence"},
+		{"telegram", Telegram, "```\nx\n``` y\n```", "```\nx\n\\`\\`\\` y\n```"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if got := c.dialect.Convert(c.in); got != c.want {
+				t.Errorf("Convert(%q) =\n%q, want\n%q", c.in, got, c.want)
+			}
+		})
+	}
+}
