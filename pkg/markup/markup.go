@@ -111,14 +111,15 @@ var WhatsApp = Dialect{
 // Plain is text without markup, for platforms that show none (email's
 // text/plain): emphasis and code markers are dropped, a heading is its
 // text, a link is "text (url)" or the address alone when that is its
-// text, a fenced block is its body and quotes stay "> " lines.
+// text, a fenced block is its body and quotes stay ">" lines as written.
+// It is never longer than the Markdown: text delivery cut to a
+// platform's limit still fits it.
 var Plain = Dialect{
 	escape:  func(b *strings.Builder, c byte) { b.WriteByte(c) },
 	literal: func(b *strings.Builder, c byte) { b.WriteByte(c) },
 	code:    func(s string) string { return s },
 	link:    textLink,
 	fence:   func(_, body string) string { return body },
-	quote:   "> ",
 	plain:   true,
 }
 
@@ -239,12 +240,17 @@ func (d Dialect) line(line string) string {
 		}
 		return "*" + d.inline(inner, "*") + "*"
 	}
-	if strings.HasPrefix(trimmed, ">") {
+	if rest, ok := strings.CutPrefix(trimmed, ">"); ok {
+		if d.plain {
+			// As written: plain text is never longer than the Markdown,
+			// which delivery cut to the platform's limit.
+			return ">" + d.inline(rest, "")
+		}
 		q := d.quote
 		if q == "" {
 			q = ">"
 		}
-		return q + d.inline(strings.TrimPrefix(strings.TrimPrefix(trimmed, ">"), " "), "")
+		return q + d.inline(strings.TrimPrefix(rest, " "), "")
 	}
 	return d.inline(line, "")
 }

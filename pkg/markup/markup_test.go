@@ -3,6 +3,8 @@ package markup
 import (
 	"strings"
 	"testing"
+	"unicode/utf16"
+	"unicode/utf8"
 
 	"github.com/switchboard-chat/switchboard/pkg/telegramfake"
 )
@@ -96,6 +98,7 @@ func TestPlain(t *testing.T) {
 		{"# Title", "Title"},
 		{"### A & B", "A & B"},
 		{"> quoted <here>", "> quoted <here>"},
+		{">quoted\n>  **again**", ">quoted\n>  again"},
 		{"[docs](https://x.io/?a=1&b=2)", "docs (https://x.io/?a=1&b=2)"},
 		{"[https://x.io](https://x.io)", "https://x.io"},
 		{"snake_case_name 2 * 3", "snake_case_name 2 * 3"},
@@ -218,4 +221,21 @@ func TestClosingFence(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Plain text is never longer than the Markdown it comes from, in any
+// measure a platform counts: delivery cut the Markdown to the limit of
+// the platforms that show plain text (SMS, iMessage), which refuse a
+// longer message for good. A quote stays as written (">x" was "> x").
+func FuzzPlainNeverLonger(f *testing.F) {
+	for _, s := range []string{">x\n>y", "> x", "  >quoted **b**", "```\ncode", "```go\na\n```  b", "[a](b)", "[**a**](u)",
+		"# h", "`` a ``", "\\*", "~~s~~ _i_", ">>nested"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, md string) {
+		plain := Plain.Convert(md)
+		if len(plain) > len(md) || utf8.RuneCountInString(plain) > utf8.RuneCountInString(md) || len(utf16.Encode([]rune(plain))) > len(utf16.Encode([]rune(md))) {
+			t.Fatalf("Plain.Convert(%q) = %q, longer", md, plain)
+		}
+	})
 }
