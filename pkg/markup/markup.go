@@ -111,14 +111,15 @@ var WhatsApp = Dialect{
 // Plain is text without markup, for platforms that show none (email's
 // text/plain): emphasis and code markers are dropped, a heading is its
 // text, a link is "text (url)" or the address alone when that is its
-// text, a fenced block is its body and quotes stay "> " lines.
+// text, a fenced block is its body and quotes stay ">" lines as written.
+// It is never longer than the Markdown: text delivery cut to a
+// platform's limit still fits it.
 var Plain = Dialect{
 	escape:  func(b *strings.Builder, c byte) { b.WriteByte(c) },
 	literal: func(b *strings.Builder, c byte) { b.WriteByte(c) },
 	code:    func(s string) string { return s },
 	link:    textLink,
 	fence:   func(_, body string) string { return body },
-	quote:   "> ",
 	plain:   true,
 }
 
@@ -168,7 +169,7 @@ func (d Dialect) Convert(md string) string {
 			var body []string
 			j := i + 1
 			for ; j < len(lines); j++ {
-				if strings.HasPrefix(strings.TrimLeft(lines[j], " "), "```") {
+				if closesFence(strings.TrimLeft(lines[j], " ")) {
 					break
 				}
 				body = append(body, lines[j])
@@ -189,6 +190,14 @@ func (d Dialect) Convert(md string) string {
 // (inline), not a block that would swallow the line and those after it.
 func opensFence(trimmed string) bool {
 	return strings.HasPrefix(trimmed, "```") && !strings.Contains(strings.TrimLeft(trimmed, "`"), "`")
+}
+
+// closesFence reports whether a line inside a fenced code block, its
+// leading blanks trimmed, closes it: a run of backticks followed by
+// nothing but blanks (CommonMark). "``` foo" is a line of the code, not
+// a fence whose "foo" would be lost.
+func closesFence(trimmed string) bool {
+	return strings.HasPrefix(trimmed, "```") && strings.TrimRight(strings.TrimLeft(trimmed, "`"), " \t") == ""
 }
 
 // codeSpan reads a code span opened by a run of n >= 2 backticks at
@@ -231,12 +240,17 @@ func (d Dialect) line(line string) string {
 		}
 		return "*" + d.inline(inner, "*") + "*"
 	}
-	if strings.HasPrefix(trimmed, ">") {
+	if rest, ok := strings.CutPrefix(trimmed, ">"); ok {
+		if d.plain {
+			// As written: plain text is never longer than the Markdown,
+			// which delivery cut to the platform's limit.
+			return ">" + d.inline(rest, "")
+		}
 		q := d.quote
 		if q == "" {
 			q = ">"
 		}
-		return q + d.inline(strings.TrimPrefix(strings.TrimPrefix(trimmed, ">"), " "), "")
+		return q + d.inline(strings.TrimPrefix(rest, " "), "")
 	}
 	return d.inline(line, "")
 }

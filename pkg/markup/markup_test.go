@@ -3,6 +3,8 @@ package markup
 import (
 	"strings"
 	"testing"
+	"unicode/utf16"
+	"unicode/utf8"
 
 	"github.com/switchboard-chat/switchboard/pkg/telegramfake"
 )
@@ -96,6 +98,7 @@ func TestPlain(t *testing.T) {
 		{"# Title", "Title"},
 		{"### A & B", "A & B"},
 		{"> quoted <here>", "> quoted <here>"},
+		{">quoted\n>  **again**", ">quoted\n>  again"},
 		{"[docs](https://x.io/?a=1&b=2)", "docs (https://x.io/?a=1&b=2)"},
 		{"[https://x.io](https://x.io)", "https://x.io"},
 		{"snake_case_name 2 * 3", "snake_case_name 2 * 3"},
@@ -192,4 +195,47 @@ func TestTripleBacktickCodeInline(t *testing.T) {
 			t.Errorf("telegram shows %q (%v) for %q, want %q", shown, err, got, c.shown)
 		}
 	}
+}
+
+// A closing fence is a run of backticks followed by blanks only
+// (CommonMark): a line inside a code block that starts with ``` and has
+// text after it is a line of the code, shown, not a fence whose text is
+// dropped.
+func TestClosingFence(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name    string
+		dialect Dialect
+		in      string
+		want    string
+	}{
+		{"closed with blanks after", WhatsApp, "```\ncode\n```  \nafter", "```\ncode\n```\nafter"},
+		{"text after the backticks", WhatsApp, "```\ncode\n```  foo\nmore\n```\nafter", "```\ncode\n```  foo\nmore\n```\nafter"},
+		{"an info string", Slack, "```\na\n```go\nb\n```", "```\na\n```go\nb\n```"},
+		{"unclosed", Plain, "```\ncode\n``` not a fence", "code\n``` not a fence"},
+		{"telegram", Telegram, "```\nx\n``` y\n```", "```\nx\n\\`\\`\\` y\n```"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if got := c.dialect.Convert(c.in); got != c.want {
+				t.Errorf("Convert(%q) =\n%q, want\n%q", c.in, got, c.want)
+			}
+		})
+	}
+}
+
+// Plain text is never longer than the Markdown it comes from, in any
+// measure a platform counts: delivery cut the Markdown to the limit of
+// the platforms that show plain text (SMS, iMessage), which refuse a
+// longer message for good. A quote stays as written (">x" was "> x").
+func FuzzPlainNeverLonger(f *testing.F) {
+	for _, s := range []string{">x\n>y", "> x", "  >quoted **b**", "```\ncode", "```go\na\n```  b", "[a](b)", "[**a**](u)",
+		"# h", "`` a ``", "\\*", "~~s~~ _i_", ">>nested"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, md string) {
+		plain := Plain.Convert(md)
+		if len(plain) > len(md) || utf8.RuneCountInString(plain) > utf8.RuneCountInString(md) || len(utf16.Encode([]rune(plain))) > len(utf16.Encode([]rune(md))) {
+			t.Fatalf("Plain.Convert(%q) = %q, longer", md, plain)
+		}
+	})
 }

@@ -28,6 +28,7 @@ import (
 
 	"github.com/switchboard-chat/switchboard/pkg/attachment"
 	"github.com/switchboard-chat/switchboard/pkg/bus"
+	"github.com/switchboard-chat/switchboard/pkg/chunk"
 	"github.com/switchboard-chat/switchboard/pkg/command"
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
@@ -866,18 +867,37 @@ func (p *Platform) Send(ctx context.Context, req *deliveryv1.SendRequested) (str
 	if err != nil {
 		return "", err
 	}
-	if n := len([]rune(content)); (n == 0 && len(files) == 0) || n > 2000 {
-		return "", platform.Permanent(fmt.Errorf("discord message of %d characters (1 to 2000)", n))
+	n := len([]rune(content))
+	if (n == 0 && len(files) == 0) || (n > maxText && len(req.GetAttachments()) == 0) {
+		return "", platform.Permanent(fmt.Errorf("discord message of %d characters (1 to %d)", n, maxText))
 	}
-	ms := &discordgo.MessageSend{Content: content,
-		AllowedMentions: p.cfg.AllowMentions.allowed(),
-		Components:      components(req)}
+	// The attachments' captions and links follow the text delivery cut
+	// to Discord's 2,000 characters: over it, they go as several
+	// messages, the files and buttons with the last, rather than
+	// Discord refusing the one.
+	pieces := platform.Pieces(content, chunk.Limit{Max: maxText, Measure: chunk.Runes})
+	return platform.SendPieces(ctx, pieces, func(i int) int { return i }, func(ctx context.Context, i int, piece string) (string, error) {
+		ms := &discordgo.MessageSend{Content: piece, AllowedMentions: p.cfg.AllowMentions.allowed()}
+		var fs uploads
+		if i == len(pieces)-1 {
+			ms.Components, fs = components(req), files
+		}
+		return p.post(ctx, req, ms, fs, i == 0 && req.GetChunkIndex() == 0)
+	})
+}
+
+// post posts ms, with files, for req: replying to the user's message
+// when reply is set; into req's thread, which it opens when it does not
+// exist yet (a prospective auto-thread), or into the channel where no
+// thread can be opened.
+func (p *Platform) post(ctx context.Context, req *deliveryv1.SendRequested, ms *discordgo.MessageSend, files uploads, reply bool) (string, error) {
+	t := req.GetTarget()
 	ch := where(t)
 	// A button press's id (press:…) names no message to reply to, and an
 	// auto-thread's first message (its id is the thread's) is in the
 	// channel the thread grew from, where no reply in the thread can
 	// point.
-	if r := t.GetReplyToMessageId(); snowflake(r) && req.GetChunkIndex() == 0 && ch == t.GetChatId() && r != ch {
+	if r := t.GetReplyToMessageId(); snowflake(r) && reply && ch == t.GetChatId() && r != ch {
 		no := false
 		ms.Reference = &discordgo.MessageReference{MessageID: r, ChannelID: ch, FailIfNotExists: &no}
 	}
@@ -897,7 +917,7 @@ func (p *Platform) Send(ctx context.Context, req *deliveryv1.SendRequested) (str
 			// the thread was to grow from, rather than nowhere.
 			p.log.Warn("discord thread not opened; answering in the channel", "chat_id", t.GetChatId(), "err", terr)
 			ch = t.GetChatId()
-			if req.GetChunkIndex() == 0 {
+			if reply {
 				no := false
 				ms.Reference = &discordgo.MessageReference{MessageID: t.GetThreadId(), ChannelID: ch, FailIfNotExists: &no}
 			}
@@ -909,6 +929,9 @@ func (p *Platform) Send(ctx context.Context, req *deliveryv1.SendRequested) (str
 	}
 	return m.ID, nil
 }
+
+// maxText is the most characters a Discord message's content takes.
+const maxText = 2000
 
 // maxUpload is the largest file a bot may upload to Discord (10 MiB in
 // a server without boosts), and maxFiles the files one message takes.

@@ -667,3 +667,50 @@ func TestAgentMedia(t *testing.T) {
 		t.Fatalf("kept bytes: posted %+v", m)
 	}
 }
+
+// A media send whose text, captions and links together are over
+// Discord's 2,000 characters (delivery cut the text alone to 2,000)
+// still arrives whole: as several messages, the first replying to the
+// user's, the files with the last, rather than Discord refusing the one
+// and the send dead-lettering. A retry after a later message failed
+// posts only the rest.
+func TestLongMediaSend(t *testing.T) {
+	t.Parallel()
+	f := newFake(t)
+	b, _ := run(t, f, Config{})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	img := platformtest.NoisePNG(t, 4, 4)
+	text := strings.TrimSpace(strings.Repeat("a long answer. ", 133)) // 1,994 characters
+	link := "https://example.com/chart.png"
+	req := &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: "long-media", Text: text,
+		Target: &deliveryv1.Target{Platform: "discord", ChatId: channel, ReplyToMessageId: "700000000000000001"},
+		Attachments: []*eventsv1.Attachment{
+			{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, Caption: "the chart", Location: &eventsv1.Attachment_Url{Url: link}},
+			{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, Location: &eventsv1.Attachment_Url{Url: "data:image/png;base64," + base64.StdEncoding.EncodeToString(img)}},
+		}}
+	f.RateLimitAfter(1, 100*time.Millisecond)
+	for attempt, want := range []deliveryv1.ErrorClass{deliveryv1.ErrorClass_ERROR_CLASS_RATE_LIMITED, deliveryv1.ErrorClass_ERROR_CLASS_UNSPECIFIED} {
+		r := &deliveryv1.SendReceipt{}
+		if err := b.Request(ctx, b.Topology().SendSubject("discord"), req, r); err != nil {
+			t.Fatal(err)
+		}
+		if r.GetErrorClass() != want || r.GetOk() != (attempt == 1) {
+			t.Fatalf("attempt %d: receipt %v, want the second message rate limited, then the rest sent", attempt+1, r)
+		}
+	}
+	ms := f.Messages(channel)
+	var shown []string
+	for _, m := range ms {
+		if n := len([]rune(m.Content)); n > 2000 {
+			t.Errorf("a message of %d characters", n)
+		}
+		shown = append(shown, m.Content)
+	}
+	if got, want := strings.Join(shown, "\n"), text+"\nthe chart\n"+link; got != want {
+		t.Fatalf("channel shows %q, want %q", got, want)
+	}
+	if len(ms) != 2 || ms[0].ReplyTo != "700000000000000001" || ms[1].ReplyTo != "" || len(ms[0].Files) != 0 || len(ms[1].Files) != 1 || !bytes.Equal(ms[1].Files[0].Data, img) {
+		t.Fatalf("posted %+v, want two messages, the first replying, the file with the last", ms)
+	}
+}

@@ -5,9 +5,11 @@ import (
 	"crypto/rand"
 	"crypto/rsa"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -360,6 +362,52 @@ func TestBotMessages(t *testing.T) {
 				t.Fatalf("published %q from %s (is_bot %v), want the other app's message marked as a bot's", ev.GetText(), ev.GetSource().GetUserIdAlt(), ev.GetSource().GetIsBot())
 			}
 			platformtest.NoEvent(t, h.evs, 300*time.Millisecond)
+		})
+	}
+}
+
+// Delivery cuts the Markdown to Google Chat's 4,096 characters; converted
+// (a quote's ">x" is "> x") and with the attachments' links after it, it
+// may be longer. It still arrives, as several messages in the thread
+// that each fit, rather than Chat refusing the one and the send
+// dead-lettering. A retry after a later message failed creates only the
+// rest: each message has its own requestId.
+func TestConvertedTextOverTheLimit(t *testing.T) {
+	f, p := newPlatform(t)
+	ctx := context.Background()
+	md := strings.TrimSuffix(strings.Repeat(">a quoted line\n", 273), "\n") // 4,094 characters
+	link := "https://example.com/cat.png"
+	for i, c := range []struct {
+		name  string
+		text  string
+		atts  []*eventsv1.Attachment
+		shown string
+	}{
+		{"quotes", md, nil, strings.ReplaceAll(md, ">", "> ")},
+		{"links", strings.Repeat("x", 4090), []*eventsv1.Attachment{{Location: &eventsv1.Attachment_Url{Url: link}}}, strings.Repeat("x", 4090) + "\n" + link},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			sp := fmt.Sprintf("spaces/L%d", i)
+			th := sp + "/threads/t1"
+			req := &deliveryv1.SendRequested{Target: &deliveryv1.Target{Platform: PlatformName, ChatId: sp, ThreadId: th}, Text: c.text,
+				Attachments: c.atts, IdempotencyKey: "over:" + sp}
+			f.Fail(googlechatfake.Failure{}, googlechatfake.Failure{Status: 503})
+			if _, err := p.Send(ctx, req); err == nil {
+				t.Fatal("first attempt went through, want the second message failed")
+			}
+			if _, err := p.Send(ctx, req); err != nil {
+				t.Fatalf("retry: %v", err)
+			}
+			var texts []string
+			for _, m := range f.Messages(sp) {
+				if n := len([]rune(m.Text)); n > maxText || m.Thread != th {
+					t.Errorf("a message of %d characters in thread %q", n, m.Thread)
+				}
+				texts = append(texts, m.Text)
+			}
+			if got := strings.Join(texts, "\n"); len(texts) != 2 || got != c.shown {
+				t.Fatalf("%d messages showing %d characters, want 2 showing the %d characters", len(texts), len([]rune(got)), len([]rune(c.shown)))
+			}
 		})
 	}
 }

@@ -9,9 +9,10 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
-	"unicode/utf8"
 
+	"github.com/switchboard-chat/switchboard/pkg/chunk"
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	"github.com/switchboard-chat/switchboard/pkg/markup"
@@ -62,7 +63,8 @@ func requestID(key string) string {
 // Send creates a message in the target's space (spaces.messages.create):
 // in the target's thread when it has one (messageReplyOption
 // REPLY_MESSAGE_FALLBACK_TO_NEW_THREAD), with requestId set from the
-// idempotency key.
+// idempotency key; as several messages, each with a requestId of its
+// own, when the text is over 4,096 characters once converted.
 func (p *Platform) Send(ctx context.Context, req *deliveryv1.SendRequested) (string, error) {
 	sp, err := space(req.GetTarget())
 	if err != nil {
@@ -81,19 +83,45 @@ func (p *Platform) Send(ctx context.Context, req *deliveryv1.SendRequested) (str
 	if strings.TrimSpace(text) == "" {
 		return "", platform.Permanent(errors.New("empty message"))
 	}
-	if n := utf8.RuneCountInString(text); n > maxText {
-		return "", platform.Permanent(fmt.Errorf("text is %d characters, google chat allows %d", n, maxText))
-	}
-	msg := outgoing{Text: text}
-	q := url.Values{}
-	if key := req.GetIdempotencyKey(); key != "" {
-		q.Set("requestId", requestID(key))
-	}
+	var thread *Thread
 	if th := req.GetTarget().GetThreadId(); th != "" {
 		if !validName(th, sp+"/threads/") {
 			return "", platform.Permanent(fmt.Errorf("thread %q is not in space %s", th, sp))
 		}
-		msg.Thread = &Thread{Name: th}
+		thread = &Thread{Name: th}
+	}
+	// Delivery cut the Markdown to Google Chat's 4,096 characters, but
+	// the conversion ("> " for a quote's ">", a code block's missing
+	// close) and the links may make it longer: then it goes as several
+	// messages, rather than Chat refusing the one.
+	pieces := platform.Pieces(text, chunk.Limit{Max: maxText, Measure: chunk.Runes})
+	return platform.SendPieces(ctx, pieces, func(i int) int { return i }, func(ctx context.Context, i int, piece string) (string, error) {
+		return p.create(ctx, sp, outgoing{Text: piece, Thread: thread}, pieceRequestID(req.GetIdempotencyKey(), i))
+	})
+}
+
+// pieceRequestID is the requestId of piece i of a send with the
+// idempotency key key: the send's own for the first, so that every
+// piece of a retried send names the message its first attempt made;
+// none without a key.
+func pieceRequestID(key string, i int) string {
+	switch {
+	case key == "":
+		return ""
+	case i == 0:
+		return requestID(key)
+	}
+	return requestID(strconv.Itoa(i) + "\x00" + key)
+}
+
+// create creates msg in space sp, with the requestId reqID unless empty,
+// and returns the message's name.
+func (p *Platform) create(ctx context.Context, sp string, msg outgoing, reqID string) (string, error) {
+	q := url.Values{}
+	if reqID != "" {
+		q.Set("requestId", reqID)
+	}
+	if msg.Thread != nil {
 		q.Set("messageReplyOption", "REPLY_MESSAGE_FALLBACK_TO_NEW_THREAD")
 	}
 	path := "/v1/" + sp + "/messages"

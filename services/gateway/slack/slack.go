@@ -23,6 +23,7 @@ import (
 
 	"github.com/switchboard-chat/switchboard/pkg/attachment"
 	"github.com/switchboard-chat/switchboard/pkg/bus"
+	"github.com/switchboard-chat/switchboard/pkg/chunk"
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	"github.com/switchboard-chat/switchboard/pkg/markup"
@@ -512,7 +513,30 @@ func (p *Platform) sendMedia(ctx context.Context, req *deliveryv1.SendRequested)
 	t := req.GetTarget()
 	text, files := platform.LinkedText(req)
 	first := ""
-	if text != "" {
+	// Delivery cut the text to Slack's limit; the captions and links
+	// after it may take it past: then it goes as several messages (the
+	// first part 0, the others after the attachments'), the approval's
+	// buttons under the last, rather than Slack refusing it.
+	if pieces := platform.Pieces(text, chunk.Limits("slack")); len(pieces) > 1 {
+		n := len(req.GetAttachments())
+		part := func(i int) int {
+			if i == 0 {
+				return 0
+			}
+			return n + i
+		}
+		id, err := platform.SendPieces(ctx, pieces, part, func(ctx context.Context, i int, piece string) (string, error) {
+			msg := &deliveryv1.SendRequested{Target: t, Text: piece, Format: req.GetFormat()}
+			if i == len(pieces)-1 {
+				msg.Approval = req.GetApproval()
+			}
+			return p.Send(ctx, msg)
+		})
+		if err != nil {
+			return "", err
+		}
+		first = id
+	} else if text != "" {
 		id, sent := platform.SentPart(ctx, 0)
 		if !sent {
 			msg := &deliveryv1.SendRequested{Target: t, Text: text, Format: req.GetFormat(), Approval: req.GetApproval()}

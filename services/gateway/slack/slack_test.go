@@ -609,3 +609,43 @@ func TestAgentMedia(t *testing.T) {
 		t.Fatalf("kept bytes: posted %+v", m)
 	}
 }
+
+// A media send whose text (cut by delivery to Slack's limit) and the
+// captions and links after it are longer than Slack takes still
+// arrives whole, as several messages in the thread, rather than Slack
+// refusing it (msg_too_long) and the send dead-lettering. A retry after
+// a later message failed posts only the rest.
+func TestLongMediaSend(t *testing.T) {
+	t.Parallel()
+	fake := slackfake.New(t)
+	_, b, _, _ := gatewayWith(t, fake, Config{AppToken: fake.AppToken}, platform.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	text := strings.Repeat("x", 38990)
+	link := "https://example.com/chart.png"
+	req := &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: "long-media", Text: text,
+		Target: &deliveryv1.Target{Platform: "slack", ChatId: "C7", ThreadId: "1700000000.000001"},
+		Attachments: []*eventsv1.Attachment{{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, Caption: strings.Repeat("a caption ", 110),
+			Location: &eventsv1.Attachment_Url{Url: link}}}}
+	fake.RateLimitAfter(1, time.Second)
+	for attempt, want := range []deliveryv1.ErrorClass{deliveryv1.ErrorClass_ERROR_CLASS_RATE_LIMITED, deliveryv1.ErrorClass_ERROR_CLASS_UNSPECIFIED} {
+		r := &deliveryv1.SendReceipt{}
+		if err := b.Request(ctx, b.Topology().SendSubject("slack"), req, r); err != nil {
+			t.Fatal(err)
+		}
+		if r.GetErrorClass() != want || r.GetOk() != (attempt == 1) {
+			t.Fatalf("attempt %d: receipt %v, want the second message rate limited, then the rest sent", attempt+1, r)
+		}
+	}
+	var texts []string
+	for _, m := range fake.Messages("C7") {
+		if n := utf8.RuneCountInString(m.Text); n > slackfake.MaxText || m.ThreadTS != "1700000000.000001" {
+			t.Errorf("a message of %d characters in thread %q", n, m.ThreadTS)
+		}
+		texts = append(texts, m.Text)
+	}
+	want := text + "\n" + strings.TrimSpace(strings.Repeat("a caption ", 110)) + "\n" + link
+	if got := strings.Join(texts, "\n"); len(texts) != 2 || got != want {
+		t.Fatalf("%d messages showing %d characters, want 2 showing the %d characters", len(texts), utf8.RuneCountInString(got), utf8.RuneCountInString(want))
+	}
+}

@@ -679,3 +679,24 @@ func TestWebhookRetrySemantics(t *testing.T) {
 		}
 	}
 }
+
+// Delivery cuts the Markdown to Twilio's 1,600 characters; shown as
+// plain text it must still fit. A quote's ">x" lines stay as written
+// rather than each growing to "> x", past the limit, and the part being
+// refused for good.
+func TestSendQuotedMarkdownAtTheLimit(t *testing.T) {
+	t.Parallel()
+	f := smsfake.New(t)
+	h := start(t, f, testConfig(f), platform.Options{})
+	md := strings.TrimSuffix(strings.Repeat(">a quoted line\n", 300), "\n")
+	parts := chunk.Split(md, "sms")
+	for i, p := range parts {
+		r := h.send(t, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: fmt.Sprint("quoted-", i), Target: target(f), Text: p})
+		if !r.GetOk() {
+			t.Fatalf("part %d of %d (%d UTF-16 units): receipt %v", i, len(parts), len(utf16.Encode([]rune(p))), r)
+		}
+	}
+	if got := len(f.Messages(ann)); got != len(parts) {
+		t.Fatalf("%d messages sent, want %d", got, len(parts))
+	}
+}

@@ -7,11 +7,13 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -299,7 +301,7 @@ func TestSends(t *testing.T) {
 		t.Fatalf("sent %+v", got)
 	}
 
-	if r := h.send(t, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: "long", Text: strings.Repeat("é", maxText+1), Target: target()}); r.GetErrorClass() != deliveryv1.ErrorClass_ERROR_CLASS_PERMANENT {
+	if r := h.send(t, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: "long", Text: strings.Repeat("é", maxText+1), Format: deliveryv1.TextFormat_TEXT_FORMAT_PLAIN, Target: target()}); r.GetErrorClass() != deliveryv1.ErrorClass_ERROR_CLASS_PERMANENT {
 		t.Fatalf("too long: receipt %v, want permanent", r)
 	}
 
@@ -576,5 +578,61 @@ func TestKeptVoiceReply(t *testing.T) {
 	}
 	if up, ok := f.MediaByID(got[0].MediaID); !ok || !bytes.Equal(up.Data, ogg) || up.MimeType != "audio/ogg" {
 		t.Fatalf("uploaded %+v", up)
+	}
+}
+
+// Delivery cuts the Markdown to WhatsApp's 4,096 characters; converted
+// to WhatsApp's formatting it may be longer (a quote's ">x" is "> x").
+// It still arrives, as several messages that each fit, the first
+// quoting the user's, rather than WhatsApp refusing the one and the
+// send dead-lettering. A retry after a later message failed sends only
+// the rest.
+func TestConvertedTextOverTheLimit(t *testing.T) {
+	t.Parallel()
+	f := whatsappfake.New(t)
+	h := start(t, f, testConfig(f), platform.Options{})
+	f.AddMedia("779", "audio/ogg", []byte("OggS"))
+	md := strings.TrimSuffix(strings.Repeat(">a quoted line\n", 273), "\n") // 4,094 characters
+	shown := strings.ReplaceAll(md, ">", "> ")
+	for i, c := range []struct {
+		name        string
+		attachments []*eventsv1.Attachment
+		want        []string // the messages' types after the text
+	}{
+		{"text", nil, nil},
+		// Audio takes no caption: the text goes first on its own.
+		{"before a voice note", []*eventsv1.Attachment{{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_VOICE, PlatformFileId: "779"}}, []string{"audio"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			chat := fmt.Sprintf("1555000010%d", i)
+			req := &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: "over" + chat, Text: md,
+				Target: &deliveryv1.Target{ChatId: chat, ReplyToMessageId: "wamid.IN9"}, Attachments: c.attachments}
+			f.Fail(whatsappfake.Failure{}, whatsappfake.ErrThroughput)
+			if r := h.send(t, req); r.GetErrorClass() != deliveryv1.ErrorClass_ERROR_CLASS_RATE_LIMITED {
+				t.Fatalf("first attempt: receipt %v, want the second message rate limited", r)
+			}
+			if r := h.send(t, req); !r.GetOk() {
+				t.Fatalf("retry: receipt %v", r)
+			}
+			ms := f.Messages(chat)
+			var texts, types []string
+			for j, m := range ms {
+				if m.Type != "text" {
+					types = append(types, m.Type)
+					continue
+				}
+				if n := utf8.RuneCountInString(m.Text); n > maxText {
+					t.Errorf("message %d has %d characters", j, n)
+				}
+				if (m.ReplyTo != "") != (j == 0) {
+					t.Errorf("message %d quotes %q", j, m.ReplyTo)
+				}
+				texts = append(texts, m.Text)
+			}
+			if len(texts) != 2 || strings.Join(texts, "\n") != shown || fmt.Sprint(types) != fmt.Sprint(c.want) {
+				t.Fatalf("sent %d texts (%d characters), then %v; want two texts showing the %d characters, then %v",
+					len(texts), utf8.RuneCountInString(strings.Join(texts, "\n")), types, utf8.RuneCountInString(shown), c.want)
+			}
+		})
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/switchboard-chat/switchboard/pkg/attachment"
+	"github.com/switchboard-chat/switchboard/pkg/chunk"
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	"github.com/switchboard-chat/switchboard/pkg/markup"
@@ -102,21 +103,34 @@ func (p *Platform) Send(ctx context.Context, req *deliveryv1.SendRequested) (str
 	if len(req.GetAttachments()) > 0 {
 		return p.sendMedia(ctx, req)
 	}
-	return p.sendText(ctx, req, 0)
+	return p.sendText(ctx, req, func(i int) int { return i })
 }
 
-// sendText posts req's text as part part of the send.
-func (p *Platform) sendText(ctx context.Context, req *deliveryv1.SendRequested, part int) (string, error) {
+// sendText posts req's text, its piece i as part part(i) of the send.
+// Delivery cut the Markdown to WhatsApp's 4,096 characters, but the
+// conversion may make it longer ("> " for a quote's ">", a code block's
+// missing close): then it goes as several messages (platform.Pieces),
+// rather than WhatsApp refusing the one.
+func (p *Platform) sendText(ctx context.Context, req *deliveryv1.SendRequested, part func(i int) int) (string, error) {
 	text := formatted(req)
 	if strings.TrimSpace(text) == "" {
 		return "", platform.Permanent(errors.New("empty message"))
 	}
-	if n := utf8.RuneCountInString(text); n > maxText {
+	pieces := []string{text}
+	if req.GetFormat() != deliveryv1.TextFormat_TEXT_FORMAT_PLAIN {
+		pieces = platform.Pieces(text, chunk.Limit{Max: maxText, Measure: chunk.Runes})
+	}
+	if n := utf8.RuneCountInString(pieces[0]); n > maxText {
 		return "", platform.Permanent(fmt.Errorf("text is %d characters, whatsapp allows %d", n, maxText))
 	}
-	msg := map[string]any{"type": "text", "text": map[string]any{"body": text, "preview_url": true}}
-	quote(msg, req)
-	return p.postMessage(ctx, recipient(req.GetTarget().GetChatId()), msg, part)
+	to := recipient(req.GetTarget().GetChatId())
+	return platform.SendPieces(ctx, pieces, part, func(ctx context.Context, i int, piece string) (string, error) {
+		msg := map[string]any{"type": "text", "text": map[string]any{"body": piece, "preview_url": true}}
+		if i == 0 {
+			quote(msg, req)
+		}
+		return p.postMessage(ctx, to, msg, part(i))
+	})
 }
 
 // mediaType is the Cloud API message type an attachment is sent as.
@@ -140,8 +154,9 @@ func captioned(typ string) bool { return typ == "image" || typ == "video" || typ
 // sendMedia sends each attachment as a message of its own; the text
 // rides as the first one's caption when it can (images, videos and
 // documents take 1,024 characters), else it goes first on its own. Each
-// message is a part of the send (the text 0, attachment i i+1): a retry
-// after a later part failed skips the parts already sent.
+// message is a part of the send (the text 0, or its pieces textPart,
+// attachment i i+1, its caption sent apart captionPart): a retry after a
+// later part failed skips the parts already sent.
 func (p *Platform) sendMedia(ctx context.Context, req *deliveryv1.SendRequested) (string, error) {
 	to := recipient(req.GetTarget().GetChatId())
 	atts := req.GetAttachments()
@@ -152,7 +167,7 @@ func (p *Platform) sendMedia(ctx context.Context, req *deliveryv1.SendRequested)
 		if !done {
 			text := &deliveryv1.SendRequested{Target: req.GetTarget(), Text: req.GetText(), Format: req.GetFormat(), ChunkIndex: req.GetChunkIndex()}
 			var err error
-			if id, err = p.sendText(ctx, text, 0); err != nil {
+			if id, err = p.sendText(ctx, text, func(i int) int { return textPart(len(atts), i) }); err != nil {
 				return "", err
 			}
 			platform.RecordPart(ctx, 0, id)
@@ -183,7 +198,7 @@ func (p *Platform) sendMedia(ctx context.Context, req *deliveryv1.SendRequested)
 					if first == "" && i == 0 {
 						text.ChunkIndex = req.GetChunkIndex() // the first message quotes the user's
 					}
-					if id, err = p.sendText(ctx, text, captionPart(len(atts), i)); err != nil {
+					if id, err = p.sendText(ctx, text, func(int) int { return captionPart(len(atts), i) }); err != nil {
 						return first, err
 					}
 					platform.RecordPart(ctx, captionPart(len(atts), i), id)
@@ -242,6 +257,11 @@ func linkOnly(typ string, a *eventsv1.Attachment) bool {
 // captionPart is the part of a send that is attachment i's own caption
 // sent as a text (after the text, 0, and the attachments, 1…n).
 func captionPart(n, i int) int { return n + 1 + i }
+
+// textPart is the part of a send that is piece i of its text sent on its
+// own (sendText), after the attachments' and their captions' parts; part
+// 0 is the whole text, recorded once every piece went.
+func textPart(n, i int) int { return 2*n + 1 + i }
 
 // mediaObject says where WhatsApp takes an attachment from: a public
 // http(s) URL as a link, a media id the gateway knows (the user's own

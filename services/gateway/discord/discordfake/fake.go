@@ -57,6 +57,7 @@ type Fake struct {
 	messages     map[string][]*Message // channel → messages the bot posted
 	typing       map[string]int
 	rateLimit    float64 // the next create message answers 429 with this retry_after (s)
+	rateSkip     int     // creates that go through before rateLimit applies
 	conns        int
 	identifies   int
 	resumes      int
@@ -447,6 +448,15 @@ func (f *Fake) Channel(id string) map[string]any {
 func (f *Fake) RateLimitNext(retryAfter time.Duration) {
 	f.mu.Lock()
 	f.rateLimit = retryAfter.Seconds()
+	f.rateSkip = 0
+	f.mu.Unlock()
+}
+
+// RateLimitAfter lets the next n create messages through and makes the
+// one after them answer 429 with retry_after.
+func (f *Fake) RateLimitAfter(n int, retryAfter time.Duration) {
+	f.mu.Lock()
+	f.rateLimit, f.rateSkip = retryAfter.Seconds(), n
 	f.mu.Unlock()
 }
 
@@ -641,7 +651,7 @@ func (f *Fake) createMessage(w http.ResponseWriter, r *http.Request) {
 	bucket := "bucket-" + ch
 	w.Header().Set("X-RateLimit-Bucket", bucket)
 	w.Header().Set("X-RateLimit-Limit", "5")
-	if ra := f.rateLimit; ra > 0 {
+	if ra := f.rateLimit; ra > 0 && f.rateSkip == 0 {
 		f.rateLimit = 0
 		w.Header().Set("X-RateLimit-Remaining", "0")
 		w.Header().Set("X-RateLimit-Reset-After", strconv.FormatFloat(ra, 'f', 3, 64))
@@ -649,6 +659,9 @@ func (f *Fake) createMessage(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Retry-After", strconv.Itoa(int(ra+0.999)))
 		writeJSON(w, 429, map[string]any{"message": "You are being rate limited.", "retry_after": ra, "global": false})
 		return
+	}
+	if f.rateSkip > 0 {
+		f.rateSkip--
 	}
 	w.Header().Set("X-RateLimit-Remaining", "4")
 	w.Header().Set("X-RateLimit-Reset-After", "0.001")

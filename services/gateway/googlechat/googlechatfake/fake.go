@@ -227,7 +227,8 @@ func (f *Fake) authorized(w http.ResponseWriter, r *http.Request) bool {
 	return ok
 }
 
-// Fail makes the next creates fail, in order.
+// Fail makes the next creates fail, in order; a zero Failure lets its
+// create through.
 func (f *Fake) Fail(fs ...Failure) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -258,11 +259,13 @@ func (f *Fake) create(w http.ResponseWriter, r *http.Request) {
 	if len(f.failures) > 0 {
 		fl := f.failures[0]
 		f.failures = f.failures[1:]
-		if fl.RetryAfter > 0 {
-			w.Header().Set("Retry-After", strconv.Itoa(fl.RetryAfter))
+		if fl != (Failure{}) {
+			if fl.RetryAfter > 0 {
+				w.Header().Set("Retry-After", strconv.Itoa(fl.RetryAfter))
+			}
+			apiError(w, fl.Status, "INJECTED", "injected failure")
+			return
 		}
-		apiError(w, fl.Status, "INJECTED", "injected failure")
-		return
 	}
 	reqID := r.URL.Query().Get("requestId")
 	if m, ok := f.requests[reqID]; ok && reqID != "" {

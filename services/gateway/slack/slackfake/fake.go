@@ -51,6 +51,7 @@ type Fake struct {
 	messages    map[string][]*Message
 	nextTS      int64
 	rateLimit   time.Duration // the next chat.postMessage answers 429 with this Retry-After
+	rateSkip    int           // posts that go through before rateLimit applies
 	envelopeSeq atomic.Int64
 	fileSeq     atomic.Int64
 	files       map[string]hostedFile // file id → file
@@ -181,7 +182,15 @@ func (f *Fake) Connections() int {
 // RateLimitNext makes the next chat.postMessage answer 429 with Retry-After.
 func (f *Fake) RateLimitNext(d time.Duration) {
 	f.mu.Lock()
-	f.rateLimit = d
+	f.rateLimit, f.rateSkip = d, 0
+	f.mu.Unlock()
+}
+
+// RateLimitAfter lets the next n chat.postMessage calls through and
+// makes the one after them answer 429 with Retry-After.
+func (f *Fake) RateLimitAfter(n int, d time.Duration) {
+	f.mu.Lock()
+	f.rateLimit, f.rateSkip = d, n
 	f.mu.Unlock()
 }
 
@@ -322,12 +331,15 @@ func (f *Fake) postMessage(w http.ResponseWriter, r *http.Request) {
 	}
 	p := form(r)
 	f.mu.Lock()
-	if d := f.rateLimit; d > 0 {
+	if d := f.rateLimit; d > 0 && f.rateSkip == 0 {
 		f.rateLimit = 0
 		f.mu.Unlock()
 		w.Header().Set("Retry-After", strconv.Itoa(int(d.Seconds())))
 		w.WriteHeader(http.StatusTooManyRequests)
 		return
+	}
+	if f.rateSkip > 0 {
+		f.rateSkip--
 	}
 	defer f.mu.Unlock()
 	ch := p["channel"]

@@ -121,7 +121,8 @@ func New(t testing.TB) *Fake {
 func (f *Fake) BaseURL() string { return f.srv.URL + "/" + Version }
 
 // Fail makes the next messages the business sends (POST /messages other
-// than read receipts) fail with these failures, one each.
+// than read receipts) fail with these failures, one each; a zero Failure
+// lets its message through.
 func (f *Fake) Fail(fs ...Failure) {
 	f.mu.Lock()
 	f.failures = append(f.failures, fs...)
@@ -343,9 +344,11 @@ func (f *Fake) postMessage(w http.ResponseWriter, r *http.Request) {
 	if len(f.failures) > 0 && o.Status != "read" {
 		fl := f.failures[0]
 		f.failures = f.failures[1:]
-		f.mu.Unlock()
-		writeError(w, fl)
-		return
+		if fl != (Failure{}) {
+			f.mu.Unlock()
+			writeError(w, fl)
+			return
+		}
 	}
 	f.mu.Unlock()
 
