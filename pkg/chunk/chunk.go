@@ -236,7 +236,7 @@ func Reopen(text string, l Limit) string {
 // Body is empty.
 //
 // Fences are tracked per message, the way a platform renders each message
-// on its own: a line whose first non-blank characters are ``` toggles the
+// on its own: a line whose first characters after spaces are ``` toggles the
 // fence, except that no line with a backtick after its opening run opens
 // one ("```npm install```" is code inline); when it opens one, the first
 // word after the backticks is the language tag.
@@ -411,9 +411,12 @@ func scanFences(st fenceState, text string) fenceState {
 }
 
 // fenceLine reports whether line opens or closes a fence, and returns the
-// text after the backticks.
+// text after the backticks. Only spaces may indent it, as markup.Convert
+// and Signal's formatter read fences: after a tab the line is an indented
+// code line (CommonMark), and a fence closed or reopened around it would
+// be read as one opened.
 func fenceLine(line string) (info string, ok bool) {
-	t := strings.TrimLeft(line, " \t")
+	t := strings.TrimLeft(line, " ")
 	if !strings.HasPrefix(t, "```") {
 		return "", false
 	}

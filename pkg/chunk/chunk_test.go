@@ -341,12 +341,12 @@ func checkParts(t *testing.T, text string, l chunk.Limit, parts []chunk.Part) {
 }
 
 // fenceAfter is an independent reading of the fence rule: a line whose
-// first non-blank characters are ``` toggles, unless it would open a fence
+// first characters after spaces are ``` toggles, unless it would open a fence
 // and has a backtick after its opening run; an opening line's first word
 // after the backticks is the tag.
 func fenceAfter(s string) (open bool, lang string) {
 	for _, line := range strings.Split(s, "\n") {
-		t := strings.TrimLeft(line, " \t")
+		t := strings.TrimLeft(line, " ")
 		if !strings.HasPrefix(t, "```") {
 			continue
 		}
@@ -396,5 +396,23 @@ func BenchmarkSplitTelegram(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		chunk.Split(text, "telegram")
+	}
+}
+
+// A line indented with a tab before its backticks is no fence line for
+// markup.Convert or Signal's formatter (nor, outside a list, for
+// CommonMark: an indented code line), so Parts closes and reopens no
+// fence around it: a close the renderers read as an opening fence would
+// show the rest of the message, and the next one, as code.
+func TestTabIndentedBackticksAreNoFence(t *testing.T) {
+	l := chunk.Limit{Max: 64, Measure: chunk.Runes}
+	text := "Run it:\n\t```sh\n" + strings.Repeat("\techo one two three four five\n", 4) + "\t```\nDone."
+	for i, p := range chunk.Parts(text, l) {
+		if p.Reopen != "" || p.Close != "" {
+			t.Errorf("part %d: reopen %q, close %q: %q", i, p.Reopen, p.Close, p.String())
+		}
+	}
+	if !chunk.Balanced("Run it:\n\t```sh\n\techo one") {
+		t.Error("a tab-indented ``` line opens a fence")
 	}
 }

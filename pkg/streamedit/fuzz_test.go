@@ -188,7 +188,7 @@ func words(msgs ...string) string {
 	var b strings.Builder
 	for _, m := range msgs {
 		for line := range strings.Lines(counter.ReplaceAllString(m, "")) {
-			if t := strings.TrimLeft(line, " \t"); strings.HasPrefix(t, "```") {
+			if t := strings.TrimLeft(line, " "); strings.HasPrefix(t, "```") {
 				t = strings.TrimLeft(t, "`")
 				if i := strings.IndexAny(t, " \n"); i >= 0 {
 					line = t[i:] // the tag dropped

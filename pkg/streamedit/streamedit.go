@@ -296,7 +296,7 @@ func (s *Stream) finished(reopen string, base, upto int) string {
 func (s *Stream) settled() int {
 	t := s.text[s.base:s.shown]
 	start := lastIndex(t, '\n') + 1 // of the last line
-	line := strings.TrimLeft(string(t[start:]), " \t")
+	line := strings.TrimLeft(string(t[start:]), " ")
 	if run := len(line) - len(strings.TrimLeft(line, "`")); run < 3 && (run == 0 || run < len(line)) {
 		return s.shown
 	}
@@ -445,7 +445,7 @@ func (s *Stream) Final(text string) []Action {
 		if reopen != "" && rest != "" {
 			rest = strings.TrimLeft(text[shown:], "\r\n")
 			first, after, _ := strings.Cut(rest, "\n")
-			if strings.HasPrefix(strings.TrimLeft(first, " \t"), "```") {
+			if strings.HasPrefix(strings.TrimLeft(first, " "), "```") {
 				rest = strings.TrimLeft(after, " \t\r\n")
 			} else {
 				rest = reopen + rest
