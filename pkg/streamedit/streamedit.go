@@ -27,6 +27,7 @@
 package streamedit
 
 import (
+	"bytes"
 	"errors"
 	"strings"
 	"time"
@@ -331,12 +332,24 @@ func cutAt(text []byte, base int, m chunk.Measure, room int) (end, next int) {
 		e = base + size
 	}
 	window := text[base:e]
-	for _, sep := range []byte{'\n', ' '} {
-		if i := lastIndex(window, sep); i > 0 && i >= len(window)/2 {
-			return base + i, base + i + 1
-		}
+	if i := lastIndex(window, '\n'); i > 0 && i >= len(window)/2 {
+		return base + i, base + i + 1
+	}
+	// Not at a space before backticks in the middle of a line: the next
+	// message would start with them, a fence line (as chunk.Parts cuts).
+	i := lastIndex(window, ' ')
+	for i > 0 && startsFence(text[base+i+1:]) {
+		i = lastIndex(window[:i], ' ')
+	}
+	if i > 0 && i >= len(window)/2 {
+		return base + i, base + i + 1
 	}
 	return e, e
+}
+
+// startsFence reports whether b, its spaces trimmed, starts with ```.
+func startsFence(b []byte) bool {
+	return bytes.HasPrefix(bytes.TrimLeft(b, " "), []byte("```"))
 }
 
 func lastIndex(b []byte, c byte) int {

@@ -517,3 +517,30 @@ func TestStoppedInsideAFenceLine(t *testing.T) {
 		})
 	}
 }
+
+// A message the stream finishes at a space is not finished before
+// backticks in the middle of a line ("in ```fenced blocks"): the next
+// message would start with them, a fence line, and show the rest as
+// code.
+func TestOverflowBeforeMidLineBackticks(t *testing.T) {
+	l := chunk.Limit{Max: 64, Measure: chunk.Runes}
+	text := "Wrap the code in " + strings.Repeat("word ", 8) + "```fenced blocks, the usual kind " + strings.Repeat("and more words ", 5)
+	c := &clock{t: t0}
+	s := streamedit.New(streamedit.Config{Limit: l, CanEdit: true, Now: c.Now})
+	live := map[int]string{}
+	for i, w := range strings.SplitAfter(text, " ") {
+		c.at(time.Duration(i) * time.Second)
+		for _, a := range s.Append(w) {
+			s.OnResult(a, nil)
+			live[a.Message] = a.Text
+		}
+	}
+	for _, a := range s.Final(text) {
+		live[a.Message] = a.Text
+	}
+	for m := range len(live) {
+		if strings.HasPrefix(live[m], "```") || !chunk.Balanced(live[m]) {
+			t.Errorf("message %d opens a code block: %q", m, live[m])
+		}
+	}
+}
