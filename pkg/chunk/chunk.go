@@ -230,13 +230,14 @@ func Reopen(text string, l Limit) string {
 // Each cut is made in the longest prefix that fits the room left after the
 // reopened fence, the close fence and the counter: at its last newline
 // when that is in the prefix's second half (as Hermes cuts), else its last
-// space, else its last newline (the separator is dropped), else hard at a
+// space (not one before backticks, which at the start of the next message
+// would be a fence line), else its last newline (the separator is dropped), else hard at a
 // rune boundary (which is never inside a UTF-8 sequence or a UTF-16
 // surrogate pair). A separator at the very start of the window is not used, so no
 // Body is empty.
 //
 // Fences are tracked per message, the way a platform renders each message
-// on its own: a line whose first non-blank characters are ``` toggles the
+// on its own: a line whose first characters after spaces are ``` toggles the
 // fence, except that no line with a backtick after its opening run opens
 // one ("```npm install```" is code inline); when it opens one, the first
 // word after the backticks is the language tag.
@@ -333,13 +334,32 @@ func cut(s string, m Measure, room int) (body, sep, rest string) {
 	if nl > 0 && nl >= len(window)/2 {
 		return s[:nl], "\n", s[nl+1:]
 	}
-	if i := strings.LastIndexByte(window, ' '); i > 0 {
+	if i := lastSpace(window, s); i > 0 {
 		return s[:i], " ", s[i+1:]
 	}
 	if nl > 0 {
 		return s[:nl], "\n", s[nl+1:] // still better than a cut mid-word
 	}
 	return window, "", s[end:]
+}
+
+// lastSpace is the index of the last space in window, a prefix of s, that
+// s may be cut at: one after which s goes on with backticks that would
+// start a fence line (startsFence) is not; -1 when there is none.
+func lastSpace(window, s string) int {
+	i := strings.LastIndexByte(window, ' ')
+	for i > 0 && startsFence(s[i+1:]) {
+		i = strings.LastIndexByte(window[:i], ' ')
+	}
+	return i
+}
+
+// startsFence reports whether text cut at a space before s would start
+// the next message with a fence line: s, its spaces trimmed, starts with
+// ```. Backticks in the middle of a line ("wrap it in ``` fences") are
+// text, and a cut must not make them a fence.
+func startsFence(s string) bool {
+	return strings.HasPrefix(strings.TrimLeft(s, " "), "```")
 }
 
 // spanSafe moves a cut made inside an inline code span (`like this`) to
@@ -378,6 +398,9 @@ func spanSafe(body, sep, rest string) (string, string, string) {
 		return body, sep, rest
 	}
 	i := strings.LastIndexAny(body[:at], " \n")
+	for i > 0 && body[i] == ' ' && startsFence(body[i+1:]) {
+		i = strings.LastIndexAny(body[:i], " \n")
+	}
 	if i <= len(body)/4 {
 		return body, sep, rest
 	}
@@ -411,9 +434,12 @@ func scanFences(st fenceState, text string) fenceState {
 }
 
 // fenceLine reports whether line opens or closes a fence, and returns the
-// text after the backticks.
+// text after the backticks. Only spaces may indent it, as markup.Convert
+// and Signal's formatter read fences: after a tab the line is an indented
+// code line (CommonMark), and a fence closed or reopened around it would
+// be read as one opened.
 func fenceLine(line string) (info string, ok bool) {
-	t := strings.TrimLeft(line, " \t")
+	t := strings.TrimLeft(line, " ")
 	if !strings.HasPrefix(t, "```") {
 		return "", false
 	}

@@ -320,7 +320,7 @@ func checkParts(t *testing.T, text string, l chunk.Limit, parts []chunk.Part) {
 		}
 		switch p.Sep {
 		case "":
-			if i < len(parts)-1 && strings.ContainsAny(p.Body[1:], " \n") {
+			if i < len(parts)-1 && cuttable(p.Body, text[min(joined.Len(), len(text)):]) {
 				t.Errorf("part %d: hard cut but body has a separator: %q", i, p.Body)
 			}
 		case " ", "\n":
@@ -340,13 +340,30 @@ func checkParts(t *testing.T, text string, l chunk.Limit, parts []chunk.Part) {
 	}
 }
 
+// cuttable reports whether body, the start of text, has a separator a
+// cut could take: a newline, or a space not followed by backticks that
+// would start a fence line after the cut (spaces, then ```).
+func cuttable(body, text string) bool {
+	for j := 1; j < len(body); j++ {
+		switch body[j] {
+		case '\n':
+			return true
+		case ' ':
+			if j+1 > len(text) || !strings.HasPrefix(strings.TrimLeft(text[j+1:], " "), "```") {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // fenceAfter is an independent reading of the fence rule: a line whose
-// first non-blank characters are ``` toggles, unless it would open a fence
+// first characters after spaces are ``` toggles, unless it would open a fence
 // and has a backtick after its opening run; an opening line's first word
 // after the backticks is the tag.
 func fenceAfter(s string) (open bool, lang string) {
 	for _, line := range strings.Split(s, "\n") {
-		t := strings.TrimLeft(line, " \t")
+		t := strings.TrimLeft(line, " ")
 		if !strings.HasPrefix(t, "```") {
 			continue
 		}
@@ -396,5 +413,42 @@ func BenchmarkSplitTelegram(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		chunk.Split(text, "telegram")
+	}
+}
+
+// A line indented with a tab before its backticks is no fence line for
+// markup.Convert or Signal's formatter (nor, outside a list, for
+// CommonMark: an indented code line), so Parts closes and reopens no
+// fence around it: a close the renderers read as an opening fence would
+// show the rest of the message, and the next one, as code.
+func TestTabIndentedBackticksAreNoFence(t *testing.T) {
+	l := chunk.Limit{Max: 64, Measure: chunk.Runes}
+	text := "Run it:\n\t```sh\n" + strings.Repeat("\techo one two three four five\n", 4) + "\t```\nDone."
+	for i, p := range chunk.Parts(text, l) {
+		if p.Reopen != "" || p.Close != "" {
+			t.Errorf("part %d: reopen %q, close %q: %q", i, p.Reopen, p.Close, p.String())
+		}
+	}
+	if !chunk.Balanced("Run it:\n\t```sh\n\techo one") {
+		t.Error("a tab-indented ``` line opens a fence")
+	}
+}
+
+// A cut at a space never starts a message with backticks that were in
+// the middle of a line ("wrap it in ``` fences"): at the start of its
+// line they would be a fence line, and the message after the cut would
+// show as code what the answer wrote as text.
+func TestCutBeforeMidLineBackticks(t *testing.T) {
+	l := chunk.Limit{Max: 64, Measure: chunk.Runes}
+	for _, text := range []string{
+		"Wrap each block of the code you paste in the ``` fences, " + strings.Repeat("and more words ", 5),
+		strings.Repeat("x", 30) + " " + strings.Repeat("y", 19) + " ```" + strings.Repeat("z", 20) + " and some more words after it",
+		strings.Repeat("x", 30) + " " + strings.Repeat("y", 19) + "   ```" + strings.Repeat("z", 20) + " and some more words after it",
+	} {
+		for i, p := range chunk.Parts(text, l) {
+			if p.Reopen != "" || p.Close != "" || strings.HasPrefix(strings.TrimLeft(p.Body, " "), "```") {
+				t.Errorf("%q: part %d opens a fence: %q", text[:20], i, p.String())
+			}
+		}
 	}
 }

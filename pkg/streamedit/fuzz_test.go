@@ -2,6 +2,7 @@ package streamedit_test
 
 import (
 	"errors"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -56,7 +57,7 @@ func FuzzStream(f *testing.F) {
 	f.Add([]byte{0xfc, 0xfc, 0xfc, 0x11, 0x02, 0x02, 0xfc, 0x45, 0x02, 0x01, 0xfc, 0x45}, true, true)
 	f.Add([]byte{0x00, 0x04, 0x08, 0x0d, 0x10}, false, false)
 	f.Fuzz(func(t *testing.T, ops []byte, differentFinal, canEdit bool) {
-		const alphabet = "lorem ipsum\ndolor ```go\nsit 😀 amet é "
+		const alphabet = "lorem ipsum\ndolor\n```go\nsit 😀 amet é "
 		limit := chunk.Limit{Max: 64, Measure: chunk.UTF16}
 		now := t0
 		s := streamedit.New(streamedit.Config{Limit: limit, CanEdit: canEdit, Now: func() time.Time { return now }})
@@ -165,7 +166,40 @@ func FuzzStream(f *testing.F) {
 				t.Fatalf("message %d of %d ends inside a code block: %q", i, top+1, m)
 			}
 		}
+		// The messages show the answer: no text lost or shown twice at a
+		// cut, whatever fences the cuts closed and reopened.
+		var shown []string
+		for i := range top + 1 {
+			shown = append(shown, p.live[i])
+		}
+		if got, want := words(shown...), words(final); got != want {
+			t.Fatalf("the messages show %q, not the answer %q: %q", got, want, shown)
+		}
 	})
+}
+
+// counter is a split answer's part counter, " (1/2)".
+var counter = regexp.MustCompile(`\s*\(\d+/\d+\)$`)
+
+// words is what messages show, read as one text: their characters
+// without the counters, the fences' backticks and language tags, and
+// blanks, which cuts add and drop.
+func words(msgs ...string) string {
+	var b strings.Builder
+	for _, m := range msgs {
+		for line := range strings.Lines(counter.ReplaceAllString(m, "")) {
+			if t := strings.TrimLeft(line, " "); strings.HasPrefix(t, "```") {
+				t = strings.TrimLeft(t, "`")
+				if i := strings.IndexAny(t, " \n"); i >= 0 {
+					line = t[i:] // the tag dropped
+				} else {
+					line = ""
+				}
+			}
+			b.WriteString(strings.Join(strings.Fields(line), ""))
+		}
+	}
+	return b.String()
 }
 
 func BenchmarkStream(b *testing.B) {

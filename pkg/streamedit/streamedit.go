@@ -27,6 +27,7 @@
 package streamedit
 
 import (
+	"bytes"
 	"errors"
 	"strings"
 	"time"
@@ -288,6 +289,21 @@ func (s *Stream) finished(reopen string, base, upto int) string {
 	return t
 }
 
+// settled is where the message being streamed ends when updates
+// stopped: where it was shown to, or, when the line it was shown to the
+// middle of is a fence line or may become one (the first backticks of a
+// fence, "```" before its language), before that line, which goes whole
+// with the rest: a fence line is read when it is whole.
+func (s *Stream) settled() int {
+	t := s.text[s.base:s.shown]
+	start := lastIndex(t, '\n') + 1 // of the last line
+	line := strings.TrimLeft(string(t[start:]), " ")
+	if run := len(line) - len(strings.TrimLeft(line, "`")); run < 3 && (run == 0 || run < len(line)) {
+		return s.shown
+	}
+	return s.base + max(start-1, 0) // before the newline too
+}
+
 // show is the action that makes message msg, which starts with reopen,
 // show text[base:upto]+cursor.
 func (s *Stream) show(msg int, exists bool, reopen string, base, upto int, cursor string) Action {
@@ -316,12 +332,24 @@ func cutAt(text []byte, base int, m chunk.Measure, room int) (end, next int) {
 		e = base + size
 	}
 	window := text[base:e]
-	for _, sep := range []byte{'\n', ' '} {
-		if i := lastIndex(window, sep); i > 0 && i >= len(window)/2 {
-			return base + i, base + i + 1
-		}
+	if i := lastIndex(window, '\n'); i > 0 && i >= len(window)/2 {
+		return base + i, base + i + 1
+	}
+	// Not at a space before backticks in the middle of a line: the next
+	// message would start with them, a fence line (as chunk.Parts cuts).
+	i := lastIndex(window, ' ')
+	for i > 0 && startsFence(text[base+i+1:]) {
+		i = lastIndex(window[:i], ' ')
+	}
+	if i > 0 && i >= len(window)/2 {
+		return base + i, base + i + 1
 	}
 	return e, e
+}
+
+// startsFence reports whether b, its spaces trimmed, starts with ```.
+func startsFence(b []byte) bool {
+	return bytes.HasPrefix(bytes.TrimLeft(b, " "), []byte("```"))
 }
 
 func lastIndex(b []byte, c byte) int {
@@ -380,7 +408,9 @@ func (s *Stream) OnResult(a Action, err error) {
 //     the messages from the first, sending more or deleting the surplus.
 //
 // A message left inside a code fence closes it, and the answer's part
-// after it reopens it (see Tick).
+// after it reopens it (see Tick). When updates stopped with the message
+// shown to the middle of a fence line ("```" before its language), the
+// message ends before that line, which goes whole with the rest.
 //
 // After Final the Stream plans nothing more.
 func (s *Stream) Final(text string) []Action {
@@ -416,18 +446,26 @@ func (s *Stream) Final(text string) []Action {
 			}
 			return acts
 		}
-		if s.exists && s.shown > s.base {
-			acts = append(acts, Action{Kind: Edit, Message: s.msg, Text: s.finished(s.reopen, s.base, s.shown), Final: true})
+		shown := s.settled()
+		if s.exists && shown > s.base {
+			acts = append(acts, Action{Kind: Edit, Message: s.msg, Text: s.finished(s.reopen, s.base, shown), Final: true})
 		}
 		// The rest continues the code fence the message ends inside
-		// (its first line's indent kept).
-		reopen := chunk.Reopen(s.reopen+streamed[s.base:s.shown], s.cfg.Limit)
-		rest := strings.TrimLeft(text[s.shown:], " \t\r\n")
+		// (its first line's indent kept), unless its first line is the
+		// fence's close: then it starts after that line.
+		reopen := chunk.Reopen(s.reopen+streamed[s.base:shown], s.cfg.Limit)
+		rest := strings.TrimLeft(text[shown:], " \t\r\n")
 		if reopen != "" && rest != "" {
-			rest = reopen + strings.TrimLeft(text[s.shown:], "\r\n")
+			rest = strings.TrimLeft(text[shown:], "\r\n")
+			first, after, _ := strings.Cut(rest, "\n")
+			if strings.HasPrefix(strings.TrimLeft(first, " "), "```") {
+				rest = strings.TrimLeft(after, " \t\r\n")
+			} else {
+				rest = reopen + rest
+			}
 		}
 		acts = append(acts, sends(live, chunk.SplitLimit(rest, s.cfg.Limit), rest)...)
-		if s.exists && s.shown == s.base {
+		if s.exists && shown == s.base {
 			// Replace took back all the message showed: the rest went
 			// in new messages, the stale one goes.
 			acts = append(acts, Action{Kind: Delete, Message: s.msg, Final: true})

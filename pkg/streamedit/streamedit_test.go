@@ -452,3 +452,95 @@ func TestOverflowInsideACodeBlock(t *testing.T) {
 		})
 	}
 }
+
+// Updates that stop while the message shows the start of a fence line
+// (the model's "```" before its "python", or a closing fence's first
+// backticks) do not split that line between the message and the rest:
+// the line goes whole with the rest, so the rest's code block has its
+// language and ends where the answer's does, instead of the language
+// shown as a line of code or the answer after the block shown as code;
+// a rest that starts with the block's close does not reopen it empty.
+func TestStoppedInsideAFenceLine(t *testing.T) {
+	l := chunk.Limit{Max: 200, Measure: chunk.Runes}
+	for _, tt := range []struct {
+		name        string
+		shown, rest string
+		want        []string // the messages shown at the end
+	}{
+		{
+			"an opening fence's backticks before its language",
+			"Here is the code you asked for:\n```", "python\nprint(1)\n```\nDone.",
+			[]string{"Here is the code you asked for:", "```python\nprint(1)\n```\nDone."},
+		},
+		{
+			"a closing fence's first backticks",
+			"Here is the code:\n```python\nprint(1)\n``", "`\nDone, and `x` is 1 as you asked.",
+			[]string{"Here is the code:\n```python\nprint(1)\n```", "Done, and `x` is 1 as you asked."},
+		},
+		{
+			"the line before a closing fence",
+			"Here is the code:\n```python\nprint(1)\n", "```\nDone, and `x` is 1 as you asked.",
+			[]string{"Here is the code:\n```python\nprint(1)\n```", "Done, and `x` is 1 as you asked."},
+		},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c := &clock{t: t0}
+			s := streamedit.New(streamedit.Config{Limit: l, CanEdit: true, Now: c.Now})
+			live := map[int]string{}
+			apply := func(acts []streamedit.Action, err error) {
+				t.Helper()
+				for _, a := range acts {
+					s.OnResult(a, err)
+					if err != nil {
+						return
+					}
+					live[a.Message] = a.Text
+					if a.Kind == streamedit.Delete {
+						delete(live, a.Message)
+					}
+				}
+			}
+			apply(s.Append(tt.shown), nil)
+			if live[0] != tt.shown+streamedit.DefaultCursor {
+				t.Fatalf("streamed %q, want %q", live[0], tt.shown+streamedit.DefaultCursor)
+			}
+			c.at(time.Minute)
+			apply(s.Append(tt.rest), errors.New("gone")) // updates stop
+			apply(s.Final(tt.shown+tt.rest), nil)
+			var got []string
+			for m := range len(live) {
+				got = append(got, live[m])
+			}
+			if !slices.Equal(got, tt.want) {
+				t.Fatalf("messages\n%q\nwant\n%q", got, tt.want)
+			}
+		})
+	}
+}
+
+// A message the stream finishes at a space is not finished before
+// backticks in the middle of a line ("in ```fenced blocks"): the next
+// message would start with them, a fence line, and show the rest as
+// code.
+func TestOverflowBeforeMidLineBackticks(t *testing.T) {
+	l := chunk.Limit{Max: 64, Measure: chunk.Runes}
+	text := "Wrap the code in " + strings.Repeat("word ", 8) + "```fenced blocks, the usual kind " + strings.Repeat("and more words ", 5)
+	c := &clock{t: t0}
+	s := streamedit.New(streamedit.Config{Limit: l, CanEdit: true, Now: c.Now})
+	live := map[int]string{}
+	for i, w := range strings.SplitAfter(text, " ") {
+		c.at(time.Duration(i) * time.Second)
+		for _, a := range s.Append(w) {
+			s.OnResult(a, nil)
+			live[a.Message] = a.Text
+		}
+	}
+	for _, a := range s.Final(text) {
+		live[a.Message] = a.Text
+	}
+	for m := range len(live) {
+		if strings.HasPrefix(live[m], "```") || !chunk.Balanced(live[m]) {
+			t.Errorf("message %d opens a code block: %q", m, live[m])
+		}
+	}
+}
