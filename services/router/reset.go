@@ -120,7 +120,7 @@ func (c ResetConfig) policy(platform, chatType string) ResetPolicy {
 // that clock shows them, so on the day a DST change skips the hour the
 // boundary is the jump (Go's time.Date would place a skipped hour west
 // of UTC an hour early, at 01:00 EST for 02:00 in New York), and an
-// hour the change repeats is crossed once.
+// hour the change repeats is crossed once (wallClock).
 func (p ResetPolicy) due(last, now time.Time) (string, bool) {
 	if (p.Mode == ResetIdle || p.Mode == ResetBoth) && p.IdleMinutes > 0 &&
 		now.Sub(last) > time.Duration(p.IdleMinutes)*time.Minute {
@@ -146,9 +146,27 @@ func (p ResetPolicy) due(last, now time.Time) (string, bool) {
 }
 
 // wallClock is what a clock in loc shows at t, as a UTC time, for
-// comparing wall clocks across a DST change.
+// comparing wall clocks across a DST change. In the span a change back
+// repeats it is the last time shown before the change, until the clock
+// passes it again: an hour inside that span (03:00 in the Chatham
+// Islands, whose clocks go from 03:45 back to 02:45; 02:00 at Troll,
+// from 03:00 back to 01:00) was crossed before the change and is not
+// crossed a second time, while an hour at the change (midnight in
+// Santiago, from 24:00 back to 23:00) is crossed when the clock next
+// shows it.
 func wallClock(t time.Time, loc *time.Location) time.Time {
 	t = t.In(loc)
+	w := wall(t)
+	if start, _ := t.ZoneBounds(); !start.IsZero() {
+		if before := wall(start.Add(-time.Nanosecond).In(loc)); before.After(w) {
+			return before
+		}
+	}
+	return w
+}
+
+// wall is t's clock reading in its own location, as a UTC time.
+func wall(t time.Time) time.Time {
 	return time.Date(t.Year(), t.Month(), t.Day(), t.Hour(), t.Minute(), t.Second(), t.Nanosecond(), time.UTC)
 }
 

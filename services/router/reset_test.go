@@ -176,6 +176,9 @@ func TestResetPolicyBoundaries(t *testing.T) {
 	berlinGap := ResetPolicy{Mode: ResetDaily, AtHour: 2, Timezone: "Europe/Berlin"}
 	// 2026-11-01 in New York: 01:00 to 02:00 runs twice (EDT, then EST).
 	nyTwice := ResetPolicy{Mode: ResetDaily, AtHour: 1, Timezone: "America/New_York"}
+	chathamTwice := ResetPolicy{Mode: ResetDaily, AtHour: 3, Timezone: "Pacific/Chatham"}
+	trollTwice := ResetPolicy{Mode: ResetDaily, AtHour: 2, Timezone: "Antarctica/Troll"}
+	santiagoMidnight := ResetPolicy{Mode: ResetDaily, AtHour: 0, Timezone: "America/Santiago"}
 	tests := []struct {
 		name      string
 		p         ResetPolicy
@@ -194,6 +197,30 @@ func TestResetPolicyBoundaries(t *testing.T) {
 		{"repeated hour: crossed once", nyTwice, time.Date(2026, 11, 1, 0, 50, 0, 0, ny), time.Date(2026, 11, 1, 1, 10, 0, 0, ny), true},
 		// 05:30 UTC is 01:30 EDT; 06:10 UTC is 01:10 EST, the hour's second run.
 		{"repeated hour: no second reset", nyTwice, time.Date(2026, 11, 1, 5, 30, 0, 0, time.UTC), time.Date(2026, 11, 1, 6, 10, 0, 0, time.UTC), false},
+		// 2027-04-04 in the Chatham Islands: 03:45 +1345 is 02:45 +1245
+		// (14:00 UTC), so 03:00 comes twice, 45 minutes apart. 13:25 UTC
+		// is 03:10 of the first run, 14:05 UTC 02:50 and 14:20 UTC 03:05
+		// of the second.
+		{"hour inside a repeated span: crossed the first time", chathamTwice, time.Date(2027, 4, 3, 13, 10, 0, 0, time.UTC), time.Date(2027, 4, 3, 13, 25, 0, 0, time.UTC), true},
+		{"hour inside a repeated span: after the first crossing", chathamTwice, time.Date(2027, 4, 3, 13, 25, 0, 0, time.UTC), time.Date(2027, 4, 3, 14, 5, 0, 0, time.UTC), false},
+		{"hour inside a repeated span: no second reset", chathamTwice, time.Date(2027, 4, 3, 14, 5, 0, 0, time.UTC), time.Date(2027, 4, 3, 14, 20, 0, 0, time.UTC), false},
+		{"hour inside a repeated span: next day", chathamTwice, time.Date(2027, 4, 3, 14, 20, 0, 0, time.UTC), time.Date(2027, 4, 4, 14, 20, 0, 0, time.UTC), true},
+		// 2027-10-31 at Troll: 03:00 +02 is 01:00 +00 (01:00 UTC); 02:00
+		// comes twice. 01:30 UTC is 01:30 and 02:10 UTC 02:10 of the
+		// second run.
+		{"two hours back: no second reset", trollTwice, time.Date(2027, 10, 31, 1, 30, 0, 0, time.UTC), time.Date(2027, 10, 31, 2, 10, 0, 0, time.UTC), false},
+		{"two hours back: crossed the first time", trollTwice, time.Date(2027, 10, 30, 23, 30, 0, 0, time.UTC), time.Date(2027, 10, 31, 0, 30, 0, 0, time.UTC), true},
+		// 2027-04-04 in Santiago: midnight -03 is 23:00 -04 of the day
+		// before (03:00 UTC); midnight comes once, at the second 23:59.
+		{"midnight change back: the repeated hour", santiagoMidnight, time.Date(2027, 4, 4, 2, 30, 0, 0, time.UTC), time.Date(2027, 4, 4, 3, 30, 0, 0, time.UTC), false},
+		{"midnight change back: midnight", santiagoMidnight, time.Date(2027, 4, 4, 3, 30, 0, 0, time.UTC), time.Date(2027, 4, 4, 4, 10, 0, 0, time.UTC), true},
+		// 2027-09-05 in Santiago: midnight -04 is 01:00 -03 (04:00 UTC).
+		{"midnight skipped: crossed", santiagoMidnight, time.Date(2027, 9, 5, 3, 30, 0, 0, time.UTC), time.Date(2027, 9, 5, 4, 10, 0, 0, time.UTC), true},
+		// East of UTC, a half-hour offset: midnight in Kolkata is 18:30 UTC.
+		{"half-hour offset: midnight crossed", ResetPolicy{Mode: ResetDaily, AtHour: 0, Timezone: "Asia/Kolkata"}, time.Date(2026, 3, 9, 18, 29, 0, 0, time.UTC), time.Date(2026, 3, 9, 18, 31, 0, 0, time.UTC), true},
+		{"half-hour offset: before midnight", ResetPolicy{Mode: ResetDaily, AtHour: 0, Timezone: "Asia/Kolkata"}, time.Date(2026, 3, 9, 18, 31, 0, 0, time.UTC), time.Date(2026, 3, 10, 18, 29, 0, 0, time.UTC), false},
+		{"23:00 east of UTC: crossed", ResetPolicy{Mode: ResetDaily, AtHour: 23, Timezone: "Asia/Tokyo"}, time.Date(2026, 3, 9, 13, 59, 0, 0, time.UTC), time.Date(2026, 3, 9, 14, 1, 0, 0, time.UTC), true},
+		{"23:00 east of UTC: not yet", ResetPolicy{Mode: ResetDaily, AtHour: 23, Timezone: "Asia/Tokyo"}, time.Date(2026, 3, 9, 14, 1, 0, 0, time.UTC), time.Date(2026, 3, 10, 13, 59, 0, 0, time.UTC), false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
