@@ -204,7 +204,8 @@ func normalize(u *models.Update, me identity, g gating) (outcome, error) {
 
 // addressing reads the entities: a leading bot_command "/cmd@name" is
 // rewritten to "/cmd" when name is this bot (forOther when it is another
-// bot); mentioned reports an @mention or text_mention of this bot;
+// bot); mentioned reports an @mention or text_mention of this bot, or a
+// "/cmd@this_bot" inside the text (Hermes's _message_mentions_bot);
 // otherBots reports an @mention of a bot other than this one (a username
 // ending in "bot", which Telegram requires of bots), or a "/cmd@other_bot"
 // anywhere in the text.
@@ -243,7 +244,13 @@ func addressing(text string, entities []models.MessageEntity, me identity) (comm
 				continue
 			}
 			if e.Offset != 0 {
-				if me.username != "" && !strings.EqualFold(target, me.username) && botUsername(target) {
+				// Inside the text: it names a bot, as in Hermes, but is
+				// no command of this message.
+				switch {
+				case me.username == "":
+				case strings.EqualFold(target, me.username):
+					mentioned = true
+				case botUsername(target):
 					otherBots = true
 				}
 				continue

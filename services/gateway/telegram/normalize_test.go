@@ -107,6 +107,11 @@ func TestMessagesForOtherBots(t *testing.T) {
 			[]obj{mention("@alice see this", "alice")}, replyToMe), gating{requireMention: true}, true},
 		{"another bot named in a DM", message(dmChat, "@other_bot is better?",
 			[]obj{mention("@other_bot is better?", "other_bot")}, nil), gating{requireMention: true}, true},
+		// As Hermes's, "/cmd@this_bot" anywhere in the text names this bot.
+		{"this bot's command inside the text, another bot named", message(group, "@other_bot or /help@"+testUsername,
+			[]obj{mention("@other_bot or /help@"+testUsername, "other_bot"), {"type": "bot_command", "offset": 14, "length": len("/help@" + testUsername)}}, nil), gating{requireMention: true}, true},
+		{"this bot's command inside the text, mention required", message(group, "try /help@"+testUsername,
+			[]obj{{"type": "bot_command", "offset": 4, "length": len("/help@" + testUsername)}}, nil), gating{requireMention: true}, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			out, err := parseUpdate(c.raw, me, c.g)
