@@ -28,6 +28,9 @@ type identity struct {
 type gating struct {
 	requireMention bool
 	freeChats      map[string]bool
+	// otherBotsToo is exclusive_bot_mentions off: a group message that
+	// names other bots and not this one follows the rules above too.
+	otherBotsToo bool
 }
 
 // outcome of normalizing one update.
@@ -173,7 +176,7 @@ func normalize(u *models.Update, me identity, g gating) (outcome, error) {
 	if forOther {
 		return outcome{skip: "command for another bot"}, nil
 	}
-	if src.ChatType == "group" && otherBots && !mentioned {
+	if src.ChatType == "group" && otherBots && !mentioned && !g.otherBotsToo {
 		// As Hermes (exclusive bot mentions, on by default): a group
 		// message that names other bots ("@other_bot hi") and not this
 		// one is theirs, even as a reply to this bot, in a free-response
