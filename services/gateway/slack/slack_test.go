@@ -609,3 +609,56 @@ func TestAgentMedia(t *testing.T) {
 		t.Fatalf("kept bytes: posted %+v", m)
 	}
 }
+
+// TestReplyInThread: reply_in_thread (default true, as Hermes's
+// platforms.slack.extra.reply_in_thread) answers a channel message
+// outside a thread in the thread it starts; off, as in Hermes, that
+// answer, and a file with it, goes to the channel's top level (the
+// session key stays the thread's), while a message in a real thread is
+// still answered there.
+func TestReplyInThread(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name     string
+		inThread bool
+		target   *deliveryv1.Target
+		want     string // the answer's thread_ts
+	}{
+		{"default, message outside a thread", true, &deliveryv1.Target{ChatId: "C0CHANNEL", ThreadId: "1.1", ReplyToMessageId: "1.1"}, "1.1"},
+		{"off, message outside a thread", false, &deliveryv1.Target{ChatId: "C0CHANNEL", ThreadId: "1.1", ReplyToMessageId: "1.1"}, ""},
+		{"off, message in a thread", false, &deliveryv1.Target{ChatId: "C0CHANNEL", ThreadId: "1.1", ReplyToMessageId: "2.1"}, "1.1"},
+		{"off, a send to a thread without a message to answer", false, &deliveryv1.Target{ChatId: "C0CHANNEL", ThreadId: "1.1"}, "1.1"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			fake := slackfake.New(t)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			cfg := DefaultConfig()
+			cfg.BotToken, cfg.SigningSecret, cfg.APIBaseURL, cfg.ReplyInThread = fake.BotToken, "s3cret", fake.APIURL(), c.inThread
+			p, err := NewPlatform(ctx, cfg, slog.New(slog.DiscardHandler), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.target.Platform = "slack"
+			if _, err := p.Send(ctx, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, Target: c.target, Text: "answer"}); err != nil {
+				t.Fatal(err)
+			}
+			file := &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, Target: c.target,
+				Attachments: []*eventsv1.Attachment{{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_DOCUMENT, MimeType: "text/plain", FileName: "notes.txt",
+					Location: &eventsv1.Attachment_Url{Url: "data:text/plain;base64,bm90ZXM="}}}}
+			if _, err := p.Send(ctx, file); err != nil {
+				t.Fatal(err)
+			}
+			m := fake.Messages("C0CHANNEL")
+			if len(m) != 2 {
+				t.Fatalf("posted %v, want the answer and the file", m)
+			}
+			for _, msg := range m {
+				if msg.ThreadTS != c.want {
+					t.Errorf("posted in thread %q, want %q", msg.ThreadTS, c.want)
+				}
+			}
+		})
+	}
+}
