@@ -168,7 +168,11 @@ func (s *Service) command(ctx context.Context, m *msgCtx, cmd command.Command) e
 	busy := owner != ""
 	if slices.Contains(refusedMidTurn, cmd.Name) {
 		if busy {
-			// Recorded with the event (once), so that it stays the answer.
+			// Recorded with the event (once), so that it stays the answer;
+			// marked first, so that a redelivery knows to look.
+			if err := s.rdb.Set(ctx, s.refusedKey(m.dedupeID), "1", s.cfg.DedupeTTL).Err(); err != nil {
+				return fmt.Errorf("mark mid-turn refusal: %w", err)
+			}
 			return s.once(ctx, m, cmd.Name, func(context.Context, *sessionstore.Store) (string, int64, error) {
 				return midTurnRefusal(cmd.Name), 0, nil
 			})
@@ -176,11 +180,15 @@ func (s *Service) command(ctx context.Context, m *msgCtx, cmd command.Command) e
 		// A redelivery (a crash before the dedupe record) that comes
 		// after the turn ended: the refusal is answered again, under the
 		// first answer's ids, and the command the user was told waits
-		// does not run now (a /retry would start a turn).
-		if a, ok, err := s.store.Answered(ctx, m.dedupeID); err != nil {
-			return err
-		} else if ok {
-			return s.replay(ctx, m, cmd.Name, a)
+		// does not run now (a /retry would start a turn). Only an event
+		// marked as refused before reads the record: a command in an
+		// idle session pays no Postgres read for it.
+		if m.refusedBefore == nil || *m.refusedBefore {
+			if a, ok, err := s.store.Answered(ctx, m.dedupeID); err != nil {
+				return err
+			} else if ok {
+				return s.replay(ctx, m, cmd.Name, a)
+			}
 		}
 	}
 	if cmd.Name == "agents" {
