@@ -352,3 +352,35 @@ func TestRefusableCommandInAnIdleSessionReadsNoRefusal(t *testing.T) {
 		t.Fatalf("%d reads of command records for commands in an idle session, want none", n)
 	}
 }
+
+// A /retry, /undo or /compress runs as a turn of its own: redelivered
+// while that turn runs (a crash before the dedupe record), it is the
+// message of the running turn, not a command to refuse; the user was
+// told nothing more.
+func TestOwnTurnCommandRedeliveredWhileItRuns(t *testing.T) {
+	t.Parallel()
+	for _, text := range []string{"/retry", "/undo", "/compress"} {
+		t.Run(text, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			e.startRouter(testConfig(), nil, nil)
+			g := newGate(t, text)
+			w := e.startWorker(g.hold)
+			defer g.open()
+			ev := dm("bob", text)
+			e.publish(ev)
+			waitFor(t, "its turn runs", func() bool { turns, _ := w.snapshot(); return len(turns) == 1 })
+			e.loseHandled(ev)
+			e.publishID(ev, "redelivered-"+ev.EventId)
+			// Answered after the redelivery, in order.
+			if got := e.ask("bob", "/status"); !strings.Contains(got, "State: working") {
+				t.Fatalf("/status answered %q", got)
+			}
+			for _, n := range e.noticesTo("bob") {
+				if strings.Contains(n, "can't run mid-turn") {
+					t.Errorf("the redelivered %s was refused: %q", text, n)
+				}
+			}
+		})
+	}
+}
