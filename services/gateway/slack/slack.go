@@ -413,10 +413,28 @@ func (p *Platform) handle(ctx context.Context, conn deliverer, raw []byte) error
 		p.log.Debug("slack event skipped", "why", string(why))
 		return nil
 	}
-	if _, err := conn.Deliver(ctx, ev); err != nil && !errors.Is(err, platform.ErrRejected) {
+	switch _, err := conn.Deliver(ctx, ev); {
+	case err == nil:
+		p.followMention(ctx, ev)
+	case !errors.Is(err, platform.ErrRejected):
 		return err
 	}
 	return nil
+}
+
+// followMention records the thread of a published channel reply that
+// mentions the bot under the event id its thread's replies are checked
+// against (handle), so that, as in Hermes (its mentioned threads), the
+// later replies in that thread reach the agent without a mention, as
+// they do in the thread of a message that mentioned it. Best effort.
+func (p *Platform) followMention(ctx context.Context, ev *eventsv1.MessageReceived) {
+	root := ev.GetSource().GetThreadId()
+	if p.runner == nil || !ev.GetMentioned() || root == "" || root == ev.GetMessageId() || ev.GetSource().GetChatType() == "dm" {
+		return
+	}
+	if err := p.runner.MarkSeen(context.WithoutCancel(ctx), ev.GetSource().GetChatId()+":"+root); err != nil {
+		p.log.Warn("slack: record the thread the bot was mentioned in", "err", err)
+	}
 }
 
 // deliverer is the part of platform.Conn handle needs (the HTTP handler

@@ -255,6 +255,16 @@ func TestMentionGating(t *testing.T) {
 	if ev := next(); ev.GetMessageId() != "5.1" || ev.GetSource().GetThreadId() != r.GetPlatformMessageId() {
 		t.Fatalf("got %v, want the reply in the thread of the bot's answer", ev)
 	}
+	// A mention inside the thread of a message that was not for the bot:
+	// as in Hermes, the thread's later replies are for it too.
+	push(slackfake.Event{Channel: "C0CHANNEL", ChannelType: "channel", User: "U0USER02", Text: "<@" + fake.BotUserID + "> what do you think?", TS: "6.1", ThreadTS: "1.1"})
+	if ev := next(); ev.GetMessageId() != "6.1" || ev.GetSource().GetThreadId() != "1.1" {
+		t.Fatalf("got %v, want the mention in chatter's thread", ev)
+	}
+	push(slackfake.Event{Channel: "C0CHANNEL", ChannelType: "channel", User: "U0USER01", Text: "and about the budget?", TS: "7.1", ThreadTS: "1.1"})
+	if ev := next(); ev.GetMessageId() != "7.1" || ev.GetSource().GetThreadId() != "1.1" {
+		t.Fatalf("got %v, want the reply in the thread the bot was mentioned in", ev)
+	}
 }
 
 // SLACK_ALLOW_BOTS: other bots' messages reach the bus marked is_bot
