@@ -277,8 +277,9 @@ var envAliases = map[string]string{
 	"TELEGRAM_WEBHOOK_URL":    "gateways.telegram.webhook_url",
 	"TELEGRAM_WEBHOOK_SECRET": "gateways.telegram.webhook_secret",
 	// and for its group gating.
-	"TELEGRAM_REQUIRE_MENTION":     "gateways.telegram.require_mention",
-	"TELEGRAM_FREE_RESPONSE_CHATS": "gateways.telegram.free_response_chats",
+	"TELEGRAM_REQUIRE_MENTION":        "gateways.telegram.require_mention",
+	"TELEGRAM_FREE_RESPONSE_CHATS":    "gateways.telegram.free_response_chats",
+	"TELEGRAM_EXCLUSIVE_BOT_MENTIONS": "gateways.telegram.exclusive_bot_mentions",
 	// and for the processing reactions.
 	"TELEGRAM_REACTIONS": "gateways.telegram.reactions",
 	// Hermes's fallback for display.tool_progress.

@@ -121,3 +121,36 @@ func TestGatewayAllowBots(t *testing.T) {
 		})
 	}
 }
+
+// Telegram's exclusive_bot_mentions is on unless set off, by the YAML
+// or by Hermes's variable, as in Hermes.
+func TestTelegramExclusiveBotMentions(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name    string
+		environ []string
+		yaml    string
+		want    bool
+	}{
+		{name: "nothing set", want: true},
+		{name: "Hermes's variable", environ: []string{"TELEGRAM_EXCLUSIVE_BOT_MENTIONS=false"}},
+		{name: "the YAML", yaml: "gateways:\n  telegram:\n    exclusive_bot_mentions: false\n"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			path := ""
+			if c.yaml != "" {
+				path = t.TempDir() + "/switchboard.yaml"
+				if err := os.WriteFile(path, []byte(c.yaml), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			cfg := defaultConfig()
+			if _, err := config.Load(config.Options{Path: path, Environ: c.environ, Aliases: envAliases}, cfg); err != nil {
+				t.Fatal(err)
+			}
+			if got := cfg.Gateways.Telegram.ExclusiveBotMentions; got != c.want {
+				t.Errorf("exclusive_bot_mentions %v, want %v", got, c.want)
+			}
+		})
+	}
+}

@@ -609,6 +609,20 @@ func (s *Store) EnqueueWhileHeld(ctx context.Context, key, owner string, streamS
 	return inserted, br.Close()
 }
 
+// QueuedOrStarted reports whether the message of event eventID
+// (MessageReceived.event_id) waits in key's queue or was the last one
+// started as its turn: a redelivery of a message queued already, found
+// without queueing it (as Enqueue does, ErrStarted).
+func (s *Store) QueuedOrStarted(ctx context.Context, key, eventID string) (bool, error) {
+	var yes bool
+	err := s.db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM sessions WHERE session_key = $1 AND last_started_event_id = $2)
+		OR EXISTS (SELECT 1 FROM session_queue WHERE session_key = $1 AND event_id = $2)`, key, eventID).Scan(&yes)
+	if err != nil {
+		return false, fmt.Errorf("read queued or started message: %w", err)
+	}
+	return yes, nil
+}
+
 // queueEnqueue adds EnqueueWhileHeld's statements to b.
 func (s *Store) queueEnqueue(b *pgx.Batch, key, owner string, streamSeq int64, ownTurn bool, ev *eventsv1.MessageReceived, data []byte, max int, traceparent string) {
 	// Serialise enqueues per session (until the batch commits) so the cap holds.

@@ -3,11 +3,16 @@ package router
 import (
 	"context"
 	"strings"
+	"sync/atomic"
 	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/switchboard-chat/switchboard/pkg/gatewaystatus"
 	repliesv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/replies/v1"
 	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
+	"github.com/switchboard-chat/switchboard/pkg/pg/pgtest"
 	"github.com/switchboard-chat/switchboard/pkg/redisx"
 	"github.com/switchboard-chat/switchboard/pkg/sessionstore"
 	"github.com/switchboard-chat/switchboard/pkg/skill"
@@ -303,5 +308,79 @@ func TestCommandsRefusedMidTurnAsHermes(t *testing.T) {
 	turns, _ := w.snapshot()
 	if got := strings.Join(inputsText(turns, key), ","); got != "long job,first thing,second thing" {
 		t.Fatalf("inputs %q, want the waiting messages after the task, in order", got)
+	}
+}
+
+// effectReads counts the queries of the commands' records
+// (command_effects) the router sends.
+type effectReads struct{ n atomic.Int64 }
+
+func (r *effectReads) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	if strings.Contains(d.SQL, "FROM command_effects") {
+		r.n.Add(1)
+	}
+	return ctx
+}
+
+func (*effectReads) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// A command that waits for a running turn, sent to an idle session, runs
+// without reading the record of a refusal it never had: only an event
+// refused before (its redelivery) pays that Postgres read.
+func TestRefusableCommandInAnIdleSessionReadsNoRefusal(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	_, url := pgtest.NewWithURL(t)
+	pcfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reads := &effectReads{}
+	pcfg.ConnConfig.Tracer = reads
+	traced, err := pgxpool.NewWithConfig(context.Background(), pcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(traced.Close)
+	e.db = traced
+	e.startRouter(testConfig(), nil, nil)
+	e.startWorker(nil)
+	for _, cmd := range []string{"/usage", "/sessions", "/insights"} {
+		e.ask("bob", cmd)
+	}
+	if n := reads.n.Load(); n != 0 {
+		t.Fatalf("%d reads of command records for commands in an idle session, want none", n)
+	}
+}
+
+// A /retry, /undo or /compress runs as a turn of its own: redelivered
+// while that turn runs (a crash before the dedupe record), it is the
+// message of the running turn, not a command to refuse; the user was
+// told nothing more.
+func TestOwnTurnCommandRedeliveredWhileItRuns(t *testing.T) {
+	t.Parallel()
+	for _, text := range []string{"/retry", "/undo", "/compress"} {
+		t.Run(text, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			e.startRouter(testConfig(), nil, nil)
+			g := newGate(t, text)
+			w := e.startWorker(g.hold)
+			defer g.open()
+			ev := dm("bob", text)
+			e.publish(ev)
+			waitFor(t, "its turn runs", func() bool { turns, _ := w.snapshot(); return len(turns) == 1 })
+			e.loseHandled(ev)
+			e.publishID(ev, "redelivered-"+ev.EventId)
+			// Answered after the redelivery, in order.
+			if got := e.ask("bob", "/status"); !strings.Contains(got, "State: working") {
+				t.Fatalf("/status answered %q", got)
+			}
+			for _, n := range e.noticesTo("bob") {
+				if strings.Contains(n, "can't run mid-turn") {
+					t.Errorf("the redelivered %s was refused: %q", text, n)
+				}
+			}
+		})
 	}
 }

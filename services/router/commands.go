@@ -100,6 +100,10 @@ var helpText = strings.Join([]string{
 var refusedMidTurn = []string{"sessions", "resume", "title", "retry", "undo", "compress", "sethome", "personality", "reasoning", "branch", "save", "memory", "approvals",
 	"usage", "insights", "voice", "fast", "platform", "reload-skills", "provider", "cron"}
 
+// ownTurnCommand reports whether the command runs as a turn of its own
+// (a transcript command the worker applies, queued as a message is).
+func ownTurnCommand(name string) bool { return name == "retry" || name == "undo" || name == "compress" }
+
 // openCommands stay available to non-admins where an admin list exists.
 // /approvals shows the mode to anyone; a change is refused to
 // non-admins by approvalsCommand (Hermes's second check at the side
@@ -167,8 +171,22 @@ func (s *Service) command(ctx context.Context, m *msgCtx, cmd command.Command) e
 	}
 	busy := owner != ""
 	if slices.Contains(refusedMidTurn, cmd.Name) {
+		if busy && ownTurnCommand(cmd.Name) {
+			// A redelivery of one that was queued, whose turn may be the
+			// running one (a crash before the dedupe record): it is
+			// handled already, and refusing it would answer it twice.
+			if seen, err := s.store.QueuedOrStarted(ctx, m.key, m.ev.GetEventId()); err != nil {
+				return err
+			} else if seen {
+				return s.startedAlready(m)
+			}
+		}
 		if busy {
-			// Recorded with the event (once), so that it stays the answer.
+			// Recorded with the event (once), so that it stays the answer;
+			// marked first, so that a redelivery knows to look.
+			if err := s.rdb.Set(ctx, s.refusedKey(m.dedupeID), "1", s.cfg.DedupeTTL).Err(); err != nil {
+				return fmt.Errorf("mark mid-turn refusal: %w", err)
+			}
 			return s.once(ctx, m, cmd.Name, func(context.Context, *sessionstore.Store) (string, int64, error) {
 				return midTurnRefusal(cmd.Name), 0, nil
 			})
@@ -176,11 +194,15 @@ func (s *Service) command(ctx context.Context, m *msgCtx, cmd command.Command) e
 		// A redelivery (a crash before the dedupe record) that comes
 		// after the turn ended: the refusal is answered again, under the
 		// first answer's ids, and the command the user was told waits
-		// does not run now (a /retry would start a turn).
-		if a, ok, err := s.store.Answered(ctx, m.dedupeID); err != nil {
-			return err
-		} else if ok {
-			return s.replay(ctx, m, cmd.Name, a)
+		// does not run now (a /retry would start a turn). Only an event
+		// marked as refused before reads the record: a command in an
+		// idle session pays no Postgres read for it.
+		if m.refusedBefore == nil || *m.refusedBefore {
+			if a, ok, err := s.store.Answered(ctx, m.dedupeID); err != nil {
+				return err
+			} else if ok {
+				return s.replay(ctx, m, cmd.Name, a)
+			}
 		}
 	}
 	if cmd.Name == "agents" {

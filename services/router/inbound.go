@@ -36,6 +36,10 @@ type msgCtx struct {
 	decision auth.Decision
 	notices  int
 	marked   bool // the dedupe record is written
+	// refusedBefore is whether the event carries the mark of a refusal
+	// while a turn ran (refusedKey), read with the dedupe record for a
+	// command; nil when not read.
+	refusedBefore *bool
 	// interaction is a native command's or a button press's private
 	// answer channel (a Discord interaction's token), taken off the event
 	// on arrival: only a refusal of the command or the press uses it
@@ -105,6 +109,11 @@ func isDM(src *eventsv1.SessionSource) bool {
 }
 
 func (s *Service) dedupeKey(id string) string { return s.prefix + "inbound:" + id }
+
+// refusedKey marks an event whose command was refused while a turn ran,
+// written before the refusal's record (sessionstore.Once), so that only
+// a redelivery of such an event reads that record (command).
+func (s *Service) refusedKey(id string) string { return s.prefix + "refused:" + id }
 
 // handleInbound is the INBOUND consumer's handler.
 func (s *Service) handleInbound(ctx context.Context, ev *eventsv1.MessageReceived) error {
@@ -181,7 +190,18 @@ func (s *Service) handleInbound(ctx context.Context, ev *eventsv1.MessageReceive
 	if s.wantsHome(m) {
 		home = pipe.Get(ctx, s.homeKey(key))
 	}
+	var refused *redis.IntCmd
+	if m.isCmd {
+		refused = pipe.Exists(ctx, s.refusedKey(m.dedupeID))
+	}
 	_, _ = pipe.Exec(ctx) // each command's error is read below
+	if refused != nil {
+		// Unread on an error: command reads the record itself.
+		if n, err := refused.Result(); err == nil {
+			before := n > 0
+			m.refusedBefore = &before
+		}
+	}
 	if home != nil {
 		switch v, err := home.Result(); {
 		case err == nil, errors.Is(err, redis.Nil):

@@ -73,6 +73,14 @@ type Config struct {
 	// mention; normalize sets no_reaction on the others). Needs the
 	// reactions:write scope.
 	Reactions bool `koanf:"reactions"`
+	// ReplyInThread (default true, as Hermes's
+	// platforms.slack.extra.reply_in_thread): a channel message outside
+	// a thread is answered in the thread it starts. Off, as in Hermes,
+	// that answer goes to the channel's top level instead (its session
+	// is still the thread's: a reply in the thread continues it, a new
+	// message at the top level starts another); a message in a thread is
+	// answered there either way.
+	ReplyInThread bool `koanf:"reply_in_thread"`
 }
 
 // DefaultConfig has the defaults.
@@ -80,6 +88,7 @@ func DefaultConfig() Config {
 	return Config{
 		APIBaseURL: slackapi.APIURL, Addr: "127.0.0.1:8644", Path: "/slack/events",
 		MaxBodyBytes: 4 << 20, AckTimeout: 2500 * time.Millisecond, RequireMention: true, Reactions: true,
+		ReplyInThread: true,
 	}
 }
 
@@ -405,10 +414,28 @@ func (p *Platform) handle(ctx context.Context, conn deliverer, raw []byte) error
 		p.log.Debug("slack event skipped", "why", string(why))
 		return nil
 	}
-	if _, err := conn.Deliver(ctx, ev); err != nil && !errors.Is(err, platform.ErrRejected) {
+	switch _, err := conn.Deliver(ctx, ev); {
+	case err == nil:
+		p.followMention(ctx, ev)
+	case !errors.Is(err, platform.ErrRejected):
 		return err
 	}
 	return nil
+}
+
+// followMention records the thread of a published channel reply that
+// mentions the bot under the event id its thread's replies are checked
+// against (handle), so that, as in Hermes (its mentioned threads), the
+// later replies in that thread reach the agent without a mention, as
+// they do in the thread of a message that mentioned it. Best effort.
+func (p *Platform) followMention(ctx context.Context, ev *eventsv1.MessageReceived) {
+	root := ev.GetSource().GetThreadId()
+	if p.runner == nil || !ev.GetMentioned() || root == "" || root == ev.GetMessageId() || ev.GetSource().GetChatType() == "dm" {
+		return
+	}
+	if err := p.runner.MarkSeen(context.WithoutCancel(ctx), ev.GetSource().GetChatId()+":"+root); err != nil {
+		p.log.Warn("slack: record the thread the bot was mentioned in", "err", err)
+	}
 }
 
 // deliverer is the part of platform.Conn handle needs (the HTTP handler
@@ -485,8 +512,8 @@ func (p *Platform) Send(ctx context.Context, req *deliveryv1.SendRequested) (str
 		// The text stays as the notification's fallback.
 		opts = append(opts, slackapi.MsgOptionBlocks(blocks...))
 	}
-	if t.GetThreadId() != "" {
-		opts = append(opts, slackapi.MsgOptionTS(t.GetThreadId()))
+	if thread := p.thread(t); thread != "" {
+		opts = append(opts, slackapi.MsgOptionTS(thread))
 	}
 	_, ts, err := p.api.PostMessageContext(ctx, t.GetChatId(), opts...)
 	if err != nil {
@@ -558,7 +585,7 @@ func (p *Platform) sendMedia(ctx context.Context, req *deliveryv1.SendRequested)
 			}
 			name := platform.FileName(a, mimeType)
 			f, err := p.api.UploadFileContext(ctx, slackapi.UploadFileParameters{Reader: bytes.NewReader(data), FileSize: len(data),
-				Filename: name, Title: name, Channel: t.GetChatId(), ThreadTimestamp: t.GetThreadId()})
+				Filename: name, Title: name, Channel: t.GetChatId(), ThreadTimestamp: p.thread(t)})
 			if err != nil {
 				return first, sendError("files.uploadV2", err)
 			}
@@ -572,6 +599,18 @@ func (p *Platform) sendMedia(ctx context.Context, req *deliveryv1.SendRequested)
 	return first, nil
 }
 
+// thread is the thread_ts a send to t goes to: t's thread, but with
+// reply_in_thread off not the thread a channel message outside one
+// starts (normalize keys that message by its own ts), whose answer
+// then goes to the channel's top level, as Hermes's _resolve_thread_ts
+// (the thread is the message being answered).
+func (p *Platform) thread(t *deliveryv1.Target) string {
+	if !p.cfg.ReplyInThread && t.GetThreadId() == t.GetReplyToMessageId() {
+		return ""
+	}
+	return t.GetThreadId()
+}
+
 // followThread records a message the bot posted at a channel's top level
 // under the event id its thread's replies are checked against (handle),
 // so that, as in Hermes, a reply in the thread of the bot's own message
@@ -579,7 +618,7 @@ func (p *Platform) sendMedia(ctx context.Context, req *deliveryv1.SendRequested)
 // a message. A reply already in a thread cannot start one, and a DM
 // needs no mention. Best effort: the send stands if it fails.
 func (p *Platform) followThread(ctx context.Context, t *deliveryv1.Target, ts string) {
-	if p.runner == nil || ts == "" || t.GetThreadId() != "" || strings.HasPrefix(t.GetChatId(), "D") {
+	if p.runner == nil || ts == "" || p.thread(t) != "" || strings.HasPrefix(t.GetChatId(), "D") {
 		return
 	}
 	if err := p.runner.MarkSeen(context.WithoutCancel(ctx), t.GetChatId()+":"+ts); err != nil {

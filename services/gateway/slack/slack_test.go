@@ -255,6 +255,16 @@ func TestMentionGating(t *testing.T) {
 	if ev := next(); ev.GetMessageId() != "5.1" || ev.GetSource().GetThreadId() != r.GetPlatformMessageId() {
 		t.Fatalf("got %v, want the reply in the thread of the bot's answer", ev)
 	}
+	// A mention inside the thread of a message that was not for the bot:
+	// as in Hermes, the thread's later replies are for it too.
+	push(slackfake.Event{Channel: "C0CHANNEL", ChannelType: "channel", User: "U0USER02", Text: "<@" + fake.BotUserID + "> what do you think?", TS: "6.1", ThreadTS: "1.1"})
+	if ev := next(); ev.GetMessageId() != "6.1" || ev.GetSource().GetThreadId() != "1.1" {
+		t.Fatalf("got %v, want the mention in chatter's thread", ev)
+	}
+	push(slackfake.Event{Channel: "C0CHANNEL", ChannelType: "channel", User: "U0USER01", Text: "and about the budget?", TS: "7.1", ThreadTS: "1.1"})
+	if ev := next(); ev.GetMessageId() != "7.1" || ev.GetSource().GetThreadId() != "1.1" {
+		t.Fatalf("got %v, want the reply in the thread the bot was mentioned in", ev)
+	}
 }
 
 // SLACK_ALLOW_BOTS: other bots' messages reach the bus marked is_bot
@@ -647,5 +657,58 @@ func TestLongMediaSend(t *testing.T) {
 	want := text + "\n" + strings.TrimSpace(strings.Repeat("a caption ", 110)) + "\n" + link
 	if got := strings.Join(texts, "\n"); len(texts) != 2 || got != want {
 		t.Fatalf("%d messages showing %d characters, want 2 showing the %d characters", len(texts), utf8.RuneCountInString(got), utf8.RuneCountInString(want))
+	}
+}
+
+// TestReplyInThread: reply_in_thread (default true, as Hermes's
+// platforms.slack.extra.reply_in_thread) answers a channel message
+// outside a thread in the thread it starts; off, as in Hermes, that
+// answer, and a file with it, goes to the channel's top level (the
+// session key stays the thread's), while a message in a real thread is
+// still answered there.
+func TestReplyInThread(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name     string
+		inThread bool
+		target   *deliveryv1.Target
+		want     string // the answer's thread_ts
+	}{
+		{"default, message outside a thread", true, &deliveryv1.Target{ChatId: "C0CHANNEL", ThreadId: "1.1", ReplyToMessageId: "1.1"}, "1.1"},
+		{"off, message outside a thread", false, &deliveryv1.Target{ChatId: "C0CHANNEL", ThreadId: "1.1", ReplyToMessageId: "1.1"}, ""},
+		{"off, message in a thread", false, &deliveryv1.Target{ChatId: "C0CHANNEL", ThreadId: "1.1", ReplyToMessageId: "2.1"}, "1.1"},
+		{"off, a send to a thread without a message to answer", false, &deliveryv1.Target{ChatId: "C0CHANNEL", ThreadId: "1.1"}, "1.1"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			fake := slackfake.New(t)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			cfg := DefaultConfig()
+			cfg.BotToken, cfg.SigningSecret, cfg.APIBaseURL, cfg.ReplyInThread = fake.BotToken, "s3cret", fake.APIURL(), c.inThread
+			p, err := NewPlatform(ctx, cfg, slog.New(slog.DiscardHandler), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.target.Platform = "slack"
+			if _, err := p.Send(ctx, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, Target: c.target, Text: "answer"}); err != nil {
+				t.Fatal(err)
+			}
+			file := &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, Target: c.target,
+				Attachments: []*eventsv1.Attachment{{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_DOCUMENT, MimeType: "text/plain", FileName: "notes.txt",
+					Location: &eventsv1.Attachment_Url{Url: "data:text/plain;base64,bm90ZXM="}}}}
+			if _, err := p.Send(ctx, file); err != nil {
+				t.Fatal(err)
+			}
+			m := fake.Messages("C0CHANNEL")
+			if len(m) != 2 {
+				t.Fatalf("posted %v, want the answer and the file", m)
+			}
+			for _, msg := range m {
+				if msg.ThreadTS != c.want {
+					t.Errorf("posted in thread %q, want %q", msg.ThreadTS, c.want)
+				}
+			}
+		})
 	}
 }

@@ -28,6 +28,9 @@ type identity struct {
 type gating struct {
 	requireMention bool
 	freeChats      map[string]bool
+	// otherBotsToo is exclusive_bot_mentions off: a group message that
+	// names other bots and not this one follows the rules above too.
+	otherBotsToo bool
 }
 
 // outcome of normalizing one update.
@@ -173,7 +176,7 @@ func normalize(u *models.Update, me identity, g gating) (outcome, error) {
 	if forOther {
 		return outcome{skip: "command for another bot"}, nil
 	}
-	if src.ChatType == "group" && otherBots && !mentioned {
+	if src.ChatType == "group" && otherBots && !mentioned && !g.otherBotsToo {
 		// As Hermes (exclusive bot mentions, on by default): a group
 		// message that names other bots ("@other_bot hi") and not this
 		// one is theirs, even as a reply to this bot, in a free-response
@@ -204,7 +207,8 @@ func normalize(u *models.Update, me identity, g gating) (outcome, error) {
 
 // addressing reads the entities: a leading bot_command "/cmd@name" is
 // rewritten to "/cmd" when name is this bot (forOther when it is another
-// bot); mentioned reports an @mention or text_mention of this bot;
+// bot); mentioned reports an @mention or text_mention of this bot, or a
+// "/cmd@this_bot" inside the text (Hermes's _message_mentions_bot);
 // otherBots reports an @mention of a bot other than this one (a username
 // ending in "bot", which Telegram requires of bots), or a "/cmd@other_bot"
 // anywhere in the text.
@@ -243,7 +247,13 @@ func addressing(text string, entities []models.MessageEntity, me identity) (comm
 				continue
 			}
 			if e.Offset != 0 {
-				if me.username != "" && !strings.EqualFold(target, me.username) && botUsername(target) {
+				// Inside the text: it names a bot, as in Hermes, but is
+				// no command of this message.
+				switch {
+				case me.username == "":
+				case strings.EqualFold(target, me.username):
+					mentioned = true
+				case botUsername(target):
 					otherBots = true
 				}
 				continue

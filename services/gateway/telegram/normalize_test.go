@@ -107,6 +107,19 @@ func TestMessagesForOtherBots(t *testing.T) {
 			[]obj{mention("@alice see this", "alice")}, replyToMe), gating{requireMention: true}, true},
 		{"another bot named in a DM", message(dmChat, "@other_bot is better?",
 			[]obj{mention("@other_bot is better?", "other_bot")}, nil), gating{requireMention: true}, true},
+		// exclusive_bot_mentions off (TELEGRAM_EXCLUSIVE_BOT_MENTIONS=false,
+		// as Hermes's): naming another bot leaves the usual rules.
+		{"another bot named, not exclusive, mention not required", message(group, "@other_bot what time is it",
+			[]obj{mention("@other_bot what time is it", "other_bot")}, nil), gating{otherBotsToo: true}, true},
+		{"another bot named, not exclusive, in a reply to this bot", message(group, "@other_bot can you check this?",
+			[]obj{mention("@other_bot can you check this?", "other_bot")}, replyToMe), gating{requireMention: true, otherBotsToo: true}, true},
+		{"another bot named, not exclusive, mention required", message(group, "@other_bot what time is it",
+			[]obj{mention("@other_bot what time is it", "other_bot")}, nil), gating{requireMention: true, otherBotsToo: true}, false},
+		// As Hermes's, "/cmd@this_bot" anywhere in the text names this bot.
+		{"this bot's command inside the text, another bot named", message(group, "@other_bot or /help@"+testUsername,
+			[]obj{mention("@other_bot or /help@"+testUsername, "other_bot"), {"type": "bot_command", "offset": 14, "length": len("/help@" + testUsername)}}, nil), gating{requireMention: true}, true},
+		{"this bot's command inside the text, mention required", message(group, "try /help@"+testUsername,
+			[]obj{{"type": "bot_command", "offset": 4, "length": len("/help@" + testUsername)}}, nil), gating{requireMention: true}, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			out, err := parseUpdate(c.raw, me, c.g)

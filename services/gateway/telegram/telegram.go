@@ -71,6 +71,13 @@ type Config struct {
 	// FreeResponseChats (TELEGRAM_FREE_RESPONSE_CHATS) are group chat ids
 	// exempt from RequireMention.
 	FreeResponseChats []string `koanf:"free_response_chats"`
+	// ExclusiveBotMentions (TELEGRAM_EXCLUSIVE_BOT_MENTIONS, default true
+	// as in Hermes): a group message that names other bots (@other_bot,
+	// /cmd@other_bot) and not this one is theirs and is not published,
+	// whatever RequireMention, FreeResponseChats or a reply to this bot
+	// say. Off, such a message follows those rules like any other
+	// (several bots that should all hear the group).
+	ExclusiveBotMentions bool `koanf:"exclusive_bot_mentions"`
 	// ReplyToMode: first (reply-thread only the first chunk), all, off.
 	ReplyToMode string `koanf:"reply_to_mode"`
 	// Reactions (TELEGRAM_REACTIONS, default false, as in Hermes): the
@@ -96,7 +103,7 @@ func DefaultConfig() Config {
 	return Config{
 		APIBaseURL: DefaultAPIBaseURL, WebhookListen: ":8443",
 		ReplyToMode: "first", PollTimeout: 30 * time.Second, LeaseTTL: 10 * time.Second,
-		PressHold: 1500 * time.Millisecond,
+		PressHold: 1500 * time.Millisecond, ExclusiveBotMentions: true,
 	}
 }
 
@@ -305,7 +312,7 @@ func NewPlatform(cfg Config, log *slog.Logger, hc *http.Client) (*Platform, erro
 		life: life, endLife: endLife,
 		cfg: cfg, log: log.With("platform", "telegram"), api: api, http: hc, baseURL: base,
 		me: identity{id: id, username: strings.TrimPrefix(cfg.BotUsername, "@")}, username: strings.TrimPrefix(cfg.BotUsername, "@"),
-		gate:          gating{requireMention: cfg.RequireMention, freeChats: platform.IDSet(cfg.FreeResponseChats)},
+		gate:          gating{requireMention: cfg.RequireMention, freeChats: platform.IDSet(cfg.FreeResponseChats), otherBotsToo: !cfg.ExclusiveBotMentions},
 		webhookBounds: webhookBounds,
 	}, nil
 }
