@@ -157,12 +157,13 @@ func normalize(m *discordgo.Message, ch channelInfo, r rules) (*eventsv1.Message
 	if !m.Timestamp.IsZero() {
 		ev.SentAt = timestamppb.New(m.Timestamp)
 	}
+	voice := m.Flags&discordgo.MessageFlagsIsVoiceMessage != 0
 	for _, a := range m.Attachments {
 		if a == nil {
 			continue
 		}
 		ev.Attachments = append(ev.Attachments, &eventsv1.Attachment{
-			Kind: kindOf(a.ContentType), Location: &eventsv1.Attachment_Url{Url: a.URL},
+			Kind: kindOf(a.ContentType, voice), Location: &eventsv1.Attachment_Url{Url: a.URL},
 			MimeType: a.ContentType, SizeBytes: int64(a.Size), FileName: a.Filename, PlatformFileId: a.ID,
 		})
 	}
@@ -225,12 +226,15 @@ func stripMention(text, bot string) (string, bool) {
 	return strings.TrimSpace(strings.Join(strings.Fields(out), " ")), true
 }
 
-func kindOf(mime string) eventsv1.AttachmentKind {
+// kindOf is an attachment's kind by its media type; voice says the message
+// is a voice message (flag IS_VOICE_MESSAGE), whose one attachment is the
+// recording. An Ogg file sent as a file is audio, not a voice message.
+func kindOf(mime string, voice bool) eventsv1.AttachmentKind {
 	switch {
+	case voice:
+		return eventsv1.AttachmentKind_ATTACHMENT_KIND_VOICE
 	case strings.HasPrefix(mime, "image/"):
 		return eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE
-	case strings.HasPrefix(mime, "audio/ogg"):
-		return eventsv1.AttachmentKind_ATTACHMENT_KIND_VOICE
 	case strings.HasPrefix(mime, "audio/"):
 		return eventsv1.AttachmentKind_ATTACHMENT_KIND_AUDIO
 	case strings.HasPrefix(mime, "video/"):
