@@ -405,6 +405,7 @@ func (p *Platform) handle(ctx context.Context, conn deliverer, raw []byte) error
 		p.log.Debug("slack event skipped", "why", string(why))
 		return nil
 	}
+	p.completeFiles(ctx, ev)
 	if _, err := conn.Deliver(ctx, ev); err != nil && !errors.Is(err, platform.ErrRejected) {
 		return err
 	}
