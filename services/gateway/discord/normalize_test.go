@@ -207,7 +207,7 @@ func TestStickers(t *testing.T) {
 
 // An attachment's kind: a voice message is one by its flag
 // (IS_VOICE_MESSAGE), not by being Ogg; an Ogg file sent as a file is
-// audio.
+// audio; a picture Discord gives no content type is one by its name.
 func TestAttachmentKinds(t *testing.T) {
 	t.Parallel()
 	cases := []struct {
@@ -222,6 +222,8 @@ func TestAttachmentKinds(t *testing.T) {
 		{"ogg file", 0, "song.ogg", "audio/ogg", eventsv1.AttachmentKind_ATTACHMENT_KIND_AUDIO, "audio/ogg"},
 		{"mp3 file", 0, "song.mp3", "audio/mpeg", eventsv1.AttachmentKind_ATTACHMENT_KIND_AUDIO, "audio/mpeg"},
 		{"picture", 0, "a.png", "image/png", eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, "image/png"},
+		{"picture without a content type", 0, "Cat.PNG", "", eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, ""},
+		{"file without a content type", 0, "notes.bin", "", eventsv1.AttachmentKind_ATTACHMENT_KIND_DOCUMENT, ""},
 		{"video", 0, "a.mp4", "video/mp4", eventsv1.AttachmentKind_ATTACHMENT_KIND_VIDEO, "video/mp4"},
 		{"document", 0, "a.pdf", "application/pdf", eventsv1.AttachmentKind_ATTACHMENT_KIND_DOCUMENT, "application/pdf"},
 	}
