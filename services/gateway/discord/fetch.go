@@ -2,12 +2,15 @@ package discord
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
 	"strings"
+
+	"github.com/bwmarrin/discordgo"
 
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	"github.com/switchboard-chat/switchboard/pkg/platform"
@@ -53,9 +56,11 @@ func cdnClient(c *http.Client) *http.Client {
 // worker's AttachmentFetchRequested, served by any replica), not as the
 // message is published. Discord signs its CDN URLs (ex, is, hm), so the
 // request carries no token; the signature expires (ex, about a day), after
-// which the CDN answers 404 and the attachment could not be downloaded.
-// Anything but an http(s) URL is refused. Errors name the attachment, not
-// its URL: the signature in it lets anyone read the file.
+// which the CDN answers 404: the URL is then refreshed (refreshURL) and
+// the download tried once more, so a turn that waited longer than a day
+// still reads the file. Anything but an http(s) URL is refused. Errors
+// name the attachment, not its URL: the signature in it lets anyone read
+// the file.
 func (p *Platform) Fetch(ctx context.Context, a *eventsv1.Attachment) (io.ReadCloser, string, error) {
 	u, err := url.Parse(a.GetUrl())
 	if err != nil {
@@ -67,9 +72,35 @@ func (p *Platform) Fetch(ctx context.Context, a *eventsv1.Attachment) (io.ReadCl
 	if !p.cdnHost(u) {
 		return nil, "", fmt.Errorf("discord attachment %s on %s: %w", a.GetPlatformFileId(), u.Host, errNotCDN)
 	}
+	resp, err := p.download(ctx, u)
+	if err == nil && resp.StatusCode == http.StatusNotFound {
+		// Expired, most likely: a fresh signature, and once more.
+		discard(resp)
+		fresh, rerr := p.refreshURL(ctx, u)
+		if rerr != nil {
+			return nil, "", fmt.Errorf("discord attachment %s from %s: %s, and %w", a.GetPlatformFileId(), u.Host, resp.Status, rerr)
+		}
+		if fresh == nil {
+			return nil, "", fmt.Errorf("discord attachment %s from %s: %s", a.GetPlatformFileId(), u.Host, resp.Status)
+		}
+		u = fresh
+		resp, err = p.download(ctx, u)
+	}
+	if err != nil {
+		return nil, "", fmt.Errorf("discord attachment %s from %s: %w", a.GetPlatformFileId(), u.Host, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		discard(resp)
+		return nil, "", fmt.Errorf("discord attachment %s from %s: %s", a.GetPlatformFileId(), u.Host, resp.Status)
+	}
+	return resp.Body, resp.Header.Get("Content-Type"), nil
+}
+
+// download GETs u from the CDN; its error does not carry the signed URL.
+func (p *Platform) download(ctx context.Context, u *url.URL) (*http.Response, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
-		return nil, "", fmt.Errorf("discord attachment %s: %w", a.GetPlatformFileId(), err)
+		return nil, errors.New("bad request")
 	}
 	resp, err := p.cdn.Do(req)
 	if err != nil {
@@ -77,12 +108,46 @@ func (p *Platform) Fetch(ctx context.Context, a *eventsv1.Attachment) (io.ReadCl
 		if errors.As(err, &ue) {
 			err = ue.Err // without the signed URL
 		}
-		return nil, "", fmt.Errorf("discord attachment %s from %s: %w", a.GetPlatformFileId(), u.Host, err)
+		return nil, err
 	}
-	if resp.StatusCode != http.StatusOK {
-		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
-		_ = resp.Body.Close()
-		return nil, "", fmt.Errorf("discord attachment %s from %s: %s", a.GetPlatformFileId(), u.Host, resp.Status)
+	return resp, nil
+}
+
+func discard(resp *http.Response) {
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
+	_ = resp.Body.Close()
+}
+
+// refreshURL asks Discord (POST /attachments/refresh-urls, with the bot
+// token) for a freshly signed URL of the attachment at u. nil when Discord
+// has none other (a deleted message's file) or gives one off its CDN.
+func (p *Platform) refreshURL(ctx context.Context, u *url.URL) (*url.URL, error) {
+	endpoint := discordgo.EndpointAPI + "attachments/refresh-urls"
+	body, err := p.s.RequestWithBucketID(http.MethodPost, endpoint, map[string][]string{"attachment_urls": {u.String()}}, endpoint, opts(ctx)...)
+	if err != nil {
+		var re *discordgo.RESTError
+		if errors.As(err, &re) && re.Response != nil {
+			return nil, fmt.Errorf("refreshing its url: %s", re.Response.Status) // the body may quote the URL
+		}
+		return nil, fmt.Errorf("refreshing its url: %w", err)
 	}
-	return resp.Body, resp.Header.Get("Content-Type"), nil
+	var out struct {
+		RefreshedURLs []struct {
+			Original  string `json:"original"`
+			Refreshed string `json:"refreshed"`
+		} `json:"refreshed_urls"`
+	}
+	if err := json.Unmarshal(body, &out); err != nil {
+		return nil, fmt.Errorf("refreshing its url: %w", err)
+	}
+	for _, r := range out.RefreshedURLs {
+		if r.Refreshed == "" || r.Refreshed == u.String() {
+			continue
+		}
+		fresh, err := url.Parse(r.Refreshed)
+		if err == nil && (fresh.Scheme == "https" || fresh.Scheme == "http") && p.cdnHost(fresh) {
+			return fresh, nil
+		}
+	}
+	return nil, nil
 }

@@ -87,9 +87,14 @@ func TestAttachmentsAreKept(t *testing.T) {
 			want: img, wantMIME: "image/png", downloads: 1},
 		{name: "text document", want: notes, wantMIME: "text/markdown", downloads: 1,
 			attachment: func() discordfake.Attachment { return f.AddAttachment(dmChan, "notes.md", "text/markdown", notes) }},
+		// A turn that waited more than a day for its message: the URL's
+		// signature expired, the CDN answers 404, and a refreshed URL
+		// gets the file.
+		{name: "expired signature", want: img, wantMIME: "image/png", downloads: 2,
+			attachment: func() discordfake.Attachment { return f.Expire(f.AddAttachment(dmChan, "cat.png", "image/png", img)) }},
 		{name: "gone from the CDN", unavailable: "could not be downloaded", downloads: 1, attachment: func() discordfake.Attachment {
 			a := f.AddAttachment(dmChan, "cat.png", "image/png", platformtest.NoisePNG(t, 8, 8))
-			a.URL = strings.Replace(a.URL, "hm=", "hm=0", 1) // a signature that no longer holds: 404
+			a.URL = strings.Replace(a.URL, "/"+a.ID+"/", "/1/", 1) // a file the CDN does not hold (a deleted message's): 404, and no refresh
 			return a
 		}},
 		// The worker does not ask for it; a gateway asked all the same
@@ -221,9 +226,23 @@ func TestFetch(t *testing.T) {
 		t.Fatalf("fetched %d bytes of %q (%v), want %d of image/png", got.Len(), mime, err, len(data))
 	}
 
-	gone := strings.Replace(a.URL, "hm=", "hm=0", 1)
+	// An expired signature is refreshed (with the bot token) and the file
+	// downloaded with the new one.
+	expired := f.Expire(a)
+	rc, _, err = p.Fetch(ctx, &eventsv1.Attachment{Location: &eventsv1.Attachment_Url{Url: expired.URL}, PlatformFileId: a.ID})
+	if err != nil {
+		t.Fatalf("fetch of an expired URL: %v", err)
+	}
+	got.Reset()
+	_, err = got.ReadFrom(rc)
+	_ = rc.Close()
+	if err != nil || !bytes.Equal(got.Bytes(), data) || f.Refreshes() != 1 {
+		t.Fatalf("fetched %d bytes (%v) after %d refreshes, want %d after 1", got.Len(), err, f.Refreshes(), len(data))
+	}
+
+	gone := strings.Replace(a.URL, "/"+a.ID+"/", "/1/", 1)
 	_, _, err = p.Fetch(ctx, &eventsv1.Attachment{Location: &eventsv1.Attachment_Url{Url: gone}, PlatformFileId: a.ID})
 	if err == nil || !strings.Contains(err.Error(), "404") || strings.Contains(err.Error(), "hm=") {
-		t.Fatalf("fetch of a bad signature: %v, want a 404 without the URL's signature", err)
+		t.Fatalf("fetch of a file the CDN does not hold: %v, want a 404 without the URL's signature", err)
 	}
 }

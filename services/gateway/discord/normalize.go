@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"path"
 	"regexp"
 	"strings"
 
@@ -157,12 +158,19 @@ func normalize(m *discordgo.Message, ch channelInfo, r rules) (*eventsv1.Message
 	if !m.Timestamp.IsZero() {
 		ev.SentAt = timestamppb.New(m.Timestamp)
 	}
+	voice := m.Flags&discordgo.MessageFlagsIsVoiceMessage != 0
 	for _, a := range m.Attachments {
 		if a == nil {
 			continue
 		}
+		kind := kindOf(a.ContentType, voice)
+		if a.ContentType == "" && pictureExts[strings.ToLower(path.Ext(a.Filename))] {
+			// Discord left the type out: a picture by its name, which
+			// the download's Content-Type then names.
+			kind = eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE
+		}
 		ev.Attachments = append(ev.Attachments, &eventsv1.Attachment{
-			Kind: kindOf(a.ContentType), Location: &eventsv1.Attachment_Url{Url: a.URL},
+			Kind: kind, Location: &eventsv1.Attachment_Url{Url: a.URL},
 			MimeType: a.ContentType, SizeBytes: int64(a.Size), FileName: a.Filename, PlatformFileId: a.ID,
 		})
 	}
@@ -225,12 +233,18 @@ func stripMention(text, bot string) (string, bool) {
 	return strings.TrimSpace(strings.Join(strings.Fields(out), " ")), true
 }
 
-func kindOf(mime string) eventsv1.AttachmentKind {
+// pictureExts are the file extensions of the pictures the model is shown.
+var pictureExts = map[string]bool{".png": true, ".jpg": true, ".jpeg": true, ".gif": true, ".webp": true}
+
+// kindOf is an attachment's kind by its media type; voice says the message
+// is a voice message (flag IS_VOICE_MESSAGE), whose one attachment is the
+// recording. An Ogg file sent as a file is audio, not a voice message.
+func kindOf(mime string, voice bool) eventsv1.AttachmentKind {
 	switch {
+	case voice:
+		return eventsv1.AttachmentKind_ATTACHMENT_KIND_VOICE
 	case strings.HasPrefix(mime, "image/"):
 		return eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE
-	case strings.HasPrefix(mime, "audio/ogg"):
-		return eventsv1.AttachmentKind_ATTACHMENT_KIND_VOICE
 	case strings.HasPrefix(mime, "audio/"):
 		return eventsv1.AttachmentKind_ATTACHMENT_KIND_AUDIO
 	case strings.HasPrefix(mime, "video/"):

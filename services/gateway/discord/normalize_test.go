@@ -204,3 +204,41 @@ func TestStickers(t *testing.T) {
 		})
 	}
 }
+
+// An attachment's kind: a voice message is one by its flag
+// (IS_VOICE_MESSAGE), not by being Ogg; an Ogg file sent as a file is
+// audio; a picture Discord gives no content type is one by its name.
+func TestAttachmentKinds(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name     string
+		flags    discordgo.MessageFlags
+		file, ct string
+		kind     eventsv1.AttachmentKind
+		mime     string
+	}{
+		{"voice message", discordgo.MessageFlagsIsVoiceMessage, "voice-message.ogg", "audio/ogg", eventsv1.AttachmentKind_ATTACHMENT_KIND_VOICE, "audio/ogg"},
+		{"voice message without a content type", discordgo.MessageFlagsIsVoiceMessage, "voice-message.ogg", "", eventsv1.AttachmentKind_ATTACHMENT_KIND_VOICE, ""},
+		{"ogg file", 0, "song.ogg", "audio/ogg", eventsv1.AttachmentKind_ATTACHMENT_KIND_AUDIO, "audio/ogg"},
+		{"mp3 file", 0, "song.mp3", "audio/mpeg", eventsv1.AttachmentKind_ATTACHMENT_KIND_AUDIO, "audio/mpeg"},
+		{"picture", 0, "a.png", "image/png", eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, "image/png"},
+		{"picture without a content type", 0, "Cat.PNG", "", eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, ""},
+		{"file without a content type", 0, "notes.bin", "", eventsv1.AttachmentKind_ATTACHMENT_KIND_DOCUMENT, ""},
+		{"video", 0, "a.mp4", "video/mp4", eventsv1.AttachmentKind_ATTACHMENT_KIND_VIDEO, "video/mp4"},
+		{"document", 0, "a.pdf", "application/pdf", eventsv1.AttachmentKind_ATTACHMENT_KIND_DOCUMENT, "application/pdf"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			m := &discordgo.Message{ID: "1", ChannelID: "D1", Author: &discordgo.User{ID: "U1"}, Flags: tc.flags,
+				Attachments: []*discordgo.MessageAttachment{{ID: "9", Filename: tc.file, ContentType: tc.ct, URL: "https://cdn.discordapp.com/a/" + tc.file}}}
+			ev, skip := normalize(m, channelInfo{}, rules{Account: bot, BotID: bot})
+			if skip != "" {
+				t.Fatalf("skipped: %s", skip)
+			}
+			if a := ev.GetAttachments()[0]; a.GetKind() != tc.kind || a.GetMimeType() != tc.mime {
+				t.Fatalf("kind %v, type %q; want %v, %q", a.GetKind(), a.GetMimeType(), tc.kind, tc.mime)
+			}
+		})
+	}
+}

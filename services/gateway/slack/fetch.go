@@ -10,6 +10,9 @@ import (
 	"net/url"
 	"path"
 	"strings"
+	"time"
+
+	slackapi "github.com/slack-go/slack"
 
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	"github.com/switchboard-chat/switchboard/pkg/platform"
@@ -114,4 +117,44 @@ func tokenMayGo(apiURL string, u *url.URL) bool {
 	}
 	api, err := url.Parse(apiURL)
 	return err == nil && api.Host != "" && u.Scheme == api.Scheme && strings.EqualFold(u.Host, api.Host)
+}
+
+// fileInfoTimeout bounds the files.info calls of one message: the event
+// is acknowledged after them, and Slack wants that within 3 s.
+const fileInfoTimeout = 2 * time.Second
+
+// completeFiles fills in the files of ev that Slack sent without a URL:
+// a Slack Connect channel's files come as stubs (file_access:
+// check_file_info, the id and nothing else), whose URL, type, name and
+// size files.info gives, as Hermes asks it. Without them the agent would
+// be told of a nameless document it cannot read. A file files.info does
+// not give (deleted, no files:read scope) is marked unavailable with
+// Slack's error, which the model reads.
+func (p *Platform) completeFiles(ctx context.Context, ev *eventsv1.MessageReceived) {
+	var cancel context.CancelFunc
+	for _, a := range ev.GetAttachments() {
+		if a.GetUrl() != "" || a.GetPlatformFileId() == "" || a.GetUnavailable() != "" {
+			continue
+		}
+		if cancel == nil {
+			ctx, cancel = context.WithTimeout(ctx, fileInfoTimeout)
+			defer cancel()
+		}
+		f, _, _, err := p.api.GetFileInfoContext(ctx, a.GetPlatformFileId(), 0, 0)
+		if err == nil && f.URLPrivate == "" {
+			err = errors.New("no url_private")
+		}
+		if err != nil {
+			p.log.Warn("slack files.info failed; the file is published as unavailable", "file", a.GetPlatformFileId(), "err", err)
+			reason := "it could not be looked up"
+			var se slackapi.SlackErrorResponse
+			if errors.As(err, &se) && se.Err != "" {
+				reason = "Slack did not give the bot the file: " + se.Err
+			}
+			a.Unavailable = reason
+			continue
+		}
+		a.Location = &eventsv1.Attachment_Url{Url: f.URLPrivate}
+		a.Kind, a.MimeType, a.FileName, a.SizeBytes = kindOf(f.Mimetype), f.Mimetype, f.Name, int64(f.Size)
+	}
 }

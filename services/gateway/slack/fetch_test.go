@@ -114,6 +114,17 @@ func TestFilesAreKept(t *testing.T) {
 			f.Size = 1000
 			return f
 		}},
+		// A Slack Connect channel's file comes as a stub (file_access:
+		// check_file_info, no URL, type or name): files.info, as the
+		// message is published, gives the rest.
+		{name: "slack connect image", want: img, wantMIME: "image/png", downloads: 1, file: func() slackfake.File {
+			f := fake.AddFile("cat.png", "image/png", img)
+			f.Connect = true
+			return f
+		}},
+		{name: "slack connect file files.info does not give", published: "file_not_found", unavailable: "could not be downloaded", file: func() slackfake.File {
+			return slackfake.File{ID: "F99999998", Connect: true}
+		}},
 		{name: "pdf", notRead: true,
 			file: func() slackfake.File { return fake.AddFile("notes.pdf", "application/pdf", []byte("%PDF-1.7")) }},
 		{name: "video", notRead: true,
@@ -124,10 +135,14 @@ func TestFilesAreKept(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			f := tt.file()
+			infos := fake.FileInfos()
 			ev, downloads := publish(t, f)
 			a := ev.GetAttachments()[0]
 			if downloads != 0 {
 				t.Errorf("publishing made %d file requests, want none", downloads)
+			}
+			if n, want := fake.FileInfos()-infos, map[bool]int{true: 1}[f.Connect]; n != want {
+				t.Errorf("publishing made %d files.info calls, want %d", n, want)
 			}
 			if a.GetUrl() != f.URL || a.GetBytesRef() != "" {
 				t.Errorf("published file %v, want its url_private %s", a, f.URL)

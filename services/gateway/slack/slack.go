@@ -414,6 +414,7 @@ func (p *Platform) handle(ctx context.Context, conn deliverer, raw []byte) error
 		p.log.Debug("slack event skipped", "why", string(why))
 		return nil
 	}
+	p.completeFiles(ctx, ev)
 	switch _, err := conn.Deliver(ctx, ev); {
 	case err == nil:
 		p.followMention(ctx, ev)

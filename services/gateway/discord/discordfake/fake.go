@@ -70,6 +70,7 @@ type Fake struct {
 	files        map[string]cdnFile // CDN path → attachment
 	downloads    int
 	withToken    int                 // CDN requests that carried an Authorization header
+	refreshes    int                 // URLs asked of POST /attachments/refresh-urls
 	reactions    map[string][]string // channel/message → the bot's reactions, in order
 	reactCalls   int
 	reactFail    int                     // reaction requests answer this status (429, 500 …); 0: they succeed
@@ -381,6 +382,7 @@ func New(t testing.TB) *Fake {
 	mux.HandleFunc("DELETE /api/v9/webhooks/{app}/{token}/messages/@original", f.original)
 	mux.HandleFunc("POST /api/v9/webhooks/{app}/{token}", f.followup)
 	mux.HandleFunc("GET /attachments/{channel}/{id}/{name}", f.cdn)
+	mux.HandleFunc("POST /api/v9/attachments/refresh-urls", f.refreshURLs)
 	mux.HandleFunc("/ws/", f.ws)
 	f.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		// Recorded before routing, so a request for a path the fake does
@@ -505,16 +507,70 @@ func (f *Fake) Stats() (conns, identifies, resumes int) {
 // channel and returns it for MessageCreate.Attachments. Its URL is signed
 // as Discord's are (?ex=…&is=…&hm=…), so fetching it takes no token; a URL
 // with a wrong signature, or of a file the CDN does not hold, answers 404
-// as Discord's CDN does.
+// as Discord's CDN does, and so does one whose signature expired (Expire).
 func (f *Fake) AddAttachment(channel, filename, contentType string, data []byte) Attachment {
 	id := f.NewID()
 	path := "/attachments/" + channel + "/" + id + "/" + url.PathEscape(filename)
 	f.mu.Lock()
 	f.files[path] = cdnFile{contentType: contentType, data: append([]byte(nil), data...)}
 	f.mu.Unlock()
-	ex, is := strconv.FormatInt(time.Now().Add(24*time.Hour).Unix(), 16), strconv.FormatInt(time.Now().Unix(), 16)
 	return Attachment{ID: id, Filename: filename, ContentType: contentType, Size: len(data),
-		URL: f.srv.URL + path + "?ex=" + ex + "&is=" + is + "&hm=" + sign(path, ex, is) + "&"}
+		URL: f.signed(path, time.Now().Add(24*time.Hour))}
+}
+
+// signed is the CDN URL of path, signed to expire at ex.
+func (f *Fake) signed(path string, expires time.Time) string {
+	ex, is := strconv.FormatInt(expires.Unix(), 16), strconv.FormatInt(time.Now().Unix(), 16)
+	return f.srv.URL + path + "?ex=" + ex + "&is=" + is + "&hm=" + sign(path, ex, is) + "&"
+}
+
+// Expire returns a with a URL whose signature expired (ex an hour ago), as
+// a message's URLs are a day after it was sent: the CDN answers 404 and
+// POST /attachments/refresh-urls signs it anew.
+func (f *Fake) Expire(a Attachment) Attachment {
+	u, err := url.Parse(a.URL)
+	if err != nil {
+		panic(err)
+	}
+	a.URL = f.signed(u.EscapedPath(), time.Now().Add(-time.Hour))
+	return a
+}
+
+// Refreshes counts the URLs POST /attachments/refresh-urls was asked for.
+func (f *Fake) Refreshes() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.refreshes
+}
+
+// refreshURLs signs anew the URLs of the files the CDN holds, by path,
+// whatever their signature, as Discord does; any other URL comes back as
+// it was.
+func (f *Fake) refreshURLs(w http.ResponseWriter, r *http.Request) {
+	if !f.authorized(w, r) {
+		return
+	}
+	var req struct {
+		URLs []string `json:"attachment_urls"`
+	}
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil || len(req.URLs) == 0 || len(req.URLs) > 50 {
+		writeJSON(w, 400, map[string]any{"message": "Invalid Form Body", "code": 50035})
+		return
+	}
+	out := []map[string]string{}
+	f.mu.Lock()
+	f.refreshes += len(req.URLs)
+	for _, s := range req.URLs {
+		fresh := s
+		if u, err := url.Parse(s); err == nil {
+			if _, ok := f.files[u.EscapedPath()]; ok {
+				fresh = f.signed(u.EscapedPath(), time.Now().Add(24*time.Hour))
+			}
+		}
+		out = append(out, map[string]string{"original": s, "refreshed": fresh})
+	}
+	f.mu.Unlock()
+	writeJSON(w, 200, map[string]any{"refreshed_urls": out})
 }
 
 // sign is the hm of a CDN URL.
@@ -540,7 +596,8 @@ func (f *Fake) cdn(w http.ResponseWriter, r *http.Request) {
 	}
 	file, ok := f.files[r.URL.EscapedPath()]
 	f.mu.Unlock()
-	if !ok || q.Get("hm") != sign(r.URL.EscapedPath(), q.Get("ex"), q.Get("is")) {
+	ex, err := strconv.ParseInt(q.Get("ex"), 16, 64)
+	if !ok || q.Get("hm") != sign(r.URL.EscapedPath(), q.Get("ex"), q.Get("is")) || err != nil || time.Now().Unix() >= ex {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		w.WriteHeader(http.StatusNotFound)
 		_, _ = io.WriteString(w, "This content is no longer available.")

@@ -57,6 +57,7 @@ type Fake struct {
 	files       map[string]hostedFile // file id → file
 	downloads   int
 	noFilesRead bool                // the bot token lacks files:read
+	fileInfos   int                 // files.info calls
 	reactions   map[string][]string // channel/ts → the bot's reactions, in order
 	reactCalls  int
 	reactFail   int                // reactions.* answer this HTTP status (429, 500 …); 0: they succeed
@@ -155,6 +156,7 @@ func New(t testing.TB) *Fake {
 	mux.HandleFunc("/api/files.getUploadURLExternal", f.uploadURL)
 	mux.HandleFunc("POST /upload/{file}", f.receiveUpload)
 	mux.HandleFunc("/api/files.completeUploadExternal", f.completeUpload)
+	mux.HandleFunc("/api/files.info", f.fileInfo)
 	mux.HandleFunc("/api/reactions.add", f.react)
 	mux.HandleFunc("/api/reactions.remove", f.react)
 	mux.HandleFunc("/link", f.link)
@@ -824,6 +826,44 @@ type File struct {
 	URL                string // url_private
 	DownloadURL        string // url_private_download
 	Size               int64
+	// Connect: the event carries the stub Slack sends for a file shared
+	// in a Slack Connect channel (its id and file_access:
+	// check_file_info, nothing else); files.info has the rest.
+	Connect bool
+}
+
+// FileInfos counts files.info calls.
+func (f *Fake) FileInfos() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.fileInfos
+}
+
+// fileInfo is files.info: a hosted file's object, with its URLs, to the
+// bot token with files:read; file_not_found for any other id.
+func (f *Fake) fileInfo(w http.ResponseWriter, r *http.Request) {
+	if token(r) != f.BotToken {
+		fail(w, "invalid_auth")
+		return
+	}
+	id := r.FormValue("file")
+	f.mu.Lock()
+	f.fileInfos++
+	file, ok := f.files[id]
+	denied := f.noFilesRead
+	f.mu.Unlock()
+	switch {
+	case denied:
+		reply(w, map[string]any{"ok": false, "error": "missing_scope", "needed": "files:read", "provided": "chat:write"})
+		return
+	case !ok:
+		fail(w, "file_not_found")
+		return
+	}
+	base := f.srv.URL + "/files-pri/" + f.TeamID + "-" + id + "/"
+	reply(w, map[string]any{"ok": true, "file": map[string]any{"id": id, "name": file.name, "title": file.name, "mimetype": file.mimetype,
+		"size": len(file.data), "mode": "hosted", "is_external": false, "url_private": base + url.PathEscape(file.name),
+		"url_private_download": base + "download/" + url.PathEscape(file.name)}})
 }
 
 // Callback wraps ev in an event_callback with eventID, as Slack sends it.
@@ -851,6 +891,11 @@ func (f *Fake) Callback(eventID string, ev Event) []byte {
 	if len(ev.Files) > 0 {
 		files := make([]map[string]any, 0, len(ev.Files))
 		for _, fl := range ev.Files {
+			if fl.Connect {
+				files = append(files, map[string]any{"id": fl.ID, "mode": "file_access", "file_access": "check_file_info",
+					"created": 0, "timestamp": 0, "user": ""})
+				continue
+			}
 			file := map[string]any{"id": fl.ID, "name": fl.Name, "title": fl.Name, "mimetype": fl.Mimetype, "url_private": fl.URL,
 				"size": fl.Size, "mode": "hosted", "is_external": false}
 			if fl.DownloadURL != "" {
