@@ -50,3 +50,15 @@ func SendPieces(ctx context.Context, pieces []string, part func(i int) int, post
 	}
 	return first, nil
 }
+
+// CaptionPiecePart is the part of a send that is piece j (j ≥ 1) of
+// attachment i's own caption, of n attachments, when that caption is
+// over the platform's limit for a text and goes before its attachment
+// as several messages: its first piece keeps the caption's own part
+// number, the others take parts from captionPieceBase on, above every
+// other part a send has (its text's pieces, its attachments' and their
+// captions', far fewer than 1,000), and positive, as a send tag's part
+// is (SendTag).
+func CaptionPiecePart(n, i, j int) int { return captionPieceBase + (j-1)*n + i }
+
+const captionPieceBase = 1000

@@ -37,3 +37,21 @@ func TestPieces(t *testing.T) {
 		})
 	}
 }
+
+// TestCaptionPiecePart: the later pieces of every attachment's caption
+// have parts of their own, from 1,000 on, where no other part of the
+// send is.
+func TestCaptionPiecePart(t *testing.T) {
+	for _, n := range []int{1, 2, 5} {
+		seen := map[int]bool{}
+		for i := 0; i < n; i++ {
+			for j := 1; j <= 4; j++ {
+				part := CaptionPiecePart(n, i, j)
+				if part < captionPieceBase || seen[part] {
+					t.Fatalf("n=%d: piece %d of caption %d is part %d, taken or below 1,000", n, j, i, part)
+				}
+				seen[part] = true
+			}
+		}
+	}
+}

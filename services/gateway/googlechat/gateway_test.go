@@ -411,3 +411,38 @@ func TestConvertedTextOverTheLimit(t *testing.T) {
 		})
 	}
 }
+
+// An edit whose text the conversion makes longer than 4,096 characters
+// (a stream's final edit of a message cut at the limit in Markdown) was
+// refused for good, the message keeping what it showed before: the
+// message now shows the text cut to the limit and the rest follows it
+// in its thread. Edits of the message that overflow again (the stream
+// growing, a retry) show their rest in that same message, no other.
+func TestEditOverTheLimit(t *testing.T) {
+	f, p := newPlatform(t)
+	ctx := context.Background()
+	sp, th := "spaces/E1", "spaces/E1/threads/t1"
+	target := &deliveryv1.Target{Platform: PlatformName, ChatId: sp, ThreadId: th}
+	id, err := p.Send(ctx, &deliveryv1.SendRequested{Target: target, Text: "streaming ▉", IdempotencyKey: "edit-over"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	md := strings.TrimSuffix(strings.Repeat(">a quoted line\n", 273), "\n") // 4,094 characters, 4,367 converted
+	longer := md + "\n>one line more"
+	for _, text := range []string{md, md, longer} {
+		if err := p.Edit(ctx, &deliveryv1.SendRequested{Target: target, MessageId: id, Text: text}); err != nil {
+			t.Fatalf("edit: %v", err)
+		}
+		var texts []string
+		for _, m := range f.Messages(sp) {
+			if n := len([]rune(m.Text)); n > maxText || m.Thread != th {
+				t.Errorf("a message of %d characters in thread %q", n, m.Thread)
+			}
+			texts = append(texts, m.Text)
+		}
+		want := strings.ReplaceAll(text, ">", "> ")
+		if got := strings.Join(texts, "\n"); len(texts) != 2 || texts[0] == "" || got != want {
+			t.Fatalf("%d messages showing %d characters, want 2 showing the %d characters", len(texts), len([]rune(got)), len([]rune(want)))
+		}
+	}
+}

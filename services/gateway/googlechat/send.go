@@ -29,8 +29,10 @@ type outgoing struct {
 
 // created is the Chat API's answer: the message.
 type created struct {
-	Name   string `json:"name"`
-	Sender User   `json:"sender"`
+	Name   string  `json:"name"`
+	Sender User    `json:"sender"`
+	Text   string  `json:"text"`
+	Thread *Thread `json:"thread"`
 }
 
 // format converts the agent's Markdown to Google Chat's formatting
@@ -117,6 +119,14 @@ func pieceRequestID(key string, i int) string {
 // create creates msg in space sp, with the requestId reqID unless empty,
 // and returns the message's name.
 func (p *Platform) create(ctx context.Context, sp string, msg outgoing, reqID string) (string, error) {
+	out, err := p.createMessage(ctx, sp, msg, reqID)
+	return out.Name, err
+}
+
+// createMessage creates msg in space sp, with the requestId reqID unless
+// empty, and returns the message (the one an earlier create with reqID
+// made, as it is now).
+func (p *Platform) createMessage(ctx context.Context, sp string, msg outgoing, reqID string) (created, error) {
 	q := url.Values{}
 	if reqID != "" {
 		q.Set("requestId", reqID)
@@ -130,13 +140,13 @@ func (p *Platform) create(ctx context.Context, sp string, msg outgoing, reqID st
 	}
 	var out created
 	if err := p.api.Do(ctx, http.MethodPost, p.base+path, msg, &out); err != nil {
-		return "", err
+		return created{}, err
 	}
 	if out.Name == "" {
-		return "", errors.New("chat api answered a create without the message name")
+		return created{}, errors.New("chat api answered a create without the message name")
 	}
 	p.self.learn(out.Sender.Name)
-	return out.Name, nil
+	return out, nil
 }
 
 // attachmentLinks are the attachments as Google Chat shows them from an
@@ -169,7 +179,9 @@ func message(req *deliveryv1.SendRequested) (string, error) {
 	return id, nil
 }
 
-// Edit replaces the text of one of the app's messages (messages.patch).
+// Edit replaces the text of one of the app's messages (messages.patch);
+// text over 4,096 characters once converted goes on in messages after
+// it (overflow).
 func (p *Platform) Edit(ctx context.Context, req *deliveryv1.SendRequested) error {
 	id, err := message(req)
 	if err != nil {
@@ -179,7 +191,50 @@ func (p *Platform) Edit(ctx context.Context, req *deliveryv1.SendRequested) erro
 	if strings.TrimSpace(text) == "" {
 		return platform.Permanent(errors.New("empty message"))
 	}
-	return p.api.Do(ctx, http.MethodPatch, p.base+"/v1/"+id+"?updateMask=text", outgoing{Text: text}, nil)
+	// Delivery cut the Markdown to 4,096 characters, but the conversion
+	// may make it longer, and Chat refuses such an edit for good: the
+	// message would keep what it showed before (a stream's final edit
+	// lost). An edit cannot be several messages: the message shows the
+	// text cut to the limit (platform.Pieces), and the rest follows it in
+	// its thread, in messages of its own.
+	pieces := platform.Pieces(text, chunk.Limit{Max: maxText, Measure: chunk.Runes})
+	var out created
+	if err := p.api.Do(ctx, http.MethodPatch, p.base+"/v1/"+id+"?updateMask=text", outgoing{Text: pieces[0]}, &out); err != nil {
+		return err
+	}
+	if len(pieces) == 1 {
+		return nil
+	}
+	sp, _ := space(req.GetTarget())
+	thread := out.Thread
+	if thread == nil || !validName(thread.Name, sp+"/threads/") {
+		thread = nil
+		if th := req.GetTarget().GetThreadId(); validName(th, sp+"/threads/") {
+			thread = &Thread{Name: th}
+		}
+	}
+	for i, piece := range pieces[1:] {
+		if err := p.overflow(ctx, sp, id, i+1, outgoing{Text: piece, Thread: thread}); err != nil {
+			return fmt.Errorf("the rest of the edit of %s: %w", id, err)
+		}
+	}
+	return nil
+}
+
+// overflow makes message i after message id, which an edit over the
+// limit continues in, show msg: created once, under a requestId of the
+// edited message and i, so that every edit of it that overflows (a
+// stream's, each time it grows, a retry) shows its rest in the same
+// message, patched when it showed another.
+func (p *Platform) overflow(ctx context.Context, sp, id string, i int, msg outgoing) error {
+	out, err := p.createMessage(ctx, sp, msg, requestID(id+"\x00overflow\x00"+strconv.Itoa(i)))
+	if err != nil || out.Text == msg.Text {
+		return err
+	}
+	if !validName(out.Name, sp+"/messages/") || strings.Count(out.Name, "/") != 3 {
+		return fmt.Errorf("chat api answered a create with the message name %q", out.Name)
+	}
+	return p.api.Do(ctx, http.MethodPatch, p.base+"/v1/"+out.Name+"?updateMask=text", outgoing{Text: msg.Text}, nil)
 }
 
 // Delete removes one of the app's messages (messages.delete).

@@ -216,6 +216,9 @@ func TestLongAttachmentCaption(t *testing.T) {
 	waitFor(t, "connected", 20*time.Second, func() bool { st, _ := s.Runner().State(); return st == platform.StateConnected })
 	png := "data:image/png;base64," + base64.StdEncoding.EncodeToString([]byte("\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x01\x00\x00\x00\x01\x08\x02\x00\x00\x00"))
 	long := strings.TrimSpace(strings.Repeat("a long description. ", 60)) // 1,199 characters
+	// Over Telegram's 4,096 for a text: two paragraphs, two messages.
+	para := strings.TrimSpace(strings.Repeat("a longer description. ", 150)) // 3,299 characters
+	longer := para + "\n\n" + strings.ToUpper(para)
 	picture := func(caption string) *eventsv1.Attachment {
 		return &eventsv1.Attachment{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, MimeType: "image/png", Caption: caption,
 			Location: &eventsv1.Attachment_Url{Url: png}}
@@ -230,6 +233,8 @@ func TestLongAttachmentCaption(t *testing.T) {
 			[]shown{{"text", long}, {"photo", ""}}},
 		{"the second of two", []*eventsv1.Attachment{picture("short"), picture(long)},
 			[]shown{{"photo", "short"}, {"text", long}, {"photo", ""}}},
+		{"over a text's limit", []*eventsv1.Attachment{picture("short"), picture(longer)},
+			[]shown{{"photo", "short"}, {"text", para}, {"text", strings.ToUpper(para)}, {"photo", ""}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			chat := fmt.Sprint(90 + i)

@@ -12,6 +12,7 @@ import (
 	"github.com/go-telegram/bot"
 	"github.com/go-telegram/bot/models"
 
+	"github.com/switchboard-chat/switchboard/pkg/chunk"
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	"github.com/switchboard-chat/switchboard/pkg/markup"
@@ -209,7 +210,7 @@ func (p *Platform) sendMedia(ctx context.Context, req *deliveryv1.SendRequested)
 				// it goes first on its own, as the send's text does, a
 				// part after the attachments' (n+1+i), rather than the
 				// file being refused with it.
-				id, err := p.sendCaption(ctx, sub, len(req.GetAttachments())+1+i)
+				id, err := p.sendCaption(ctx, sub, len(req.GetAttachments()), i)
 				if err != nil {
 					return first, err
 				}
@@ -235,18 +236,38 @@ func (p *Platform) sendMedia(ctx context.Context, req *deliveryv1.SendRequested)
 	return first, nil
 }
 
-// sendCaption sends sub's text on its own as part part of the send,
-// unless an earlier attempt did, and returns its message id.
-func (p *Platform) sendCaption(ctx context.Context, sub *deliveryv1.SendRequested, part int) (string, error) {
-	if id, sent := platform.SentPart(ctx, part); sent {
+// sendCaption sends sub's text, attachment i's own caption of n, on its
+// own before the attachment, unless an earlier attempt did, and returns
+// its first message's id. A caption is not cut by delivery: one over
+// Telegram's 4,096 for a text goes as several messages (platform.Pieces,
+// the first part n+1+i, the others platform.CaptionPiecePart), rather
+// than Telegram refusing it and the file with it.
+func (p *Platform) sendCaption(ctx context.Context, sub *deliveryv1.SendRequested, n, i int) (string, error) {
+	part := func(j int) int {
+		if j == 0 {
+			return n + 1 + i
+		}
+		return platform.CaptionPiecePart(n, i, j)
+	}
+	pieces := platform.Pieces(sub.GetText(), chunk.Limit{Max: maxText, Measure: chunk.UTF16})
+	if len(pieces) == 1 {
+		if id, sent := platform.SentPart(ctx, part(0)); sent {
+			return id, nil
+		}
+		id, err := p.Send(ctx, &deliveryv1.SendRequested{Target: sub.GetTarget(), Text: sub.GetText(), Format: sub.GetFormat(), ChunkIndex: sub.GetChunkIndex()})
+		if err != nil {
+			return "", err
+		}
+		platform.RecordPart(ctx, part(0), id)
 		return id, nil
 	}
-	id, err := p.Send(ctx, &deliveryv1.SendRequested{Target: sub.GetTarget(), Text: sub.GetText(), Format: sub.GetFormat(), ChunkIndex: sub.GetChunkIndex()})
-	if err != nil {
-		return "", err
-	}
-	platform.RecordPart(ctx, part, id)
-	return id, nil
+	return platform.SendPieces(ctx, pieces, part, func(ctx context.Context, j int, piece string) (string, error) {
+		msg := &deliveryv1.SendRequested{Target: sub.GetTarget(), Text: piece, Format: sub.GetFormat(), ChunkIndex: sub.GetChunkIndex()}
+		if j > 0 {
+			msg.ChunkIndex = 1 // reply-thread only the first message
+		}
+		return p.Send(ctx, msg)
+	})
 }
 
 // fileKind is how a file goes to Telegram.

@@ -384,6 +384,36 @@ func TestAttachmentCaptions(t *testing.T) {
 	}
 }
 
+// An attachment's own caption over WhatsApp's 4,096 characters for a
+// text goes before it as several texts, rather than WhatsApp refusing
+// it for good and the picture never arriving; a retry after the picture
+// failed sends the picture alone.
+func TestAttachmentCaptionOverATextsLimit(t *testing.T) {
+	t.Parallel()
+	f := whatsappfake.New(t)
+	h := start(t, f, testConfig(f), platform.Options{})
+	para := strings.TrimSpace(strings.Repeat("a longer description. ", 150)) // 3,299 characters
+	req := &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: "c2", Target: &deliveryv1.Target{ChatId: "15550000004"},
+		Attachments: []*eventsv1.Attachment{
+			{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, Caption: para + "\n\n" + strings.ToUpper(para), Location: &eventsv1.Attachment_Url{Url: "https://example.com/a.png"}},
+		}}
+	f.Fail(whatsappfake.Failure{}, whatsappfake.Failure{}, whatsappfake.ErrThroughput)
+	if r := h.send(t, req); r.GetOk() || r.GetErrorClass() != deliveryv1.ErrorClass_ERROR_CLASS_RATE_LIMITED {
+		t.Fatalf("first attempt: receipt %v, want the picture rate limited", r)
+	}
+	if r := h.send(t, req); !r.GetOk() {
+		t.Fatalf("retry: receipt %v", r)
+	}
+	var seen []string
+	for _, m := range f.Messages("15550000004") {
+		seen = append(seen, m.Type+":"+strings.TrimSpace(m.Text))
+	}
+	want := []string{"text:" + para, "text:" + strings.ToUpper(para), "image:"}
+	if strings.Join(seen, "|") != strings.Join(want, "|") {
+		t.Fatalf("sent %.300q, want %.300q", seen, want)
+	}
+}
+
 // WhatsApp's image messages take JPEG and PNG only. A picture of
 // another type given by URL (a GIF or WebP an answer shows) would be
 // accepted by Graph and then fail to arrive (a later failed status, the

@@ -120,6 +120,13 @@ func (p *Platform) sendText(ctx context.Context, req *deliveryv1.SendRequested, 
 	if req.GetFormat() != deliveryv1.TextFormat_TEXT_FORMAT_PLAIN {
 		pieces = platform.Pieces(text, chunk.Limit{Max: maxText, Measure: chunk.Runes})
 	}
+	return p.postPieces(ctx, req, pieces, part)
+}
+
+// postPieces posts pieces as text messages to req's target, piece i as
+// part part(i) of the send, the first quoting the user's message when
+// req's is the answer's first chunk.
+func (p *Platform) postPieces(ctx context.Context, req *deliveryv1.SendRequested, pieces []string, part func(i int) int) (string, error) {
 	if n := utf8.RuneCountInString(pieces[0]); n > maxText {
 		return "", platform.Permanent(fmt.Errorf("text is %d characters, whatsapp allows %d", n, maxText))
 	}
@@ -155,8 +162,9 @@ func captioned(typ string) bool { return typ == "image" || typ == "video" || typ
 // rides as the first one's caption when it can (images, videos and
 // documents take 1,024 characters), else it goes first on its own. Each
 // message is a part of the send (the text 0, or its pieces textPart,
-// attachment i i+1, its caption sent apart captionPart): a retry after a
-// later part failed skips the parts already sent.
+// attachment i i+1, its caption sent apart captionPart, that caption's
+// later pieces platform.CaptionPiecePart): a retry after a later part
+// failed skips the parts already sent.
 func (p *Platform) sendMedia(ctx context.Context, req *deliveryv1.SendRequested) (string, error) {
 	to := recipient(req.GetTarget().GetChatId())
 	atts := req.GetAttachments()
@@ -198,7 +206,17 @@ func (p *Platform) sendMedia(ctx context.Context, req *deliveryv1.SendRequested)
 					if first == "" && i == 0 {
 						text.ChunkIndex = req.GetChunkIndex() // the first message quotes the user's
 					}
-					if id, err = p.sendText(ctx, text, func(int) int { return captionPart(len(atts), i) }); err != nil {
+					// Delivery never cut it: over a text's 4,096 it goes
+					// as several texts, the first its caption's part, the
+					// others parts of their own.
+					piecePart := func(j int) int {
+						if j == 0 {
+							return captionPart(len(atts), i)
+						}
+						return platform.CaptionPiecePart(len(atts), i, j)
+					}
+					pieces := platform.Pieces(own, chunk.Limit{Max: maxText, Measure: chunk.Runes})
+					if id, err = p.postPieces(ctx, text, pieces, piecePart); err != nil {
 						return first, err
 					}
 					platform.RecordPart(ctx, captionPart(len(atts), i), id)

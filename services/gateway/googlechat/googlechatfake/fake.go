@@ -323,6 +323,10 @@ func (f *Fake) patch(w http.ResponseWriter, r *http.Request) {
 		apiError(w, http.StatusBadRequest, "INVALID_ARGUMENT", "bad patch")
 		return
 	}
+	if len([]rune(body.Text)) > 4096 {
+		apiError(w, http.StatusBadRequest, "INVALID_ARGUMENT", "Message text is too long.")
+		return
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	m := f.find(r)
