@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -217,7 +218,7 @@ func (a *app) runServices(ctx context.Context, opsAddr string, names []string, r
 	shutdownTracing, err := telemetry.SetupTracing(ctx, telemetry.TraceConfig{Service: "switchboard-" + a.name, Version: version, Exporter: a.traceExporter, Log: a.log,
 		Pseudonyms: a.cfg.Log.Pseudonyms()})
 	if err != nil {
-		return err
+		return a.startFailed(ctx, "tracing", err)
 	}
 	defer func() { _ = shutdownTracing(context.Background()) }()
 
@@ -226,7 +227,7 @@ func (a *app) runServices(ctx context.Context, opsAddr string, names []string, r
 	}
 	ops := telemetry.NewServer(opsAddr, a.health, a.cfg.Ops.Pprof, a.log)
 	if err := ops.Listen(); err != nil {
-		return err
+		return a.startFailed(ctx, "ops server", err)
 	}
 	runs := make([]func(context.Context) error, 0, len(names))
 	for _, n := range names {
@@ -236,7 +237,7 @@ func (a *app) runServices(ctx context.Context, opsAddr string, names []string, r
 		}
 		run, err := s.start(ctx, a)
 		if err != nil {
-			return fmt.Errorf("start %s: %w", n, err)
+			return a.startFailed(ctx, n, fmt.Errorf("start %s: %w", n, err))
 		}
 		runs = append(runs, run)
 	}
@@ -248,7 +249,7 @@ func (a *app) runServices(ctx context.Context, opsAddr string, names []string, r
 		// Services started against a schema their migration has not
 		// reached yet would fail every message they touch.
 		if err := pg.CheckSchema(ctx, a.db); err != nil {
-			return err
+			return a.startFailed(ctx, "schema check", err)
 		}
 	}
 
@@ -280,11 +281,32 @@ func (a *app) runServices(ctx context.Context, opsAddr string, names []string, r
 	a.health.SetDraining()
 	stopOps()
 	<-opsDone
-	if err != nil {
+	if err != nil && !stoppedBy(ctx, err) {
 		return err
 	}
 	a.log.Info("stopped")
 	return nil
+}
+
+// startFailed is what a start-up step's failure makes of the process:
+// where the stop signal came meanwhile (ctx ended), the step failed for
+// it, as every step that waits (stream, bucket and consumer creation,
+// connecting, pinging, migrating) ends with the context's error, and the
+// process stops cleanly; else it is the failure.
+func (a *app) startFailed(ctx context.Context, step string, err error) error {
+	if ctx.Err() == nil {
+		return err
+	}
+	a.log.Info("stopped during start-up", "step", step, "err", err)
+	return nil
+}
+
+// stoppedBy reports whether err, a service's, is the end of its start-up
+// or its work by the stop signal (ctx): a service still setting up when
+// it comes (opening a bucket, creating a consumer) ends with the
+// context's error, not a failure.
+func stoppedBy(ctx context.Context, err error) bool {
+	return ctx.Err() != nil && errors.Is(err, context.Canceled)
 }
 
 // runServiceCommand is the body of `switchboard <service>` commands.

@@ -87,25 +87,25 @@ func runDevWith(ctx context.Context, cfg *Config, o devOptions) error {
 		a.log.Warn(w.String())
 	}
 	if err := pg.EnsureDatabase(ctx, cfg.Postgres.URL); err != nil {
-		return err
+		return a.startFailed(ctx, "create database", err)
 	}
 	db, err := a.DB(ctx)
 	if err != nil {
 		a.close()
-		return err
+		return a.startFailed(ctx, "postgres", err)
 	}
 	if err := pg.Migrate(ctx, db, a.log); err != nil {
 		a.close()
-		return err
+		return a.startFailed(ctx, "migrate", err)
 	}
 	a.migrated = true
 	if _, err := a.Redis(ctx); err != nil {
 		a.close()
-		return err
+		return a.startFailed(ctx, "redis", err)
 	}
 	if _, err := a.Bus(ctx); err != nil {
 		a.close()
-		return err
+		return a.startFailed(ctx, "nats", err)
 	}
 	names := devServices
 	if o.services != nil {
