@@ -237,10 +237,12 @@ func Reopen(text string, l Limit) string {
 // Body is empty.
 //
 // Fences are tracked per message, the way a platform renders each message
-// on its own: a line whose first characters after spaces are ``` toggles the
-// fence, except that no line with a backtick after its opening run opens
-// one ("```npm install```" is code inline); when it opens one, the first
-// word after the backticks is the language tag.
+// on its own: a line whose first characters after spaces are ``` opens a
+// fence, except a line with a backtick after its opening run
+// ("```npm install```" is code inline), and in a fence closes it when
+// only blanks follow the backticks ("``` foo" is a line of the code);
+// when it opens one, the first word after the backticks is the
+// language tag.
 func Parts(text string, l Limit) []Part {
 	if l.Max < MinMax {
 		l.Max = MinMax
@@ -376,7 +378,7 @@ func spanSafe(body, sep, rest string) (string, string, string) {
 	inFence := false
 	pos := 0
 	for line := range strings.Lines(body) {
-		if info, ok := fenceLine(line); ok && (inFence || opens(info)) {
+		if info, ok := fenceLine(line); ok && (inFence && closes(info) || !inFence && opens(info)) {
 			inFence = !inFence
 			open = false
 		} else if !inFence {
@@ -421,7 +423,9 @@ func scanFences(st fenceState, text string) fenceState {
 			continue
 		}
 		if st.open {
-			st = fenceState{}
+			if closes(info) {
+				st = fenceState{}
+			}
 			continue
 		}
 		st.open = true
@@ -451,6 +455,12 @@ func fenceLine(line string) (info string, ok bool) {
 // "```npm install```" is code inline, which the next ``` line does not
 // close.
 func opens(info string) bool { return !strings.Contains(info, "`") }
+
+// closes reports whether a fence line with info after its backticks
+// closes an open fence: only blanks may follow the backticks
+// (CommonMark, as markup.Convert reads it); "``` foo" or "```go" in a
+// fence is a line of its code.
+func closes(info string) bool { return strings.TrimRight(info, " \t\r\n") == "" }
 
 func lastLineIsFence(s string) bool {
 	i := strings.LastIndexByte(s, '\n')

@@ -452,3 +452,38 @@ func TestCutBeforeMidLineBackticks(t *testing.T) {
 		}
 	}
 }
+
+// A line in a fence that starts with ``` and has text after the
+// backticks is a line of the code, not its close (CommonMark, and
+// markup.Convert since it keeps that line): Parts reads the fence as
+// the renderers do. Read as a close, the real close after it opened a
+// fence, so the text after the code was closed and reopened across the
+// cuts and each message after showed it as code.
+func TestFenceLineWithTextIsNoClose(t *testing.T) {
+	l := chunk.Limit{Max: 64, Measure: chunk.Runes}
+	for _, c := range []struct {
+		name, code string
+	}{
+		{"info after the backticks", "```md\nan example:\n```go\nx := 1\n```\n"},
+		{"text after blanks", "```\ncode\n```  not a close\nmore code\n```\n"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			text := c.code + strings.Repeat("plain words after the code ", 8)
+			if chunk.Balanced(strings.TrimSuffix(c.code, "```\n")) {
+				t.Errorf("Balanced(%q): the fence reads as closed", strings.TrimSuffix(c.code, "```\n"))
+			}
+			if !chunk.Balanced(c.code) {
+				t.Errorf("Balanced(%q): the fence reads as open", c.code)
+			}
+			after := false // a part that starts after the code's close
+			pos := 0
+			for i, p := range chunk.Parts(text, l) {
+				if after && (p.Reopen != "" || p.Close != "") {
+					t.Errorf("part %d, after the code, reopen %q, close %q: %q", i, p.Reopen, p.Close, p.String())
+				}
+				pos += len(p.Body) + len(p.Sep)
+				after = pos >= len(c.code)
+			}
+		})
+	}
+}

@@ -72,7 +72,10 @@ func styled(md string) (string, []style) {
 			var body []string
 			j := i + 1
 			for ; j < len(lines); j++ {
-				if strings.HasPrefix(strings.TrimLeft(lines[j], " "), "```") {
+				// Only blanks may follow a close's backticks (CommonMark,
+				// as markup and chunk read it): "``` foo" is a line of
+				// the code, not a close that would drop its text.
+				if t := strings.TrimLeft(lines[j], " "); strings.HasPrefix(t, "```") && strings.TrimRight(strings.TrimLeft(t, "`"), " \t") == "" {
 					break
 				}
 				body = append(body, lines[j])

@@ -28,6 +28,11 @@ func TestStyled(t *testing.T) {
 		// that would take the line's text and the lines after it.
 		{"inline triple backticks", "```npm install```\nthen **run** it", "npm install\nthen run it", []string{"0:11:MONOSPACE", "17:3:BOLD"}},
 		{"double backticks", "``a`b`` ok", "a`b ok", []string{"0:3:MONOSPACE"}},
+		// Only blanks may follow a closing fence's backticks
+		// (CommonMark, as markup and chunk read it): "``` foo" in code
+		// is a line of it, shown, not a close that drops its text.
+		{"fence line with text in code", "```\nx\n``` foo\ny\n```\ndone", "x\n``` foo\ny\ndone", []string{"0:11:MONOSPACE"}},
+		{"close with blanks after", "```\nx\n```  \ndone", "x\ndone", []string{"0:1:MONOSPACE"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			text, styles := styled(tc.md)
