@@ -736,3 +736,65 @@ func TestWebChatWithAFullStorage(t *testing.T) {
 		t.Fatalf("%d messages published, want 1", n)
 	}
 }
+
+// TestWebChatStopsTheAnswer: while an answer is on its way, Send is
+// disabled, so a Stop control is the user's only way to end a turn
+// that runs long: it sends the gateway's /stop in the conversation (a
+// message of its own, as the API documents), and the request it
+// stopped, answered interrupted, ends with its error and is no longer
+// pending (a reload does not send it again).
+func TestWebChatStopsTheAnswer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a browser")
+	}
+	t.Parallel()
+	browser := chromiumPath(t)
+	b := newBus(t)
+	s := startService(t, b, func(c *Config) { c.Key, c.Insecure = "", true })
+	r := startResponder(t, b)
+	release := r.hold()
+	defer release()
+	ctx, step := headless(t, browser)
+	eval := func(expr string) string {
+		t.Helper()
+		v, err := chromedp.Run(ctx, chromedp.Evaluate[string](expr))
+		if err != nil {
+			t.Fatalf("browser: evaluate %s: %v", expr, err)
+		}
+		return v
+	}
+	step("open", chromedp.Navigate("http://"+s.Addr()+"/"), chromedp.WaitVisible("#input"))
+	switch eval(`String(document.getElementById("stop") && document.getElementById("stop").hidden)`) {
+	case "null":
+		t.Fatal("the page has no Stop control")
+	case "false":
+		t.Errorf("a Stop control shown with no answer on its way")
+	}
+	step("send", chromedp.SendKeys("#input", "a long task"), chromedp.Click("#send"))
+	platformtest.WaitFor(t, "the message", func() bool { return len(r.received()) == 1 })
+	step("stop", chromedp.WaitVisible("#stop"), chromedp.Click("#stop"))
+	platformtest.WaitFor(t, "the /stop", func() bool { return len(r.received()) == 2 })
+	got := r.received()
+	if got[1].GetText() != "/stop" || got[1].GetSource().GetChatId() != got[0].GetSource().GetChatId() {
+		t.Fatalf("sent %q in chat %q after %q in %q; want /stop in the same conversation",
+			got[1].GetText(), got[1].GetSource().GetChatId(), got[0].GetText(), got[0].GetSource().GetChatId())
+	}
+	// The worker answers the stopped request interrupted.
+	r.mu.Lock()
+	r.failure = "interrupted"
+	r.mu.Unlock()
+	release()
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`document.querySelectorAll('.msg.error').length >= 1 && !document.getElementById("send").disabled && document.getElementById("stop").hidden`)); err != nil {
+		t.Fatalf("browser: the stopped answer's end: %v\n%s", err, eval(pageLog))
+	}
+	if p := eval(`String(localStorage.getItem("sb.pending"))`); p != "null" {
+		t.Errorf("the stopped message is still pending: %s", p)
+	}
+	step("reload", chromedp.Reload(), chromedp.WaitVisible("#input"))
+	if got := eval(pageLog); got != "msg user: a long task" {
+		t.Errorf("page after a reload %q, want the question alone", got)
+	}
+	if n := len(r.received()); n != 2 {
+		t.Errorf("%d messages published, want the question and the /stop", n)
+	}
+}

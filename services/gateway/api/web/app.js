@@ -6,6 +6,7 @@
   var form = document.getElementById("form");
   var input = document.getElementById("input");
   var send = document.getElementById("send");
+  var stop = document.getElementById("stop");
   var keyForm = document.getElementById("key-form");
   var keyInput = document.getElementById("key");
   var fileInput = document.getElementById("file");
@@ -55,14 +56,41 @@
   }
   history().forEach(function (m) { bubble(m.role, m.content); });
 
-  // current stops the answer on its way (an AbortController), if any.
-  var current = null;
+  // current stops the answer on its way (an AbortController), if any;
+  // currentSession is its conversation.
+  var current = null, currentSession = null;
+
+  // busy shows whether an answer is on its way: Send waits for it, and
+  // Stop can end its turn.
+  function busy(on) {
+    send.disabled = on;
+    stop.hidden = !on;
+  }
+
+  // Stop sends the gateway's /stop in the conversation of the answer on
+  // its way, a message of its own (Send waits for the answer): the turn
+  // stops, and its request is answered interrupted, which ends it here.
+  stop.addEventListener("click", function () {
+    if (!current) return;
+    var headers = { "Content-Type": "application/json", "X-Session-Id": currentSession };
+    var key = store.getItem("sb.key");
+    if (key) headers["Authorization"] = "Bearer " + key;
+    fetch("/v1/chat/completions", {
+      method: "POST", headers: headers,
+      body: JSON.stringify({ model: "switchboard", messages: [{ role: "user", content: "/stop" }] })
+    }).then(function (res) {
+      if (!res.ok) bubble("error", "The stop was not taken (HTTP " + res.status + "); try again.");
+    }, function () {
+      bubble("error", "The stop could not be sent; try again.");
+    });
+    input.focus();
+  });
 
   document.getElementById("new").addEventListener("click", function () {
     // The answer on its way is the old conversation's: it is no longer
     // waited for (its turn runs on), nor written into the new one.
     if (current) { current.abort(); current = null; }
-    send.disabled = false;
+    busy(false);
     store.removeItem("sb.session");
     store.removeItem("sb.history");
     store.removeItem("sb.pending");
@@ -165,7 +193,8 @@
     var out = bubble("assistant pending", "");
     var ctl = new AbortController();
     current = ctl;
-    send.disabled = true;
+    currentSession = p.session;
+    busy(true);
     try {
       for (var attempt = 0; ; attempt++) {
         out.textContent = "";
@@ -228,7 +257,7 @@
       if (!out.textContent) out.remove();
       if (current === ctl) {
         current = null;
-        send.disabled = false;
+        busy(false);
       }
     }
   }
