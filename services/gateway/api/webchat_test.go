@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -796,5 +797,51 @@ func TestWebChatStopsTheAnswer(t *testing.T) {
 	}
 	if n := len(r.received()); n != 2 {
 		t.Errorf("%d messages published, want the question and the /stop", n)
+	}
+}
+
+// TestWebChatWaitsOutARateLimit: a message the gateway turns back
+// before taking it (429 over the key's rate limit, or a 503 it could
+// not publish; neither says X-Should-Retry: false) stays pending and
+// goes out again after the Retry-After, with its key: it was dropped,
+// the box emptied, and had to be typed again.
+func TestWebChatWaitsOutARateLimit(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a browser")
+	}
+	t.Parallel()
+	browser := chromiumPath(t)
+	b := newBus(t)
+	// One request per 5 s.
+	s := startService(t, b, func(c *Config) { c.Key, c.Insecure, c.RateLimit, c.RateBurst = "", true, 0.2, 1 })
+	r := startResponder(t, b)
+	ctx, step := headless(t, browser)
+	eval := func(expr string) string {
+		t.Helper()
+		v, err := chromedp.Run(ctx, chromedp.Evaluate[string](expr))
+		if err != nil {
+			t.Fatalf("browser: evaluate %s: %v", expr, err)
+		}
+		return v
+	}
+	step("open", chromedp.Navigate("http://"+s.Addr()+"/"), chromedp.WaitVisible("#input"))
+	// Another request of this client takes the one it had.
+	res, err := http.Post("http://"+s.Addr()+"/v1/chat/completions", "application/json", strings.NewReader("{}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode == http.StatusTooManyRequests {
+		t.Fatal("the first request was rate limited")
+	}
+	step("send", chromedp.SendKeys("#input", "are you there?"), chromedp.Click("#send"))
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`document.querySelectorAll('.msg.assistant:not(.pending), .msg.error').length >= 1`)); err != nil {
+		t.Fatalf("browser: the answer: %v", err)
+	}
+	if got, want := eval(pageLog), "msg user: are you there? | msg assistant: echo: are you there? (turn 1)"; got != want {
+		t.Fatalf("page %q, want %q", got, want)
+	}
+	if n := len(r.received()); n != 1 {
+		t.Fatalf("%d messages published, want 1", n)
 	}
 }

@@ -198,7 +198,7 @@
     try {
       for (var attempt = 0; ; attempt++) {
         out.textContent = "";
-        var res, answer;
+        var res, answer, wait = 0;
         try {
           var headers = { "Content-Type": "application/json", "X-Session-Id": p.session, "Idempotency-Key": p.key };
           var key = store.getItem("sb.key");
@@ -226,7 +226,14 @@
           keyInput.focus();
           return;
         }
-        if (res && !res.ok) {
+        if (res && !res.ok && (res.status === 429 || res.status >= 500) && res.headers.get("X-Should-Retry") !== "false") {
+          // Turned back before the gateway took it (its rate limit, a
+          // bus it could not publish to) or its wait ended: the message
+          // stays pending and goes again with its key, after the wait
+          // asked. A turn that failed says X-Should-Retry: false.
+          wait = Math.min(parseInt(res.headers.get("Retry-After"), 10) || 0, 60) * 1000;
+          answer = null;
+        } else if (res && !res.ok) {
           var body = await res.json().catch(function () { return {}; });
           throw new Error((body.error && body.error.message) || ("HTTP " + res.status));
         }
@@ -243,14 +250,18 @@
           return;
         }
         if (attempt >= 3) {
-          throw new Error("The connection was lost before the answer came; reload the page to get it.");
+          var lost = new Error(res && !res.ok ?
+            "The gateway is busy (HTTP " + res.status + "); reload the page to send your message again." :
+            "The connection was lost before the answer came; reload the page to get it.");
+          lost.keep = true; // still pending: a reload sends it again
+          throw lost;
         }
-        await sleep(1000 * (attempt + 1));
+        await sleep(Math.max(1000 * (attempt + 1), wait));
         if (ctl.signal.aborted) return;
       }
     } catch (err) {
       if (ctl.signal.aborted) return; // New chat: nothing to show or keep
-      if (!(err.message || "").startsWith("The connection was lost")) done(p);
+      if (!err.keep) done(p);
       bubble("error", String(err.message || err));
     } finally {
       out.classList.remove("pending");
