@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -731,6 +732,114 @@ func TestWebChatWithAFullStorage(t *testing.T) {
 	step("reload again", chromedp.Reload(), chromedp.WaitVisible("#input"))
 	if got := eval(`Array.from(document.querySelectorAll('.msg')).slice(-2).map(m => m.className + ": " + m.textContent).join(" | ")`); got != "msg user: still working? | msg assistant: echo: still working? (turn 1)" {
 		t.Fatalf("kept transcript ends %q", got)
+	}
+	if n := len(r.received()); n != 1 {
+		t.Fatalf("%d messages published, want 1", n)
+	}
+}
+
+// TestWebChatStopsTheAnswer: while an answer is on its way, Send is
+// disabled, so a Stop control is the user's only way to end a turn
+// that runs long: it sends the gateway's /stop in the conversation (a
+// message of its own, as the API documents), and the request it
+// stopped, answered interrupted, ends with its error and is no longer
+// pending (a reload does not send it again).
+func TestWebChatStopsTheAnswer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a browser")
+	}
+	t.Parallel()
+	browser := chromiumPath(t)
+	b := newBus(t)
+	s := startService(t, b, func(c *Config) { c.Key, c.Insecure = "", true })
+	r := startResponder(t, b)
+	release := r.hold()
+	defer release()
+	ctx, step := headless(t, browser)
+	eval := func(expr string) string {
+		t.Helper()
+		v, err := chromedp.Run(ctx, chromedp.Evaluate[string](expr))
+		if err != nil {
+			t.Fatalf("browser: evaluate %s: %v", expr, err)
+		}
+		return v
+	}
+	step("open", chromedp.Navigate("http://"+s.Addr()+"/"), chromedp.WaitVisible("#input"))
+	switch eval(`String(document.getElementById("stop") && document.getElementById("stop").hidden)`) {
+	case "null":
+		t.Fatal("the page has no Stop control")
+	case "false":
+		t.Errorf("a Stop control shown with no answer on its way")
+	}
+	step("send", chromedp.SendKeys("#input", "a long task"), chromedp.Click("#send"))
+	platformtest.WaitFor(t, "the message", func() bool { return len(r.received()) == 1 })
+	step("stop", chromedp.WaitVisible("#stop"), chromedp.Click("#stop"))
+	platformtest.WaitFor(t, "the /stop", func() bool { return len(r.received()) == 2 })
+	got := r.received()
+	if got[1].GetText() != "/stop" || got[1].GetSource().GetChatId() != got[0].GetSource().GetChatId() {
+		t.Fatalf("sent %q in chat %q after %q in %q; want /stop in the same conversation",
+			got[1].GetText(), got[1].GetSource().GetChatId(), got[0].GetText(), got[0].GetSource().GetChatId())
+	}
+	// The worker answers the stopped request interrupted.
+	r.mu.Lock()
+	r.failure = "interrupted"
+	r.mu.Unlock()
+	release()
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`document.querySelectorAll('.msg.error').length >= 1 && !document.getElementById("send").disabled && document.getElementById("stop").hidden`)); err != nil {
+		t.Fatalf("browser: the stopped answer's end: %v\n%s", err, eval(pageLog))
+	}
+	if p := eval(`String(localStorage.getItem("sb.pending"))`); p != "null" {
+		t.Errorf("the stopped message is still pending: %s", p)
+	}
+	step("reload", chromedp.Reload(), chromedp.WaitVisible("#input"))
+	if got := eval(pageLog); got != "msg user: a long task" {
+		t.Errorf("page after a reload %q, want the question alone", got)
+	}
+	if n := len(r.received()); n != 2 {
+		t.Errorf("%d messages published, want the question and the /stop", n)
+	}
+}
+
+// TestWebChatWaitsOutARateLimit: a message the gateway turns back
+// before taking it (429 over the key's rate limit, or a 503 it could
+// not publish; neither says X-Should-Retry: false) stays pending and
+// goes out again after the Retry-After, with its key: it was dropped,
+// the box emptied, and had to be typed again.
+func TestWebChatWaitsOutARateLimit(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a browser")
+	}
+	t.Parallel()
+	browser := chromiumPath(t)
+	b := newBus(t)
+	// One request per 5 s.
+	s := startService(t, b, func(c *Config) { c.Key, c.Insecure, c.RateLimit, c.RateBurst = "", true, 0.2, 1 })
+	r := startResponder(t, b)
+	ctx, step := headless(t, browser)
+	eval := func(expr string) string {
+		t.Helper()
+		v, err := chromedp.Run(ctx, chromedp.Evaluate[string](expr))
+		if err != nil {
+			t.Fatalf("browser: evaluate %s: %v", expr, err)
+		}
+		return v
+	}
+	step("open", chromedp.Navigate("http://"+s.Addr()+"/"), chromedp.WaitVisible("#input"))
+	// Another request of this client takes the one it had.
+	res, err := http.Post("http://"+s.Addr()+"/v1/chat/completions", "application/json", strings.NewReader("{}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode == http.StatusTooManyRequests {
+		t.Fatal("the first request was rate limited")
+	}
+	step("send", chromedp.SendKeys("#input", "are you there?"), chromedp.Click("#send"))
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`document.querySelectorAll('.msg.assistant:not(.pending), .msg.error').length >= 1`)); err != nil {
+		t.Fatalf("browser: the answer: %v", err)
+	}
+	if got, want := eval(pageLog), "msg user: are you there? | msg assistant: echo: are you there? (turn 1)"; got != want {
+		t.Fatalf("page %q, want %q", got, want)
 	}
 	if n := len(r.received()); n != 1 {
 		t.Fatalf("%d messages published, want 1", n)

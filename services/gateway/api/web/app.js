@@ -6,6 +6,7 @@
   var form = document.getElementById("form");
   var input = document.getElementById("input");
   var send = document.getElementById("send");
+  var stop = document.getElementById("stop");
   var keyForm = document.getElementById("key-form");
   var keyInput = document.getElementById("key");
   var fileInput = document.getElementById("file");
@@ -55,14 +56,41 @@
   }
   history().forEach(function (m) { bubble(m.role, m.content); });
 
-  // current stops the answer on its way (an AbortController), if any.
-  var current = null;
+  // current stops the answer on its way (an AbortController), if any;
+  // currentSession is its conversation.
+  var current = null, currentSession = null;
+
+  // busy shows whether an answer is on its way: Send waits for it, and
+  // Stop can end its turn.
+  function busy(on) {
+    send.disabled = on;
+    stop.hidden = !on;
+  }
+
+  // Stop sends the gateway's /stop in the conversation of the answer on
+  // its way, a message of its own (Send waits for the answer): the turn
+  // stops, and its request is answered interrupted, which ends it here.
+  stop.addEventListener("click", function () {
+    if (!current) return;
+    var headers = { "Content-Type": "application/json", "X-Session-Id": currentSession };
+    var key = store.getItem("sb.key");
+    if (key) headers["Authorization"] = "Bearer " + key;
+    fetch("/v1/chat/completions", {
+      method: "POST", headers: headers,
+      body: JSON.stringify({ model: "switchboard", messages: [{ role: "user", content: "/stop" }] })
+    }).then(function (res) {
+      if (!res.ok) bubble("error", "The stop was not taken (HTTP " + res.status + "); try again.");
+    }, function () {
+      bubble("error", "The stop could not be sent; try again.");
+    });
+    input.focus();
+  });
 
   document.getElementById("new").addEventListener("click", function () {
     // The answer on its way is the old conversation's: it is no longer
     // waited for (its turn runs on), nor written into the new one.
     if (current) { current.abort(); current = null; }
-    send.disabled = false;
+    busy(false);
     store.removeItem("sb.session");
     store.removeItem("sb.history");
     store.removeItem("sb.pending");
@@ -165,11 +193,12 @@
     var out = bubble("assistant pending", "");
     var ctl = new AbortController();
     current = ctl;
-    send.disabled = true;
+    currentSession = p.session;
+    busy(true);
     try {
       for (var attempt = 0; ; attempt++) {
         out.textContent = "";
-        var res, answer;
+        var res, answer, wait = 0;
         try {
           var headers = { "Content-Type": "application/json", "X-Session-Id": p.session, "Idempotency-Key": p.key };
           var key = store.getItem("sb.key");
@@ -197,7 +226,14 @@
           keyInput.focus();
           return;
         }
-        if (res && !res.ok) {
+        if (res && !res.ok && (res.status === 429 || res.status >= 500) && res.headers.get("X-Should-Retry") !== "false") {
+          // Turned back before the gateway took it (its rate limit, a
+          // bus it could not publish to) or its wait ended: the message
+          // stays pending and goes again with its key, after the wait
+          // asked. A turn that failed says X-Should-Retry: false.
+          wait = Math.min(parseInt(res.headers.get("Retry-After"), 10) || 0, 60) * 1000;
+          answer = null;
+        } else if (res && !res.ok) {
           var body = await res.json().catch(function () { return {}; });
           throw new Error((body.error && body.error.message) || ("HTTP " + res.status));
         }
@@ -214,21 +250,25 @@
           return;
         }
         if (attempt >= 3) {
-          throw new Error("The connection was lost before the answer came; reload the page to get it.");
+          var lost = new Error(res && !res.ok ?
+            "The gateway is busy (HTTP " + res.status + "); reload the page to send your message again." :
+            "The connection was lost before the answer came; reload the page to get it.");
+          lost.keep = true; // still pending: a reload sends it again
+          throw lost;
         }
-        await sleep(1000 * (attempt + 1));
+        await sleep(Math.max(1000 * (attempt + 1), wait));
         if (ctl.signal.aborted) return;
       }
     } catch (err) {
       if (ctl.signal.aborted) return; // New chat: nothing to show or keep
-      if (!(err.message || "").startsWith("The connection was lost")) done(p);
+      if (!err.keep) done(p);
       bubble("error", String(err.message || err));
     } finally {
       out.classList.remove("pending");
       if (!out.textContent) out.remove();
       if (current === ctl) {
         current = null;
-        send.disabled = false;
+        busy(false);
       }
     }
   }
