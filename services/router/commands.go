@@ -256,12 +256,21 @@ func (s *Service) command(ctx context.Context, m *msgCtx, cmd command.Command) e
 			return reply(sess.Generation, topicRootNew)
 		}
 		return s.once(ctx, m, cmd.Name, func(ctx context.Context, st *sessionstore.Store) (string, int64, error) {
-			if _, err := s.forceUnlock(ctx, m); err != nil {
-				return "", 0, err
-			}
+			// The reset first, as /stop's: it locks the session's row
+			// until the commit, so a turn start landing after the
+			// unlock (the stopped turn's completion, the sweep, a
+			// message) waits for the reset and finds the waiting
+			// messages dropped, instead of running them as a turn of
+			// the conversation this ends.
 			sess, dropped, err := st.ResetDropping(ctx, m.key, "new")
 			if err != nil {
 				return "", 0, err
+			}
+			if _, err := s.forceUnlock(ctx, m); err != nil {
+				return "", 0, err
+			}
+			if s.newUnlocked != nil {
+				s.newUnlocked(ctx, st.Tx())
 			}
 			// As /stop's: before the commit, so a rollback answers them
 			// again under the same ids.
