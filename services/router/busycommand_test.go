@@ -2,6 +2,7 @@ package router
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	repliesv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/replies/v1"
 	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
+	"github.com/switchboard-chat/switchboard/pkg/loop"
 	"github.com/switchboard-chat/switchboard/pkg/memorygate"
 	"github.com/switchboard-chat/switchboard/pkg/redisx"
 	"github.com/switchboard-chat/switchboard/pkg/sessionstore"
@@ -191,6 +193,15 @@ func TestMidTurnRefusalRedeliveredAfterTheTurn(t *testing.T) {
 			ask(t, e, "bob", topicMsg("bob", "10", "/topic"))
 			return topicMsg("bob", "10", "/topic "+session(t, e).ID)
 		}, topicKey, midTurnRefusal("topic"), func(t *testing.T, e *env, _ *worker) string { return sessionOf(t, e, topicKey).ID }},
+		{"loop", typed("/loop 30m check the build"), "", loopBusy, func(t *testing.T, e *env, _ *worker) string {
+			l, err := sessionstore.New(e.db).Loop(ctx, key, session(t, e).ID, loop.KindLoop)
+			if err != nil || l == nil {
+				return fmt.Sprint(err)
+			}
+			return l.Prompt
+		}},
+		// It would start a turn of its own.
+		{"moa", typed("/moa compare the plans"), "", moaBusy, func(_ *testing.T, _ *env, w *worker) string { return turns(w) }},
 		{"memory press", func(t *testing.T, e *env) *eventsv1.MessageReceived {
 			if _, err := memorygate.New(e.db, false, 2200).Stage(ctx, memorygate.Write{Owner: "session:" + aliceKey, Action: memorygate.ActionAdd, Content: "alice likes tea"}); err != nil {
 				t.Fatal(err)
@@ -206,6 +217,7 @@ func TestMidTurnRefusalRedeliveredAfterTheTurn(t *testing.T) {
 			t.Parallel()
 			cfg := testConfig()
 			cfg.Models = []string{"gpt-4o", "gpt-4o-mini"}
+			cfg.MoAReferences = []string{"ref-a", "ref-b"}
 			e, g, w := busySession(t, cfg, "bob", "long job")
 			ev := tt.ev(t, e)
 			answers := func() []*repliesv1.ReplyEvent {

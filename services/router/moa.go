@@ -41,7 +41,18 @@ func (s *Service) moa(ctx context.Context, m *msgCtx, sess sessionstore.Session,
 		return s.notice(ctx, m, sess.Generation, moaNotConfigured, "command")
 	}
 	if busy {
-		return s.notice(ctx, m, sess.Generation, moaBusy, "command")
+		// Recorded with the event (once), so that it stays the answer.
+		return s.once(ctx, m, "moa", func(context.Context, *sessionstore.Store) (string, int64, error) {
+			return moaBusy, sess.Generation, nil
+		})
+	}
+	// A redelivery (a crash before the dedupe record) of a /moa refused
+	// while a turn ran, after the turn ended: the refusal is answered
+	// again, under the first answer's ids, and no turn starts.
+	if a, ok, err := s.store.Answered(ctx, m.dedupeID); err != nil {
+		return err
+	} else if ok {
+		return s.replay(ctx, m, "moa", a)
 	}
 	aggregator := s.cfg.MoAAggregator
 	if aggregator == "" {
