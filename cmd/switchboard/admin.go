@@ -37,7 +37,8 @@ func startAdmin(ctx context.Context, a *app) (func(context.Context) error, error
 	buckets := &lazyBuckets{a: a}
 	deps := admin.Deps{Log: a.log, DB: db, Token: os.Getenv("SWITCHBOARD_ADMIN_TOKEN"), Health: a.health,
 		Deliveries: &outbox.Admin{Store: outbox.New(db), TTL: a.cfg.Delivery.TTL}, Pruner: pruner, Forgetter: pruner,
-		Pause: buckets.opener(estop.Open), Approvals: buckets.opener(approvalmode.Open), Skills: buckets.opener(skill.OpenBucket)}
+		Pause: buckets.opener(estop.Open), Approvals: buckets.opener(approvalmode.Open), Skills: buckets.opener(skill.OpenBucket),
+		Bus: buckets.openBus}
 	cfg := a.cfg.Admin
 	// GetApprovalMode shows approvals.mode while no one has set one.
 	cfg.ApprovalsMode = a.cfg.Approvals.Mode
@@ -105,8 +106,8 @@ func (p *lazyPruner) open(ctx context.Context) (*retention.Sweeper, error) {
 
 // lazyBuckets connects to NATS on the first call that needs one of the
 // operator controls' buckets (the pause, the approval mode, skill
-// reloads), so that the admin API otherwise runs, and stays ready,
-// without it. One connection serves them all; each bucket is opened
+// reloads) or a reset that answers dropped API requests, so that the
+// admin API otherwise runs, and stays ready, without it. One connection serves them all; each bucket is opened
 // once.
 type lazyBuckets struct {
 	a  *app
@@ -123,12 +124,8 @@ func (p *lazyBuckets) opener(open func(context.Context, jetstream.JetStream, bus
 		if kv != nil {
 			return kv, nil
 		}
-		if p.b == nil {
-			b, err := bus.Connect(p.a.cfg.NATS.URL, "switchboard-"+p.a.name+"-controls", p.a.topology(), p.a.log, p.a.natsOptions...)
-			if err != nil {
-				return nil, err
-			}
-			p.b = b
+		if err := p.connect(); err != nil {
+			return nil, err
 		}
 		opened, err := open(ctx, p.b.JetStream(), p.b.Topology())
 		if err != nil {
@@ -137,6 +134,30 @@ func (p *lazyBuckets) opener(open func(context.Context, jetstream.JetStream, bus
 		kv = opened
 		return kv, nil
 	}
+}
+
+// openBus is Deps.Bus: the same connection, for a reset's answers to the
+// API requests it drops.
+func (p *lazyBuckets) openBus(context.Context) (*bus.Bus, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err := p.connect(); err != nil {
+		return nil, err
+	}
+	return p.b, nil
+}
+
+// connect opens the connection once; p.mu is held.
+func (p *lazyBuckets) connect() error {
+	if p.b != nil {
+		return nil
+	}
+	b, err := bus.Connect(p.a.cfg.NATS.URL, "switchboard-"+p.a.name+"-controls", p.a.topology(), p.a.log, p.a.natsOptions...)
+	if err != nil {
+		return err
+	}
+	p.b = b
+	return nil
 }
 
 func (p *lazyBuckets) close() {

@@ -453,7 +453,7 @@ func (s *Store) ArriveAndEnqueue(ctx context.Context, key, profile string, src *
 // (as Hermes, an override belongs to its conversation). reason is
 // recorded.
 func (s *Store) Reset(ctx context.Context, key, reason string) (Session, error) {
-	sess, _, err := s.reset(ctx, key, reason, false)
+	sess, _, err := s.reset(ctx, key, reason, false, nil)
 	return sess, err
 }
 
@@ -461,7 +461,17 @@ func (s *Store) Reset(ctx context.Context, key, reason string) (Session, error) 
 // dropped, in their queue order (Event and SteeredBy set), as Stop does,
 // for the caller to answer those that wait for an answer of their own.
 func (s *Store) ResetDropping(ctx context.Context, key, reason string) (Session, []Queued, error) {
-	return s.reset(ctx, key, reason, false)
+	return s.reset(ctx, key, reason, false, nil)
+}
+
+// ResetAnswering is ResetDropping for a caller outside a transaction
+// of its own (the admin API's reset): answer gets the new session and
+// the dropped messages before the reset commits, so that an error of
+// answer (a reply that could not be published) rolls the reset back
+// and no waiting message is dropped unanswered.
+func (s *Store) ResetAnswering(ctx context.Context, key, reason string, answer func(ctx context.Context, sess Session, dropped []Queued) error) (Session, error) {
+	sess, _, err := s.reset(ctx, key, reason, false, answer)
+	return sess, err
 }
 
 // ResetKeepingQueue is Reset that keeps the waiting messages: a reset by
@@ -469,11 +479,11 @@ func (s *Store) ResetDropping(ctx context.Context, key, reason string) (Session,
 // (the one that found the session due, parts held for the rest of a
 // message), which belong to the new conversation.
 func (s *Store) ResetKeepingQueue(ctx context.Context, key, reason string) (Session, error) {
-	sess, _, err := s.reset(ctx, key, reason, true)
+	sess, _, err := s.reset(ctx, key, reason, true, nil)
 	return sess, err
 }
 
-func (s *Store) reset(ctx context.Context, key, reason string, keepQueue bool) (Session, []Queued, error) {
+func (s *Store) reset(ctx context.Context, key, reason string, keepQueue bool, answer func(context.Context, Session, []Queued) error) (Session, []Queued, error) {
 	now := s.now()
 	var sess Session
 	var dropped []Queued
@@ -508,6 +518,9 @@ func (s *Store) reset(ctx context.Context, key, reason string, keepQueue bool) (
 			WHERE session_key = $1 RETURNING `+sessionCols, key, id, now, reason))
 		if err != nil {
 			return fmt.Errorf("reset session: %w", err)
+		}
+		if answer != nil {
+			return answer(ctx, sess, dropped)
 		}
 		return nil
 	})

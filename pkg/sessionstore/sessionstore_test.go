@@ -808,3 +808,63 @@ func TestLastTurnEnd(t *testing.T) {
 		t.Fatalf("last turn end %v (%v), want the end of t2", end, err)
 	}
 }
+
+// ResetAnswering hands the new session and the dropped messages, in
+// queue order, to its answer before the reset commits; an error of the
+// answer rolls the reset back: the conversation, its generation and its
+// waiting messages stay as they were.
+func TestResetAnsweringCommitsWithItsAnswer(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	src := &eventsv1.SessionSource{Platform: "api", ChatId: "1", ChatType: "dm"}
+	for _, tt := range []struct {
+		name   string
+		answer error
+	}{
+		{"answered", nil},
+		{"not answered", errors.New("nats: no servers available")},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			s := New(pgtest.New(t))
+			before, _, _, err := s.Arrive(ctx, "k", "", src, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, id := range []string{"a", "b"} {
+				if _, err := s.Enqueue(ctx, "k", int64(i+1), true, &eventsv1.MessageReceived{EventId: id, Source: src}, 10); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var seen []string
+			var seenGen int64
+			sess, err := s.ResetAnswering(ctx, "k", "admin", func(_ context.Context, sess Session, dropped []Queued) error {
+				seenGen = sess.Generation
+				for _, q := range dropped {
+					seen = append(seen, q.Event.GetEventId())
+				}
+				return tt.answer
+			})
+			if !errors.Is(err, tt.answer) {
+				t.Fatalf("reset: %v, want %v", err, tt.answer)
+			}
+			if strings.Join(seen, ",") != "a,b" || seenGen != before.Generation+1 {
+				t.Errorf("answer got %v at generation %d, want a,b at %d", seen, seenGen, before.Generation+1)
+			}
+			after, err := s.Get(ctx, "k")
+			if err != nil {
+				t.Fatal(err)
+			}
+			n, err := s.QueueLen(ctx, "k")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tt.answer == nil && (after.ID != sess.ID || after.Generation != before.Generation+1 || n != 0) {
+				t.Errorf("after the reset: %s gen %d, %d waiting; want %s gen %d, none", after.ID, after.Generation, n, sess.ID, before.Generation+1)
+			}
+			if tt.answer != nil && (after.ID != before.ID || after.Generation != before.Generation || n != 2) {
+				t.Errorf("after a reset rolled back: %s gen %d, %d waiting; want %s gen %d, 2", after.ID, after.Generation, n, before.ID, before.Generation)
+			}
+		})
+	}
+}

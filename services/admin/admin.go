@@ -37,11 +37,15 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/switchboard-chat/switchboard/pkg/approvalmode"
+	"github.com/switchboard-chat/switchboard/pkg/bus"
 	adminv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/admin/v1"
+	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
+	repliesv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/replies/v1"
 	"github.com/switchboard-chat/switchboard/pkg/loopback"
 	"github.com/switchboard-chat/switchboard/pkg/pairing"
 	"github.com/switchboard-chat/switchboard/pkg/panics"
 	"github.com/switchboard-chat/switchboard/pkg/retention"
+	"github.com/switchboard-chat/switchboard/pkg/sessionkey"
 	"github.com/switchboard-chat/switchboard/pkg/sessionstore"
 	"github.com/switchboard-chat/switchboard/pkg/telemetry"
 	"github.com/switchboard-chat/switchboard/pkg/toolapproval"
@@ -105,6 +109,10 @@ type Deps struct {
 	// (skill.OpenBucket), called by ReloadSkills; nil answers
 	// Unimplemented.
 	Skills func(context.Context) (jetstream.KeyValue, error)
+	// Bus opens the bus, on which a reset answers the API requests
+	// whose waiting messages it drops; called only when it drops one.
+	// Nil: they are left to their reply timeout.
+	Bus func(context.Context) (*bus.Bus, error)
 	// Health drives the gRPC health service; nil reports SERVING.
 	Health *telemetry.Health
 }
@@ -122,6 +130,7 @@ type Service struct {
 	pause      func(context.Context) (jetstream.KeyValue, error)
 	approvals  func(context.Context) (jetstream.KeyValue, error)
 	skills     func(context.Context) (jetstream.KeyValue, error)
+	bus        func(context.Context) (*bus.Bus, error)
 	// approvalsDefault is cfg.ApprovalsMode, read.
 	approvalsDefault approvalmode.Mode
 	health           *telemetry.Health
@@ -157,7 +166,7 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	s := &Service{
 		cfg: cfg, log: log.With("service", "admin"), db: deps.DB, tokenSum: sha256.Sum256([]byte(deps.Token)),
 		deliveries: deps.Deliveries, pruner: deps.Pruner, forgetter: deps.Forgetter, pause: deps.Pause, health: deps.Health,
-		approvals: deps.Approvals, skills: deps.Skills, approvalsDefault: approvalsDefault,
+		approvals: deps.Approvals, skills: deps.Skills, bus: deps.Bus, approvalsDefault: approvalsDefault,
 		sessions: sessionstore.New(deps.DB), pairing: pairing.NewStore(deps.DB),
 		toolApprovals: toolapproval.NewStore(deps.DB),
 		hs:            health.NewServer(),
@@ -392,12 +401,17 @@ func (s *Service) GetSession(ctx context.Context, req *adminv1.GetSessionRequest
 }
 
 // ResetSession starts a new conversation under the key. A running turn is
-// fenced off by the new generation.
+// fenced off by the new generation. The API requests whose waiting
+// messages it drops are answered with an "interrupted" error, as the
+// router's /new answers them, before the reset commits: answers that
+// cannot go out fail the reset, which then changes nothing.
 func (s *Service) ResetSession(ctx context.Context, req *adminv1.ResetSessionRequest) (*adminv1.ResetSessionResponse, error) {
 	if req.GetSessionKey() == "" {
 		return nil, status.Error(codes.InvalidArgument, "session_key is required")
 	}
-	sess, err := s.sessions.Reset(ctx, req.GetSessionKey(), "admin")
+	sess, err := s.sessions.ResetAnswering(ctx, req.GetSessionKey(), "admin", func(ctx context.Context, sess sessionstore.Session, dropped []sessionstore.Queued) error {
+		return s.answerDropped(ctx, sess, dropped)
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -405,6 +419,53 @@ func (s *Service) ResetSession(ctx context.Context, req *adminv1.ResetSessionReq
 		return nil, err
 	}
 	return &adminv1.ResetSessionResponse{Session: toProto(sess)}, nil
+}
+
+// resetDroppedText explains an API request whose waiting message an
+// operator's reset dropped.
+const resetDroppedText = "Stopped before it ran: an operator reset this conversation and dropped this waiting message."
+
+// answerDropped ends the API requests whose waiting messages the reset
+// to sess dropped: each waits for an answer of its own, which no turn
+// will give now. The reply is the router's to a message /new drops
+// (services/router answerDropped): an "interrupted" error under the
+// id "stopped:<event id>", so a republished one is taken once; a
+// chat's dropped messages get none, as with /new.
+func (s *Service) answerDropped(ctx context.Context, sess sessionstore.Session, dropped []sessionstore.Queued) error {
+	var b *bus.Bus
+	for _, q := range dropped {
+		ev := q.Event
+		if !strings.EqualFold(ev.GetSource().GetPlatform(), "api") || ev.GetMessageId() == "" {
+			continue
+		}
+		if b == nil {
+			if s.bus == nil {
+				s.log.Warn("reset dropped a waiting API request it cannot answer (no bus): it waits for its reply timeout", "session_key", sess.Key)
+				continue
+			}
+			var err error
+			if b, err = s.bus(ctx); err != nil {
+				return status.Errorf(codes.Unavailable, "answer the API requests the reset drops: %v", err)
+			}
+		}
+		src := ev.GetSource()
+		turnID := "stopped:" + ev.GetEventId()
+		reply := &repliesv1.ReplyEvent{
+			TurnId:     turnID,
+			SessionKey: sess.Key,
+			Generation: sess.Generation,
+			Seq:        1,
+			Target: &deliveryv1.Target{Platform: src.GetPlatform(), Account: src.GetAccount(), ChatId: src.GetChatId(),
+				ThreadId: sessionkey.ReplyThread(src), ReplyToMessageId: ev.GetMessageId()},
+			CreatedAt:       timestamppb.Now(),
+			InputMessageIds: []string{ev.GetMessageId()},
+			Body:            &repliesv1.ReplyEvent_Error{Error: &repliesv1.ReplyError{Code: "interrupted", Message: resetDroppedText}},
+		}
+		if _, err := b.Publish(ctx, b.Topology().ReplySubject(sess.Key), turnID, reply); err != nil {
+			return status.Errorf(codes.Unavailable, "answer a waiting API request the reset drops: %v", err)
+		}
+	}
+	return nil
 }
 
 // PruneSessions deletes sessions idle for at least older_than_seconds,

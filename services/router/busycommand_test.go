@@ -2,16 +2,21 @@ package router
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/switchboard-chat/switchboard/pkg/gatewaystatus"
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	repliesv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/replies/v1"
 	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
+	"github.com/switchboard-chat/switchboard/pkg/loop"
+	"github.com/switchboard-chat/switchboard/pkg/memorygate"
 	"github.com/switchboard-chat/switchboard/pkg/pg/pgtest"
 	"github.com/switchboard-chat/switchboard/pkg/redisx"
 	"github.com/switchboard-chat/switchboard/pkg/sessionstore"
@@ -124,37 +129,102 @@ func TestBusyCommandChangesWhatAMessageDoesMidTurn(t *testing.T) {
 // the turn ended (a crash lost the record that it was handled), it is
 // answered with the refusal again, under the first answer's ids (which
 // delivery takes once), and what it would have changed stays as it was.
+// Besides the commands refused alike, /model (typed, or a picker's
+// press) with its own refusal, a /topic restore into a topic whose turn
+// runs, and a press on a group's pending memory writes while their
+// owner's turn runs.
 func TestMidTurnRefusalRedeliveredAfterTheTurn(t *testing.T) {
 	t.Parallel()
+	ctx := context.Background()
 	const key = "agent:main:telegram:dm:chat-bob"
-	session := func(t *testing.T, e *env) sessionstore.Session {
+	const topicKey = key + ":10"
+	const aliceKey = "agent:main:telegram:group:chat-grp:alice"
+	sessionOf := func(t *testing.T, e *env, key string) sessionstore.Session {
 		t.Helper()
-		sess, err := sessionstore.New(e.db).Get(context.Background(), key)
+		sess, err := sessionstore.New(e.db).Get(ctx, key)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return sess
 	}
+	session := func(t *testing.T, e *env) sessionstore.Session { return sessionOf(t, e, key) }
 	turns := func(w *worker) string {
 		turns, _ := w.snapshot()
 		return strings.Join(inputsText(turns, key), ",")
 	}
+	typed := func(text string) func(*testing.T, *env) *eventsv1.MessageReceived {
+		return func(*testing.T, *env) *eventsv1.MessageReceived { return dm("bob", text) }
+	}
+	// answer waits for the answer to ev in user's chat.
+	ask := func(t *testing.T, e *env, user string, ev *eventsv1.MessageReceived) {
+		t.Helper()
+		before := len(e.noticesTo(user))
+		e.publish(ev)
+		waitFor(t, "the answer to "+ev.GetText(), func() bool { return len(e.noticesTo(user)) > before })
+	}
+	pending := func(t *testing.T, e *env) string {
+		t.Helper()
+		list, err := memorygate.New(e.db, false, 2200).Pending(ctx, "session:"+aliceKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		for _, p := range list {
+			ids = append(ids, p.ID)
+		}
+		return strings.Join(ids, ",")
+	}
+	const modelRefusal = "Agent is running — wait or /stop first, then switch models."
 	for _, tt := range []struct {
-		text, name string
+		name string
+		// ev is the command, after what it needs is set up.
+		ev func(t *testing.T, e *env) *eventsv1.MessageReceived
+		// hold is the session whose turn runs, when not bob's DM's (its
+		// lock is held, then released as the turn's end).
+		hold    string
+		refusal string
 		// state is what the command would change.
 		state func(t *testing.T, e *env, w *worker) string
 	}{
-		{"/title Trip", "title", func(t *testing.T, e *env, _ *worker) string { return session(t, e).Title }},
-		{"/reasoning high", "reasoning", func(t *testing.T, e *env, _ *worker) string { return session(t, e).ReasoningEffort }},
+		{"title", typed("/title Trip"), "", midTurnRefusal("title"), func(t *testing.T, e *env, _ *worker) string { return session(t, e).Title }},
+		{"reasoning", typed("/reasoning high"), "", midTurnRefusal("reasoning"), func(t *testing.T, e *env, _ *worker) string { return session(t, e).ReasoningEffort }},
 		// It would start a turn of its own.
-		{"/retry", "retry", func(_ *testing.T, _ *env, w *worker) string { return turns(w) }},
-		{"/cron add 30m Check the build", "cron", func(t *testing.T, e *env, _ *worker) string { return cronJobs(t, e) }},
-		{"/platform pause discord", "platform", func(t *testing.T, e *env, _ *worker) string { return pausedPlatforms(t, e) }},
+		{"retry", typed("/retry"), "", midTurnRefusal("retry"), func(_ *testing.T, _ *env, w *worker) string { return turns(w) }},
+		{"model", typed("/model gpt-4o"), "", modelRefusal, func(t *testing.T, e *env, _ *worker) string { return session(t, e).ModelOverride }},
+		{"model picker", func(*testing.T, *env) *eventsv1.MessageReceived { return press("bob", "/model gpt-4o", "card-1", "") },
+			"", modelRefusal, func(t *testing.T, e *env, _ *worker) string { return session(t, e).ModelOverride }},
+		{"topic restore", func(t *testing.T, e *env) *eventsv1.MessageReceived {
+			ask(t, e, "bob", topicMsg("bob", "", "/topic"))
+			ask(t, e, "bob", topicMsg("bob", "10", "/topic"))
+			return topicMsg("bob", "10", "/topic "+session(t, e).ID)
+		}, topicKey, midTurnRefusal("topic"), func(t *testing.T, e *env, _ *worker) string { return sessionOf(t, e, topicKey).ID }},
+		{"loop", typed("/loop 30m check the build"), "", loopBusy, func(t *testing.T, e *env, _ *worker) string {
+			l, err := sessionstore.New(e.db).Loop(ctx, key, session(t, e).ID, loop.KindLoop)
+			if err != nil || l == nil {
+				return fmt.Sprint(err)
+			}
+			return l.Prompt
+		}},
+		// It would start a turn of its own.
+		{"moa", typed("/moa compare the plans"), "", moaBusy, func(_ *testing.T, _ *env, w *worker) string { return turns(w) }},
+		{"memory press", func(t *testing.T, e *env) *eventsv1.MessageReceived {
+			if _, err := memorygate.New(e.db, false, 2200).Stage(ctx, memorygate.Write{Owner: "session:" + aliceKey, Action: memorygate.ActionAdd, Content: "alice likes tea"}); err != nil {
+				t.Fatal(err)
+			}
+			ask(t, e, "grp", groupMsg("alice", "/memory pending"))
+			ev := press("bob", "/memory", "card-1", "")
+			ev.Source.ChatType, ev.Source.ChatId = "group", "chat-grp"
+			ev.ButtonPress.Data = "a-all." + ownerTag(aliceKey)
+			return ev
+		}, aliceKey, midTurnRefusal("memory"), func(t *testing.T, e *env, _ *worker) string { return pending(t, e) }},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			e, g, w := busySession(t, testConfig(), "bob", "long job")
-			ev := dm("bob", tt.text)
+			cfg := testConfig()
+			cfg.Models = []string{"gpt-4o", "gpt-4o-mini"}
+			cfg.MoAReferences = []string{"ref-a", "ref-b"}
+			e, g, w := busySession(t, cfg, "bob", "long job")
+			ev := tt.ev(t, e)
 			answers := func() []*repliesv1.ReplyEvent {
 				e.mu.Lock()
 				defer e.mu.Unlock()
@@ -166,14 +236,26 @@ func TestMidTurnRefusalRedeliveredAfterTheTurn(t *testing.T) {
 				}
 				return out
 			}
+			locker := redisx.NewLocker(e.rdb, e.prefix)
+			running := key
+			if tt.hold != "" {
+				running = tt.hold
+				if ok, err := locker.Acquire(ctx, tt.hold, "running", time.Minute); err != nil || !ok {
+					t.Fatal("take the lock of the running turn", ok, err)
+				}
+			}
 			e.publish(ev)
 			waitFor(t, "the refusal", func() bool { return len(answers()) == 1 })
 
 			// The turn ends; then the crash: the bus delivers the command
 			// again to a router that finds the session free.
 			g.open()
-			locker := redisx.NewLocker(e.rdb, e.prefix)
-			waitFor(t, "the turn's end", func() bool { o, err := locker.Owner(context.Background(), key); return err == nil && o == "" })
+			if tt.hold != "" {
+				if err := locker.Release(ctx, tt.hold, "running"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			waitFor(t, "the turn's end", func() bool { o, err := locker.Owner(ctx, running); return err == nil && o == "" })
 			was := tt.state(t, e, w)
 			e.loseHandled(ev)
 			e.publishID(ev, "redelivered-"+ev.EventId)
@@ -181,12 +263,12 @@ func TestMidTurnRefusalRedeliveredAfterTheTurn(t *testing.T) {
 			waitFor(t, "the redelivery's answer", func() bool { return len(answers()) == 2 })
 
 			for _, a := range answers() {
-				if got := a.GetNotice().GetText(); got != midTurnRefusal(tt.name) || a.GetSeq() != 1 {
+				if got := a.GetNotice().GetText(); got != tt.refusal || a.GetSeq() != 1 {
 					t.Errorf("answer %d %q, want the refusal as answer 1", a.GetSeq(), got)
 				}
 			}
 			if is := tt.state(t, e, w); is != was {
-				t.Errorf("%s applied on its redelivery: %q, was %q", tt.text, is, was)
+				t.Errorf("%s applied on its redelivery: %q, was %q", ev.GetText(), is, was)
 			}
 		})
 	}
@@ -345,7 +427,7 @@ func TestRefusableCommandInAnIdleSessionReadsNoRefusal(t *testing.T) {
 	e.db = traced
 	e.startRouter(testConfig(), nil, nil)
 	e.startWorker(nil)
-	for _, cmd := range []string{"/usage", "/sessions", "/insights"} {
+	for _, cmd := range []string{"/usage", "/sessions", "/insights", "/model", "/model gpt-4o"} {
 		e.ask("bob", cmd)
 	}
 	if n := reads.n.Load(); n != 0 {

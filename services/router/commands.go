@@ -182,27 +182,11 @@ func (s *Service) command(ctx context.Context, m *msgCtx, cmd command.Command) e
 			}
 		}
 		if busy {
-			// Recorded with the event (once), so that it stays the answer;
-			// marked first, so that a redelivery knows to look.
-			if err := s.rdb.Set(ctx, s.refusedKey(m.dedupeID), "1", s.cfg.DedupeTTL).Err(); err != nil {
-				return fmt.Errorf("mark mid-turn refusal: %w", err)
-			}
-			return s.once(ctx, m, cmd.Name, func(context.Context, *sessionstore.Store) (string, int64, error) {
-				return midTurnRefusal(cmd.Name), 0, nil
-			})
+			return s.refuseOnce(ctx, m, cmd.Name, midTurnRefusal(cmd.Name), 0)
 		}
-		// A redelivery (a crash before the dedupe record) that comes
-		// after the turn ended: the refusal is answered again, under the
-		// first answer's ids, and the command the user was told waits
-		// does not run now (a /retry would start a turn). Only an event
-		// marked as refused before reads the record: a command in an
-		// idle session pays no Postgres read for it.
-		if m.refusedBefore == nil || *m.refusedBefore {
-			if a, ok, err := s.store.Answered(ctx, m.dedupeID); err != nil {
-				return err
-			} else if ok {
-				return s.replay(ctx, m, cmd.Name, a)
-			}
+		// A redelivery after the turn ended (a /retry would start a turn).
+		if done, err := s.replayRefusal(ctx, m, cmd.Name); err != nil || done {
+			return err
 		}
 	}
 	if cmd.Name == "agents" {
@@ -278,12 +262,21 @@ func (s *Service) command(ctx context.Context, m *msgCtx, cmd command.Command) e
 			return reply(sess.Generation, topicRootNew)
 		}
 		return s.once(ctx, m, cmd.Name, func(ctx context.Context, st *sessionstore.Store) (string, int64, error) {
-			if _, err := s.forceUnlock(ctx, m); err != nil {
-				return "", 0, err
-			}
+			// The reset first, as /stop's: it locks the session's row
+			// until the commit, so a turn start landing after the
+			// unlock (the stopped turn's completion, the sweep, a
+			// message) waits for the reset and finds the waiting
+			// messages dropped, instead of running them as a turn of
+			// the conversation this ends.
 			sess, dropped, err := st.ResetDropping(ctx, m.key, "new")
 			if err != nil {
 				return "", 0, err
+			}
+			if _, err := s.forceUnlock(ctx, m); err != nil {
+				return "", 0, err
+			}
+			if s.newUnlocked != nil {
+				s.newUnlocked(ctx, st.Tx())
 			}
 			// As /stop's: before the commit, so a rollback answers them
 			// again under the same ids.

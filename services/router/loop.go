@@ -153,7 +153,12 @@ func (s *Service) loopCommand(ctx context.Context, m *msgCtx, sess sessionstore.
 		})
 	}
 	if busy {
-		return reply(loopBusy)
+		// Recorded with the event (once), as the loop set below is: a
+		// redelivery after the turn ended finds it and is refused again,
+		// not set.
+		return s.once(ctx, m, "loop", func(context.Context, *sessionstore.Store) (string, int64, error) {
+			return loopBusy, sess.Generation, nil
+		})
 	}
 	spec := loop.ParseSpec(args)
 	if spec.Problem != "" {

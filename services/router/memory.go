@@ -169,7 +169,12 @@ func (s *Service) memoryPress(ctx context.Context, m *msgCtx, sess sessionstore.
 			return fmt.Errorf("read memory list owner's lock: %w", err)
 		}
 		if holder != "" {
-			return reply(midTurnRefusal("memory"))
+			// Recorded with the event (once), as the decision would be:
+			// a redelivery after the owner's turn ended finds it and is
+			// refused again, not decided.
+			return s.once(ctx, m, "memory", func(context.Context, *sessionstore.Store) (string, int64, error) {
+				return midTurnRefusal("memory"), sess.Generation, nil
+			})
 		}
 	}
 	return s.memoryDecide(ctx, m, sess, memorygate.Owner(key, m.src), d.approve, d.target, by)

@@ -41,7 +41,11 @@ func (s *Service) moa(ctx context.Context, m *msgCtx, sess sessionstore.Session,
 		return s.notice(ctx, m, sess.Generation, moaNotConfigured, "command")
 	}
 	if busy {
-		return s.notice(ctx, m, sess.Generation, moaBusy, "command")
+		return s.refuseOnce(ctx, m, "moa", moaBusy, sess.Generation)
+	}
+	// A /moa refused while a turn ran, redelivered after it: no turn starts.
+	if done, err := s.replayRefusal(ctx, m, "moa"); err != nil || done {
+		return err
 	}
 	aggregator := s.cfg.MoAAggregator
 	if aggregator == "" {

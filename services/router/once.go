@@ -2,6 +2,7 @@ package router
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/switchboard-chat/switchboard/pkg/sessionstore"
 )
@@ -45,4 +46,34 @@ func (s *Service) replay(ctx context.Context, m *msgCtx, name string, a sessions
 		"session_key", m.key, "event", m.dedupeID)
 	m.notices = a.Seq - 1
 	return s.notice(ctx, m, a.Generation, a.Text, "command")
+}
+
+// refuseOnce answers m with the mid-turn refusal text, recorded with
+// the event (once) so that it stays the answer, after marking the event
+// in Redis (refusedKey) so that a redelivery knows to look for it
+// (replayRefusal).
+func (s *Service) refuseOnce(ctx context.Context, m *msgCtx, name, text string, gen int64) error {
+	if err := s.rdb.Set(ctx, s.refusedKey(m.dedupeID), "1", s.cfg.DedupeTTL).Err(); err != nil {
+		return fmt.Errorf("mark mid-turn refusal: %w", err)
+	}
+	return s.once(ctx, m, name, func(context.Context, *sessionstore.Store) (string, int64, error) {
+		return text, gen, nil
+	})
+}
+
+// replayRefusal answers a redelivery (a crash before the dedupe record)
+// of an event refused while a turn ran, now that the turn ended, with
+// that refusal again, under the first answer's ids, so that what the
+// user was told waits does not run now; ok reports it did. Only an
+// event marked as refused (read with the dedupe record) reads the
+// record: a command in an idle session pays no Postgres read for it.
+func (s *Service) replayRefusal(ctx context.Context, m *msgCtx, name string) (ok bool, err error) {
+	if m.refusedBefore != nil && !*m.refusedBefore {
+		return false, nil
+	}
+	a, found, err := s.store.Answered(ctx, m.dedupeID)
+	if err != nil || !found {
+		return false, err
+	}
+	return true, s.replay(ctx, m, name, a)
 }

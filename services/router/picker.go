@@ -277,12 +277,19 @@ func parsePickerData(data string, models []string) pickerData {
 // the list of agent.models), a switch, or a picker's press.
 func (s *Service) modelCommand(ctx context.Context, m *msgCtx, sess sessionstore.Session, args string, busy bool) error {
 	reply := func(text string) error { return s.notice(ctx, m, sess.Generation, text, "command") }
+	// A redelivery (a crash before the dedupe record) of a /model the
+	// running turn refused (modelRefused), after the turn ended: the
+	// refusal is answered again, under the first answer's ids, and the
+	// model the user was told waits is not switched now.
+	if done, err := s.replayRefusal(ctx, m, "model"); err != nil || done {
+		return err
+	}
 	if card := m.ev.GetButtonPress().GetMessageId(); card != "" {
 		return s.modelPress(ctx, m, sess, card, args, busy)
 	}
 	if busy {
 		// As Hermes, even a question about the model waits.
-		return reply("Agent is running — wait or /stop first, then switch models.")
+		return s.modelRefused(ctx, m, sess.Generation)
 	}
 	if args == "" {
 		models, listErr := s.offered(ctx)
@@ -322,6 +329,14 @@ func (s *Service) modelCommand(ctx context.Context, m *msgCtx, sess sessionstore
 		return reply("This session uses the default model again.")
 	}
 	return reply("This session now uses " + name + ".")
+}
+
+// modelRefused answers a /model (typed, or a picker's press) while the
+// turn of the session it would switch runs, at generation gen. The
+// refusal is recorded with the event (once), so that a redelivery after
+// the turn ended is refused again (modelCommand), not applied.
+func (s *Service) modelRefused(ctx context.Context, m *msgCtx, gen int64) error {
+	return s.refuseOnce(ctx, m, "model", "Agent is running — wait or /stop first, then switch models.", gen)
 }
 
 // modelFlag is the answer to /model's arguments when they hold one of
@@ -480,7 +495,7 @@ func (s *Service) modelPress(ctx context.Context, m *msgCtx, sess sessionstore.S
 	}
 	if busy {
 		// As the typed command: the picker stays for a press after.
-		return s.notice(ctx, m, gen, "Agent is running — wait or /stop first, then switch models.", "command")
+		return s.modelRefused(ctx, m, gen)
 	}
 	if ok, err := answered(); err != nil || !ok {
 		return err

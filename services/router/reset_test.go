@@ -4,10 +4,13 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/switchboard-chat/switchboard/pkg/config"
 	"github.com/switchboard-chat/switchboard/pkg/redisx"
 	"github.com/switchboard-chat/switchboard/pkg/sessionstore"
@@ -351,5 +354,107 @@ func TestResetOfAnEmptyConversationIsQuiet(t *testing.T) {
 	e.ask("alice", "/status")
 	if n := e.countNotices("alice", "Session reset"); n != 0 {
 		t.Fatalf("reset notices for an empty conversation: %q", e.noticesTo("alice"))
+	}
+}
+
+// /new releases the session lock with its reset in hand (the session
+// row, locked until the reset commits), as /stop does: a turn start
+// landing between that release and the commit (the stopped turn's
+// completion, the sweep, a message arriving) waits for the commit and
+// finds the waiting messages dropped. It released the lock first: such
+// a start took the lock and ran the waiting messages as a turn of the
+// conversation /new was ending, outdated as soon as the reset committed,
+// its lock making the next message look as if it met a running turn.
+func TestNewReleasesTheLockWithItsResetInHand(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	const key = "agent:main:telegram:dm:chat-bob"
+	e := newEnv(t)
+	cfg := testConfig()
+	cfg.BusyMode = BusyQueue
+	s, err := New(cfg, Deps{Bus: e.bus, DB: e.db, Redis: e.rdb, RedisPrefix: e.prefix, Environ: []string{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type start struct {
+		started bool
+		err     error
+	}
+	starts := make(chan start, 1)
+	var hooked atomic.Bool
+	s.newUnlocked = func(ctx context.Context, tx pgx.Tx) {
+		if !hooked.CompareAndSwap(false, true) {
+			return
+		}
+		var pid int
+		if err := tx.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+			t.Error(err)
+			return
+		}
+		go func() {
+			started, err := s.tryStart(context.WithoutCancel(ctx), key)
+			starts <- start{started, err}
+		}()
+		// Until the start has ended, or waits for a lock /new's
+		// transaction holds.
+		deadline := time.Now().Add(30 * time.Second)
+		for len(starts) == 0 {
+			var n int
+			if err := e.db.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))`, pid).Scan(&n); err != nil {
+				t.Error(err)
+				return
+			}
+			if n > 0 {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Error("the turn start neither ended nor waited for /new's transaction")
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- s.Run(rctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("router run: %v", err)
+		}
+	})
+	g := newGate(t, "long job")
+	w := e.startWorker(g.hold)
+	defer g.open()
+
+	e.publish(dm("bob", "long job"))
+	waitFor(t, "the turn runs", func() bool { turns, _ := w.snapshot(); return len(turns) == 1 })
+	store := sessionstore.New(e.db)
+	e.publish(dm("bob", "and this"))
+	waitFor(t, "the message waiting", func() bool { n, err := store.QueueLen(ctx, key); return err == nil && n == 1 })
+
+	if got := e.ask("bob", "/new"); got != "✨ New session started." {
+		t.Fatalf("/new: %q", got)
+	}
+	waitFor(t, "the turn start between", func() bool { return len(starts) == 1 })
+	if st := <-starts; st.err != nil || st.started {
+		t.Errorf("the turn start between /new's unlock and its commit: started %v (%v), want nothing started: the waiting message is /new's to drop", st.started, st.err)
+	}
+	if n, err := store.QueueLen(ctx, key); err != nil || n != 0 {
+		t.Errorf("%d messages waiting after /new (%v)", n, err)
+	}
+	locker := redisx.NewLocker(e.rdb, e.prefix)
+	if o, err := locker.Owner(ctx, key); err != nil || o != "" {
+		t.Errorf("the session's lock after /new: %q (%v), want it free", o, err)
+	}
+	// The next message starts a turn of the new conversation.
+	e.publish(dm("bob", "hello"))
+	waitFor(t, "the next message's turn", func() bool {
+		turns, _ := w.snapshot()
+		return slices.Contains(inputsText(turns, key), "hello")
+	})
+	turns, _ := w.snapshot()
+	if got := inputsText(turns, key); slices.Contains(got, "and this") {
+		t.Errorf("turns %q: the message /new dropped ran", got)
 	}
 }

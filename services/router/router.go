@@ -17,6 +17,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/errgroup"
@@ -383,6 +384,10 @@ type Service struct {
 	// read of the pause and its conditional write: the seam where a
 	// change made elsewhere lands.
 	pauseRead func(context.Context)
+	// newUnlocked, when set (by a test, before Run), runs between /new's
+	// release of the session lock and the commit of its reset (tx): the
+	// seam where a turn start lands.
+	newUnlocked func(ctx context.Context, tx pgx.Tx)
 	// files keeps the files commands send (/save) in the attachment
 	// store the gateways read them from.
 	files *attachment.Store

@@ -201,7 +201,12 @@ func (s *Service) topicCommand(ctx context.Context, m *msgCtx, sess sessionstore
 			return reply(topicRestoreNeedsMode)
 		}
 		if busy {
-			return reply(midTurnRefusal("topic"))
+			// Recorded with the event (once), as the restore would be: a
+			// redelivery after the turn ended finds it and is refused
+			// again, not restored.
+			return s.once(ctx, m, "topic", func(context.Context, *sessionstore.Store) (string, int64, error) {
+				return midTurnRefusal("topic"), sess.Generation, nil
+			})
 		}
 		return s.once(ctx, m, "topic", func(ctx context.Context, st *sessionstore.Store) (string, int64, error) {
 			return s.restoreTopic(ctx, st, m, sess, thread, a.SessionID)

@@ -1,0 +1,122 @@
+package admin
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+
+	"github.com/nats-io/nats.go"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/switchboard-chat/switchboard/pkg/bus"
+	"github.com/switchboard-chat/switchboard/pkg/bus/bustest"
+	adminv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/admin/v1"
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+	repliesv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/replies/v1"
+	"github.com/switchboard-chat/switchboard/pkg/pg/pgtest"
+	"github.com/switchboard-chat/switchboard/pkg/sessionstore"
+)
+
+// The admin API's reset answers the API requests whose waiting messages
+// it drops with an "interrupted" error at once, as the router's /new
+// and /stop do (they waited for their reply timeout); a chat's dropped
+// messages get nothing, as with /new. When the answers cannot go out
+// (NATS unreachable) the reset fails and changes nothing: no request is
+// dropped unanswered.
+func TestResetSessionAnswersTheAPIRequestsItDrops(t *testing.T) {
+	t.Parallel()
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	const text = "Stopped before it ran: an operator reset this conversation and dropped this waiting message."
+	for _, tt := range []struct {
+		name    string
+		bus     func(context.Context) (*bus.Bus, error)
+		reset   bool     // the reset is done
+		answers []string // the requests answered
+	}{
+		{"answered", func(context.Context) (*bus.Bus, error) { return b, nil }, true, []string{"req-2", "req-3"}},
+		{"NATS unreachable", func(context.Context) (*bus.Bus, error) { return nil, errors.New("nats: no servers available") }, false, nil},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := context.Background()
+			db := pgtest.New(t)
+			store := sessionstore.New(db)
+			key := "agent:main:api:dm:conv-" + tt.name
+			api := func(id, text string) *eventsv1.MessageReceived {
+				return &eventsv1.MessageReceived{EventId: id, MessageId: id, Text: text,
+					Source: &eventsv1.SessionSource{Platform: "api", Account: "default", ChatId: "conv", ChatType: "dm", UserId: "client"}}
+			}
+			chat := &eventsv1.MessageReceived{EventId: "tg-1", MessageId: "m1", Text: "hi",
+				Source: &eventsv1.SessionSource{Platform: "telegram", Account: "bot", ChatId: "c", ChatType: "dm", UserId: "u"}}
+			before, _, _, err := store.Arrive(ctx, key, "", api("req-1", "x").Source, "req-1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, ev := range []*eventsv1.MessageReceived{api("req-2", "next"), chat, api("req-3", "and next")} {
+				if _, err := store.Enqueue(ctx, key, int64(i+1), true, ev, 10); err != nil {
+					t.Fatal(err)
+				}
+			}
+
+			var mu sync.Mutex
+			got := map[string]*repliesv1.ReplyEvent{}
+			sub, err := b.Conn().Subscribe(b.Topology().ReplySubject(key), func(m *nats.Msg) {
+				ev := &repliesv1.ReplyEvent{}
+				if err := proto.Unmarshal(m.Data, ev); err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				for _, id := range ev.GetInputMessageIds() {
+					got[id] = ev
+				}
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = sub.Unsubscribe() }()
+			if err := b.Conn().Flush(); err != nil {
+				t.Fatal(err)
+			}
+
+			c, authed := serve(t, ctx, Config{}, Deps{DB: db, Bus: tt.bus})
+			reset, err := c.ResetSession(authed, &adminv1.ResetSessionRequest{SessionKey: key})
+			if (err == nil) != tt.reset {
+				t.Fatalf("reset: %v, want done %v", err, tt.reset)
+			}
+			after, err := store.Get(ctx, key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			waiting, err := store.QueueLen(ctx, key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !tt.reset {
+				if after.ID != before.ID || after.Generation != before.Generation || waiting != 3 {
+					t.Errorf("a failed reset left session %s gen %d with %d waiting, want %s gen %d with 3", after.ID, after.Generation, waiting, before.ID, before.Generation)
+				}
+				return
+			}
+			if reset.GetSession().GetGeneration() != before.Generation+1 || waiting != 0 {
+				t.Errorf("reset to generation %d with %d waiting, want %d with none", reset.GetSession().GetGeneration(), waiting, before.Generation+1)
+			}
+			count := func() int { mu.Lock(); defer mu.Unlock(); return len(got) }
+			waitFor(t, "the dropped requests answered", func() bool { return count() >= len(tt.answers) })
+			mu.Lock()
+			defer mu.Unlock()
+			for _, id := range tt.answers {
+				ev := got[id]
+				if ev == nil || ev.GetError().GetCode() != "interrupted" || ev.GetError().GetMessage() != text ||
+					ev.GetTurnId() != "stopped:"+id || ev.GetSessionKey() != key || ev.GetGeneration() != after.Generation ||
+					ev.GetTarget().GetPlatform() != "api" || ev.GetTarget().GetChatId() != "conv" || ev.GetSeq() != 1 {
+					t.Errorf("answer to %s: %v", id, ev)
+				}
+			}
+			if len(got) != len(tt.answers) {
+				t.Errorf("answers to %d messages, want %d (the chat's gets none)", len(got), len(tt.answers))
+			}
+		})
+	}
+}
