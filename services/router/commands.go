@@ -195,9 +195,10 @@ func (s *Service) command(ctx context.Context, m *msgCtx, cmd command.Command) e
 		// after the turn ended: the refusal is answered again, under the
 		// first answer's ids, and the command the user was told waits
 		// does not run now (a /retry would start a turn). Only an event
-		// marked as refused before reads the record: a command in an
-		// idle session pays no Postgres read for it.
-		if m.refusedBefore == nil || *m.refusedBefore {
+		// marked as refused before, or redelivered by the bus (Redis,
+		// restarted, may have lost the mark), reads the record: a
+		// command in an idle session pays no Postgres read for it.
+		if m.refusedBefore == nil || *m.refusedBefore || m.redelivered {
 			if a, ok, err := s.store.Answered(ctx, m.dedupeID); err != nil {
 				return err
 			} else if ok {
