@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/switchboard-chat/switchboard/pkg/bus"
 	"github.com/switchboard-chat/switchboard/pkg/gatewaystatus"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	repliesv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/replies/v1"
@@ -464,5 +465,76 @@ func TestOwnTurnCommandRedeliveredWhileItRuns(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A /retry refused while a turn ran, whose handling failed after the
+// refusal was recorded and sent (the replies stream gone: the notice
+// reaches the test's subscription but no stream keeps it), is
+// redelivered by the bus after Redis lost everything (a restart without
+// persistence, as deployed: the lock and the refusal's mark): the
+// redelivery reads the refusal's record in Postgres and answers with it
+// again, rather than starting the retry the user was told could not run.
+func TestMidTurnRefusalRedeliveredAfterRedisLostItsMark(t *testing.T) {
+	t.Parallel()
+	const key = "agent:main:telegram:dm:chat-bob"
+	ctx := context.Background()
+	e, g, w := busySession(t, testConfig(), "bob", "long job")
+	defer g.open()
+	turns := func() string {
+		turns, _ := w.snapshot()
+		return strings.Join(inputsText(turns, key), ",")
+	}
+	was := turns()
+	ev := dm("bob", "/retry")
+	answers := func() []*repliesv1.ReplyEvent {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		var out []*repliesv1.ReplyEvent
+		for _, n := range e.notices {
+			if n.GetTurnId() == "notice:telegram:bot1:"+ev.EventId {
+				out = append(out, n)
+			}
+		}
+		return out
+	}
+	js := e.bus.JetStream()
+	if err := js.DeleteStream(ctx, e.bus.Topology().Stream(bus.StreamReplies)); err != nil {
+		t.Fatal(err)
+	}
+	e.publish(ev)
+	waitFor(t, "the refusal", func() bool { return len(answers()) >= 1 })
+	// Redis restarts empty: the session's lock and the refusal's mark
+	// are gone (the dedupe record was never written).
+	lost := []string{redisx.NewLocker(e.rdb, e.prefix).Key(key)}
+	refused, err := e.rdb.Keys(ctx, e.prefix+"refused:*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.rdb.Del(ctx, append(lost, refused...)...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	started := func() bool {
+		yes, err := sessionstore.New(e.db).QueuedOrStarted(ctx, key, ev.EventId)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return yes
+	}
+	waitFor(t, "a later attempt", func() bool { return len(answers()) >= 2 || started() })
+	if err := e.bus.EnsureStreams(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "inbound drained", e.inboundDrained)
+	if started() {
+		t.Fatalf("the refused /retry was queued or started on its redelivery")
+	}
+	for _, a := range answers() {
+		if got := a.GetNotice().GetText(); got != midTurnRefusal("retry") || a.GetSeq() != 1 {
+			t.Errorf("answer %d %q, want the refusal as answer 1", a.GetSeq(), got)
+		}
+	}
+	if is := turns(); is != was {
+		t.Errorf("turns %q after the redelivery, were %q", is, was)
 	}
 }

@@ -40,6 +40,11 @@ type msgCtx struct {
 	// while a turn ran (refusedKey), read with the dedupe record for a
 	// command; nil when not read.
 	refusedBefore *bool
+	// redelivered is a delivery of the bus after the first (an attempt
+	// that failed, a router that stopped before acknowledging): Redis may
+	// have lost what the first wrote since (it keeps nothing over a
+	// restart), so its marks are not trusted to be complete.
+	redelivered bool
 	// interaction is a native command's or a button press's private
 	// answer channel (a Discord interaction's token), taken off the event
 	// on arrival: only a refusal of the command or the press uses it
@@ -142,6 +147,7 @@ func (s *Service) handleInbound(ctx context.Context, ev *eventsv1.MessageReceive
 	ev.Interaction = nil
 	if d, ok := bus.DeliveryFrom(ctx); ok {
 		m.seq = int64(d.StreamSeq)
+		m.redelivered = d.Attempt > 1
 	}
 	// The sender is authorized first: between the early start (below) and
 	// its use the handler must not need another Postgres connection (a

@@ -65,10 +65,11 @@ func (s *Service) refuseOnce(ctx context.Context, m *msgCtx, name, text string, 
 // of an event refused while a turn ran, now that the turn ended, with
 // that refusal again, under the first answer's ids, so that what the
 // user was told waits does not run now; ok reports it did. Only an
-// event marked as refused (read with the dedupe record) reads the
+// event marked as refused (read with the dedupe record), or redelivered
+// by the bus (Redis, restarted, may have lost the mark), reads the
 // record: a command in an idle session pays no Postgres read for it.
 func (s *Service) replayRefusal(ctx context.Context, m *msgCtx, name string) (ok bool, err error) {
-	if m.refusedBefore != nil && !*m.refusedBefore {
+	if m.refusedBefore != nil && !*m.refusedBefore && !m.redelivered {
 		return false, nil
 	}
 	a, found, err := s.store.Answered(ctx, m.dedupeID)

@@ -712,3 +712,41 @@ func TestReplyInThread(t *testing.T) {
 		})
 	}
 }
+
+// With reply_in_thread off, the answer to a channel message goes to the
+// channel's top level, and a reply in that answer's thread is for the
+// bot without a mention, keyed by that thread (a conversation of its
+// own), as in Hermes.
+func TestReplyInThreadOffFollowsTheAnswer(t *testing.T) {
+	t.Parallel()
+	fake := slackfake.New(t)
+	cfg := DefaultConfig()
+	cfg.AppToken, cfg.ReplyInThread = fake.AppToken, false
+	_, b, next, _ := gateway(t, fake, cfg)
+	ctx := context.Background()
+	push := func(e slackfake.Event) {
+		t.Helper()
+		if err := fake.Push(ctx, fake.Callback("Ev"+e.TS, e), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	push(slackfake.Event{Channel: "C0CHANNEL", ChannelType: "channel", User: "U0USER01", Text: "<@" + fake.BotUserID + "> help", TS: "1.1"})
+	if ev := next(); ev.GetMessageId() != "1.1" || ev.GetSource().GetThreadId() != "1.1" {
+		t.Fatalf("got %v, want the mention, keyed by the thread it starts", ev)
+	}
+	sctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	r := &deliveryv1.SendReceipt{}
+	req := &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: "answer", Text: "here you go",
+		Target: &deliveryv1.Target{Platform: "slack", ChatId: "C0CHANNEL", ThreadId: "1.1", ReplyToMessageId: "1.1"}}
+	if err := b.Request(sctx, b.Topology().SendSubject("slack"), req, r); err != nil || !r.GetOk() {
+		t.Fatalf("send: receipt %v, err %v", r, err)
+	}
+	if m := fake.Messages("C0CHANNEL"); len(m) != 1 || m[0].ThreadTS != "" {
+		t.Fatalf("posted %+v, want the answer at the top level", m)
+	}
+	push(slackfake.Event{Channel: "C0CHANNEL", ChannelType: "channel", User: "U0USER01", Text: "thanks, and more?", TS: "3.1", ThreadTS: r.GetPlatformMessageId()})
+	if ev := next(); ev.GetMessageId() != "3.1" || ev.GetSource().GetThreadId() != r.GetPlatformMessageId() {
+		t.Fatalf("got %v, want the reply in the thread of the bot's answer", ev)
+	}
+}
