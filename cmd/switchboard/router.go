@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"slices"
 
 	"golang.org/x/sync/errgroup"
 
@@ -54,6 +55,9 @@ func startRouter(ctx context.Context, a *app) (func(context.Context) error, erro
 	// /memory: the gate's default, and the notes' limit an approved
 	// write passes.
 	cfg.MemoryWriteApproval, cfg.MemoryCharLimit = a.cfg.Memory.WriteApproval, a.cfg.Agent.MemoryCharLimit
+	// The pre-reset memory flush: only where the workers' built-in
+	// loop has the memory tool to flush with.
+	cfg.MemoryFlush = a.cfg.Agent.Backend == "" && (len(a.cfg.Agent.Toolsets) == 0 || slices.Contains(a.cfg.Agent.Toolsets, "memory"))
 	if cfg.MemoryCharLimit <= 0 {
 		cfg.MemoryCharLimit = worker.DefaultConfig().Agent.MemoryCharLimit
 	}

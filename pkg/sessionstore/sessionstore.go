@@ -453,37 +453,42 @@ func (s *Store) ArriveAndEnqueue(ctx context.Context, key, profile string, src *
 // (as Hermes, an override belongs to its conversation). reason is
 // recorded.
 func (s *Store) Reset(ctx context.Context, key, reason string) (Session, error) {
-	sess, _, err := s.reset(ctx, key, reason, false, nil)
+	sess, _, err := s.reset(ctx, key, reason, false, nil, nil)
 	return sess, err
 }
 
 // ResetDropping is Reset that also returns the waiting messages it
 // dropped, in their queue order (Event and SteeredBy set), as Stop does,
 // for the caller to answer those that wait for an answer of their own.
-func (s *Store) ResetDropping(ctx context.Context, key, reason string) (Session, []Queued, error) {
-	return s.reset(ctx, key, reason, false, nil)
+// With flush set, it queues the ended conversation's memory flush
+// (queueFlush) in the same transaction.
+func (s *Store) ResetDropping(ctx context.Context, key, reason string, flush *eventsv1.MessageReceived) (Session, []Queued, error) {
+	return s.reset(ctx, key, reason, false, flush, nil)
 }
 
 // ResetAnswering is ResetDropping for a caller outside a transaction
 // of its own (the admin API's reset): answer gets the new session and
 // the dropped messages before the reset commits, so that an error of
 // answer (a reply that could not be published) rolls the reset back
-// and no waiting message is dropped unanswered.
+// and no waiting message is dropped unanswered. It queues no memory
+// flush.
 func (s *Store) ResetAnswering(ctx context.Context, key, reason string, answer func(ctx context.Context, sess Session, dropped []Queued) error) (Session, error) {
-	sess, _, err := s.reset(ctx, key, reason, false, answer)
+	sess, _, err := s.reset(ctx, key, reason, false, nil, answer)
 	return sess, err
 }
 
 // ResetKeepingQueue is Reset that keeps the waiting messages: a reset by
 // policy, with no turn running, finds only messages nobody answered yet
 // (the one that found the session due, parts held for the rest of a
-// message), which belong to the new conversation.
-func (s *Store) ResetKeepingQueue(ctx context.Context, key, reason string) (Session, error) {
-	sess, _, err := s.reset(ctx, key, reason, true, nil)
+// message), which belong to the new conversation. With flush set, the
+// ended conversation's memory flush goes ahead of them (queueFlush), in
+// the same transaction.
+func (s *Store) ResetKeepingQueue(ctx context.Context, key, reason string, flush *eventsv1.MessageReceived) (Session, error) {
+	sess, _, err := s.reset(ctx, key, reason, true, flush, nil)
 	return sess, err
 }
 
-func (s *Store) reset(ctx context.Context, key, reason string, keepQueue bool, answer func(context.Context, Session, []Queued) error) (Session, []Queued, error) {
+func (s *Store) reset(ctx context.Context, key, reason string, keepQueue bool, flush *eventsv1.MessageReceived, answer func(context.Context, Session, []Queued) error) (Session, []Queued, error) {
 	now := s.now()
 	var sess Session
 	var dropped []Queued
@@ -507,6 +512,11 @@ func (s *Store) reset(ctx context.Context, key, reason string, keepQueue bool, a
 		var err error
 		if !keepQueue {
 			if dropped, err = dropQueue(ctx, tx, key); err != nil {
+				return err
+			}
+		}
+		if flush != nil {
+			if err := queueFlush(ctx, tx, key, old, flush, now); err != nil {
 				return err
 			}
 		}
@@ -568,7 +578,10 @@ func (s *Store) Stop(ctx context.Context, key string) (gen int64, dropped []Queu
 // dropQueue deletes key's waiting messages in tx and returns them in
 // their queue order (Event and SteeredBy set).
 func dropQueue(ctx context.Context, tx pgx.Tx, key string) ([]Queued, error) {
-	rows, err := tx.Query(ctx, `WITH d AS (DELETE FROM session_queue WHERE session_key = $1 RETURNING stream_seq, id, event, steered_by)
+	// A memory flush stays: it waits for no answer, and the conversation
+	// it saves from has ended already (queueFlush).
+	rows, err := tx.Query(ctx, `WITH d AS (DELETE FROM session_queue WHERE session_key = $1 AND NOT starts_with(event_id, '`+FlushEventPrefix+`')
+		RETURNING stream_seq, id, event, steered_by)
 		SELECT event, steered_by FROM d ORDER BY stream_seq, id`, key)
 	if err != nil {
 		return nil, fmt.Errorf("clear queue: %w", err)

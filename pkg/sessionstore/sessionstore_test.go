@@ -298,7 +298,7 @@ func TestArrivalAgainKeepsThePreviousActivity(t *testing.T) {
 		t.Fatalf("m again: previous activity %v, want %v (before its first arrival)", prev, start)
 	}
 	clock = clock.Add(time.Second)
-	if _, err := s.ResetKeepingQueue(ctx, "k", "idle"); err != nil {
+	if _, err := s.ResetKeepingQueue(ctx, "k", "idle", nil); err != nil {
 		t.Fatal(err)
 	}
 	reset := clock
@@ -361,7 +361,7 @@ func TestArriveAndEnqueue(t *testing.T) {
 			t.Fatalf("%s: arrival %+v, want previous activity %v", st.name, a, wantPrev)
 		}
 	}
-	sess, err := s.ResetKeepingQueue(ctx, "k", "idle")
+	sess, err := s.ResetKeepingQueue(ctx, "k", "idle", nil)
 	if err != nil || sess.ID == first.Session.ID {
 		t.Fatalf("reset: %+v %v", sess, err)
 	}
@@ -370,7 +370,7 @@ func TestArriveAndEnqueue(t *testing.T) {
 	}
 	// /new's reset returns what it dropped, in queue order, for the
 	// router to answer (as Stop's).
-	_, dropped, err := s.ResetDropping(ctx, "k", "new")
+	_, dropped, err := s.ResetDropping(ctx, "k", "new", nil)
 	var ids []string
 	for _, q := range dropped {
 		ids = append(ids, q.Event.GetEventId())

@@ -261,14 +261,14 @@ func (s *Service) command(ctx context.Context, m *msgCtx, cmd command.Command) e
 			// As Hermes: the lobby has no conversation to replace.
 			return reply(sess.Generation, topicRootNew)
 		}
-		return s.once(ctx, m, cmd.Name, func(ctx context.Context, st *sessionstore.Store) (string, int64, error) {
+		err := s.once(ctx, m, cmd.Name, func(ctx context.Context, st *sessionstore.Store) (string, int64, error) {
 			// The reset first, as /stop's: it locks the session's row
 			// until the commit, so a turn start landing after the
 			// unlock (the stopped turn's completion, the sweep, a
 			// message) waits for the reset and finds the waiting
 			// messages dropped, instead of running them as a turn of
 			// the conversation this ends.
-			sess, dropped, err := st.ResetDropping(ctx, m.key, "new")
+			sess, dropped, err := st.ResetDropping(ctx, m.key, "new", s.flushFor(m))
 			if err != nil {
 				return "", 0, err
 			}
@@ -304,6 +304,11 @@ func (s *Service) command(ctx context.Context, m *msgCtx, cmd command.Command) e
 			}
 			return "✨ New session started: " + title, sess.Generation, nil
 		})
+		if err != nil {
+			return err
+		}
+		// The ended conversation's memory flush, if /new queued one.
+		return s.startFlush(ctx, m)
 	case "stop":
 		// Once: a redelivered /stop steps no generation (it would fence
 		// a turn started since) and empties no queue again.

@@ -817,7 +817,7 @@ func (s *Service) resetIfDue(ctx context.Context, m *msgCtx, sess sessionstore.S
 			return sess, nil
 		}
 	}
-	sess, err = s.store.ResetKeepingQueue(ctx, m.key, reason)
+	sess, err = s.store.ResetKeepingQueue(ctx, m.key, reason, s.flushFor(m))
 	if err != nil {
 		return sess, fmt.Errorf("reset session: %w", err)
 	}
@@ -870,7 +870,10 @@ func (s *Service) route(ctx context.Context, m *msgCtx, sess sessionstore.Sessio
 	if err != nil {
 		return err
 	}
-	busy := owner != ""
+	// A running memory flush (flush.go) is no task of the user's: the
+	// message waits for it as for a free session's lock, unannounced, and
+	// does not cut it short.
+	busy := owner != "" && !s.flushRunning(ctx, m.key, owner)
 	mode := o.mode
 	if mode == "" {
 		mode = s.busyMode(m, sess)

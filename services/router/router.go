@@ -196,6 +196,13 @@ type Config struct {
 	// passes as the memory tool's own writes do (memory.go).
 	MemoryWriteApproval bool `koanf:"-"`
 	MemoryCharLimit     int  `koanf:"-"`
+	// MemoryFlush queues Hermes's pre-reset memory flush when a
+	// conversation that had a turn ends (/new, an idle or daily reset):
+	// a turn, ahead of the new conversation's first, in which the model
+	// saves what is worth remembering with the memory tool alone
+	// (flush.go). Set when the workers' built-in loop has the memory
+	// tool (agent.toolsets empty or naming memory, no agent.backend).
+	MemoryFlush bool `koanf:"-"`
 	// SaveMaxBytes bounds a /save export (default 8 MiB: under the
 	// Discord gateway's 10 MiB uploads): a conversation whose stored text, or
 	// whose rendered file, is larger is not sent (save.go).

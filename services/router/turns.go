@@ -198,6 +198,16 @@ func (s *Service) publishTurn(ctx context.Context, key, token, turnID string, t 
 		req.Inputs[0], req.Moa = in, true
 	}
 	if len(req.Inputs) == 1 {
+		if old, ok := sessionstore.FlushOf(req.Inputs[0]); ok {
+			// The pre-reset memory flush (flush.go): on the conversation
+			// that ended, with no input of the user's.
+			req.MemoryFlush, req.SessionId, req.Inputs = true, old, nil
+			if err := s.markFlush(ctx, key, turnID); err != nil {
+				return err
+			}
+		}
+	}
+	if len(req.Inputs) == 1 {
 		if arg, ok := strings.CutPrefix(req.Inputs[0].GetTranscriptCommand(), "compress "); ok {
 			// /compress's argument rides on the turn, the command on
 			// its input.

@@ -219,6 +219,7 @@ type turnOpts struct {
 	moa         bool                       // a /moa prompt: answered by the Mixture of Agents
 	skillsNote  string                     // Hermes's /reload-skills note the turn carries
 	goal        bool                       // the conversation has an active standing goal (/goal)
+	flush       bool                       // a pre-reset memory flush: no input, on the ended conversation
 }
 
 // requestTurn does what the router does: wait for and take the session
@@ -273,6 +274,9 @@ func (h *harness) requestTurn(key, text string, o turnOpts) *turnsv1.TurnRequest
 		Moa:              o.moa,
 		SkillsNote:       o.skillsNote,
 		GoalActive:       o.goal,
+	}
+	if o.flush {
+		req.MemoryFlush, req.Inputs = true, nil
 	}
 	if o.side != "" {
 		req.SideQuestion = &turnsv1.SideQuestion{SessionId: o.side}

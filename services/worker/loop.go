@@ -1262,7 +1262,7 @@ func (r *turnRun) callModel(ctx context.Context, b Backend, model, system string
 		MaxTokens: r.maxTokens(ls), CacheSystem: true, ReasoningEffort: r.reasoningEffort(), Fast: r.fast(),
 		Temperature: r.temperature}
 	if withTools {
-		req.Tools = r.s.tools.Specs()
+		req.Tools = r.toolSpecs()
 	}
 	var buf, thinking, streamed strings.Builder
 	var last time.Time

@@ -92,6 +92,9 @@ type turnRun struct {
 	// not published (each would cost a seq, a publish and a delivery) —
 	// but for the tool steps an API answer lists (answerListsSteps).
 	answerOnly bool
+	// onlyTools, when set, limits the tools model calls offer (a memory
+	// flush's: flush.go).
+	onlyTools []string
 	// listsSteps: an input's answer lists the turn's tool calls (a
 	// Responses request: MessageReceived.lists_tool_calls).
 	listsSteps bool
@@ -225,6 +228,12 @@ func newTurnRun(s *Service, req *turnsv1.TurnRequested, attempt, spent int) *tur
 		holder: redisx.Holder(req.GetLockToken(), fmt.Sprintf("%s.%d", s.cfg.ID, attempt)),
 	}
 	r.target = replyTarget(req)
+	if req.GetMemoryFlush() {
+		// Hermes's pre-reset memory flush (flush.go) shows the user
+		// nothing and reads no steering.
+		r.target = nil
+		r.ctl.closeSteer()
+	}
 	if cmd, ok := transcriptCommandOf(req); ok && cmd.name != "retry" || s.agent == nil && (req.GetMoa() || req.GetSideQuestion() != nil) {
 		// A turn that reads no steering (/undo and /compress, which the
 		// worker does itself, an external agent or not; the built-in
@@ -339,6 +348,9 @@ func (r *turnRun) run(ctx context.Context) error {
 	}
 	r.log.Info("turn started")
 
+	if r.req.GetMemoryFlush() {
+		return r.endFlush(ctx, r.memoryFlush(ctx))
+	}
 	fin, err := r.runAgent(ctx)
 	r.ctl.closeSteer() // whatever ended the turn, it reads no more
 	switch {

@@ -286,7 +286,19 @@ type TurnRequested struct {
 	// session row once (sessions.skills_note). A worker of an older
 	// release ignores it: the model is not told of the reload, and the
 	// new skills still run when typed.
-	SkillsNote    string `protobuf:"bytes,37,opt,name=skills_note,json=skillsNote,proto3" json:"skills_note,omitempty"`
+	SkillsNote string `protobuf:"bytes,37,opt,name=skills_note,json=skillsNote,proto3" json:"skills_note,omitempty"`
+	// Set on Hermes's pre-reset memory flush: a turn the router queues
+	// ahead of everything else when a conversation ends (/new, an idle or
+	// daily reset) after at least one turn. session_id is then the
+	// conversation that ended, not the new one. The worker gives the model
+	// that conversation and Hermes's request to save what is worth
+	// remembering, with the memory tool alone, for a few bounded calls;
+	// it delivers nothing to the chat and writes nothing to any
+	// transcript. It runs at most once: an attempt after the first skips
+	// it. A worker without the memory tool or with an external agent
+	// skips it too. A worker of an older release would answer it as an
+	// ordinary turn of no input: upgrade workers before routers.
+	MemoryFlush   bool `protobuf:"varint,38,opt,name=memory_flush,json=memoryFlush,proto3" json:"memory_flush,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -529,6 +541,13 @@ func (x *TurnRequested) GetSkillsNote() string {
 		return x.SkillsNote
 	}
 	return ""
+}
+
+func (x *TurnRequested) GetMemoryFlush() bool {
+	if x != nil {
+		return x.MemoryFlush
+	}
+	return false
 }
 
 // SideQuestion is what a /btw turn asks about.
@@ -1017,7 +1036,8 @@ var File_switchboard_turns_v1_turns_proto protoreflect.FileDescriptor
 
 const file_switchboard_turns_v1_turns_proto_rawDesc = "" +
 	"\n" +
-	" switchboard/turns/v1/turns.proto\x12\x14switchboard.turns.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\"switchboard/events/v1/events.proto\"\xde\t\n" +
+	" switchboard/turns/v1/turns.proto\x12\x14switchboard.turns.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\"switchboard/events/v1/events.proto\"\x81\n" +
+	"\n" +
 	"\rTurnRequested\x12\x17\n" +
 	"\aturn_id\x18\x01 \x01(\tR\x06turnId\x12\x1f\n" +
 	"\vsession_key\x18\x02 \x01(\tR\n" +
@@ -1059,7 +1079,8 @@ const file_switchboard_turns_v1_turns_proto_rawDesc = "" +
 	"goalActive\x12\x10\n" +
 	"\x03moa\x18$ \x01(\bR\x03moa\x12\x1f\n" +
 	"\vskills_note\x18% \x01(\tR\n" +
-	"skillsNote\"-\n" +
+	"skillsNote\x12!\n" +
+	"\fmemory_flush\x18& \x01(\bR\vmemoryFlush\"-\n" +
 	"\fSideQuestion\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\"\x86\x02\n" +

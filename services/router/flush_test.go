@@ -1,0 +1,138 @@
+package router
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
+	"github.com/switchboard-chat/switchboard/pkg/redisx"
+	"github.com/switchboard-chat/switchboard/pkg/sessionstore"
+)
+
+// TestMemoryFlushBeforeTheNewConversation: a conversation that had a
+// turn and ends (an idle reset, /new) gets exactly one memory flush turn,
+// on the conversation that ended and with no input, before the new
+// conversation's first turn; with memory off, none. A message that
+// arrives while the flush runs waits for it, with no busy
+// acknowledgement and no interrupt.
+func TestMemoryFlushBeforeTheNewConversation(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		memory bool
+		end    func(e *env, later func())
+		flush  int
+		during bool // "back again" arrives while the flush runs
+	}{
+		{"idle reset", true, func(e *env, later func()) { later() }, 1, false},
+		{"new", true, func(e *env, _ func()) { e.ask("alice", "/new") }, 1, false},
+		{"message during the flush", true, func(e *env, _ func()) { e.ask("alice", "/new") }, 1, true},
+		{"new with memory off", false, func(e *env, _ func()) { e.ask("alice", "/new") }, 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			cfg := testConfig()
+			cfg.SessionReset.Mode, cfg.SessionReset.IdleMinutes = ResetIdle, 60
+			cfg.MemoryFlush = tc.memory
+			var mu sync.Mutex
+			now := time.Now()
+			clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+			s, err := New(cfg, Deps{Bus: e.bus, DB: e.db, Redis: e.rdb, RedisPrefix: e.prefix, Environ: []string{}, Now: clock})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- s.Run(ctx) }()
+			defer func() { cancel(); <-done }()
+			entered, release := make(chan struct{}, 1), make(chan struct{})
+			w := e.startWorker(func(tr *turnsv1.TurnRequested) {
+				if tc.during && tr.GetMemoryFlush() {
+					entered <- struct{}{}
+					<-release
+				}
+			})
+			key := "agent:main:telegram:dm:chat-alice"
+			locker := redisx.NewLocker(e.rdb, e.prefix)
+			idle := func() bool { owner, err := locker.Owner(context.Background(), key); return err == nil && owner == "" }
+
+			e.publish(dm("alice", "hello"))
+			waitFor(t, "first turn", func() bool { turns, _ := w.snapshot(); return len(turns) == 1 })
+			waitFor(t, "first turn done", idle)
+			first, err := sessionstore.New(e.db).Get(context.Background(), key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The worker's record of the finished turn (this fake worker
+			// writes none): the conversation had a turn.
+			turns, _ := w.snapshot()
+			if _, err := e.db.Exec(context.Background(), `INSERT INTO worker_turns (turn_id, session_key, session_id, generation, status, started_at, updated_at)
+				VALUES ($1, $2, $3, $4, 'completed', $5, $5)`, turns[0].TurnId, key, turns[0].SessionId, turns[0].Generation, clock()); err != nil {
+				t.Fatal(err)
+			}
+			tc.end(e, func() { mu.Lock(); now = now.Add(61 * time.Minute); mu.Unlock() })
+			if tc.during {
+				select {
+				case <-entered:
+				case <-time.After(30 * time.Second):
+					t.Fatal("no flush turn")
+				}
+			}
+			e.publish(dm("alice", "back again"))
+			if tc.during {
+				// Handled (queued, and anything it had to say said)
+				// while the flush still runs.
+				waitFor(t, "the message handled", e.inboundDrained)
+				close(release)
+			}
+			want := 2 + tc.flush
+			waitFor(t, "the new conversation's first turn", func() bool {
+				turns, _ := w.snapshot()
+				return len(turns) > 0 && len(turns[len(turns)-1].GetInputs()) == 1 && turns[len(turns)-1].GetInputs()[0].GetText() == "back again"
+			})
+			waitFor(t, "its end", idle)
+			turns, _ = w.snapshot()
+			if len(turns) != want {
+				t.Fatalf("%d turns, want %d", len(turns), want)
+			}
+			var flushes []*turnsv1.TurnRequested
+			for _, tr := range turns {
+				if tr.GetMemoryFlush() {
+					flushes = append(flushes, tr)
+				}
+			}
+			if len(flushes) != tc.flush {
+				t.Fatalf("%d memory flush turns, want %d", len(flushes), tc.flush)
+			}
+			last := turns[len(turns)-1]
+			if last.GetMemoryFlush() || len(last.GetInputs()) != 1 || last.GetInputs()[0].GetText() != "back again" || last.GetSessionId() == first.ID {
+				t.Fatalf("last turn: flush %v, inputs %v, session %s (old %s)", last.GetMemoryFlush(), last.GetInputs(), last.GetSessionId(), first.ID)
+			}
+			// Notices of the chat arrive in order: anything said about
+			// "back again" comes before this answer.
+			e.ask("alice", "/status")
+			for _, n := range e.noticesTo("alice") {
+				if strings.Contains(n, "Interrupting") || strings.Contains(n, "Queued for the next turn") {
+					t.Errorf("the user was told of the flush: %q", n)
+				}
+			}
+			if c := e.controls(turnsv1.ControlAction_CONTROL_ACTION_INTERRUPT); len(c) != 0 {
+				t.Errorf("%d interrupts sent", len(c))
+			}
+			if tc.flush == 0 {
+				return
+			}
+			f := turns[1]
+			if !f.GetMemoryFlush() || f.GetSessionId() != first.ID || len(f.GetInputs()) != 0 {
+				t.Fatalf("second turn: flush %v, session %s (old %s), inputs %v", f.GetMemoryFlush(), f.GetSessionId(), first.ID, f.GetInputs())
+			}
+			if f.GetGeneration() >= last.GetGeneration() {
+				t.Fatalf("flush generation %d not before the new conversation's %d", f.GetGeneration(), last.GetGeneration())
+			}
+		})
+	}
+}

@@ -1,0 +1,132 @@
+package worker_test
+
+import (
+	"context"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/switchboard-chat/switchboard/pkg/fakellm"
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
+	"github.com/switchboard-chat/switchboard/services/worker"
+)
+
+// TestMemoryFlushSavesWithTheMemoryToolAlone: Hermes's pre-reset memory
+// flush reads the conversation that ended, offers the model the memory
+// tool alone, saves what it calls, and shows the chat nothing; the
+// conversation's transcript is left as it was.
+func TestMemoryFlushSavesWithTheMemoryToolAlone(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.setGeneration("s1", 1)
+	h.startWorker("w1", nil)
+	alice := &eventsv1.SessionSource{Platform: "telegram", ChatId: "99", ChatType: "dm", UserId: "alice"}
+	old := turnOpts{sessionID: "old", origin: alice}
+	for _, text := range []string{"I only drink green tea", "and I live in Lisbon"} {
+		h.waitCompleted(h.requestTurn("s1", text, old).TurnId)
+	}
+	h.fake.SetScript(func(req *fakellm.Request) (fakellm.Reply, bool) {
+		last := req.Messages[len(req.Messages)-1]
+		switch {
+		case last.Role == "user" && strings.Contains(last.Content, "about to be reset"):
+			return fakellm.Reply{ToolCalls: []fakellm.ToolCall{{ID: "c1", Name: "memory",
+				Arguments: `{"action":"add","content":"drinks green tea only"}`}}}, true
+		case last.Role == "tool":
+			return fakellm.Reply{Text: "saved"}, true
+		}
+		return fakellm.Reply{}, false
+	})
+	before := len(h.fake.Requests())
+	req := h.requestTurn("s1", "", turnOpts{sessionID: "old", origin: alice, flush: true})
+	if c := h.waitCompleted(req.TurnId); c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_COMPLETED {
+		t.Fatalf("flush: %v (%s)", c.GetStatus(), c.GetError())
+	}
+	calls := h.fake.Requests()[before:]
+	if len(calls) != 2 {
+		t.Fatalf("%d model calls, want 2 (the memory call, then its end)", len(calls))
+	}
+	for i, c := range calls {
+		var names []string
+		for _, tl := range c.Tools {
+			names = append(names, tl.Name)
+		}
+		if strings.Join(names, ",") != "memory" {
+			t.Errorf("call %d offered tools %v, want memory alone", i, names)
+		}
+		var seen []string
+		for _, m := range c.Messages {
+			seen = append(seen, m.Content)
+		}
+		if !strings.Contains(strings.Join(seen, "\n"), "and I live in Lisbon") {
+			t.Errorf("call %d did not read the ended conversation: %q", i, seen)
+		}
+	}
+	if evs := h.replies(req.TurnId); len(evs) != 0 {
+		t.Errorf("the flush published %d reply events, want none", len(evs))
+	}
+	var n int
+	if err := h.db.QueryRow(context.Background(), `SELECT count(*) FROM transcript_messages WHERE session_id = 'old'`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 4 {
+		t.Errorf("the ended conversation has %d messages after the flush, want its 4", n)
+	}
+	h.fake.SetScript(nil)
+	list := h.requestTurn("s1", `[[tool:memory {"action":"list"}]] notes?`, turnOpts{sessionID: "new", origin: alice})
+	h.waitCompleted(list.TurnId)
+	if final := checkReplies(t, h.replies(list.TurnId)).GetFinalText().GetText(); !strings.Contains(final, "drinks green tea only") {
+		t.Errorf("the flush saved nothing: %q", final)
+	}
+}
+
+// TestMemoryFlushRunsAtMostOnce: a worker that dies mid-flush leaves
+// the flush to the bus, whose next delivery does not run it again (the
+// dead attempt may have saved notes already) and lets the session go on.
+func TestMemoryFlushRunsAtMostOnce(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.setGeneration("s1", 1)
+	alice := &eventsv1.SessionSource{Platform: "telegram", ChatId: "99", ChatType: "dm", UserId: "alice"}
+	w1 := h.startWorker("w1", func(c *worker.Config, _ *worker.Deps) {
+		c.DrainTimeout = 50 * time.Millisecond // "kill": handlers are cut off at once
+	})
+	old := turnOpts{sessionID: "old", origin: alice}
+	for _, text := range []string{"I only drink green tea", "and I live in Lisbon"} {
+		h.waitCompleted(h.requestTurn("s1", text, old).TurnId)
+	}
+	var flushCalls atomic.Int32
+	entered, release := make(chan struct{}, 4), make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	h.fake.SetScript(func(req *fakellm.Request) (fakellm.Reply, bool) {
+		last := req.Messages[len(req.Messages)-1]
+		if last.Role == "user" && strings.Contains(last.Content, "about to be reset") {
+			flushCalls.Add(1)
+			entered <- struct{}{}
+			<-release // the first worker dies here
+		}
+		return fakellm.Reply{}, false
+	})
+	req := h.requestTurn("s1", "", turnOpts{sessionID: "old", origin: alice, flush: true})
+	select {
+	case <-entered:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the flush never called the model")
+	}
+	w1.stop(t)
+	if h.completed(req.TurnId) != nil {
+		t.Fatal("the killed worker completed the flush")
+	}
+	// A real crash stops renewals: the lock expires.
+	if err := h.rdb.Del(context.Background(), h.locker.Key("s1")).Err(); err != nil {
+		t.Fatal(err)
+	}
+	h.startWorker("w2", nil)
+	if c := h.waitCompleted(req.TurnId); c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_COMPLETED || c.GetWorkerId() != "w2" {
+		t.Fatalf("flush: %v by %s", c.GetStatus(), c.GetWorkerId())
+	}
+	if n := flushCalls.Load(); n != 1 {
+		t.Errorf("the flush called the model %d times over two attempts, want 1", n)
+	}
+}
