@@ -81,14 +81,7 @@ func TestWebChatStreamsAReply(t *testing.T) {
 			t.Fatalf("browser: %s: %v", what, err)
 		}
 	}
-	eval := func(expr string) string {
-		t.Helper()
-		v, err := chromedp.Run(ctx, chromedp.Evaluate[string](expr))
-		if err != nil {
-			t.Fatalf("browser: evaluate %s: %v", expr, err)
-		}
-		return v
-	}
+	eval := evaluator(t, ctx)
 	step("open the page", chromedp.Navigate(url), chromedp.WaitVisible("#input"))
 	step("send a message", chromedp.SendKeys("#input", "hi there"), chromedp.Click("#send"))
 	step("wait for the streamed reply", chromedp.WaitVisible(".msg.assistant:not(.pending)"))
@@ -183,14 +176,7 @@ func TestWebChatSendsAPicture(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx, step := headless(t, browser)
-	eval := func(expr string) string {
-		t.Helper()
-		v, err := chromedp.Run(ctx, chromedp.Evaluate[string](expr))
-		if err != nil {
-			t.Fatalf("browser: evaluate %s: %v", expr, err)
-		}
-		return v
-	}
+	eval := evaluator(t, ctx)
 	step("open", chromedp.Navigate("http://"+s.Addr()+"/"), chromedp.WaitVisible("#input"))
 	step("attach", chromedp.SetUploadFiles("#file", []string{file}), chromedp.WaitVisible("#chip"))
 	step("send", chromedp.SendKeys("#input", "what is this?"), chromedp.Click("#send"))
@@ -226,6 +212,19 @@ func headless(t *testing.T, browser string) (context.Context, func(what string, 
 	return ctx, step
 }
 
+// evaluator returns eval, which evaluates a JavaScript expression of
+// string value in the page of ctx and fails the test if it cannot.
+func evaluator(t *testing.T, ctx context.Context) func(expr string) string {
+	return func(expr string) string {
+		t.Helper()
+		v, err := chromedp.Run(ctx, chromedp.Evaluate[string](expr))
+		if err != nil {
+			t.Fatalf("browser: evaluate %s: %v", expr, err)
+		}
+		return v
+	}
+}
+
 // TestWebChatResumesAnAnswerAfterAReload: a page reloaded (or a
 // connection lost) while an answer is on its way gets that answer once it
 // comes: the message went with an Idempotency-Key and is sent again with
@@ -243,14 +242,7 @@ func TestWebChatResumesAnAnswerAfterAReload(t *testing.T) {
 	release := r.hold()
 	defer release()
 	ctx, step := headless(t, browser)
-	eval := func(expr string) string {
-		t.Helper()
-		v, err := chromedp.Run(ctx, chromedp.Evaluate[string](expr))
-		if err != nil {
-			t.Fatalf("browser: evaluate %s: %v", expr, err)
-		}
-		return v
-	}
+	eval := evaluator(t, ctx)
 	step("open", chromedp.Navigate("http://"+s.Addr()+"/"), chromedp.WaitVisible("#input"))
 	step("send", chromedp.SendKeys("#input", "still there?"), chromedp.Click("#send"))
 	platformtest.WaitFor(t, "the message", func() bool { return len(r.received()) == 1 })
@@ -259,11 +251,11 @@ func TestWebChatResumesAnAnswerAfterAReload(t *testing.T) {
 	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`document.querySelectorAll('.msg.assistant:not(.pending)').length >= 1`)); err != nil {
 		t.Fatalf("browser: the answer after the reload: %v", err)
 	}
-	if got := eval(`Array.from(document.querySelectorAll('.msg')).map(m => m.className + ": " + m.textContent).join(" | ")`); got != "msg user: still there? | msg assistant: echo: still there? (turn 1)" {
+	if got := eval(pageLog); got != "msg user: still there? | msg assistant: echo: still there? (turn 1)" {
 		t.Fatalf("page %q", got)
 	}
 	step("reload again", chromedp.Reload(), chromedp.WaitVisible("#input"))
-	if got := eval(`Array.from(document.querySelectorAll('.msg')).map(m => m.className + ": " + m.textContent).join(" | ")`); got != "msg user: still there? | msg assistant: echo: still there? (turn 1)" {
+	if got := eval(pageLog); got != "msg user: still there? | msg assistant: echo: still there? (turn 1)" {
 		t.Fatalf("page after another reload %q", got)
 	}
 	if n := len(r.received()); n != 1 {
@@ -296,7 +288,7 @@ func TestWebChatWaitsOutTheReplyTimeout(t *testing.T) {
 	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`document.querySelectorAll('.msg.assistant:not(.pending), .msg.error').length >= 1`)); err != nil {
 		t.Fatalf("browser: the answer: %v", err)
 	}
-	got, err := chromedp.Run(ctx, chromedp.Evaluate[string](`Array.from(document.querySelectorAll('.msg')).map(m => m.className + ": " + m.textContent).join(" | ")`))
+	got, err := chromedp.Run(ctx, chromedp.Evaluate[string](pageLog))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -333,7 +325,7 @@ func TestWebChatShowsATurnThatTimedOut(t *testing.T) {
 	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`document.querySelectorAll('.msg.error').length >= 1`)); err != nil {
 		t.Fatalf("browser: the failure: %v", err)
 	}
-	got, err := chromedp.Run(ctx, chromedp.Evaluate[string](`Array.from(document.querySelectorAll('.msg')).map(m => m.className + ": " + m.textContent).join(" | ") + " | pending: " + localStorage.getItem("sb.pending")`))
+	got, err := chromedp.Run(ctx, chromedp.Evaluate[string](pageLog + ` + " | pending: " + localStorage.getItem("sb.pending")`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -363,14 +355,7 @@ func TestWebChatEnterWaitsForTheAnswer(t *testing.T) {
 	release := r.hold()
 	defer release()
 	ctx, step := headless(t, browser)
-	eval := func(expr string) string {
-		t.Helper()
-		v, err := chromedp.Run(ctx, chromedp.Evaluate[string](expr))
-		if err != nil {
-			t.Fatalf("browser: evaluate %s: %v", expr, err)
-		}
-		return v
-	}
+	eval := evaluator(t, ctx)
 	step("open", chromedp.Navigate("http://"+s.Addr()+"/"), chromedp.WaitVisible("#input"))
 	// Enter as the keyboard's event (CDP's key events also type the
 	// Enter's newline, which a real keyboard's cancelled keydown does not).
@@ -417,14 +402,7 @@ func TestWebChatNewChatLeavesTheAnswerBehind(t *testing.T) {
 	release := r.hold()
 	defer release()
 	ctx, step := headless(t, browser)
-	eval := func(expr string) string {
-		t.Helper()
-		v, err := chromedp.Run(ctx, chromedp.Evaluate[string](expr))
-		if err != nil {
-			t.Fatalf("browser: evaluate %s: %v", expr, err)
-		}
-		return v
-	}
+	eval := evaluator(t, ctx)
 	step("open", chromedp.Navigate("http://"+s.Addr()+"/"), chromedp.WaitVisible("#input"))
 	step("send", chromedp.SendKeys("#input", "old question"), chromedp.Click("#send"))
 	platformtest.WaitFor(t, "the message", func() bool { return len(r.received()) == 1 })
@@ -585,14 +563,7 @@ func TestWebChatEnterConfirmsAComposition(t *testing.T) {
 	s := startService(t, b, func(c *Config) { c.Key, c.Insecure = "", true })
 	r := startResponder(t, b)
 	ctx, step := headless(t, browser)
-	eval := func(expr string) string {
-		t.Helper()
-		v, err := chromedp.Run(ctx, chromedp.Evaluate[string](expr))
-		if err != nil {
-			t.Fatalf("browser: evaluate %s: %v", expr, err)
-		}
-		return v
-	}
+	eval := evaluator(t, ctx)
 	enter := func(composing bool) string {
 		return fmt.Sprintf(`String(document.getElementById("input").dispatchEvent(new KeyboardEvent("keydown", {key: "Enter", isComposing: %v, bubbles: true, cancelable: true})))`, composing)
 	}
@@ -649,14 +620,7 @@ func TestWebChatLetsTheReaderScrollBack(t *testing.T) {
 	}
 	r.mu.Unlock()
 	ctx, step := headless(t, browser)
-	eval := func(expr string) string {
-		t.Helper()
-		v, err := chromedp.Run(ctx, chromedp.Evaluate[string](expr))
-		if err != nil {
-			t.Fatalf("browser: evaluate %s: %v", expr, err)
-		}
-		return v
-	}
+	eval := evaluator(t, ctx)
 	step("open", chromedp.Navigate("http://"+s.Addr()+"/"), chromedp.WaitVisible("#input"))
 	step("send", chromedp.SendKeys("#input", "a long answer, please"), chromedp.Click("#send"))
 	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](fmt.Sprintf(`(document.querySelector('.msg.assistant') || {}).textContent === %q`, func() string {
@@ -696,14 +660,7 @@ func TestWebChatWithAFullStorage(t *testing.T) {
 	s := startService(t, b, func(c *Config) { c.Key, c.Insecure = "", true })
 	r := startResponder(t, b)
 	ctx, step := headless(t, browser)
-	eval := func(expr string) string {
-		t.Helper()
-		v, err := chromedp.Run(ctx, chromedp.Evaluate[string](expr))
-		if err != nil {
-			t.Fatalf("browser: evaluate %s: %v", expr, err)
-		}
-		return v
-	}
+	eval := evaluator(t, ctx)
 	step("open", chromedp.Navigate("http://"+s.Addr()+"/"), chromedp.WaitVisible("#input"))
 	// A transcript of long answers as big as the storage takes, and the
 	// little room left taken too.
@@ -756,14 +713,7 @@ func TestWebChatStopsTheAnswer(t *testing.T) {
 	release := r.hold()
 	defer release()
 	ctx, step := headless(t, browser)
-	eval := func(expr string) string {
-		t.Helper()
-		v, err := chromedp.Run(ctx, chromedp.Evaluate[string](expr))
-		if err != nil {
-			t.Fatalf("browser: evaluate %s: %v", expr, err)
-		}
-		return v
-	}
+	eval := evaluator(t, ctx)
 	step("open", chromedp.Navigate("http://"+s.Addr()+"/"), chromedp.WaitVisible("#input"))
 	switch eval(`String(document.getElementById("stop") && document.getElementById("stop").hidden)`) {
 	case "null":
@@ -816,14 +766,7 @@ func TestWebChatWaitsOutARateLimit(t *testing.T) {
 	s := startService(t, b, func(c *Config) { c.Key, c.Insecure, c.RateLimit, c.RateBurst = "", true, 0.2, 1 })
 	r := startResponder(t, b)
 	ctx, step := headless(t, browser)
-	eval := func(expr string) string {
-		t.Helper()
-		v, err := chromedp.Run(ctx, chromedp.Evaluate[string](expr))
-		if err != nil {
-			t.Fatalf("browser: evaluate %s: %v", expr, err)
-		}
-		return v
-	}
+	eval := evaluator(t, ctx)
 	step("open", chromedp.Navigate("http://"+s.Addr()+"/"), chromedp.WaitVisible("#input"))
 	// Another request of this client takes the one it had.
 	res, err := http.Post("http://"+s.Addr()+"/v1/chat/completions", "application/json", strings.NewReader("{}"))
