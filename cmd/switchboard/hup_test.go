@@ -175,70 +175,100 @@ func (h *heldPostgres) release() { h.once.Do(func() { close(h.released) }) }
 
 func holdPostgres(t *testing.T, dbURL string) *heldPostgres {
 	t.Helper()
-	u, err := url.Parse(dbURL)
+	p := listenProxy(t, dbURL)
+	h := &heldPostgres{url: p.url, accepted: make(chan struct{}), released: make(chan struct{})}
+	var first sync.Once
+	p.accept(func(c net.Conn) {
+		first.Do(func() { close(h.accepted) })
+		p.run(func() {
+			select {
+			case <-h.released:
+			case <-p.ended:
+				return
+			}
+			pg, err := net.Dial("tcp", p.target)
+			if err != nil {
+				c.Close()
+				return
+			}
+			p.track(pg)
+			go func() { _, _ = io.Copy(pg, c); pg.Close() }()
+			_, _ = io.Copy(c, pg)
+			c.Close()
+		})
+	})
+	return h
+}
+
+// proxyListener is a test proxy's listener in front of target (the
+// host of the URL it was made for; url is that URL with the proxy's
+// address): its connections are tracked, and at the test's end ended is
+// closed, the listener and every connection closed and the goroutines
+// started with run waited for.
+type proxyListener struct {
+	ln          net.Listener
+	url, target string
+	ended       chan struct{}
+	mu          sync.Mutex
+	conns       []net.Conn
+	wg          sync.WaitGroup
+}
+
+func listenProxy(t *testing.T, rawURL string) *proxyListener {
+	t.Helper()
+	u, err := url.Parse(rawURL)
 	if err != nil {
 		t.Fatal(err)
 	}
-	target := u.Host
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
+	p := &proxyListener{ln: ln, target: u.Host, ended: make(chan struct{})}
 	u.Host = ln.Addr().String()
-	h := &heldPostgres{url: u.String(), accepted: make(chan struct{}), released: make(chan struct{})}
-	var (
-		mu    sync.Mutex
-		conns []net.Conn
-		first sync.Once
-		wg    sync.WaitGroup
-	)
-	track := func(c net.Conn) {
-		mu.Lock()
-		defer mu.Unlock()
-		conns = append(conns, c)
-	}
-	ended := make(chan struct{})
+	p.url = u.String()
 	t.Cleanup(func() {
-		close(ended)
+		close(p.ended)
 		ln.Close()
-		mu.Lock()
-		for _, c := range conns {
+		p.mu.Lock()
+		for _, c := range p.conns {
 			c.Close()
 		}
-		mu.Unlock()
-		wg.Wait()
+		p.mu.Unlock()
+		p.wg.Wait()
 	})
-	wg.Add(1)
+	return p
+}
+
+// track closes c at the test's end.
+func (p *proxyListener) track(c net.Conn) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.conns = append(p.conns, c)
+}
+
+// run runs f in a goroutine the test's end waits for.
+func (p *proxyListener) run(f func()) {
+	p.wg.Add(1)
 	go func() {
-		defer wg.Done()
+		defer p.wg.Done()
+		f()
+	}()
+}
+
+// accept hands each connection, tracked, to serve, in turn, until the
+// listener closes.
+func (p *proxyListener) accept(serve func(c net.Conn)) {
+	p.run(func() {
 		for {
-			c, err := ln.Accept()
+			c, err := p.ln.Accept()
 			if err != nil {
 				return
 			}
-			track(c)
-			first.Do(func() { close(h.accepted) })
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				select {
-				case <-h.released:
-				case <-ended:
-					return
-				}
-				pg, err := net.Dial("tcp", target)
-				if err != nil {
-					c.Close()
-					return
-				}
-				track(pg)
-				go func() { _, _ = io.Copy(pg, c); pg.Close() }()
-				_, _ = io.Copy(c, pg)
-				c.Close()
-			}()
+			p.track(c)
+			serve(c)
 		}
-	}()
-	return h
+	})
 }
 
 // TestHangupDecision: what a SIGHUP does, by how the process started

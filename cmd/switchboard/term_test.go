@@ -4,7 +4,6 @@ import (
 	"errors"
 	"io"
 	"net"
-	"net/url"
 	"os"
 	"os/exec"
 	"strings"
@@ -248,81 +247,40 @@ type heldNATS struct {
 
 func holdNATS(t *testing.T, natsURL string) *heldNATS {
 	t.Helper()
-	u, err := url.Parse(natsURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	target := u.Host
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	u.Host = ln.Addr().String()
-	h := &heldNATS{url: u.String(), held: make(chan struct{})}
-	var (
-		mu    sync.Mutex
-		conns []net.Conn
-		first sync.Once
-		wg    sync.WaitGroup
-	)
-	ended := make(chan struct{})
-	track := func(c net.Conn) {
-		mu.Lock()
-		defer mu.Unlock()
-		conns = append(conns, c)
-	}
-	t.Cleanup(func() {
-		close(ended)
-		ln.Close()
-		mu.Lock()
-		for _, c := range conns {
+	p := listenProxy(t, natsURL)
+	h := &heldNATS{url: p.url, held: make(chan struct{})}
+	var first sync.Once
+	p.accept(func(c net.Conn) {
+		srv, err := net.Dial("tcp", p.target)
+		if err != nil {
 			c.Close()
+			return
 		}
-		mu.Unlock()
-		wg.Wait()
-	})
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			track(c)
-			srv, err := net.Dial("tcp", target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			track(srv)
-			wg.Add(2)
-			go func() { defer wg.Done(); _, _ = io.Copy(c, srv); c.Close() }()
-			go func() {
-				defer wg.Done()
-				defer srv.Close()
-				var handshake strings.Builder
-				buf := make([]byte, 32<<10)
-				for {
-					n, err := c.Read(buf)
-					if n > 0 {
-						if !strings.Contains(handshake.String(), "PING\r\n") {
-							handshake.Write(buf[:n])
-						} else {
-							first.Do(func() { close(h.held) })
-							<-ended
-							return
-						}
-						if _, werr := srv.Write(buf[:n]); werr != nil {
-							return
-						}
+		p.track(srv)
+		p.run(func() { _, _ = io.Copy(c, srv); c.Close() })
+		p.run(func() {
+			defer srv.Close()
+			var handshake strings.Builder
+			buf := make([]byte, 32<<10)
+			for {
+				n, err := c.Read(buf)
+				if n > 0 {
+					if !strings.Contains(handshake.String(), "PING\r\n") {
+						handshake.Write(buf[:n])
+					} else {
+						first.Do(func() { close(h.held) })
+						<-p.ended
+						return
 					}
-					if err != nil {
+					if _, werr := srv.Write(buf[:n]); werr != nil {
 						return
 					}
 				}
-			}()
-		}
-	}()
+				if err != nil {
+					return
+				}
+			}
+		})
+	})
 	return h
 }
