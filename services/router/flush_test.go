@@ -3,7 +3,6 @@ package router
 import (
 	"context"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -38,17 +37,7 @@ func TestMemoryFlushBeforeTheNewConversation(t *testing.T) {
 			cfg := testConfig()
 			cfg.SessionReset.Mode, cfg.SessionReset.IdleMinutes = ResetIdle, 60
 			cfg.MemoryFlush = tc.memory
-			var mu sync.Mutex
-			now := time.Now()
-			clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
-			s, err := New(cfg, Deps{Bus: e.bus, DB: e.db, Redis: e.rdb, RedisPrefix: e.prefix, Environ: []string{}, Now: clock})
-			if err != nil {
-				t.Fatal(err)
-			}
-			ctx, cancel := context.WithCancel(context.Background())
-			done := make(chan error, 1)
-			go func() { done <- s.Run(ctx) }()
-			defer func() { cancel(); <-done }()
+			clock := e.startRouterOnClock(cfg, time.Now())
 			entered, release := make(chan struct{}, 1), make(chan struct{})
 			w := e.startWorker(func(tr *turnsv1.TurnRequested) {
 				if tc.during && tr.GetMemoryFlush() {
@@ -71,10 +60,10 @@ func TestMemoryFlushBeforeTheNewConversation(t *testing.T) {
 			// writes none): the conversation had a turn.
 			turns, _ := w.snapshot()
 			if _, err := e.db.Exec(context.Background(), `INSERT INTO worker_turns (turn_id, session_key, session_id, generation, status, started_at, updated_at)
-				VALUES ($1, $2, $3, $4, 'completed', $5, $5)`, turns[0].TurnId, key, turns[0].SessionId, turns[0].Generation, clock()); err != nil {
+				VALUES ($1, $2, $3, $4, 'completed', $5, $5)`, turns[0].TurnId, key, turns[0].SessionId, turns[0].Generation, clock.Now()); err != nil {
 				t.Fatal(err)
 			}
-			tc.end(e, func() { mu.Lock(); now = now.Add(61 * time.Minute); mu.Unlock() })
+			tc.end(e, func() { clock.advance(61 * time.Minute) })
 			if tc.during {
 				select {
 				case <-entered:

@@ -101,17 +101,7 @@ func TestNewWhenAResetIsDueResetsOnce(t *testing.T) {
 	e := newEnv(t)
 	cfg := testConfig()
 	cfg.SessionReset.Mode, cfg.SessionReset.IdleMinutes = ResetIdle, 60
-	var mu sync.Mutex
-	now := time.Now()
-	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
-	s, err := New(cfg, Deps{Bus: e.bus, DB: e.db, Redis: e.rdb, RedisPrefix: e.prefix, Environ: []string{}, Now: clock})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	clock := e.startRouterOnClock(cfg, time.Now())
 	w := e.startWorker(nil)
 	key := "agent:main:telegram:dm:chat-alice"
 	store := sessionstore.New(e.db)
@@ -127,9 +117,7 @@ func TestNewWhenAResetIsDueResetsOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mu.Lock()
-	now = now.Add(61 * time.Minute)
-	mu.Unlock()
+	clock.advance(61 * time.Minute)
 
 	if got := e.ask("alice", "/new"); got != "✨ New session started." {
 		t.Fatalf("/new answered %q, want only its own answer; all: %q", got, e.noticesTo("alice"))
@@ -262,17 +250,7 @@ func TestIdleCountsFromTheLastTurnsEnd(t *testing.T) {
 	e := newEnv(t)
 	cfg := testConfig()
 	cfg.SessionReset.Mode, cfg.SessionReset.IdleMinutes = ResetIdle, 60
-	var mu sync.Mutex
-	now := time.Now()
-	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
-	s, err := New(cfg, Deps{Bus: e.bus, DB: e.db, Redis: e.rdb, RedisPrefix: e.prefix, Environ: []string{}, Now: clock})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	clock := e.startRouterOnClock(cfg, time.Now())
 	w := e.startWorker(nil)
 	key := "agent:main:telegram:dm:chat-alice"
 
@@ -287,14 +265,12 @@ func TestIdleCountsFromTheLastTurnsEnd(t *testing.T) {
 	first := turns[0]
 	// The task ran 50 minutes (the worker's record of the turn); the
 	// user answers 11 minutes after its reply.
-	start := clock()
+	start := clock.Now()
 	if _, err := e.db.Exec(context.Background(), `INSERT INTO worker_turns (turn_id, session_key, session_id, generation, status, started_at, updated_at)
 		VALUES ($1, $2, $3, $4, 'completed', $5, $6)`, first.TurnId, key, first.SessionId, first.Generation, start, start.Add(50*time.Minute)); err != nil {
 		t.Fatal(err)
 	}
-	mu.Lock()
-	now = now.Add(61 * time.Minute)
-	mu.Unlock()
+	clock.advance(61 * time.Minute)
 	e.publish(dm("alice", "thanks, and now"))
 	waitFor(t, "second turn", func() bool { turns, _ := w.snapshot(); return len(turns) == 2 })
 	turns, _ = w.snapshot()
@@ -303,9 +279,7 @@ func TestIdleCountsFromTheLastTurnsEnd(t *testing.T) {
 	}
 
 	// Idle past the turn's end too: the next message starts over.
-	mu.Lock()
-	now = now.Add(61 * time.Minute)
-	mu.Unlock()
+	clock.advance(61 * time.Minute)
 	e.publish(dm("alice", "back after a while"))
 	waitFor(t, "third turn", func() bool { turns, _ := w.snapshot(); return len(turns) == 3 })
 	turns, _ = w.snapshot()
@@ -322,17 +296,7 @@ func TestResetOfAnEmptyConversationIsQuiet(t *testing.T) {
 	e := newEnv(t)
 	cfg := testConfig()
 	cfg.SessionReset.Mode, cfg.SessionReset.IdleMinutes = ResetIdle, 60
-	var mu sync.Mutex
-	now := time.Now()
-	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
-	s, err := New(cfg, Deps{Bus: e.bus, DB: e.db, Redis: e.rdb, RedisPrefix: e.prefix, Environ: []string{}, Now: clock})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	clock := e.startRouterOnClock(cfg, time.Now())
 	w := e.startWorker(nil)
 	key := "agent:main:telegram:dm:chat-alice"
 
@@ -341,9 +305,7 @@ func TestResetOfAnEmptyConversationIsQuiet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mu.Lock()
-	now = now.Add(61 * time.Minute)
-	mu.Unlock()
+	clock.advance(61 * time.Minute)
 	e.publish(dm("alice", "hello"))
 	waitFor(t, "a turn", func() bool { turns, _ := w.snapshot(); return len(turns) == 1 })
 	if turns, _ := w.snapshot(); turns[0].SessionId == first.ID {
@@ -457,4 +419,32 @@ func TestNewReleasesTheLockWithItsResetInHand(t *testing.T) {
 	if got := inputsText(turns, key); slices.Contains(got, "and this") {
 		t.Errorf("turns %q: the message /new dropped ran", got)
 	}
+}
+
+// testClock is the clock of a router a test moves.
+type testClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *testClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
+
+func (c *testClock) set(t time.Time) { c.mu.Lock(); defer c.mu.Unlock(); c.now = t }
+
+func (c *testClock) advance(d time.Duration) { c.mu.Lock(); defer c.mu.Unlock(); c.now = c.now.Add(d) }
+
+// startRouterOnClock starts a router of cfg whose clock reads start
+// until the test moves it; it stops at the test's end.
+func (e *env) startRouterOnClock(cfg Config, start time.Time) *testClock {
+	e.t.Helper()
+	clock := &testClock{now: start}
+	s, err := New(cfg, Deps{Bus: e.bus, DB: e.db, Redis: e.rdb, RedisPrefix: e.prefix, Environ: []string{}, Now: clock.Now})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	e.t.Cleanup(func() { cancel(); <-done })
+	return clock
 }

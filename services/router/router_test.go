@@ -1189,17 +1189,7 @@ func TestIdleResetTellsTheUser(t *testing.T) {
 	e := newEnv(t)
 	cfg := testConfig()
 	cfg.SessionReset.Mode, cfg.SessionReset.IdleMinutes = ResetIdle, 60
-	var mu sync.Mutex
-	now := time.Now()
-	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
-	s, err := New(cfg, Deps{Bus: e.bus, DB: e.db, Redis: e.rdb, RedisPrefix: e.prefix, Environ: []string{}, Now: clock})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	clock := e.startRouterOnClock(cfg, time.Now())
 	w := e.startWorker(nil)
 	key := "agent:main:telegram:dm:chat-alice"
 
@@ -1215,12 +1205,10 @@ func TestIdleResetTellsTheUser(t *testing.T) {
 	// none): the conversation had a turn, so its reset is worth a word.
 	turns, _ := w.snapshot()
 	if _, err := e.db.Exec(context.Background(), `INSERT INTO worker_turns (turn_id, session_key, session_id, generation, status, started_at, updated_at)
-		VALUES ($1, $2, $3, $4, 'completed', $5, $5)`, turns[0].TurnId, key, turns[0].SessionId, turns[0].Generation, clock()); err != nil {
+		VALUES ($1, $2, $3, $4, 'completed', $5, $5)`, turns[0].TurnId, key, turns[0].SessionId, turns[0].Generation, clock.Now()); err != nil {
 		t.Fatal(err)
 	}
-	mu.Lock()
-	now = now.Add(61 * time.Minute)
-	mu.Unlock()
+	clock.advance(61 * time.Minute)
 	e.publish(dm("alice", "back again"))
 	waitFor(t, "second turn", func() bool { turns, _ := w.snapshot(); return len(turns) == 2 })
 	turns, _ = w.snapshot()

@@ -3,7 +3,6 @@ package router
 import (
 	"context"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -157,18 +156,8 @@ func TestHeldPartsSurviveAReset(t *testing.T) {
 	cfg := testConfig()
 	cfg.SplitWait = time.Minute // only the second part starts them
 	cfg.SessionReset.Mode, cfg.SessionReset.AtHour = ResetDaily, 4
-	var mu sync.Mutex
-	now := time.Date(2026, 12, 2, 3, 0, 0, 0, time.UTC)
-	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
-	set := func(t time.Time) { mu.Lock(); defer mu.Unlock(); now = t }
-	s, err := New(cfg, Deps{Bus: e.bus, DB: e.db, Redis: e.rdb, RedisPrefix: e.prefix, Environ: []string{}, Now: clock})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	clock := e.startRouterOnClock(cfg, time.Date(2026, 12, 2, 3, 0, 0, 0, time.UTC))
+	set := clock.set
 	w := e.startWorker(nil)
 	key := "agent:main:telegram:dm:chat-alice"
 	e.publish(dm("alice", "hello"))
