@@ -169,7 +169,9 @@ func (s *Service) command(ctx context.Context, m *msgCtx, cmd command.Command) e
 	if err != nil {
 		return err
 	}
-	busy := owner != ""
+	// A running memory flush (flush.go) is no task of the user's, as
+	// Hermes's runs beside the chat: commands meet an idle agent.
+	busy := owner != "" && !s.flushRunning(ctx, m.key, owner)
 	if slices.Contains(refusedMidTurn, cmd.Name) {
 		if busy && ownTurnCommand(cmd.Name) {
 			// A redelivery of one that was queued, whose turn may be the

@@ -125,3 +125,56 @@ func TestMemoryFlushBeforeTheNewConversation(t *testing.T) {
 		})
 	}
 }
+
+// TestCommandsDuringMemoryFlush: while the memory flush of a conversation
+// /new ended runs, the agent runs no task of the user's (Hermes runs the
+// flush beside the chat): a command refused mid-turn is not refused, and
+// /status reads idle.
+func TestCommandsDuringMemoryFlush(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	cfg := testConfig()
+	cfg.MemoryFlush = true
+	s, err := New(cfg, Deps{Bus: e.bus, DB: e.db, Redis: e.rdb, RedisPrefix: e.prefix, Environ: []string{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	entered, release := make(chan struct{}, 1), make(chan struct{})
+	defer close(release)
+	w := e.startWorker(func(tr *turnsv1.TurnRequested) {
+		if tr.GetMemoryFlush() {
+			entered <- struct{}{}
+			<-release
+		}
+	})
+	key := "agent:main:telegram:dm:chat-alice"
+	locker := redisx.NewLocker(e.rdb, e.prefix)
+	e.publish(dm("alice", "hello"))
+	waitFor(t, "first turn", func() bool { turns, _ := w.snapshot(); return len(turns) == 1 })
+	waitFor(t, "first turn done", func() bool { owner, err := locker.Owner(context.Background(), key); return err == nil && owner == "" })
+	turns, _ := w.snapshot()
+	if _, err := e.db.Exec(context.Background(), `INSERT INTO worker_turns (turn_id, session_key, session_id, generation, status, started_at, updated_at)
+		VALUES ($1, $2, $3, $4, 'completed', now(), now())`, turns[0].TurnId, key, turns[0].SessionId, turns[0].Generation); err != nil {
+		t.Fatal(err)
+	}
+	e.ask("alice", "/new")
+	select {
+	case <-entered:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no flush turn")
+	}
+	for _, tc := range []struct{ cmd, want string }{
+		{"/title Trip plans", "Trip plans"},
+		{"/usage", ""},
+		{"/status", "State: idle"},
+	} {
+		got := e.ask("alice", tc.cmd)
+		if strings.Contains(got, "can't run mid-turn") || !strings.Contains(got, tc.want) {
+			t.Errorf("%s during the flush: %q, want no mid-turn refusal and %q", tc.cmd, got, tc.want)
+		}
+	}
+}

@@ -130,3 +130,49 @@ func TestMemoryFlushRunsAtMostOnce(t *testing.T) {
 		t.Errorf("the flush called the model %d times over two attempts, want 1", n)
 	}
 }
+
+// TestMemoryFlushAsksNoApproval: a flush has no one to ask (it shows the
+// chat nothing, and the chat's /approve meets an idle agent): a memory
+// call that needs an approval (agent.dangerous_tools) is denied at once,
+// as a /background task's, instead of holding the flush, and the new
+// conversation's first message behind it, until its deadline.
+func TestMemoryFlushAsksNoApproval(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.setGeneration("s1", 1)
+	h.startWorker("w1", func(c *worker.Config, _ *worker.Deps) {
+		c.Agent.ApprovalTimeout = time.Hour
+		c.Agent.DangerousTools = []string{"memory"}
+	})
+	alice := &eventsv1.SessionSource{Platform: "telegram", ChatId: "99", ChatType: "dm", UserId: "alice"}
+	old := turnOpts{sessionID: "old", origin: alice}
+	for _, text := range []string{"I only drink green tea", "and I live in Lisbon"} {
+		h.waitCompleted(h.requestTurn("s1", text, old).TurnId)
+	}
+	h.fake.SetScript(func(req *fakellm.Request) (fakellm.Reply, bool) {
+		last := req.Messages[len(req.Messages)-1]
+		switch {
+		case last.Role == "user" && strings.Contains(last.Content, "about to be reset"):
+			return fakellm.Reply{ToolCalls: []fakellm.ToolCall{{ID: "c1", Name: "memory",
+				Arguments: `{"action":"add","content":"drinks green tea only"}`}}}, true
+		case last.Role == "tool":
+			return fakellm.Reply{Text: "done"}, true
+		}
+		return fakellm.Reply{}, false
+	})
+	before := len(h.fake.Requests())
+	req := h.requestTurn("s1", "", turnOpts{sessionID: "old", origin: alice, flush: true})
+	if c := h.waitCompleted(req.TurnId); c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_COMPLETED {
+		t.Fatalf("flush: %v (%s)", c.GetStatus(), c.GetError())
+	}
+	calls := h.fake.Requests()[before:]
+	if len(calls) != 2 {
+		t.Fatalf("%d model calls, want 2 (the memory call, then its denial read)", len(calls))
+	}
+	if last := calls[1].Messages[len(calls[1].Messages)-1]; last.Role != "tool" || !strings.Contains(last.Content, "denied") {
+		t.Errorf("the memory call's result: %s %q, want a denial", last.Role, last.Content)
+	}
+	if evs := h.replies(req.TurnId); len(evs) != 0 {
+		t.Errorf("the flush published %d reply events, want none", len(evs))
+	}
+}

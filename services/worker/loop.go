@@ -1220,6 +1220,13 @@ func (r *turnRun) approve(ctx context.Context, tc store.ToolCall, ask *repliesv1
 		r.log.Info("tool approval denied: a background task cannot ask", "tool", tc.Name)
 		return answer{}, nil
 	}
+	if r.req.GetMemoryFlush() {
+		// A memory flush (flush.go) shows the chat nothing, and the
+		// chat's /approve meets no running task: no answer can come
+		// before its deadline, which the next message waits out.
+		r.log.Info("tool approval denied: a memory flush cannot ask", "tool", tc.Name)
+		return answer{}, nil
+	}
 	if r.req.GetOrigin().GetPlatform() == "cron" {
 		// A cron run is answer_only (its prompt would reach no chat) and
 		// its session is its own (no chat's /approve reaches it): denied
