@@ -36,7 +36,9 @@ func FlushOf(ev *eventsv1.MessageReceived) (sessionID string, ok bool) {
 // at the head of its queue, as its own turn, when that conversation had
 // a turn (a worker recorded one): one of commands alone has nothing to
 // remember. ev is its template (the source of the message that ended
-// the conversation: whose memory the flush writes to).
+// the conversation, kept on the queued event; the flush's turn carries
+// no inputs, so whose memory it writes is decided by the session's
+// origin, the same owner as its ordinary turns').
 func queueFlush(ctx context.Context, tx dbtx, key, old string, ev *eventsv1.MessageReceived, now time.Time) error {
 	f := &eventsv1.MessageReceived{EventId: FlushEventPrefix + old, Source: ev.GetSource(),
 		TranscriptCommand: FlushCommand + " " + old}
