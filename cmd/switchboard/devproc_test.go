@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -35,8 +36,13 @@ var built struct {
 	err  error
 }
 
-// TestMain removes the binary the tests built.
+// TestMain removes the binary the tests built. A test run under nohup
+// (or by anything else that ignores SIGHUP) would pass the ignore on to
+// every process the tests start, which keep an ignored SIGHUP ignored
+// (hangup.go); catching the signal here gives them its default instead,
+// as exec does for a caught signal.
 func TestMain(m *testing.M) {
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGHUP)
 	code := m.Run()
 	if built.dir != "" {
 		_ = os.RemoveAll(built.dir)

@@ -33,8 +33,8 @@ func TestSIGHUPDrainsAProcessWithoutSkills(t *testing.T) {
 	cmd := exec.Command(binary(t), "fakellm", "--addr", addr)
 	// No controlling terminal: its hang-up would stop the process anyway.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	var out strings.Builder
-	cmd.Stdout, cmd.Stderr = &out, &out
+	out := &logtest.Buffer{} // read while the process may still write
+	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
