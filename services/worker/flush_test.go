@@ -22,28 +22,7 @@ func TestMemoryFlushSavesWithTheMemoryToolAlone(t *testing.T) {
 	h := newHarness(t)
 	h.setGeneration("s1", 1)
 	h.startWorker("w1", nil)
-	alice := &eventsv1.SessionSource{Platform: "telegram", ChatId: "99", ChatType: "dm", UserId: "alice"}
-	old := turnOpts{sessionID: "old", origin: alice}
-	for _, text := range []string{"I only drink green tea", "and I live in Lisbon"} {
-		h.waitCompleted(h.requestTurn("s1", text, old).TurnId)
-	}
-	h.fake.SetScript(func(req *fakellm.Request) (fakellm.Reply, bool) {
-		last := req.Messages[len(req.Messages)-1]
-		switch {
-		case last.Role == "user" && strings.Contains(last.Content, "about to be reset"):
-			return fakellm.Reply{ToolCalls: []fakellm.ToolCall{{ID: "c1", Name: "memory",
-				Arguments: `{"action":"add","content":"drinks green tea only"}`}}}, true
-		case last.Role == "tool":
-			return fakellm.Reply{Text: "saved"}, true
-		}
-		return fakellm.Reply{}, false
-	})
-	before := len(h.fake.Requests())
-	req := h.requestTurn("s1", "", turnOpts{sessionID: "old", origin: alice, flush: true})
-	if c := h.waitCompleted(req.TurnId); c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_COMPLETED {
-		t.Fatalf("flush: %v (%s)", c.GetStatus(), c.GetError())
-	}
-	calls := h.fake.Requests()[before:]
+	req, calls, alice := flushAConversation(t, h)
 	if len(calls) != 2 {
 		t.Fatalf("%d model calls, want 2 (the memory call, then its end)", len(calls))
 	}
@@ -144,6 +123,24 @@ func TestMemoryFlushAsksNoApproval(t *testing.T) {
 		c.Agent.ApprovalTimeout = time.Hour
 		c.Agent.DangerousTools = []string{"memory"}
 	})
+	req, calls, _ := flushAConversation(t, h)
+	if len(calls) != 2 {
+		t.Fatalf("%d model calls, want 2 (the memory call, then its denial read)", len(calls))
+	}
+	if last := calls[1].Messages[len(calls[1].Messages)-1]; last.Role != "tool" || !strings.Contains(last.Content, "denied") {
+		t.Errorf("the memory call's result: %s %q, want a denial", last.Role, last.Content)
+	}
+	if evs := h.replies(req.TurnId); len(evs) != 0 {
+		t.Errorf("the flush published %d reply events, want none", len(evs))
+	}
+}
+
+// flushAConversation runs, on h's worker, the memory flush of alice's
+// conversation "old" of two turns under key s1, the model calling the
+// memory tool once, then ending: the flush's turn, the model calls it
+// made, and alice.
+func flushAConversation(t *testing.T, h *harness) (*turnsv1.TurnRequested, []fakellm.Request, *eventsv1.SessionSource) {
+	t.Helper()
 	alice := &eventsv1.SessionSource{Platform: "telegram", ChatId: "99", ChatType: "dm", UserId: "alice"}
 	old := turnOpts{sessionID: "old", origin: alice}
 	for _, text := range []string{"I only drink green tea", "and I live in Lisbon"} {
@@ -165,14 +162,5 @@ func TestMemoryFlushAsksNoApproval(t *testing.T) {
 	if c := h.waitCompleted(req.TurnId); c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_COMPLETED {
 		t.Fatalf("flush: %v (%s)", c.GetStatus(), c.GetError())
 	}
-	calls := h.fake.Requests()[before:]
-	if len(calls) != 2 {
-		t.Fatalf("%d model calls, want 2 (the memory call, then its denial read)", len(calls))
-	}
-	if last := calls[1].Messages[len(calls[1].Messages)-1]; last.Role != "tool" || !strings.Contains(last.Content, "denied") {
-		t.Errorf("the memory call's result: %s %q, want a denial", last.Role, last.Content)
-	}
-	if evs := h.replies(req.TurnId); len(evs) != 0 {
-		t.Errorf("the flush published %d reply events, want none", len(evs))
-	}
+	return req, h.fake.Requests()[before:], alice
 }
