@@ -7,7 +7,6 @@ import (
 	"time"
 
 	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
-	"github.com/switchboard-chat/switchboard/pkg/redisx"
 	"github.com/switchboard-chat/switchboard/pkg/sessionstore"
 )
 
@@ -46,8 +45,7 @@ func TestMemoryFlushBeforeTheNewConversation(t *testing.T) {
 				}
 			})
 			key := "agent:main:telegram:dm:chat-alice"
-			locker := redisx.NewLocker(e.rdb, e.prefix)
-			idle := func() bool { owner, err := locker.Owner(context.Background(), key); return err == nil && owner == "" }
+			idle := func() bool { return e.lockOf(key) == "" }
 
 			e.publish(dm("alice", "hello"))
 			waitFor(t, "first turn", func() bool { turns, _ := w.snapshot(); return len(turns) == 1 })
@@ -152,10 +150,9 @@ func TestCommandsDuringMemoryFlush(t *testing.T) {
 		}
 	})
 	key := "agent:main:telegram:dm:chat-alice"
-	locker := redisx.NewLocker(e.rdb, e.prefix)
 	e.publish(dm("alice", "hello"))
 	waitFor(t, "first turn", func() bool { turns, _ := w.snapshot(); return len(turns) == 1 })
-	waitFor(t, "first turn done", func() bool { owner, err := locker.Owner(context.Background(), key); return err == nil && owner == "" })
+	waitFor(t, "first turn done", func() bool { return e.lockOf(key) == "" })
 	turns, _ := w.snapshot()
 	if _, err := e.db.Exec(context.Background(), `INSERT INTO worker_turns (turn_id, session_key, session_id, generation, status, started_at, updated_at)
 		VALUES ($1, $2, $3, $4, 'completed', now(), now())`, turns[0].TurnId, key, turns[0].SessionId, turns[0].Generation); err != nil {

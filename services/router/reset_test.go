@@ -108,11 +108,7 @@ func TestNewWhenAResetIsDueResetsOnce(t *testing.T) {
 
 	e.publish(dm("alice", "hello"))
 	waitFor(t, "first turn", func() bool { turns, _ := w.snapshot(); return len(turns) == 1 })
-	locker := redisx.NewLocker(e.rdb, e.prefix)
-	waitFor(t, "first turn done", func() bool {
-		owner, err := locker.Owner(context.Background(), key)
-		return err == nil && owner == ""
-	})
+	waitFor(t, "first turn done", func() bool { return e.lockOf(key) == "" })
 	first, err := store.Get(context.Background(), key)
 	if err != nil {
 		t.Fatal(err)
@@ -256,11 +252,7 @@ func TestIdleCountsFromTheLastTurnsEnd(t *testing.T) {
 
 	e.publish(dm("alice", "a long task"))
 	waitFor(t, "first turn", func() bool { turns, _ := w.snapshot(); return len(turns) == 1 })
-	locker := redisx.NewLocker(e.rdb, e.prefix)
-	waitFor(t, "first turn done", func() bool {
-		owner, err := locker.Owner(context.Background(), key)
-		return err == nil && owner == ""
-	})
+	waitFor(t, "first turn done", func() bool { return e.lockOf(key) == "" })
 	turns, _ := w.snapshot()
 	first := turns[0]
 	// The task ran 50 minutes (the worker's record of the turn); the
