@@ -32,15 +32,7 @@ func TestSIGHUPDrainsAProcessWithoutSkills(t *testing.T) {
 	addr := freeAddr(t)
 	cmd := exec.Command(binary(t), "fakellm", "--addr", addr)
 	// No controlling terminal: its hang-up would stop the process anyway.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	out := &logtest.Buffer{} // read while the process may still write
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	out, done := startDetached(t, cmd)
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		c, err := net.Dial("tcp", addr)
@@ -122,15 +114,7 @@ func TestHangupWhileStartingReloadsSkills(t *testing.T) {
 				"SWITCHBOARD_SKILLS__DIRS="+dir, "LOG_LEVEL=info"), tc.env(t)...)
 			// A session of its own: no controlling terminal, as under
 			// systemd or in a container.
-			cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-			out := &logtest.Buffer{}
-			cmd.Stdout, cmd.Stderr = out, out
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			done := make(chan error, 1)
-			go func() { done <- cmd.Wait() }()
-			t.Cleanup(func() { _ = cmd.Process.Kill() })
+			out, done := startDetached(t, cmd)
 
 			select {
 			case <-pgHeld.accepted:
@@ -333,15 +317,7 @@ func TestHangupIgnoredAtStartStaysIgnored(t *testing.T) {
 	}
 	addr := freeAddr(t)
 	cmd := exec.Command(nohup, binary(t), "fakellm", "--addr", addr)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	out := &logtest.Buffer{}
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	out, done := startDetached(t, cmd)
 	waitFor(t, 30*time.Second, "fakellm listening on "+addr, func() bool {
 		c, err := net.Dial("tcp", addr)
 		if err == nil {
@@ -428,6 +404,9 @@ func TestHangupOfATerminalStopsAProcessWithSkills(t *testing.T) {
 	cmd := exec.Command(scriptBin, "-qfec", "exec "+binary(t)+" router --ops-addr 127.0.0.1:0 2>"+logFile, "/dev/null")
 	cmd.Env = append(os.Environ(), "NATS_URL="+srv.ClientURL(), "DATABASE_URL="+dbURL,
 		"SWITCHBOARD_REDIS__PREFIX="+redisPrefix, "SWITCHBOARD_SKILLS__DIRS="+dir, "LOG_LEVEL=info")
+	// Not startDetached: script's output stays unread, so that no pipe
+	// of ours reaches the router and waiting for script waits for
+	// script alone.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -474,4 +453,22 @@ func TestHangupOfATerminalStopsAProcessWithSkills(t *testing.T) {
 		strings.Contains(got, "SIGHUP: reloading skills") {
 		t.Errorf("want a drain and stop on the terminal's hang-up, no reload:\n%s", got)
 	}
+}
+
+// startDetached starts cmd in a session of its own (no controlling
+// terminal, as under systemd or in a container), its output in out,
+// read while it may still write; done gets its end, and it is killed at
+// the test's end.
+func startDetached(t *testing.T, cmd *exec.Cmd) (out *logtest.Buffer, done <-chan error) {
+	t.Helper()
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	out = &logtest.Buffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ended := make(chan error, 1)
+	go func() { ended <- cmd.Wait() }()
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	return out, ended
 }

@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/switchboard-chat/switchboard/pkg/logtest"
 	"github.com/switchboard-chat/switchboard/pkg/natsd"
 	"github.com/switchboard-chat/switchboard/pkg/pg/pgtest"
 	"github.com/switchboard-chat/switchboard/pkg/redisx/redistest"
@@ -105,15 +104,7 @@ func TestSIGTERMWhileStartingExitsZero(t *testing.T) {
 				cmd := exec.Command(binary(t), append(p.args, "--ops-addr", "127.0.0.1:0")...)
 				cmd.Env = append(append(os.Environ(), "DATABASE_URL="+dbURL, "SWITCHBOARD_REDIS__PREFIX="+redisPrefix, "LOG_LEVEL=info"),
 					p.env(t, natsURL)...)
-				cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-				out := &logtest.Buffer{}
-				cmd.Stdout, cmd.Stderr = out, out
-				if err := cmd.Start(); err != nil {
-					t.Fatal(err)
-				}
-				done := make(chan error, 1)
-				go func() { done <- cmd.Wait() }()
-				t.Cleanup(func() { _ = cmd.Process.Kill() })
+				out, done := startDetached(t, cmd)
 
 				started := func() bool { return strings.Contains(out.String(), `"msg":"started"`) }
 				deadline := time.After(90 * time.Second)
@@ -199,15 +190,7 @@ func TestStartUpFailureWithoutStopExitsNonZero(t *testing.T) {
 			_, redisPrefix := redistest.New(t)
 			cmd := exec.Command(binary(t), append(tc.args, "--ops-addr", "127.0.0.1:0")...)
 			cmd.Env = append(append(os.Environ(), "SWITCHBOARD_REDIS__PREFIX="+redisPrefix, "LOG_LEVEL=info"), tc.env(t)...)
-			cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-			out := &logtest.Buffer{}
-			cmd.Stdout, cmd.Stderr = out, out
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = cmd.Process.Kill() })
-			done := make(chan error, 1)
-			go func() { done <- cmd.Wait() }()
+			out, done := startDetached(t, cmd)
 			select {
 			case err := <-done:
 				var exit *exec.ExitError
