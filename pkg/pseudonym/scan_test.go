@@ -81,15 +81,7 @@ func TestScrubManyIDs(t *testing.T) {
 // id does, with the ids given and with the text's own words as ids (many
 // of them, each standing in the text).
 func FuzzScrubScan(f *testing.F) {
-	p := pseudonym.New("fuzz")
-	long := "x-000000000000099001"
-	f.Add("abc-def and def", "abc-", "def", "")
-	f.Add("a-b-c a-b", "a-b", "b-c", "a-b-c")
-	f.Add("Bob@x.io,bob@x.io;BOB@x.io", "bob@x.io", "Bob@x.io", "")
-	f.Add(long, long, p.ID(long)[1:], "")
-	f.Add("x at -100123456789", "-100123456789", "at #", "")
-	f.Add("GET /users/BOB%40example.com: 404 for +15551234567", "bob@example.com", "+15551234567", "15551234567")
-	f.Add("PUT /rooms/%21r:example.org/send", "!r:example.org", "r", "room")
+	p := addScrubSeeds(f)
 	f.Add("aaaa aaa", "aa", "aaa", "aaaa")
 	f.Add("", "", "", "")
 	f.Fuzz(func(t *testing.T, text, a, b, c string) {
@@ -194,15 +186,7 @@ func TestScrubberAsScrub(t *testing.T) {
 // ids an error is marked as naming, marks within among the Scrubber's
 // ids or not.
 func FuzzScrubberAsScrub(f *testing.F) {
-	p := pseudonym.New("fuzz")
-	long := "x-000000000000099001"
-	f.Add("abc-def and def", "abc-", "def", "")
-	f.Add("a-b-c a-b", "a-b", "b-c", "a-b-c")
-	f.Add("Bob@x.io,bob@x.io;BOB@x.io", "bob@x.io", "Bob@x.io", "")
-	f.Add(long, long, p.ID(long)[1:], "")
-	f.Add("x at -100123456789", "-100123456789", "at #", "")
-	f.Add("GET /users/BOB%40example.com: 404 for +15551234567", "bob@example.com", "+15551234567", "15551234567")
-	f.Add("PUT /rooms/%21r:example.org/send", "!r:example.org", "r", "room")
+	p := addScrubSeeds(f)
 	f.Add("move C0CHAT0007 to C0CHAT0999", "C0CHAT0007", "c0chat0999", "C0CHAT00071")
 	f.Add("", "", "", "")
 	many := make([]string, 40)
@@ -243,4 +227,19 @@ func FuzzScrubberAsScrub(f *testing.F) {
 			}
 		}
 	})
+}
+
+// addScrubSeeds adds the scrubbing fuzz tests' common seeds (text and
+// three ids) and returns the pseudonymizer they are made with.
+func addScrubSeeds(f *testing.F) *pseudonym.Pseudonymizer {
+	p := pseudonym.New("fuzz")
+	long := "x-000000000000099001"
+	f.Add("abc-def and def", "abc-", "def", "")
+	f.Add("a-b-c a-b", "a-b", "b-c", "a-b-c")
+	f.Add("Bob@x.io,bob@x.io;BOB@x.io", "bob@x.io", "Bob@x.io", "")
+	f.Add(long, long, p.ID(long)[1:], "")
+	f.Add("x at -100123456789", "-100123456789", "at #", "")
+	f.Add("GET /users/BOB%40example.com: 404 for +15551234567", "bob@example.com", "+15551234567", "15551234567")
+	f.Add("PUT /rooms/%21r:example.org/send", "!r:example.org", "r", "room")
+	return p
 }
