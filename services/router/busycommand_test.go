@@ -226,17 +226,7 @@ func TestMidTurnRefusalRedeliveredAfterTheTurn(t *testing.T) {
 			cfg.MoAReferences = []string{"ref-a", "ref-b"}
 			e, g, w := busySession(t, cfg, "bob", "long job")
 			ev := tt.ev(t, e)
-			answers := func() []*repliesv1.ReplyEvent {
-				e.mu.Lock()
-				defer e.mu.Unlock()
-				var out []*repliesv1.ReplyEvent
-				for _, n := range e.notices {
-					if n.GetTurnId() == "notice:telegram:bot1:"+ev.EventId {
-						out = append(out, n)
-					}
-				}
-				return out
-			}
+			answers := func() []*repliesv1.ReplyEvent { return e.answersTo(ev) }
 			locker := redisx.NewLocker(e.rdb, e.prefix)
 			running := key
 			if tt.hold != "" {
@@ -487,17 +477,7 @@ func TestMidTurnRefusalRedeliveredAfterRedisLostItsMark(t *testing.T) {
 	}
 	was := turns()
 	ev := dm("bob", "/retry")
-	answers := func() []*repliesv1.ReplyEvent {
-		e.mu.Lock()
-		defer e.mu.Unlock()
-		var out []*repliesv1.ReplyEvent
-		for _, n := range e.notices {
-			if n.GetTurnId() == "notice:telegram:bot1:"+ev.EventId {
-				out = append(out, n)
-			}
-		}
-		return out
-	}
+	answers := func() []*repliesv1.ReplyEvent { return e.answersTo(ev) }
 	js := e.bus.JetStream()
 	if err := js.DeleteStream(ctx, e.bus.Topology().Stream(bus.StreamReplies)); err != nil {
 		t.Fatal(err)

@@ -203,17 +203,7 @@ func TestCommandRedeliveredAfterACrashIsAppliedOnce(t *testing.T) {
 				tt.setup(t, e)
 			}
 			ev := dm("alice", tt.text)
-			answers := func() []*repliesv1.ReplyEvent {
-				e.mu.Lock()
-				defer e.mu.Unlock()
-				var out []*repliesv1.ReplyEvent
-				for _, n := range e.notices {
-					if n.GetTurnId() == "notice:telegram:bot1:"+ev.EventId {
-						out = append(out, n)
-					}
-				}
-				return out
-			}
+			answers := func() []*repliesv1.ReplyEvent { return e.answersTo(ev) }
 			e.publish(ev)
 			waitFor(t, "the answer", func() bool { return len(answers()) == 1 })
 			waitFor(t, "inbound drained", e.inboundDrained)

@@ -335,6 +335,19 @@ func (e *env) ask(user, text string) string {
 	return e.noticesTo(user)[before]
 }
 
+// answersTo is the router's answers (notices) to the Telegram event ev.
+func (e *env) answersTo(ev *eventsv1.MessageReceived) []*repliesv1.ReplyEvent {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var out []*repliesv1.ReplyEvent
+	for _, n := range e.notices {
+		if n.GetTurnId() == "notice:telegram:bot1:"+ev.GetEventId() {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
 func (e *env) noticesTo(user string) []string {
 	e.mu.Lock()
 	defer e.mu.Unlock()
