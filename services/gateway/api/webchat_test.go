@@ -42,14 +42,7 @@ func chromiumPath(t *testing.T) string {
 // message goes through the bus to a responder that streams the answer
 // back; the page shows it, and after a reload keeps the same session.
 func TestWebChatStreamsAReply(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a browser")
-	}
-	t.Parallel()
-	browser := chromiumPath(t)
-	b := newBus(t)
-	s := startService(t, b, func(c *Config) { c.Key, c.Insecure = "", true })
-	r := startResponder(t, b)
+	browser, s, r := keylessWebChat(t)
 	r.answer = func(ev *eventsv1.MessageReceived, turn int) []string {
 		return []string{"Hello ", "from ", "the agent", strings.Repeat(".", turn)}
 	}
@@ -192,6 +185,21 @@ func TestWebChatSendsAPicture(t *testing.T) {
 	}
 }
 
+// keylessWebChat starts, for a browser test (skipped with -short), an
+// API gateway without a key on a bus of its own and a responder
+// answering its messages: Chromium's path, the gateway and the responder.
+func keylessWebChat(t *testing.T) (browser string, s *Service, r *responder) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("starts a browser")
+	}
+	t.Parallel()
+	browser = chromiumPath(t)
+	b := newBus(t)
+	s = startService(t, b, func(c *Config) { c.Key, c.Insecure = "", true })
+	return browser, s, startResponder(t, b)
+}
+
 // headless starts a headless Chromium for the test: its context (90 s)
 // and step, which runs actions and fails the test naming what failed.
 func headless(t *testing.T, browser string) (context.Context, func(what string, actions ...chromedp.Action[chromedp.Void])) {
@@ -231,14 +239,7 @@ func evaluator(t *testing.T, ctx context.Context) func(expr string) string {
 // it, so the turn runs once and the answer is neither lost nor shown
 // twice.
 func TestWebChatResumesAnAnswerAfterAReload(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a browser")
-	}
-	t.Parallel()
-	browser := chromiumPath(t)
-	b := newBus(t)
-	s := startService(t, b, func(c *Config) { c.Key, c.Insecure = "", true })
-	r := startResponder(t, b)
+	browser, s, r := keylessWebChat(t)
 	release := r.hold()
 	defer release()
 	ctx, step := headless(t, browser)
@@ -307,14 +308,7 @@ func TestWebChatWaitsOutTheReplyTimeout(t *testing.T) {
 // rather than asked for again and again and the message kept pending
 // as if the connection had been lost.
 func TestWebChatShowsATurnThatTimedOut(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a browser")
-	}
-	t.Parallel()
-	browser := chromiumPath(t)
-	b := newBus(t)
-	s := startService(t, b, func(c *Config) { c.Key, c.Insecure = "", true })
-	r := startResponder(t, b)
+	browser, s, r := keylessWebChat(t)
 	r.mu.Lock()
 	r.failure = "timeout"
 	r.answer = func(*eventsv1.MessageReceived, int) []string { return nil } // nothing streamed first
@@ -325,7 +319,7 @@ func TestWebChatShowsATurnThatTimedOut(t *testing.T) {
 	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`document.querySelectorAll('.msg.error').length >= 1`)); err != nil {
 		t.Fatalf("browser: the failure: %v", err)
 	}
-	got, err := chromedp.Run(ctx, chromedp.Evaluate[string](pageLog + ` + " | pending: " + localStorage.getItem("sb.pending")`))
+	got, err := chromedp.Run(ctx, chromedp.Evaluate[string](pageLog+` + " | pending: " + localStorage.getItem("sb.pending")`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -344,14 +338,7 @@ const pageLog = `Array.from(document.querySelectorAll('.msg')).map(m => m.classN
 // the two answers' bookkeeping overwrote each other (the second message
 // was no longer pending, its question gone from the kept transcript).
 func TestWebChatEnterWaitsForTheAnswer(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a browser")
-	}
-	t.Parallel()
-	browser := chromiumPath(t)
-	b := newBus(t)
-	s := startService(t, b, func(c *Config) { c.Key, c.Insecure = "", true })
-	r := startResponder(t, b)
+	browser, s, r := keylessWebChat(t)
 	release := r.hold()
 	defer release()
 	ctx, step := headless(t, browser)
@@ -391,14 +378,7 @@ func TestWebChatEnterWaitsForTheAnswer(t *testing.T) {
 // writes the old conversation back into the new one's transcript (shown
 // again after a reload) or drops the new one's pending message.
 func TestWebChatNewChatLeavesTheAnswerBehind(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a browser")
-	}
-	t.Parallel()
-	browser := chromiumPath(t)
-	b := newBus(t)
-	s := startService(t, b, func(c *Config) { c.Key, c.Insecure = "", true })
-	r := startResponder(t, b)
+	browser, s, r := keylessWebChat(t)
 	release := r.hold()
 	defer release()
 	ctx, step := headless(t, browser)
@@ -436,14 +416,7 @@ func TestWebChatNewChatLeavesTheAnswerBehind(t *testing.T) {
 // other tab sent since pending, so that tab, reloaded before its own
 // answer came, still asks for it and shows it.
 func TestWebChatTwoTabs(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a browser")
-	}
-	t.Parallel()
-	browser := chromiumPath(t)
-	b := newBus(t)
-	s := startService(t, b, func(c *Config) { c.Key, c.Insecure = "", true })
-	r := startResponder(t, b)
+	browser, s, r := keylessWebChat(t)
 	releaseA := r.hold()
 	defer releaseA()
 	gateB := make(chan struct{})
@@ -510,14 +483,7 @@ func TestWebChatTwoTabs(t *testing.T) {
 // TestWebChatNewChatInAnotherTab: an answer that comes after another tab
 // started a new chat is not written into the new chat's transcript.
 func TestWebChatNewChatInAnotherTab(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a browser")
-	}
-	t.Parallel()
-	browser := chromiumPath(t)
-	b := newBus(t)
-	s := startService(t, b, func(c *Config) { c.Key, c.Insecure = "", true })
-	r := startResponder(t, b)
+	browser, s, r := keylessWebChat(t)
 	release := r.hold()
 	defer release()
 	tabA, stepA := headless(t, browser)
@@ -554,14 +520,7 @@ func TestWebChatNewChatInAnotherTab(t *testing.T) {
 // isComposing) ends the composition, as in any text box, rather than
 // sending the message half typed.
 func TestWebChatEnterConfirmsAComposition(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a browser")
-	}
-	t.Parallel()
-	browser := chromiumPath(t)
-	b := newBus(t)
-	s := startService(t, b, func(c *Config) { c.Key, c.Insecure = "", true })
-	r := startResponder(t, b)
+	browser, s, r := keylessWebChat(t)
 	ctx, step := headless(t, browser)
 	eval := evaluator(t, ctx)
 	enter := func(composing bool) string {
@@ -651,14 +610,7 @@ func TestWebChatLetsTheReaderScrollBack(t *testing.T) {
 // page failed to keep the question and then never sent it, silently,
 // for every message after.
 func TestWebChatWithAFullStorage(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a browser")
-	}
-	t.Parallel()
-	browser := chromiumPath(t)
-	b := newBus(t)
-	s := startService(t, b, func(c *Config) { c.Key, c.Insecure = "", true })
-	r := startResponder(t, b)
+	browser, s, r := keylessWebChat(t)
 	ctx, step := headless(t, browser)
 	eval := evaluator(t, ctx)
 	step("open", chromedp.Navigate("http://"+s.Addr()+"/"), chromedp.WaitVisible("#input"))
@@ -702,14 +654,7 @@ func TestWebChatWithAFullStorage(t *testing.T) {
 // stopped, answered interrupted, ends with its error and is no longer
 // pending (a reload does not send it again).
 func TestWebChatStopsTheAnswer(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a browser")
-	}
-	t.Parallel()
-	browser := chromiumPath(t)
-	b := newBus(t)
-	s := startService(t, b, func(c *Config) { c.Key, c.Insecure = "", true })
-	r := startResponder(t, b)
+	browser, s, r := keylessWebChat(t)
 	release := r.hold()
 	defer release()
 	ctx, step := headless(t, browser)
