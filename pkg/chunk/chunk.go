@@ -183,8 +183,9 @@ func SplitLimit(text string, l Limit) []string {
 // Sep that follows it gives back the original text exactly.
 type Part struct {
 	// Reopen is "```lang\n" when the previous message was cut inside a code
-	// fence, so the fence continues here with the same language tag (the
-	// tag is dropped if it would not leave room for text); else "".
+	// fence (not just before its closing line), so the fence continues
+	// here with the same language tag (the tag is dropped if it would not
+	// leave room for text); else "".
 	Reopen string
 	// Body is a non-empty piece of the original text.
 	Body string
@@ -197,7 +198,10 @@ type Part struct {
 	Suffix string
 	// Sep is the original text dropped at the cut after Body: "\n" when cut
 	// at a newline, " " when cut at a space, "" for a hard cut and for the
-	// last part.
+	// last part. A cut at the newline before the closing line of the
+	// fence Body ends inside drops that line too ("\n```\n"): Close
+	// stands in for it, and the next part starts after it, not reopening
+	// the fence (which would show an empty block).
 	Sep string
 }
 
@@ -296,6 +300,14 @@ func split(text string, l Limit, suffix int) []Part {
 			end = scanFences(fenceState{}, p.Reopen+body)
 			if end.open {
 				p.Close = CloseFence
+				// Cut just before the fence's closing line: Close stands
+				// in for it, and the next part starts after it, rather
+				// than reopen the fence only to close it (an empty block).
+				if line, ok := closingLine(next); ok && sep == "\n" {
+					sep += line
+					next = next[len(line):]
+					end = fenceState{}
+				}
 			}
 		}
 		p.Body, p.Sep = body, sep
@@ -407,6 +419,17 @@ func spanSafe(body, sep, rest string) (string, string, string) {
 		return body, sep, rest
 	}
 	return body[:i], body[i : i+1], body[i+1:] + sep + rest
+}
+
+// closingLine returns the first line of s, with its newline, when it is
+// a line that closes a fence (closes).
+func closingLine(s string) (string, bool) {
+	line := s
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		line = s[:i+1]
+	}
+	info, ok := fenceLine(strings.TrimSuffix(line, "\n"))
+	return line, ok && closes(info)
 }
 
 // fenceState is whether text so far is inside a ``` fence, and its tag.

@@ -112,6 +112,15 @@ func TestSplitLimit(t *testing.T) {
 			},
 		},
 		{
+			// The close stands in for the fence's own closing line
+			// (indented: a fence in a list), which the next part would
+			// otherwise start with, after a reopen: an empty block.
+			"cut just before the closing fence line reopens no empty block",
+			"```\n" + strings.Repeat("x", 48) + "\n  ```\n" + line,
+			l64,
+			[]string{"```\n" + strings.Repeat("x", 48) + "\n```\n(1/2)", line + " (2/2)"},
+		},
+		{
 			"cut after a closed fence needs no reopen",
 			"```\nabc\n```\n" + line + "\n" + line,
 			l64,
@@ -299,8 +308,10 @@ func checkParts(t *testing.T, text string, l chunk.Limit, parts []chunk.Part) {
 		if open, _ := fenceAfter(msg); open {
 			t.Errorf("part %d: unbalanced fences: %q", i, msg)
 		}
-		// Reopen exactly when the previous part was closed.
-		if (prev.Close != "") != (p.Reopen != "") {
+		// Reopen exactly when the previous part was closed, unless it
+		// was cut just before the fence's closing line, which its
+		// separator dropped (its close stands in for it).
+		if (prev.Close != "" && !closedBySep(prev.Sep)) != (p.Reopen != "") {
 			t.Errorf("part %d: reopen %q after close %q", i, p.Reopen, prev.Close)
 		}
 		if p.Reopen != "" && p.Reopen != "```"+prevLang+"\n" && p.Reopen != "```\n" {
@@ -318,18 +329,22 @@ func checkParts(t *testing.T, text string, l chunk.Limit, parts []chunk.Part) {
 		case !l.NoCounter && p.Suffix != " "+want && p.Suffix != "\n"+want:
 			t.Errorf("part %d: suffix %q, want %q", i, p.Suffix, want)
 		}
-		switch p.Sep {
-		case "":
+		switch {
+		case closedBySep(p.Sep):
+			if p.Close == "" {
+				t.Errorf("part %d: separator %q drops a closing fence line, but the part closes none", i, p.Sep)
+			}
+		case p.Sep == "":
 			if i < len(parts)-1 && cuttable(p.Body, text[min(joined.Len(), len(text)):]) {
 				t.Errorf("part %d: hard cut but body has a separator: %q", i, p.Body)
 			}
-		case " ", "\n":
+		case p.Sep == " " || p.Sep == "\n":
 			// Which of the two: the table tests (the window a cut was
 			// made in is not known here).
 		default:
 			t.Errorf("part %d: separator %q", i, p.Sep)
 		}
-		if i == len(parts)-1 && p.Sep != "" {
+		if i == len(parts)-1 && p.Sep != "" && !closedBySep(p.Sep) {
 			t.Errorf("last part has separator %q", p.Sep)
 		}
 		joined.WriteString(p.Body + p.Sep)
@@ -338,6 +353,18 @@ func checkParts(t *testing.T, text string, l chunk.Limit, parts []chunk.Part) {
 	if joined.String() != text {
 		t.Errorf("bodies and separators do not rejoin to the text:\n%q\n%q", joined.String(), text)
 	}
+}
+
+// closedBySep reports whether sep is a newline and a fence's closing
+// line: backticks (after spaces), blanks, and the line's newline unless
+// the text ends there.
+func closedBySep(sep string) bool {
+	line, ok := strings.CutPrefix(sep, "\n")
+	if !ok || strings.Count(line, "\n") > 1 || strings.Contains(strings.TrimSuffix(line, "\n"), "\n") {
+		return false
+	}
+	t := strings.TrimLeft(line, " ")
+	return strings.HasPrefix(t, "```") && strings.TrimRight(strings.TrimLeft(t, "`"), " \t\r\n") == ""
 }
 
 // cuttable reports whether body, the start of text, has a separator a
@@ -390,6 +417,8 @@ func FuzzParts(f *testing.F) {
 	f.Add("a ```py\nx\n``` b\n```\n"+strings.Repeat("y", 200), uint16(80), uint8(2))
 	f.Add(strings.Repeat("run `go test` and \\` then ", 12), uint16(70), uint8(0))
 	f.Add(strings.Repeat("word ", 40), uint16(64), uint8(4))
+	f.Add("```\n"+strings.Repeat("x", 48)+"\n  ```\n"+strings.Repeat("y", 40), uint16(64), uint8(0))
+	f.Add("```\r\n"+strings.Repeat("x", 47)+"\r\n```\r\n"+strings.Repeat("y", 40), uint16(64), uint8(0))
 	f.Fuzz(func(t *testing.T, text string, max uint16, measure uint8) {
 		// Bit 2 of measure asks for parts without counters.
 		l := chunk.Limit{Max: int(max % 512), Measure: chunk.Measure(measure % 4), NoCounter: measure&4 != 0}

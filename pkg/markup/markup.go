@@ -262,9 +262,18 @@ var spans = []struct{ md, to string }{
 }
 
 // inline converts one line; inside is the markers already open around
-// it, which must not be opened again.
+// it, which must not be opened again. Two spans of the same marker that
+// touch ("*a*_b_": italic, then italic) become one ("_ab_"), which shows
+// the same: written one after the other, the closing marker and the
+// opening one would make a double marker ("__"), which Telegram's
+// MarkdownV2 reads as underline and refuses unbalanced.
 func (d Dialect) inline(s, inside string) string {
 	var b strings.Builder
+	// spanEnd is where the last span's closing marker ended in b (-1:
+	// none); joins are where a span's closing marker stands right before
+	// the next one's opening marker, in b.
+	spanEnd, lastMarker := -1, ""
+	var joins []int
 	for i := 0; i < len(s); {
 		c := s[i]
 		switch {
@@ -296,14 +305,28 @@ func (d Dialect) inline(s, inside string) string {
 				continue
 			}
 		default:
-			if done := d.span(&b, s, &i, inside); done {
+			at := b.Len()
+			if marker, done := d.span(&b, s, &i, inside); done {
+				if marker != "" {
+					if at == spanEnd && marker == lastMarker {
+						joins = append(joins, at-len(marker))
+					}
+					spanEnd, lastMarker = b.Len(), marker
+				}
 				continue
 			}
 		}
 		d.escape(&b, c)
 		i++
 	}
-	return b.String()
+	out := b.String()
+	for k := len(joins) - 1; k >= 0; k-- {
+		// Every marker is one byte: the closing one at j, the opening
+		// one after it.
+		j := joins[k]
+		out = out[:j] + out[j+2:]
+	}
+	return out
 }
 
 // writeCode writes inline code.
@@ -315,18 +338,21 @@ func (d Dialect) writeCode(b *strings.Builder, code string) {
 	}
 }
 
-func (d Dialect) span(b *strings.Builder, s string, i *int, inside string) bool {
+// span writes the emphasis span that starts at s[*i], if one does, and
+// moves *i past it; marker is the markup's marker written around it
+// ("" when plain).
+func (d Dialect) span(b *strings.Builder, s string, i *int, inside string) (marker string, ok bool) {
 	for _, sp := range spans {
 		if !strings.HasPrefix(s[*i:], sp.md) || strings.Contains(inside, sp.to) {
 			continue
 		}
 		start := *i + len(sp.md)
 		if start >= len(s) || s[start] == ' ' {
-			return false
+			return "", false
 		}
 		// Single-underscore italics only at word boundaries (snake_case stays).
 		if sp.md == "_" && *i > 0 && isWord(s[*i-1]) {
-			return false
+			return "", false
 		}
 		end := strings.Index(s[start:], sp.md)
 		if end <= 0 || s[start+end-1] == ' ' {
@@ -339,15 +365,15 @@ func (d Dialect) span(b *strings.Builder, s string, i *int, inside string) bool 
 		if sp.md == "*" && strings.HasPrefix(s[closeAt:], "**") {
 			continue
 		}
+		*i = closeAt + len(sp.md)
 		if d.plain {
 			b.WriteString(d.inline(s[start:closeAt], inside+sp.to))
-		} else {
-			b.WriteString(sp.to + d.inline(s[start:closeAt], inside+sp.to) + sp.to)
+			return "", true
 		}
-		*i = closeAt + len(sp.md)
-		return true
+		b.WriteString(sp.to + d.inline(s[start:closeAt], inside+sp.to) + sp.to)
+		return sp.to, true
 	}
-	return false
+	return "", false
 }
 
 func isWord(c byte) bool {

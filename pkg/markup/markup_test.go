@@ -22,6 +22,13 @@ func TestTelegram(t *testing.T) {
 		{"~~gone~~", "~gone~", "gone"},
 		{"```go\nfmt.Println(`x`)\n```", "```go\nfmt.Println(\\`x\\`)\n```", "fmt.Println(`x`)\n"},
 		{"2 * 3 = 6", `2 \* 3 \= 6`, "2 * 3 = 6"},
+		// Touching spans of one marker are one span: "_a__b_" would
+		// open an underline, and Telegram refuses it.
+		{"*a*_b_", "_ab_", "ab"},
+		{"_a_*b*_c_ and *d* _e_", "_abc_ and _d_ _e_", "abc and d e"},
+		{"**a**__b__ ~~c~~~~d~~", "*ab* ~cd~", "ab cd"},
+		{"# *a*_b_", "*_ab_*", "ab"},
+		{`*a\_*_b_`, `_a\_b_`, "a_b"},
 	} {
 		got := Telegram.Convert(c.in)
 		if got != c.want {

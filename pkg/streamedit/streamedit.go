@@ -265,8 +265,23 @@ func (s *Stream) update(now time.Time) []Action {
 		a.Text = s.finished(reopen, base, end)
 		a.sealed, a.next = true, next
 		a.reopen = chunk.Reopen(reopen+string(s.text[base:end]), l)
+		if a.reopen != "" && next == end+1 && s.text[end] == '\n' {
+			// Finished just before a line that closes the fence, or may
+			// (the model's "```" before its newline): the message's close
+			// stands in for that line, and the next message starts after
+			// it, as chunk.Parts cuts, rather than reopen the fence only
+			// to close it (an empty block). A line not whole yet waits:
+			// the message shows the text up to the cut for now.
+			switch n, ok := closingLine(s.text[next:]); {
+			case !ok:
+			case n < 0:
+				return append(acts, s.show(msg, exists, reopen, base, end, s.cfg.Cursor))
+			default:
+				a.next, a.reopen = next+n, ""
+			}
+		}
 		acts = append(acts, a)
-		msg, exists, base, reopen = msg+1, false, next, a.reopen
+		msg, exists, base, reopen = msg+1, false, a.next, a.reopen
 	}
 	if base < len(s.text) {
 		acts = append(acts, s.show(msg, exists, reopen, base, len(s.text), s.cfg.Cursor))
@@ -345,6 +360,23 @@ func cutAt(text []byte, base int, m chunk.Measure, room int) (end, next int) {
 		return base + i, base + i + 1
 	}
 	return e, e
+}
+
+// closingLine reports whether b starts with a line that closes a code
+// fence (backticks after spaces, then blanks only), or may once it is
+// whole (so far blanks and backticks only, no newline yet: n < 0); n is
+// the length of the line with its newline.
+func closingLine(b []byte) (n int, ok bool) {
+	line := b
+	i := bytes.IndexByte(b, '\n')
+	if i >= 0 {
+		line = b[:i]
+	}
+	if i < 0 {
+		return -1, len(bytes.Trim(line, " `\t\r")) == 0
+	}
+	t := bytes.TrimLeft(line, " ")
+	return i + 1, bytes.HasPrefix(t, []byte("```")) && len(bytes.TrimRight(bytes.TrimLeft(t, "`"), " \t\r")) == 0
 }
 
 // startsFence reports whether b, its spaces trimmed, starts with ```.

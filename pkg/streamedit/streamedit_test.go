@@ -3,6 +3,7 @@ package streamedit_test
 import (
 	"errors"
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -542,5 +543,59 @@ func TestOverflowBeforeMidLineBackticks(t *testing.T) {
 		if strings.HasPrefix(live[m], "```") || !chunk.Balanced(live[m]) {
 			t.Errorf("message %d opens a code block: %q", m, live[m])
 		}
+	}
+}
+
+// A message the stream finishes just before the line that closes its
+// code block (the model's "```", which may come before its newline, or
+// an indented close) does not leave that line to the next message after
+// a reopened fence, an empty block: the message's close stands in for
+// it, and the next message starts after it, while streaming and in the
+// final answer.
+func TestOverflowJustBeforeTheClosingFence(t *testing.T) {
+	emptyBlock := regexp.MustCompile("(?m)^```\\w*\n *```")
+	l := chunk.Limit{Max: 64, Measure: chunk.Runes}
+	// 60 runes: the closing line comes just past what fits with the
+	// cursor, and the cut falls on the newline before it.
+	code := "```go\n" + strings.Repeat("x", 24) + "\n" + strings.Repeat("y", 28) + "\n"
+	for _, tt := range []struct {
+		name         string
+		close, after string
+	}{
+		{"backticks before their newline", "```", "\nDone, and more words after the block."},
+		{"an indented closing line", "  ```\n", "Done, and more words after the block."},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c := &clock{t: t0}
+			s := streamedit.New(streamedit.Config{Limit: l, CanEdit: true, Now: c.Now})
+			live := map[int]string{}
+			apply := func(acts []streamedit.Action) {
+				t.Helper()
+				for _, a := range acts {
+					if a.Kind != streamedit.Delete && !l.Fits(a.Text) {
+						t.Fatalf("%v %d: %d > %d: %q", a.Kind, a.Message, l.Len(a.Text), l.Max, a.Text)
+					}
+					s.OnResult(a, nil)
+					live[a.Message] = a.Text
+				}
+				for m, text := range live {
+					if emptyBlock.MatchString(text) {
+						t.Fatalf("message %d shows an empty code block: %q", m, text)
+					}
+				}
+			}
+			apply(s.Append(code[:30]))
+			c.at(time.Second)
+			apply(s.Append(code[30:] + tt.close))
+			c.at(2 * time.Second)
+			apply(s.Append(tt.after))
+			whole := code + tt.close + tt.after
+			apply(s.Final(whole))
+			got := []string{live[0], live[1]}
+			want := []string{code + "```", "Done, and more words after the block."}
+			if len(live) != 2 || !slices.Equal(got, want) {
+				t.Fatalf("messages\n%v\nwant\n%q", live, want)
+			}
+		})
 	}
 }

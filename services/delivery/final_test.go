@@ -3,7 +3,9 @@ package delivery_test
 import (
 	"context"
 	"fmt"
+	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -262,5 +264,116 @@ func TestADroppedFinalEndsTheTurnsToolProgress(t *testing.T) {
 	}
 	if sends != 2 {
 		t.Errorf("the gateway took %d sends, want the answer and the progress message", sends)
+	}
+}
+
+// The platform refuses for good the final edit of a streamed answer's
+// message (the user deleted it: Telegram's "message to edit not found",
+// Discord's Unknown Message; or it is too old to edit): the edit's text
+// goes out as a new message, in the edit's place (before the answer's
+// later pieces), as Hermes sends the whole response when its stream's
+// final edit fails, where it was dead-lettered and the answer lost. The
+// new message is posted once, even when its first send went unanswered
+// and was tried again.
+func TestARefusedFinalEditIsSentAsANewMessage(t *testing.T) {
+	t.Parallel()
+	counter := regexp.MustCompile(` \(\d+/\d+\)$`)
+	cases := []struct {
+		name    string
+		refusal string
+		final   string
+		pieces  int
+		// lost: the new message's first send is posted, but its answer
+		// never comes back.
+		lost bool
+	}{
+		{name: "telegram message deleted", refusal: "Bad Request: message to edit not found", final: "the whole answer", pieces: 1},
+		{name: "discord unknown message, first answer lost", refusal: `404 Not Found, {"message": "Unknown Message", "code": 10008}`,
+			final: "the whole answer", pieces: 1, lost: true},
+		{name: "answer of two pieces", refusal: "Bad Request: message can't be edited",
+			final: strings.Repeat("word ", 1000) + "\n\n" + strings.Repeat("more ", 400), pieces: 2},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			var mu sync.Mutex
+			var refused []string
+			e.gw.setBehaviour(func(req *deliveryv1.SendRequested, try int) behaviour {
+				switch {
+				case req.GetOp() == deliveryv1.SendOp_SEND_OP_EDIT && req.GetMessageId() == "m1":
+					mu.Lock()
+					refused = append(refused, req.GetText())
+					mu.Unlock()
+					return behaviour{fail: &deliveryv1.SendReceipt{ErrorClass: deliveryv1.ErrorClass_ERROR_CLASS_PERMANENT, Error: tc.refusal}}
+				case tc.lost && strings.HasSuffix(req.GetIdempotencyKey(), ":new") && try == 1:
+					return behaviour{hang: true}
+				}
+				return behaviour{}
+			})
+			cfg := streamConfig()
+			if tc.lost {
+				cfg.SendTimeout, cfg.Lease = time.Second, 3*time.Second
+			}
+			e.start(t, cfg, "a")
+			e.publishStream(t, "t1", 1, "s1", &repliesv1.TextDelta{Text: "the whole answer, streamed so far"})
+			eventually(t, e.clock, 0, "the streamed message", func() bool { return len(e.gw.sends()) == 1 })
+			e.publishStream(t, "t1", 2, "s1", final(tc.final))
+			eventually(t, e.clock, 0, "the final edit's row settled", func() bool {
+				st := rowState(t, e.db, "t1:2:0")
+				return st == "sent" || st == "failed"
+			})
+			eventually(t, e.clock, 0, "the answer's end", func() bool { return e.gw.finals("t1") == 1 || deadLetters(t, e) > 0 })
+			e.consumed(t, "s1")
+			time.Sleep(300 * time.Millisecond) // nothing more comes
+
+			mu.Lock()
+			defer mu.Unlock()
+			if len(refused) != 1 {
+				t.Fatalf("the final edit was tried %d times, want once", len(refused))
+			}
+			sent := e.gw.sends()[1:]
+			if len(sent) != tc.pieces {
+				var keys []string
+				for _, c := range sent {
+					keys = append(keys, c.Op.String()+" "+c.Key)
+				}
+				t.Fatalf("%d messages after the streamed one, want %d: %q", len(sent), tc.pieces, keys)
+			}
+			first := sent[0]
+			if first.Op != deliveryv1.SendOp_SEND_OP_SEND || first.Req.GetText() != refused[0] || first.Req.GetMessageId() != "" {
+				t.Errorf("in the edit's place: %v of %q with %q, want a new message with the edit's text %q",
+					first.Op, first.Req.GetMessageId(), first.Req.GetText(), refused[0])
+			}
+			var whole strings.Builder
+			for i, s := range sent {
+				if s.Op != deliveryv1.SendOp_SEND_OP_SEND || s.Req.GetFinal() != (i == len(sent)-1) {
+					t.Errorf("message %d: %v final=%v", i, s.Op, s.Req.GetFinal())
+				}
+				// A piece of a split answer ends with its counter, " (i/N)".
+				whole.WriteString(counter.ReplaceAllString(s.Req.GetText(), "") + " ")
+			}
+			if got := strings.Join(strings.Fields(whole.String()), " "); got != strings.Join(strings.Fields(tc.final), " ") {
+				t.Errorf("the new messages show %q, want the answer", got)
+			}
+			if tc.lost {
+				calls, _ := e.gw.snapshot()
+				n := 0
+				for _, c := range calls {
+					if c.Key == first.Key {
+						n++
+					}
+				}
+				if n < 2 {
+					t.Errorf("the new message was asked for %d times, want its unanswered send tried again", n)
+				}
+			}
+			if n := deadLetters(t, e); n != 0 {
+				t.Errorf("%d dead letters", n)
+			}
+			if st := rowState(t, e.db, "t1:2:0"); st != "sent" {
+				t.Errorf("the final edit's row is %q, want sent (as its new message)", st)
+			}
+		})
 	}
 }

@@ -8,7 +8,7 @@ import (
 var (
 	sends = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "switchboard_delivery_sends_total",
-		Help: "Outbox sends to platform gateways, by platform and result (sent, duplicate, retry, rate_limited, timeout, no_gateway, format, failed).",
+		Help: "Outbox sends to platform gateways, by platform and result (sent, duplicate, retry, rate_limited, timeout, no_gateway, format, edit_refused, failed).",
 	}, []string{"platform", "result"})
 	expired = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "switchboard_delivery_expired_total",

@@ -498,6 +498,10 @@ func (s *Service) classify(ctx context.Context, l warner, r outbox.Row, rec *del
 		}
 		s.retry(ctx, l, r, "rate_limited", "rate limited: "+rec.GetError(), d, nil)
 	case deliveryv1.ErrorClass_ERROR_CLASS_PERMANENT:
+		if answerEdit(r.Request) {
+			s.editAsNew(ctx, l, r, rec.GetError())
+			return
+		}
 		s.fail(ctx, l, r, "permanent", rec.GetError())
 	case deliveryv1.ErrorClass_ERROR_CLASS_FORMAT:
 		if r.Request.GetFormat() == deliveryv1.TextFormat_TEXT_FORMAT_PLAIN {
@@ -521,6 +525,67 @@ func (s *Service) classify(ctx context.Context, l warner, r outbox.Row, rec *del
 }
 
 type warner interface{ Warn(string, ...any) }
+
+// newMessageSuffix ends the idempotency key of the send that posts an
+// answer edit's text as a new message (editAsNew).
+const newMessageSuffix = ":new"
+
+// answerEdit reports whether req writes text of a turn's streamed answer
+// over one of its messages: a stream's final or closing edit, or a
+// rewrite of another replica's messages (keys "<turn>:<seq>:<i>"), or
+// the edit over a duplicate send of a segment's message
+// ("<turn>:<segment>:m<i>:dup"). Tool progress, a button's answer and
+// the like are not the answer.
+func answerEdit(req *deliveryv1.SendRequested) bool {
+	turn := req.GetTurnId()
+	if req.GetOp() != deliveryv1.SendOp_SEND_OP_EDIT || turn == "" || req.GetText() == "" {
+		return false
+	}
+	key := req.GetIdempotencyKey()
+	rest, ok := strings.CutPrefix(key, turn+":")
+	if !ok {
+		return false
+	}
+	if k, ok := strings.CutSuffix(key, ":dup"); ok {
+		return isSegmentMessageKey(k)
+	}
+	seq, i, ok := strings.Cut(rest, ":")
+	return ok && isDigits(seq) && isDigits(i)
+}
+
+// isDigits reports whether s is a non-empty run of ASCII digits.
+func isDigits(s string) bool {
+	return s != "" && strings.Trim(s, "0123456789") == ""
+}
+
+// editAsNew sends, in place of answer edit r that the platform refused
+// for good (the message was deleted: Telegram's "message to edit not
+// found", Discord's Unknown Message; or it is too old to edit), its
+// text as a new message, as Hermes does when a stream's final edit
+// fails: the stream consumer leaves the final unsent and the gateway
+// sends the whole response. The send takes the edit's row, and so its
+// place in the chat's order (the answer's later pieces wait behind it),
+// under the edit's key plus ":new": the gateway answers a retry of it
+// with its first receipt, so it is posted once.
+func (s *Service) editAsNew(ctx context.Context, log warner, r outbox.Row, reason string) {
+	sends.WithLabelValues(r.Platform, "edit_refused").Inc()
+	req := proto.Clone(r.Request).(*deliveryv1.SendRequested)
+	req.Op = deliveryv1.SendOp_SEND_OP_SEND
+	req.MessageId = ""
+	req.IdempotencyKey = r.Request.GetIdempotencyKey() + newMessageSuffix
+	err := s.store.Replace(ctx, r.ID, s.owner, req, "edit refused, its text sent as a new message: "+reason, s.now(), s.cfg.TTL)
+	if errors.Is(err, outbox.ErrLostClaim) {
+		log.Warn("answer edit refused, but another sender has its row now", "err", reason)
+		return
+	}
+	if err != nil {
+		log.Warn("put a new message in place of a refused answer edit failed; the edit is tried again when its lease runs out", "err", err)
+		s.expiry.note(r.ExpiresAt)
+		return
+	}
+	log.Warn("answer edit refused; its text goes as a new message", "err", reason)
+	s.kick()
+}
 
 // retry schedules the row again after delay, or dead-letters it once it
 // used up MaxAttempts (rate limiting and format fallbacks included).

@@ -876,23 +876,28 @@ func (p *Platform) Send(ctx context.Context, req *deliveryv1.SendRequested) (str
 	// messages, the files and buttons with the last, rather than
 	// Discord refusing the one.
 	pieces := platform.Pieces(content, chunk.Limit{Max: maxText, Measure: chunk.Runes})
+	// The pieces go where the first went: a thread opened for it, or the
+	// channel where none could be; the fallback runs once per send.
+	ch := where(t)
 	return platform.SendPieces(ctx, pieces, func(i int) int { return i }, func(ctx context.Context, i int, piece string) (string, error) {
 		ms := &discordgo.MessageSend{Content: piece, AllowedMentions: p.cfg.AllowMentions.allowed()}
 		var fs uploads
 		if i == len(pieces)-1 {
 			ms.Components, fs = components(req), files
 		}
-		return p.post(ctx, req, ms, fs, i == 0 && req.GetChunkIndex() == 0)
+		return p.post(ctx, req, &ch, ms, fs, i == 0 && req.GetChunkIndex() == 0)
 	})
 }
 
-// post posts ms, with files, for req: replying to the user's message
-// when reply is set; into req's thread, which it opens when it does not
-// exist yet (a prospective auto-thread), or into the channel where no
-// thread can be opened.
-func (p *Platform) post(ctx context.Context, req *deliveryv1.SendRequested, ms *discordgo.MessageSend, files uploads, reply bool) (string, error) {
+// post posts ms, with files, for req into *dest (where(req's target)
+// at first): replying to the user's message when reply is set; into
+// req's thread, which it opens when it does not exist yet (a
+// prospective auto-thread), or into the channel where no thread can be
+// opened, which *dest then names, so the send's later pieces go there
+// at once.
+func (p *Platform) post(ctx context.Context, req *deliveryv1.SendRequested, dest *string, ms *discordgo.MessageSend, files uploads, reply bool) (string, error) {
 	t := req.GetTarget()
-	ch := where(t)
+	ch := *dest
 	// A button press's id (press:…) names no message to reply to, and an
 	// auto-thread's first message (its id is the thread's) is in the
 	// channel the thread grew from, where no reply in the thread can
@@ -917,6 +922,7 @@ func (p *Platform) post(ctx context.Context, req *deliveryv1.SendRequested, ms *
 			// the thread was to grow from, rather than nowhere.
 			p.log.Warn("discord thread not opened; answering in the channel", "chat_id", t.GetChatId(), "err", terr)
 			ch = t.GetChatId()
+			*dest = ch
 			if reply {
 				no := false
 				ms.Reference = &discordgo.MessageReference{MessageID: t.GetThreadId(), ChannelID: ch, FailIfNotExists: &no}

@@ -513,6 +513,48 @@ func TestSends(t *testing.T) {
 	_ = fmt.Sprint()
 }
 
+// A send split in pieces (its picture's link takes the text over
+// Discord's 2,000 characters) into a prospective auto-thread the bot may
+// not open falls back to the channel once: the thread is tried, and
+// refused, for the first piece only; the later pieces go straight to
+// the channel the first went to.
+func TestThreadFallbackOncePerSplitSend(t *testing.T) {
+	t.Parallel()
+	f := newFake(t)
+	b, _ := run(t, f, Config{})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	const ch, from = "900000000000000019", "700000000000000016"
+	f.AddChannel(ch, discordfake.TypeGuildText, guild, "")
+	f.DenyThreads(ch)
+	link := "https://example.test/chart.png"
+	req := &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: "split", Text: strings.Repeat("word ", 398),
+		Attachments: []*eventsv1.Attachment{{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, Location: &eventsv1.Attachment_Url{Url: link}}},
+		Target:      &deliveryv1.Target{Platform: "discord", ChatId: ch, ThreadId: from, ReplyToMessageId: from}}
+	r := &deliveryv1.SendReceipt{}
+	if err := b.Request(ctx, b.Topology().SendSubject("discord"), req, r); err != nil {
+		t.Fatal(err)
+	}
+	if !r.GetOk() {
+		t.Fatalf("receipt %v, want ok", r)
+	}
+	if ms := f.Messages(ch); len(ms) != 2 || ms[0].ReplyTo != from || !strings.Contains(ms[1].Content, link) {
+		t.Fatalf("channel has %+v, want the text replying to the message, then the link", ms)
+	}
+	var starts, intoThread int
+	for _, rq := range f.Requests() {
+		switch {
+		case strings.HasPrefix(rq, "POST /api/v9/channels/"+ch+"/messages/"+from+"/threads"):
+			starts++
+		case strings.HasPrefix(rq, "POST /api/v9/channels/"+from+"/messages"):
+			intoThread++
+		}
+	}
+	if starts != 1 || intoThread != 1 {
+		t.Fatalf("%d thread starts and %d posts into the thread, want the fallback once (1 and 1): %q", starts, intoThread, f.Requests())
+	}
+}
+
 // A message in a channel the bot cannot look up (deleted, or access lost:
 // Discord answers 404 or 403) is rejected; the messages after it are
 // still read and published.

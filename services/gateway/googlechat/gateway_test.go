@@ -446,3 +446,50 @@ func TestEditOverTheLimit(t *testing.T) {
 		}
 	}
 }
+
+// A message whose send was split (the conversion made it longer than
+// 4,096 characters) is edited as one text over all its messages: the
+// first shows what fits and the send's later pieces the rest, rather
+// than the edit creating messages of its own beside them; and an edit
+// that fits fewer messages (a final that rewrites the answer shorter)
+// deletes the surplus ones (spaces.messages.delete), rather than leave
+// them showing stale text.
+func TestEditRewritesASplitSend(t *testing.T) {
+	f, p := newPlatform(t)
+	ctx := context.Background()
+	sp, th := "spaces/E2", "spaces/E2/threads/t1"
+	target := &deliveryv1.Target{Platform: PlatformName, ChatId: sp, ThreadId: th}
+	md := strings.TrimSuffix(strings.Repeat(">a quoted line\n", 273), "\n") // 4,094 characters, 4,367 converted
+	id, err := p.Send(ctx, &deliveryv1.SendRequested{Target: target, Text: md, IdempotencyKey: "split-send"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(f.Texts(sp)); n != 2 {
+		t.Fatalf("the send made %d messages, want 2", n)
+	}
+	for _, c := range []struct {
+		name, text string
+		shown      int // messages that show it
+	}{
+		{"longer", md + "\n>one line more", 2},
+		{"shorter", "the final answer", 1},
+	} {
+		if err := p.Edit(ctx, &deliveryv1.SendRequested{Target: target, MessageId: id, Text: c.text}); err != nil {
+			t.Fatalf("%s edit: %v", c.name, err)
+		}
+		shown := f.Texts(sp)
+		want := strings.ReplaceAll(c.text, ">", "> ")
+		if got := strings.Join(shown, "\n"); len(shown) != c.shown || got != want {
+			t.Fatalf("%s edit: %d messages show %d characters, want %d showing the %d characters",
+				c.name, len(shown), len([]rune(got)), c.shown, len([]rune(want)))
+		}
+		if all := f.Messages(sp); len(all) != 2 {
+			t.Fatalf("%s edit: %d messages made in all, want the send's 2", c.name, len(all))
+		}
+		for _, m := range f.Messages(sp) {
+			if m.Thread != th {
+				t.Errorf("%s edit: a message in thread %q", c.name, m.Thread)
+			}
+		}
+	}
+}

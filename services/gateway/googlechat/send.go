@@ -66,7 +66,9 @@ func requestID(key string) string {
 // in the target's thread when it has one (messageReplyOption
 // REPLY_MESSAGE_FALLBACK_TO_NEW_THREAD), with requestId set from the
 // idempotency key; as several messages, each with a requestId of its
-// own, when the text is over 4,096 characters once converted.
+// own, when the text is over 4,096 characters once converted: the
+// first's name is the send's message id, and those after it are its
+// follow-on messages (followID), which an edit of it rewrites.
 func (p *Platform) Send(ctx context.Context, req *deliveryv1.SendRequested) (string, error) {
 	sp, err := space(req.GetTarget())
 	if err != nil {
@@ -97,10 +99,41 @@ func (p *Platform) Send(ctx context.Context, req *deliveryv1.SendRequested) (str
 	// close) and the links may make it longer: then it goes as several
 	// messages, rather than Chat refusing the one.
 	pieces := platform.Pieces(text, chunk.Limit{Max: maxText, Measure: chunk.Runes})
+	var first string // the first piece's message
 	return platform.SendPieces(ctx, pieces, func(i int) int { return i }, func(ctx context.Context, i int, piece string) (string, error) {
-		return p.create(ctx, sp, outgoing{Text: piece, Thread: thread}, pieceRequestID(req.GetIdempotencyKey(), i))
+		msg := outgoing{Text: piece, Thread: thread}
+		reqID := pieceRequestID(req.GetIdempotencyKey(), i)
+		if i == 0 {
+			name, err := p.create(ctx, sp, msg, reqID, "")
+			first = name
+			return name, err
+		}
+		if first == "" {
+			// An earlier attempt posted it (SendPieces skipped it).
+			first, _ = platform.SentPart(ctx, 0)
+		}
+		if first == "" {
+			return "", errors.New("google chat send: the first piece's message is not known")
+		}
+		return p.create(ctx, sp, msg, reqID, followID(first, i))
 	})
 }
+
+// followID is the client-assigned id (spaces.messages.create's
+// messageId: "client-", then lowercase letters, digits and hyphens, 63
+// at most) of follow-on message i ≥ 1 of message first: the pieces of a
+// send after its first, and the messages an edit of first over the
+// limit goes on in. Through it an edit of first finds them (get,
+// patch, delete spaces/…/messages/client-…), to rewrite them or delete
+// those its text no longer needs.
+func followID(first string, i int) string {
+	sum := sha256.Sum256([]byte(first + "\x00follow\x00" + strconv.Itoa(i)))
+	return "client-sb-" + hex.EncodeToString(sum[:20])
+}
+
+// maxFollow bounds the follow-on messages an edit looks for: far more
+// than a text delivery cut to the limit ever needs.
+const maxFollow = 64
 
 // pieceRequestID is the requestId of piece i of a send with the
 // idempotency key key: the send's own for the first, so that every
@@ -116,20 +149,25 @@ func pieceRequestID(key string, i int) string {
 	return requestID(strconv.Itoa(i) + "\x00" + key)
 }
 
-// create creates msg in space sp, with the requestId reqID unless empty,
-// and returns the message's name.
-func (p *Platform) create(ctx context.Context, sp string, msg outgoing, reqID string) (string, error) {
-	out, err := p.createMessage(ctx, sp, msg, reqID)
+// create creates msg in space sp, with the requestId reqID and the
+// client-assigned id clientID unless empty, and returns the message's
+// name.
+func (p *Platform) create(ctx context.Context, sp string, msg outgoing, reqID, clientID string) (string, error) {
+	out, err := p.createMessage(ctx, sp, msg, reqID, clientID)
 	return out.Name, err
 }
 
-// createMessage creates msg in space sp, with the requestId reqID unless
-// empty, and returns the message (the one an earlier create with reqID
-// made, as it is now).
-func (p *Platform) createMessage(ctx context.Context, sp string, msg outgoing, reqID string) (created, error) {
+// createMessage creates msg in space sp, with the requestId reqID and
+// the client-assigned id (messageId) clientID unless empty, and returns
+// the message (the one an earlier create with reqID made, as it is
+// now).
+func (p *Platform) createMessage(ctx context.Context, sp string, msg outgoing, reqID, clientID string) (created, error) {
 	q := url.Values{}
 	if reqID != "" {
 		q.Set("requestId", reqID)
+	}
+	if clientID != "" {
+		q.Set("messageId", clientID)
 	}
 	if msg.Thread != nil {
 		q.Set("messageReplyOption", "REPLY_MESSAGE_FALLBACK_TO_NEW_THREAD")
@@ -196,14 +234,13 @@ func (p *Platform) Edit(ctx context.Context, req *deliveryv1.SendRequested) erro
 	// message would keep what it showed before (a stream's final edit
 	// lost). An edit cannot be several messages: the message shows the
 	// text cut to the limit (platform.Pieces), and the rest follows it in
-	// its thread, in messages of its own.
+	// its thread, in its follow-on messages (followID: a split send's
+	// later pieces, or ones made for an edit); those the text no longer
+	// needs are deleted.
 	pieces := platform.Pieces(text, chunk.Limit{Max: maxText, Measure: chunk.Runes})
 	var out created
 	if err := p.api.Do(ctx, http.MethodPatch, p.base+"/v1/"+id+"?updateMask=text", outgoing{Text: pieces[0]}, &out); err != nil {
 		return err
-	}
-	if len(pieces) == 1 {
-		return nil
 	}
 	sp, _ := space(req.GetTarget())
 	thread := out.Thread
@@ -218,16 +255,39 @@ func (p *Platform) Edit(ctx context.Context, req *deliveryv1.SendRequested) erro
 			return fmt.Errorf("the rest of the edit of %s: %w", id, err)
 		}
 	}
+	if err := p.dropFollowing(ctx, sp, id, len(pieces)); err != nil {
+		return fmt.Errorf("the surplus messages after the edit of %s: %w", id, err)
+	}
 	return nil
 }
 
-// overflow makes message i after message id, which an edit over the
-// limit continues in, show msg: created once, under a requestId of the
-// edited message and i, so that every edit of it that overflows (a
-// stream's, each time it grows, a retry) shows its rest in the same
-// message, patched when it showed another.
+// overflow makes follow-on message i of message id (followID), which an
+// edit over the limit continues in, show msg: patched when it shows
+// another text (a piece of the send that posted id, an earlier edit's
+// rest), else created, once, under a requestId of the edited message
+// and i, so that every edit of it that overflows (a stream's, each time
+// it grows, a retry) shows its rest in the same message. Where Chat
+// keeps the follow-on's id for a message deleted before (an edit that
+// shrank it), the follow-on is created without it: the requestId
+// still makes it one message, but a later edit cannot find it to
+// delete it.
 func (p *Platform) overflow(ctx context.Context, sp, id string, i int, msg outgoing) error {
-	out, err := p.createMessage(ctx, sp, msg, requestID(id+"\x00overflow\x00"+strconv.Itoa(i)))
+	name := sp + "/messages/" + followID(id, i)
+	var cur created
+	err := p.api.Do(ctx, http.MethodGet, p.base+"/v1/"+name, nil, &cur)
+	switch {
+	case err == nil && cur.Text == msg.Text:
+		return nil
+	case err == nil:
+		return p.api.Do(ctx, http.MethodPatch, p.base+"/v1/"+name+"?updateMask=text", outgoing{Text: msg.Text}, nil)
+	case !apiStatus(err, http.StatusNotFound):
+		return err
+	}
+	reqID := requestID(id + "\x00overflow\x00" + strconv.Itoa(i))
+	out, err := p.createMessage(ctx, sp, msg, reqID, followID(id, i))
+	if apiStatus(err, http.StatusConflict) {
+		out, err = p.createMessage(ctx, sp, msg, reqID, "")
+	}
 	if err != nil || out.Text == msg.Text {
 		return err
 	}
@@ -235,6 +295,34 @@ func (p *Platform) overflow(ctx context.Context, sp, id string, i int, msg outgo
 		return fmt.Errorf("chat api answered a create with the message name %q", out.Name)
 	}
 	return p.api.Do(ctx, http.MethodPatch, p.base+"/v1/"+out.Name+"?updateMask=text", outgoing{Text: msg.Text}, nil)
+}
+
+// dropFollowing deletes the follow-on messages of message id from the
+// from-th on (a send's later pieces, an earlier edit's rest), which an
+// edit that now fits fewer messages leaves with stale text: follow-ons
+// are made in order, so the first one missing ends them.
+func (p *Platform) dropFollowing(ctx context.Context, sp, id string, from int) error {
+	for i := from; i < from+maxFollow; i++ {
+		name := sp + "/messages/" + followID(id, i)
+		err := p.api.Do(ctx, http.MethodGet, p.base+"/v1/"+name, nil, &created{})
+		if apiStatus(err, http.StatusNotFound) {
+			return nil
+		}
+		if err == nil {
+			err = p.api.Do(ctx, http.MethodDelete, p.base+"/v1/"+name, nil, nil)
+		}
+		if err != nil && !apiStatus(err, http.StatusNotFound) {
+			return err
+		}
+	}
+	return nil
+}
+
+// apiStatus reports whether err is the Chat API's answer with HTTP
+// status code.
+func apiStatus(err error, code int) bool {
+	var e *APIError
+	return errors.As(err, &e) && e.HTTPStatus == code
 }
 
 // Delete removes one of the app's messages (messages.delete).

@@ -3,7 +3,8 @@
 // of the fake's own RSA key), Google's OAuth token endpoint (the JWT
 // bearer grant, the assertion checked against the service account key
 // the fake issued), the Chat REST API an app sends through
-// (spaces.messages create with requestId and threads, patch, delete;
+// (spaces.messages create with requestId, messageId and threads, get,
+// patch, delete, by system or client-assigned name;
 // media download; the bearer token checked on each), and Google Chat's
 // side of the app's HTTP endpoint: interaction events with a signed
 // bearer token, posted to the gateway. Failures can be injected (429 with
@@ -71,8 +72,11 @@ type Message struct {
 	Text      string
 	Thread    string // the thread it was posted in
 	RequestID string
-	Edits     int
-	Deleted   bool
+	// ClientID is the client-assigned id it was created with (messageId,
+	// "client-…"), which names it too: spaces/…/messages/client-….
+	ClientID string
+	Edits    int
+	Deleted  bool
 }
 
 // Failure is answered instead of the next create.
@@ -100,6 +104,7 @@ func New(t testing.TB) *Fake {
 	mux.HandleFunc("GET /jwks", f.jwks)
 	mux.HandleFunc("POST /token", f.token)
 	mux.HandleFunc("POST /v1/spaces/{space}/messages", f.create)
+	mux.HandleFunc("GET /v1/spaces/{space}/messages/{msg}", f.get)
 	mux.HandleFunc("PATCH /v1/spaces/{space}/messages/{msg}", f.patch)
 	mux.HandleFunc("DELETE /v1/spaces/{space}/messages/{msg}", f.delete)
 	mux.HandleFunc("GET /v1/media/", f.media)
@@ -272,6 +277,20 @@ func (f *Fake) create(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, f.wire(m))
 		return
 	}
+	clientID := r.URL.Query().Get("messageId")
+	if clientID != "" {
+		if !validClientID(clientID) {
+			apiError(w, http.StatusBadRequest, "INVALID_ARGUMENT", "Invalid message ID.")
+			return
+		}
+		// Unique in the space; taken as kept by a deleted message too.
+		for _, m := range f.msgs[space] {
+			if m.ClientID == clientID {
+				apiError(w, http.StatusConflict, "ALREADY_EXISTS", "Message ID already exists in the space.")
+				return
+			}
+		}
+	}
 	thread := ""
 	if body.Thread != nil && body.Thread.Name != "" {
 		if !strings.HasPrefix(body.Thread.Name, space+"/threads/") {
@@ -289,7 +308,7 @@ func (f *Fake) create(w http.ResponseWriter, r *http.Request) {
 	if thread == "" {
 		thread = space + "/threads/t" + id
 	}
-	m := &Message{Name: space + "/messages/m" + id, Space: space, Text: body.Text, Thread: thread, RequestID: reqID}
+	m := &Message{Name: space + "/messages/m" + id, Space: space, Text: body.Text, Thread: thread, RequestID: reqID, ClientID: clientID}
 	f.msgs[space] = append(f.msgs[space], m)
 	if reqID != "" {
 		f.requests[reqID] = m
@@ -297,19 +316,54 @@ func (f *Fake) create(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, f.wire(m))
 }
 
-func (f *Fake) wire(m *Message) map[string]any {
-	return map[string]any{"name": m.Name, "text": m.Text, "thread": map[string]any{"name": m.Thread},
-		"sender": map[string]any{"name": "users/app", "type": "BOT"}, "createTime": time.Now().UTC().Format(time.RFC3339Nano)}
+// validClientID reports whether id is a client-assigned message id:
+// "client-", then lowercase letters, digits and hyphens, 63 at most.
+func validClientID(id string) bool {
+	if !strings.HasPrefix(id, "client-") || len(id) > 63 {
+		return false
+	}
+	for _, c := range id {
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
+			return false
+		}
+	}
+	return true
 }
 
+func (f *Fake) wire(m *Message) map[string]any {
+	w := map[string]any{"name": m.Name, "text": m.Text, "thread": map[string]any{"name": m.Thread},
+		"sender": map[string]any{"name": "users/app", "type": "BOT"}, "createTime": time.Now().UTC().Format(time.RFC3339Nano)}
+	if m.ClientID != "" {
+		w["clientAssignedMessageId"] = m.ClientID
+	}
+	return w
+}
+
+// find is the message the request's path names, by its system name or
+// its client-assigned one; nil when there is none or it was deleted.
 func (f *Fake) find(r *http.Request) *Message {
-	name := "spaces/" + r.PathValue("space") + "/messages/" + r.PathValue("msg")
+	msg := r.PathValue("msg")
+	name := "spaces/" + r.PathValue("space") + "/messages/" + msg
 	for _, m := range f.msgs["spaces/"+r.PathValue("space")] {
-		if m.Name == name && !m.Deleted {
+		if (m.Name == name || m.ClientID != "" && m.ClientID == msg) && !m.Deleted {
 			return m
 		}
 	}
 	return nil
+}
+
+func (f *Fake) get(w http.ResponseWriter, r *http.Request) {
+	if !f.authorized(w, r) {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	m := f.find(r)
+	if m == nil {
+		apiError(w, http.StatusNotFound, "NOT_FOUND", "Message not found.")
+		return
+	}
+	writeJSON(w, http.StatusOK, f.wire(m))
 }
 
 func (f *Fake) patch(w http.ResponseWriter, r *http.Request) {
