@@ -550,21 +550,21 @@ func TestDeliverTargets(t *testing.T) {
 func TestRunTicks(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	e.create(t, cron.NewJob{Prompt: "hourly", Schedule: "every 1h"})
+	j := e.create(t, cron.NewJob{Prompt: "hourly", Schedule: "every 1h"})
 	e.clock.Set(t0.Add(time.Hour))
 	s := e.scheduler(t, func(c *scheduler.Config) { c.Tick = time.Second })
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- s.Run(ctx) }()
-	wait := func(n uint64) {
+	// A run is in the stream a moment before its job records it (the
+	// publish's acknowledgement, then the commit that holds the job): the
+	// end below must come after that record, or it ends nothing and the
+	// run holds the job past the next one.
+	wait := func(n int) {
 		t.Helper()
-		deadline := time.Now().Add(5 * time.Second)
-		for e.published(t) < n {
-			if time.Now().After(deadline) {
-				t.Fatalf("%d runs published, want %d", e.published(t), n)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+		waitFor(t, fmt.Sprintf("run %d published and recorded on its job", n), func() bool {
+			return e.published(t) >= uint64(n) && e.job(t, j.ID).RepeatCompleted >= n
+		})
 	}
 	wait(1)
 	e.ended(t)
@@ -581,6 +581,25 @@ func TestRunTicks(t *testing.T) {
 	}
 	if n := e.published(t); n != 2 {
 		t.Errorf("%d runs, want 2", n)
+	}
+}
+
+// waitBound bounds a test's wait for something another goroutine (Run's
+// ticks) or process (NATS) does. It is not a guess at how long that takes,
+// which under load (-race, -cpu 1, other packages' tests beside) may be
+// seconds for what takes milliseconds alone: the waits end as soon as it
+// is done.
+const waitBound = time.Minute
+
+// waitFor polls cond until it holds, at most waitBound.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(waitBound)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited %v in vain for %s", waitBound, what)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 
