@@ -576,7 +576,7 @@ func TestRunTicks(t *testing.T) {
 		if err != nil {
 			t.Errorf("Run: %v", err)
 		}
-	case <-time.After(5 * time.Second):
+	case <-time.After(waitBound):
 		t.Fatal("Run did not stop")
 	}
 	if n := e.published(t); n != 2 {
@@ -1003,14 +1003,13 @@ func TestPanicWhileFiring(t *testing.T) {
 			done := make(chan error, 1)
 			go func() { done <- s.Run(runCtx) }()
 			platformtest.NextEvent(t, evs) // fine's run (and boom's, for a commit that panics after its publish)
-			deadline := time.Now().Add(5 * time.Second)
-			for telemetrytest.Value(t, "switchboard_panics_total", map[string]string{"component": "cron_fire"}) < panicsBefore+2 {
-				if time.Now().After(deadline) {
-					t.Fatal("no second panic recovered: Run stopped ticking")
+			waitFor(t, "a second panic recovered (Run ticking on)", func() bool {
+				if telemetrytest.Value(t, "switchboard_panics_total", map[string]string{"component": "cron_fire"}) >= panicsBefore+2 {
+					return true
 				}
-				time.Sleep(20 * time.Millisecond)
 				e.clock.Set(e.clock.Now().Add(500 * time.Millisecond)) // past the delay after a failure
-			}
+				return false
+			})
 			select {
 			case err := <-done:
 				t.Fatalf("Run ended on a panic: %v", err)
@@ -1035,14 +1034,13 @@ func TestPanicWhileFiring(t *testing.T) {
 			broken = false
 			mu.Unlock()
 			want := cron.RunID(boom.ID, due, false)
-			deadline = time.Now().Add(5 * time.Second)
-			for e.job(t, boom.ID).LastRunID != want {
-				if time.Now().After(deadline) {
-					t.Fatalf("the job did not fire once fixed: %+v", e.job(t, boom.ID))
+			waitFor(t, "the job to fire once fixed", func() bool {
+				if e.job(t, boom.ID).LastRunID == want {
+					return true
 				}
-				time.Sleep(20 * time.Millisecond)
 				e.clock.Set(e.clock.Now().Add(500 * time.Millisecond))
-			}
+				return false
+			})
 			stop()
 			if err := <-done; err != nil {
 				t.Errorf("Run: %v", err)
@@ -1762,10 +1760,7 @@ func TestBurstBeyondMaxPerTick(t *testing.T) {
 		}
 		return true
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for (e.published(t) < 7 || !recorded()) && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitFor(t, "the 7 due runs published and recorded", func() bool { return e.published(t) >= 7 && recorded() })
 	cancel()
 	if err := <-done; err != nil {
 		t.Errorf("Run: %v", err)
