@@ -219,7 +219,7 @@ func TestChangeRacingARun(t *testing.T) {
 				done <- result{j, err}
 			}()
 			// Wait until the change waits for the claimed row.
-			for i := 0; ; i++ {
+			for deadline := time.Now().Add(time.Minute); ; {
 				var waiting bool
 				if err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
 					WHERE $1::int = ANY (pg_blocking_pids(pid)))`, claimer).Scan(&waiting); err != nil {
@@ -228,7 +228,7 @@ func TestChangeRacingARun(t *testing.T) {
 				if waiting {
 					break
 				}
-				if i > 500 {
+				if time.Now().After(deadline) {
 					t.Fatal("the change never waited for the claimed job")
 				}
 				time.Sleep(10 * time.Millisecond)

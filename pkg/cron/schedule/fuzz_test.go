@@ -13,7 +13,8 @@ import (
 // ErrInvalid; nothing panics.
 func FuzzParse(f *testing.F) {
 	for _, s := range []string{"30m", "in 2h", "every 2h", "every hour", "0 9 * * *", "*/5 * * * MON-FRI",
-		"2026-03-15T09:00:00", "2026-03-15T09:00:00+02:00", "1d", "every 0m", "60 * * * *", "@hourly", "T", "0 0 30 2 *"} {
+		"2026-03-15T09:00:00", "2026-03-15T09:00:00+02:00", "1d", "every 0m", "60 * * * *", "@hourly", "T", "0 0 30 2 *",
+		"every monday 9am", "weekdays at 9:30pm", "mon, wed and fri at noon", "every day at 13pm"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, in string) {

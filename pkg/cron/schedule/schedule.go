@@ -3,6 +3,9 @@
 //
 //   - a one-shot delay: "30m", "2h", "1d", also "in 30m" (fires once);
 //   - an interval: "every 30m", "every 2h", "every day" (recurring);
+//   - days and a time of day: "every monday 9am", "every day at 9:30pm",
+//     "weekdays at 9am", "mon, wed at noon" (recurring: the cron
+//     expression of that time on those days);
 //   - a five-field cron expression: "0 9 * * *", "*/15 * * * MON-FRI";
 //   - an ISO timestamp: "2026-03-15T09:00:00" (fires once; without an
 //     offset it is read in the scheduler's time zone).
@@ -15,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -117,6 +121,17 @@ func Parse(text string, now time.Time, loc *time.Location) (Schedule, error) {
 		return Schedule{}, fmt.Errorf("%w: the schedule is not a short line of text", ErrInvalid)
 	}
 	lower := strings.ToLower(s)
+	// A day and time phrase, with or without "every", is the cron
+	// expression of that time on those days; any other "every" is an
+	// interval.
+	if expr, ok := naturalCron(strings.TrimPrefix(lower, "every ")); ok {
+		c, err := cronExpr(expr, loc)
+		if err != nil {
+			return Schedule{}, err
+		}
+		c.Display = s
+		return c, nil
+	}
 	if rest, ok := strings.CutPrefix(lower, "every "); ok {
 		n, err := duration(rest)
 		if err != nil {
@@ -160,6 +175,7 @@ func Parse(text string, now time.Time, loc *time.Location) (Schedule, error) {
 	return Schedule{}, fmt.Errorf("%w: %q. Use:\n"+
 		"  - One-shot delay: '30m', '2h', '1d' (fires once)\n"+
 		"  - Interval: 'every 30m', 'every 2h' (recurring)\n"+
+		"  - Weekly/daily: 'every monday 9am', 'weekdays at 9am' (recurring)\n"+
 		"  - Cron: '0 9 * * *' (cron expression)\n"+
 		"  - Timestamp: '2026-02-03T14:00:00' (one-shot at time)", ErrInvalid, s)
 }
@@ -190,6 +206,97 @@ func Load(kind, expr string, loc *time.Location) (Schedule, error) {
 		return cronExpr(expr, loc)
 	}
 	return Schedule{}, fmt.Errorf("%w: unknown kind %q", ErrInvalid, kind)
+}
+
+// The days of Hermes's day and time phrases, as cron's days of the week
+// (0 is Sunday): a weekday's name, or a keyword for several.
+var (
+	weekdayDow = map[string]string{
+		"sunday": "0", "sun": "0", "monday": "1", "mon": "1", "tuesday": "2", "tue": "2", "tues": "2",
+		"wednesday": "3", "wed": "3", "weds": "3", "thursday": "4", "thu": "4", "thur": "4", "thurs": "4",
+		"friday": "5", "fri": "5", "saturday": "6", "sat": "6",
+	}
+	daySpecDow = map[string]string{
+		"day": "*", "daily": "*", "everyday": "*", "weekday": "1-5", "weekdays": "1-5", "weekend": "0,6", "weekends": "0,6",
+	}
+	clockRe = regexp.MustCompile(`^(\d{1,2})(?::(\d{2}))?(am|pm)?$`)
+)
+
+// naturalCron reads a day and time phrase, lower case and without its
+// "every" (Hermes's _natural_every_to_cron): days ("monday", "mon, wed",
+// "monday and friday", "weekdays", "weekend", "day", "daily"), then an
+// optional "at", then a time of day ("9am", "9:30pm", "14:00", "7",
+// "noon", "midnight"), as a five-field cron expression. False: not such
+// a phrase ("30m", "day" without a time, "0 9 * * *").
+func naturalCron(rest string) (string, bool) {
+	tokens := strings.Fields(strings.ReplaceAll(rest, ",", " "))
+	if len(tokens) == 0 {
+		return "", false
+	}
+	dow, isSpec := daySpecDow[tokens[0]]
+	idx := 1
+	if !isSpec {
+		var days []string
+		idx = len(tokens)
+		for i, tok := range tokens {
+			if tok == "and" {
+				continue
+			}
+			d, ok := weekdayDow[tok]
+			if !ok {
+				idx = i
+				break
+			}
+			if !slices.Contains(days, d) {
+				days = append(days, d)
+			}
+		}
+		if len(days) == 0 {
+			return "", false
+		}
+		dow = strings.Join(days, ",")
+	}
+	clock := tokens[idx:]
+	if len(clock) > 0 && clock[0] == "at" {
+		clock = clock[1:]
+	}
+	hour, minute, ok := clockTime(strings.Join(clock, ""))
+	if !ok {
+		return "", false
+	}
+	return fmt.Sprintf("%d %d * * %s", minute, hour, dow), true
+}
+
+// clockTime reads "9am", "9:30pm", "14:00", "7" (an hour of 24),
+// "noon", "midday" or "midnight" as an hour and minute of 24 hours.
+func clockTime(t string) (hour, minute int, ok bool) {
+	switch t {
+	case "noon", "midday":
+		return 12, 0, true
+	case "midnight":
+		return 0, 0, true
+	}
+	m := clockRe.FindStringSubmatch(t)
+	if m == nil {
+		return 0, 0, false
+	}
+	hour, _ = strconv.Atoi(m[1])
+	if m[2] != "" {
+		minute, _ = strconv.Atoi(m[2])
+	}
+	if m[3] != "" {
+		if hour < 1 || hour > 12 {
+			return 0, 0, false
+		}
+		hour %= 12
+		if m[3] == "pm" {
+			hour += 12
+		}
+	}
+	if hour > 23 || minute > 59 {
+		return 0, 0, false
+	}
+	return hour, minute, true
 }
 
 func allCronFields(fields []string) bool {

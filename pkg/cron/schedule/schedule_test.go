@@ -88,6 +88,61 @@ func TestParse(t *testing.T) {
 	}
 }
 
+// TestParseDayAndTimePhrases: as Hermes's parse_schedule
+// (_natural_every_to_cron), days and a time of day, with or without
+// "every", are the cron expression of that time on those days, listed
+// as typed; days without a time, or a time no clock shows, are refused.
+func TestParseDayAndTimePhrases(t *testing.T) {
+	day := func(d, h, m int) time.Time { return time.Date(2026, 3, d, h, m, 0, 0, time.UTC) } // the 10th is a Tuesday
+	for _, c := range []struct {
+		in    string
+		loc   *time.Location
+		expr  string
+		first time.Time
+	}{
+		{"every monday 9am", nil, "0 9 * * 1", day(16, 9, 0)},
+		{"every day at 9:30pm", nil, "30 21 * * *", day(10, 21, 30)},
+		{"weekdays at 9am", nil, "0 9 * * 1-5", day(10, 9, 0)},
+		{"Every Mon, Wed and Fri at noon", nil, "0 12 * * 1,3,5", day(11, 12, 0)},
+		{"weekend midnight", nil, "0 0 * * 0,6", day(14, 0, 0)},
+		{"daily at 7", nil, "0 7 * * *", day(11, 7, 0)},
+		{"every sunday, sun at 12am", nil, "0 0 * * 0", day(15, 0, 0)},
+		{"every tuesday 14:05", nil, "5 14 * * 2", day(10, 14, 5)},
+		// 9:00 in Berlin is 8:00 UTC in March (CET).
+		{"every friday 9am", berlin, "0 9 * * 5", day(13, 8, 0)},
+	} {
+		t.Run(c.in, func(t *testing.T) {
+			s, err := schedule.Parse(c.in, now, c.loc)
+			if err != nil {
+				t.Fatalf("Parse: %v", err)
+			}
+			if s.Kind != schedule.Cron || s.Expr != c.expr || s.Display != strings.TrimSpace(c.in) {
+				t.Errorf("got %s %q %q, want cron %q listed as %q", s.Kind, s.Expr, s.Display, c.expr, c.in)
+			}
+			if got := s.First(now); !got.Equal(c.first) {
+				t.Errorf("first run %v, want %v", got, c.first)
+			}
+			l, err := schedule.Load(s.Kind, s.Expr, c.loc)
+			if err != nil || !l.First(now).Equal(c.first) {
+				t.Errorf("loaded back: %v, first run %v", err, l.First(now))
+			}
+		})
+	}
+	for in, want := range map[string]string{
+		"every day":   "every 1440m", // an interval, as before
+		"every 2 hrs": "every 120m",
+	} {
+		if s, err := schedule.Parse(in, now, nil); err != nil || s.Kind != schedule.Interval || s.Expr != want {
+			t.Errorf("Parse(%q) = %s %q, %v; want the interval %q", in, s.Kind, s.Expr, err, want)
+		}
+	}
+	for _, in := range []string{"every monday", "every monday 13pm", "every monday 9:75", "mondays 9am", "every weekday monday 9am", "at 9am"} {
+		if s, err := schedule.Parse(in, now, nil); !errors.Is(err, schedule.ErrInvalid) {
+			t.Errorf("Parse(%q) = %s %q, %v; want ErrInvalid", in, s.Kind, s.Expr, err)
+		}
+	}
+}
+
 func TestParseRefuses(t *testing.T) {
 	cases := map[string]string{
 		"":                                     "empty",

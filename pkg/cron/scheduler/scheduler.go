@@ -32,6 +32,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -831,16 +832,21 @@ func (s *Scheduler) run(ctx context.Context, j *cron.Job, due time.Time, eventID
 
 // route is where a run's answer goes: the origin chat, nowhere (local),
 // or the deliver target resolved now (a home channel chosen since the
-// job was made counts).
+// job was made counts). A bare platform that is the origin's is the
+// origin chat, not that platform's home channel, as Hermes's
+// _resolve_single_delivery_target: "telegram" from a Telegram chat
+// answers in that chat.
 func (s *Scheduler) route(ctx context.Context, j *cron.Job) (*eventsv1.ReplyRoute, error) {
-	switch j.Deliver {
-	case cron.DeliverLocal:
+	o := j.Origin
+	switch {
+	case j.Deliver == cron.DeliverLocal:
 		return &eventsv1.ReplyRoute{}, nil
-	case cron.DeliverOrigin:
-		o := j.Origin
+	case j.Deliver == cron.DeliverOrigin:
 		if o.Platform == "" || o.ChatID == "" {
 			return nil, fmt.Errorf("%w: the job has no origin chat", outbox.ErrBadTarget)
 		}
+		return &eventsv1.ReplyRoute{Platform: o.Platform, Account: o.Account, ChatId: o.ChatID, ThreadId: o.ThreadID}, nil
+	case o.Platform != "" && o.ChatID != "" && strings.EqualFold(j.Deliver, o.Platform):
 		return &eventsv1.ReplyRoute{Platform: o.Platform, Account: o.Account, ChatId: o.ChatID, ThreadId: o.ThreadID}, nil
 	}
 	t, err := s.resolve(ctx, j.Deliver)

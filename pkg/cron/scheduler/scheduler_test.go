@@ -545,26 +545,56 @@ func TestDeliverTargets(t *testing.T) {
 	}
 }
 
+// TestDeliverToTheOriginsPlatform: as Hermes's
+// _resolve_single_delivery_target, a deliver target that names only the
+// platform the job was made on answers in the chat (and thread) it was
+// made in, not in that platform's home channel (none here: the run was
+// blocked); another platform is its home channel, as ever.
+func TestDeliverToTheOriginsPlatform(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	evs := platformtest.InboundEvents(t, e.bus)
+	topic := cron.Origin{Platform: "telegram", Account: "default", ChatID: "-100123", ThreadID: "17585"}
+	same := e.create(t, cron.NewJob{Prompt: "s", Schedule: "11m", Deliver: "telegram"})
+	thread := e.create(t, cron.NewJob{Prompt: "t", Schedule: "11m", Deliver: "Telegram", Origin: topic})
+	other := e.create(t, cron.NewJob{Prompt: "o", Schedule: "11m", Deliver: "discord"})
+	e.clock.Set(t0.Add(11 * time.Minute))
+	if n := tick(t, e.scheduler(t, nil)); n != 3 {
+		t.Fatalf("fired %d, want 3 (job %+v)", n, e.job(t, same.ID))
+	}
+	routes := map[string]string{}
+	for range 3 {
+		ev := platformtest.NextEvent(t, evs)
+		rr := ev.GetReplyRoute()
+		routes[strings.SplitN(ev.GetEventId(), "_", 2)[0]] = rr.GetPlatform() + ":" + rr.GetAccount() + ":" + rr.GetChatId() + ":" + rr.GetThreadId()
+	}
+	for id, w := range map[string]string{same.ID: "telegram:default:99:", thread.ID: "telegram:default:-100123:17585", other.ID: "discord::555:"} {
+		if routes[id] != w {
+			t.Errorf("job %s routed to %q, want %q", id, routes[id], w)
+		}
+	}
+}
+
 // TestRunTicks: Run ticks at once, then every cron.tick, and returns nil
 // when its context ends.
 func TestRunTicks(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	e.create(t, cron.NewJob{Prompt: "hourly", Schedule: "every 1h"})
+	j := e.create(t, cron.NewJob{Prompt: "hourly", Schedule: "every 1h"})
 	e.clock.Set(t0.Add(time.Hour))
 	s := e.scheduler(t, func(c *scheduler.Config) { c.Tick = time.Second })
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- s.Run(ctx) }()
-	wait := func(n uint64) {
+	// A run is in the stream a moment before its job records it (the
+	// publish's acknowledgement, then the commit that holds the job): the
+	// end below must come after that record, or it ends nothing and the
+	// run holds the job past the next one.
+	wait := func(n int) {
 		t.Helper()
-		deadline := time.Now().Add(5 * time.Second)
-		for e.published(t) < n {
-			if time.Now().After(deadline) {
-				t.Fatalf("%d runs published, want %d", e.published(t), n)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+		waitFor(t, fmt.Sprintf("run %d published and recorded on its job", n), func() bool {
+			return e.published(t) >= uint64(n) && e.job(t, j.ID).RepeatCompleted >= n
+		})
 	}
 	wait(1)
 	e.ended(t)
@@ -576,11 +606,30 @@ func TestRunTicks(t *testing.T) {
 		if err != nil {
 			t.Errorf("Run: %v", err)
 		}
-	case <-time.After(5 * time.Second):
+	case <-time.After(waitBound):
 		t.Fatal("Run did not stop")
 	}
 	if n := e.published(t); n != 2 {
 		t.Errorf("%d runs, want 2", n)
+	}
+}
+
+// waitBound bounds a test's wait for something another goroutine (Run's
+// ticks) or process (NATS) does. It is not a guess at how long that takes,
+// which under load (-race, -cpu 1, other packages' tests beside) may be
+// seconds for what takes milliseconds alone: the waits end as soon as it
+// is done.
+const waitBound = time.Minute
+
+// waitFor polls cond until it holds, at most waitBound.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(waitBound)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited %v in vain for %s", waitBound, what)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 
@@ -984,14 +1033,13 @@ func TestPanicWhileFiring(t *testing.T) {
 			done := make(chan error, 1)
 			go func() { done <- s.Run(runCtx) }()
 			platformtest.NextEvent(t, evs) // fine's run (and boom's, for a commit that panics after its publish)
-			deadline := time.Now().Add(5 * time.Second)
-			for telemetrytest.Value(t, "switchboard_panics_total", map[string]string{"component": "cron_fire"}) < panicsBefore+2 {
-				if time.Now().After(deadline) {
-					t.Fatal("no second panic recovered: Run stopped ticking")
+			waitFor(t, "a second panic recovered (Run ticking on)", func() bool {
+				if telemetrytest.Value(t, "switchboard_panics_total", map[string]string{"component": "cron_fire"}) >= panicsBefore+2 {
+					return true
 				}
-				time.Sleep(20 * time.Millisecond)
 				e.clock.Set(e.clock.Now().Add(500 * time.Millisecond)) // past the delay after a failure
-			}
+				return false
+			})
 			select {
 			case err := <-done:
 				t.Fatalf("Run ended on a panic: %v", err)
@@ -1016,14 +1064,13 @@ func TestPanicWhileFiring(t *testing.T) {
 			broken = false
 			mu.Unlock()
 			want := cron.RunID(boom.ID, due, false)
-			deadline = time.Now().Add(5 * time.Second)
-			for e.job(t, boom.ID).LastRunID != want {
-				if time.Now().After(deadline) {
-					t.Fatalf("the job did not fire once fixed: %+v", e.job(t, boom.ID))
+			waitFor(t, "the job to fire once fixed", func() bool {
+				if e.job(t, boom.ID).LastRunID == want {
+					return true
 				}
-				time.Sleep(20 * time.Millisecond)
 				e.clock.Set(e.clock.Now().Add(500 * time.Millisecond))
-			}
+				return false
+			})
 			stop()
 			if err := <-done; err != nil {
 				t.Errorf("Run: %v", err)
@@ -1743,10 +1790,7 @@ func TestBurstBeyondMaxPerTick(t *testing.T) {
 		}
 		return true
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for (e.published(t) < 7 || !recorded()) && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitFor(t, "the 7 due runs published and recorded", func() bool { return e.published(t) >= 7 && recorded() })
 	cancel()
 	if err := <-done; err != nil {
 		t.Errorf("Run: %v", err)
@@ -1994,7 +2038,7 @@ func TestRetryAfterTheDedupeWindow(t *testing.T) {
 			if tc.ended && !e.end(t, run, due.Add(20*time.Second)) {
 				t.Fatal("the end of the run not yet recorded did not apply")
 			}
-			time.Sleep(window + 200*time.Millisecond)
+			dedupeLapsed(t, e.bus)
 			e.clock.Set(due.Add(time.Minute))
 			if n := tick(t, e.scheduler(t, nil)); n != 1 {
 				t.Fatalf("the retry fired %d", n)
@@ -2007,6 +2051,41 @@ func TestRetryAfterTheDedupeWindow(t *testing.T) {
 				t.Errorf("after the retry: last run %q (%s), %d runs, in flight %q", got.LastRunID, got.LastStatus, got.RepeatCompleted, got.RunningRunID)
 			}
 		})
+	}
+}
+
+// dedupeLapsed waits until the inbound stream of b has forgotten every
+// message id published to it so far. The server forgets them by a timer,
+// a dedupe window after it stored the first of them, or later when it is
+// slow to run the timer (under load): a sleep of the window and a margin
+// assumed it on time. A probe id, published now and then again until the
+// stream takes it as new, tells, since the server forgets ids in the
+// order it stored them. The probe's two messages are deleted again.
+func dedupeLapsed(t *testing.T, b *bus.Bus) {
+	t.Helper()
+	ctx := context.Background()
+	js := b.JetStream()
+	st, err := js.Stream(ctx, b.Topology().Stream(bus.StreamInbound))
+	if err != nil {
+		t.Fatal(err)
+	}
+	subject, probe := b.Topology().InboundPartitionSubject(0), "dedupe-probe"
+	first, err := js.Publish(ctx, subject, nil, jetstream.WithMsgID(probe))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var again *jetstream.PubAck
+	waitFor(t, "the inbound stream to forget its message ids", func() bool {
+		again, err = js.Publish(ctx, subject, nil, jetstream.WithMsgID(probe))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return !again.Duplicate
+	})
+	for _, seq := range []uint64{first.Sequence, again.Sequence} {
+		if err := st.DeleteMsg(ctx, seq); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 

@@ -32,10 +32,10 @@ const cronjobParameters = `{"type":"object","properties":{
 "action":{"type":"string","description":"One of: create, list, update, pause, resume, remove, run. When action=create, the 'schedule' and 'prompt' fields are REQUIRED."},
 "job_id":{"type":"string","description":"Required for update/pause/resume/remove/run: the job's id (or its name)."},
 "prompt":{"type":"string","description":"For create: the full self-contained prompt the job runs."},
-"schedule":{"type":"string","description":"REQUIRED for create. Schedule forms: (1) one-shot delay — '30m', '2h', '1d' or 'in 30m' (fires ONCE that far from now; use this for 'remind me in N minutes' — do NOT hand-compute an absolute timestamp); (2) recurring interval — 'every 30m', 'every 2h'; (3) cron syntax — '0 9 * * *' (daily 9am); (4) absolute one-shot — ISO timestamp '2026-06-01T09:00:00'."},
+"schedule":{"type":"string","description":"REQUIRED for create. Schedule forms: (1) one-shot delay — '30m', '2h', '1d' or 'in 30m' (fires ONCE that far from now; use this for 'remind me in N minutes' — do NOT hand-compute an absolute timestamp); (2) recurring interval — 'every 30m', 'every 2h'; (2b) recurring days and time — 'every monday 9am', 'weekdays at 9am', 'every day at 9:30pm'; (3) cron syntax — '0 9 * * *' (daily 9am); (4) absolute one-shot — ISO timestamp '2026-06-01T09:00:00'."},
 "name":{"type":"string","description":"Optional human-friendly name"},
 "repeat":{"type":"integer","description":"Optional repeat count. Omit for defaults (once for one-shot, forever for recurring)."},
-"deliver":{"type":"string","description":"Where the job's output is POSTED as a one-way message (the job itself always runs in a fresh session with no chat context). Omit to address the chat this job was created from ('origin'). Otherwise: 'local' (no delivery), a platform name such as 'telegram' (its home channel), 'platform:chat_id', 'platform:chat_id:thread_id' or 'platform:#channel-name'."},
+"deliver":{"type":"string","description":"Where the job's output is POSTED as a one-way message (the job itself always runs in a fresh session with no chat context). Omit to address the chat this job was created from ('origin'). Otherwise: 'local' (no delivery), a platform name such as 'telegram' (this chat when it is on that platform, else the platform's home channel), 'platform:chat_id', 'platform:chat_id:thread_id' or 'platform:#channel-name'."},
 "include_disabled":{"type":"boolean","description":"For list: also list paused and completed jobs."}
 },"required":["action"]}`
 
