@@ -41,6 +41,7 @@ import (
 	adminv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/admin/v1"
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	repliesv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/replies/v1"
+	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
 	"github.com/switchboard-chat/switchboard/pkg/loopback"
 	"github.com/switchboard-chat/switchboard/pkg/pairing"
 	"github.com/switchboard-chat/switchboard/pkg/panics"
@@ -400,16 +401,23 @@ func (s *Service) GetSession(ctx context.Context, req *adminv1.GetSessionRequest
 	return &adminv1.GetSessionResponse{Session: toProto(counted[0])}, nil
 }
 
-// ResetSession starts a new conversation under the key. A running turn is
-// fenced off by the new generation. The API requests whose waiting
+// ResetSession starts a new conversation under the key. It stops the
+// session's running turn, as the router's /new does: a stop control to
+// whichever turn runs there (stopTurn), and the new generation fences
+// off what the stopped turn still writes. The API requests whose waiting
 // messages it drops are answered with an "interrupted" error, as the
-// router's /new answers them, before the reset commits: answers that
-// cannot go out fail the reset, which then changes nothing.
+// router's /new answers them. Both go out before the reset commits (a
+// turn start landing meanwhile waits for it and finds the queue
+// dropped): a stop or an answer that cannot go out fails the reset,
+// which then changes nothing.
 func (s *Service) ResetSession(ctx context.Context, req *adminv1.ResetSessionRequest) (*adminv1.ResetSessionResponse, error) {
 	if req.GetSessionKey() == "" {
 		return nil, status.Error(codes.InvalidArgument, "session_key is required")
 	}
 	sess, err := s.sessions.ResetAnswering(ctx, req.GetSessionKey(), "admin", func(ctx context.Context, sess sessionstore.Session, dropped []sessionstore.Queued) error {
+		if err := s.stopTurn(ctx, sess); err != nil {
+			return err
+		}
 		return s.answerDropped(ctx, sess, dropped)
 	})
 	if err != nil {
@@ -419,6 +427,28 @@ func (s *Service) ResetSession(ctx context.Context, req *adminv1.ResetSessionReq
 		return nil, err
 	}
 	return &adminv1.ResetSessionResponse{Session: toProto(sess)}, nil
+}
+
+// stopTurn asks the worker running a turn of the session reset to sess,
+// if one runs, to stop it: the router's /new sends the same control
+// (services/router forceUnlock) to whichever turn runs for the session.
+// The worker ends the turn at once and lets go of the session's lock.
+// Without a bus (Deps.Bus nil) the turn is only fenced off by the new
+// generation and runs to its end.
+func (s *Service) stopTurn(ctx context.Context, sess sessionstore.Session) error {
+	if s.bus == nil {
+		s.log.Warn("reset cannot stop a running turn (no bus): its writes are fenced off, it runs to its end", "session_key", sess.Key)
+		return nil
+	}
+	b, err := s.bus(ctx)
+	if err != nil {
+		return status.Errorf(codes.Unavailable, "stop the session's running turn: %v", err)
+	}
+	msg := &turnsv1.TurnControlRequested{SessionKey: sess.Key, Action: turnsv1.ControlAction_CONTROL_ACTION_STOP, EventId: "admin-reset:" + sess.ID}
+	if err := b.PublishCore(ctx, b.Topology().ControlSubject(sess.Key), msg); err != nil {
+		return status.Errorf(codes.Unavailable, "stop the session's running turn: %v", err)
+	}
+	return nil
 }
 
 // resetDroppedText explains an API request whose waiting message an

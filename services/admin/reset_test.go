@@ -14,6 +14,7 @@ import (
 	adminv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/admin/v1"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	repliesv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/replies/v1"
+	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
 	"github.com/switchboard-chat/switchboard/pkg/pg/pgtest"
 	"github.com/switchboard-chat/switchboard/pkg/sessionstore"
 )
@@ -116,6 +117,86 @@ func TestResetSessionAnswersTheAPIRequestsItDrops(t *testing.T) {
 			}
 			if len(got) != len(tt.answers) {
 				t.Errorf("answers to %d messages, want %d (the chat's gets none)", len(got), len(tt.answers))
+			}
+		})
+	}
+}
+
+// The admin API's reset stops the session's running turn, as the
+// router's /new does (a stop control on the session's control subject,
+// for whichever turn runs there, before the reset commits), instead of
+// only fencing the turn's writes off by the new generation: the turn
+// ends at once, its tools and model call cut short. When the stop
+// cannot go out (NATS unreachable) the reset fails and changes nothing.
+func TestResetSessionStopsTheRunningTurn(t *testing.T) {
+	t.Parallel()
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	for _, tt := range []struct {
+		name  string
+		bus   func(context.Context) (*bus.Bus, error)
+		reset bool // the reset is done, the turn stopped
+	}{
+		{"stopped", func(context.Context) (*bus.Bus, error) { return b, nil }, true},
+		{"NATS unreachable", func(context.Context) (*bus.Bus, error) { return nil, errors.New("nats: no servers available") }, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := context.Background()
+			db := pgtest.New(t)
+			store := sessionstore.New(db)
+			key := "agent:main:telegram:dm:" + tt.name
+			before, _, _, err := store.Arrive(ctx, key, "", &eventsv1.SessionSource{Platform: "telegram", ChatId: tt.name, ChatType: "dm", UserId: "u"}, "tg-1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			// As a worker running the session's turn listens.
+			var mu sync.Mutex
+			var got []*turnsv1.TurnControlRequested
+			sub, err := b.Conn().Subscribe(b.Topology().ControlSubject(key), func(m *nats.Msg) {
+				c := &turnsv1.TurnControlRequested{}
+				if err := proto.Unmarshal(m.Data, c); err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				got = append(got, c)
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = sub.Unsubscribe() }()
+			if err := b.Conn().Flush(); err != nil {
+				t.Fatal(err)
+			}
+
+			c, authed := serve(t, ctx, Config{}, Deps{DB: db, Bus: tt.bus})
+			reset, err := c.ResetSession(authed, &adminv1.ResetSessionRequest{SessionKey: key})
+			if (err == nil) != tt.reset {
+				t.Fatalf("reset: %v, want done %v", err, tt.reset)
+			}
+			after, err := store.Get(ctx, key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !tt.reset {
+				if after.ID != before.ID || after.Generation != before.Generation {
+					t.Errorf("a failed reset left session %s gen %d, want %s gen %d", after.ID, after.Generation, before.ID, before.Generation)
+				}
+				return
+			}
+			if reset.GetSession().GetGeneration() != before.Generation+1 {
+				t.Errorf("reset to generation %d, want %d", reset.GetSession().GetGeneration(), before.Generation+1)
+			}
+			// A control round trip after the reset: the stop, published
+			// before it, has reached the subscription by then.
+			if err := b.Conn().Flush(); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, "the stop", func() bool { mu.Lock(); defer mu.Unlock(); return len(got) > 0 })
+			mu.Lock()
+			defer mu.Unlock()
+			if len(got) != 1 || got[0].GetAction() != turnsv1.ControlAction_CONTROL_ACTION_STOP || got[0].GetSessionKey() != key || got[0].GetTurnId() != "" {
+				t.Errorf("controls %v, want one stop of the session's running turn", got)
 			}
 		})
 	}

@@ -417,6 +417,74 @@ func TestNoticeBeforeAnswerLeavesReplyToken(t *testing.T) {
 	}
 }
 
+// What a turn sends before its answer (tool progress lines, each a
+// message of its own on LINE, which cannot edit; the text the model said
+// before a call) is pushed and leaves the reply token to the final
+// answer, as the router's notices before an answer do: the answer goes
+// free, and reaches the chat when the channel's monthly push quota is
+// spent. The requests are delivery's: a progress line is one part, not
+// final; an answer longer than one send starts with parts that are not
+// final either, the first of which takes the token.
+func TestTurnLeavesReplyTokenToItsAnswer(t *testing.T) {
+	t.Parallel()
+	f := linefake.New(t)
+	h := start(t, f, testConfig(f))
+	part := func(turn, key, text string, index, count int32, final bool) *deliveryv1.SendRequested {
+		r := sendTo(alice, key, text)
+		r.TurnId, r.Final, r.ChunkIndex, r.ChunkCount = turn, final, index, count
+		return r
+	}
+	long := strings.TrimSpace(strings.Repeat("word ", 1200)) // two messages
+	for _, c := range []struct {
+		name       string
+		sends      []*deliveryv1.SendRequested
+		quotaSpent bool
+		want       []string // how each send went
+	}{
+		{"a tool progress line, then the answer", []*deliveryv1.SendRequested{
+			part("t1", "t1:1:tp:0", `💻 terminal: "ls"`, 0, 1, false),
+			part("t1", "t1:2:0", "the answer", 0, 1, true),
+		}, false, []string{"push", "reply"}},
+		{"text before a call, two progress lines, then the answer", []*deliveryv1.SendRequested{
+			part("t2", "t2:1:0", "Let me look.", 0, 1, false),
+			part("t2", "t2:2:tp:0", `🔍 web_search: "tea"`, 0, 1, false),
+			part("t2", "t2:3:tp:0", `📖 read_file: "notes.md"`, 0, 1, false),
+			part("t2", "t2:4:0", "the answer", 0, 1, true),
+		}, false, []string{"push", "push", "push", "reply"}},
+		{"a progress line, push quota spent", []*deliveryv1.SendRequested{
+			part("t3", "t3:1:tp:0", `💻 terminal: "ls"`, 0, 1, false),
+			part("t3", "t3:2:0", "the answer", 0, 1, true),
+		}, true, []string{"reply"}},
+		{"a long answer's first part takes the token", []*deliveryv1.SendRequested{
+			part("t4", "t4:1:0", long, 0, 2, false),
+			part("t4", "t4:1:1", "the rest", 1, 2, true),
+		}, false, []string{"reply", "reply", "push"}},
+	} {
+		before := len(f.Sent(alice))
+		h.post(t, f.Body(f.Event(linefake.Inbound{UserID: alice, Text: c.name})))
+		h.next(t)
+		for i, req := range c.sends {
+			if c.quotaSpent && i == 0 {
+				f.Fail(linefake.ErrMonthlyLimit)
+				if r := h.send(t, req); r.GetOk() || r.GetErrorClass() != deliveryv1.ErrorClass_ERROR_CLASS_PERMANENT {
+					t.Fatalf("%s: send %d receipt %v, want refused for good", c.name, i, r)
+				}
+				continue
+			}
+			if r := h.send(t, req); !r.GetOk() {
+				t.Fatalf("%s: send %d receipt %v", c.name, i, r)
+			}
+		}
+		var via []string
+		for _, m := range f.Sent(alice)[before:] {
+			via = append(via, m.Via)
+		}
+		if !slices.Equal(via, c.want) {
+			t.Errorf("%s: sent via %v, want %v", c.name, via, c.want)
+		}
+	}
+}
+
 // A reply LINE refuses with a 429 did not use its token: the retry
 // answers by reply, not by a metered push.
 func TestRateLimitedReplyKeepsToken(t *testing.T) {

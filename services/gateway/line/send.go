@@ -162,19 +162,22 @@ func (p *Platform) Send(ctx context.Context, req *deliveryv1.SendRequested) (str
 	return first, nil
 }
 
-// beforeAnswer reports whether req is a notice the router sends ahead of
-// a turn's answer (the home channel notice, a reset notice, a busy
-// acknowledgement): a message of the router's (turn id "home:…" or
-// "notice:…"), the last of its notice yet not final, since the answer is
-// still to come. It is pushed and leaves the chat's reply token to the
-// answer, as Hermes sends its home notice without the reply token: the
-// answer, up to five messages, goes free, and on a channel whose monthly
-// push quota is spent the answer still reaches the chat (the notice does
-// not). Taking the token, the notice left the answer to a push.
+// beforeAnswer reports whether req is a message sent ahead of an answer:
+// the last part of a message that is not final, since the answer is
+// still to come. These are the router's notices before a turn's answer
+// (the home channel notice, a reset notice, a busy acknowledgement) and
+// what a turn shows before its answer: its tool progress lines (on LINE,
+// which cannot edit, each line is a message of its own), the text the
+// model said before a call, an approval prompt. It is pushed and leaves
+// the chat's reply token to the answer, as Hermes sends its home notice
+// without the reply token: the answer, up to five messages, goes free,
+// and on a channel whose monthly push quota is spent the answer still
+// reaches the chat (what came before it does not). Taking the token, a
+// progress line left the answer to a push. The first part of an answer
+// longer than one send is not final either, but not its message's last:
+// it takes the token.
 func beforeAnswer(req *deliveryv1.SendRequested) bool {
-	turn := req.GetTurnId()
-	return !req.GetFinal() && req.GetChunkIndex() == req.GetChunkCount()-1 &&
-		(strings.HasPrefix(turn, "home:") || strings.HasPrefix(turn, "notice:"))
+	return !req.GetFinal() && req.GetChunkIndex() == req.GetChunkCount()-1
 }
 
 // sendCall posts one call's messages: the first call by reply when the
