@@ -42,14 +42,215 @@
     }
   }
 
+  // Markdown: an answer shows a safe subset of it — paragraphs, **bold**,
+  // *italic*, `code`, fenced code blocks, lists, and links whose address
+  // is http(s) — built as elements whose text is set as text: HTML in
+  // the model's text shows as the text it is and nothing in it runs; a
+  // link to any other scheme (javascript:) shows as the text it is.
+  function el(tag, cls) {
+    var e = document.createElement(tag);
+    if (cls) e.className = cls;
+    return e;
+  }
+  // safeURL is an http(s) address as the browser reads it, or null.
+  function safeURL(u) {
+    try {
+      var x = new URL(u);
+      return x.protocol === "http:" || x.protocol === "https:" ? x.href : null;
+    } catch (e) { return null; }
+  }
+  function link(href, host) {
+    var a = el("a");
+    a.href = href;
+    a.target = "_blank";
+    a.rel = "noopener noreferrer nofollow";
+    return host.appendChild(a);
+  }
+  var PUNCT = "!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~";
+  var LINK = /\[([^\]\n]*)\]\(\s*<?([^\s()<>]*)>?\s*\)/y;
+  var BARE = /https?:\/\/[^\s<>"'`]+/y;
+  function isSpace(c) { return c === undefined || /\s/.test(c); }
+  function isWord(c) { return c !== undefined && /[\p{L}\p{N}_]/u.test(c); }
+  // runAt is the length of the run of c at s[i].
+  function runAt(s, i, c) { var j = i; while (s[j] === c) j++; return j - i; }
+  // closing finds the delimiter d (of char c) that closes one opened
+  // before from: after text, not after a space; "_" not inside a word.
+  function closing(s, from, d, c) {
+    for (var j = s.indexOf(d, from); j >= 0; j = s.indexOf(d, j + 1)) {
+      if (j === from || isSpace(s[j - 1])) continue;
+      var n = runAt(s, j, c);
+      if (d.length === 1 && n === 2) { j++; continue; } // a ** inside *…*
+      if (n > d.length) j += n - d.length; // the run's last ones close
+      if (c === "_" && isWord(s[j + d.length])) continue;
+      return j;
+    }
+    return -1;
+  }
+  // inline adds the nodes of a paragraph's text s to host.
+  function inline(host, s, inLink) {
+    var buf = "";
+    function put(node) {
+      if (buf) host.appendChild(document.createTextNode(buf));
+      buf = "";
+      if (node) host.appendChild(node);
+    }
+    for (var i = 0; i < s.length;) {
+      var c = s[i], m, j;
+      if (c === "\\" && PUNCT.indexOf(s[i + 1]) >= 0 && i + 1 < s.length) { buf += s[i + 1]; i += 2; continue; }
+      if (c === "`") {
+        var n = runAt(s, i, "`");
+        for (j = s.indexOf("`", i + n); j >= 0 && runAt(s, j, "`") !== n; j = s.indexOf("`", j + runAt(s, j, "`")));
+        if (j < 0) { buf += s.slice(i, i + n); i += n; continue; }
+        var code = s.slice(i + n, j);
+        if (code.length > 2 && code[0] === " " && code[code.length - 1] === " ") code = code.slice(1, -1);
+        var ce = el("code");
+        ce.textContent = code;
+        put(ce);
+        i = j + n;
+        continue;
+      }
+      if (c === "[" && !inLink) {
+        LINK.lastIndex = i;
+        if ((m = LINK.exec(s))) {
+          var href = safeURL(m[2]);
+          if (href) {
+            put(null);
+            inline(link(href, host), m[1], true);
+          } else {
+            buf += m[0];
+          }
+          i += m[0].length;
+          continue;
+        }
+      }
+      if (c === "h" && !inLink && !isWord(s[i - 1])) {
+        BARE.lastIndex = i;
+        if ((m = BARE.exec(s))) {
+          var u = m[0].replace(/[.,;:!?'")\]]+$/, "");
+          if (u.indexOf("(") >= 0 && m[0].charAt(u.length) === ")") u += ")";
+          var bare = safeURL(u);
+          if (bare) {
+            put(null);
+            link(bare, host).textContent = u;
+            i += u.length;
+            continue;
+          }
+        }
+      }
+      if (c === "*" || c === "_") {
+        var d = s[i + 1] === c ? c + c : c;
+        if (!isSpace(s[i + d.length]) && !(c === "_" && isWord(s[i - 1]))) {
+          j = closing(s, i + d.length, d, c);
+          if (j > 0) {
+            var e = el(d.length === 2 ? "strong" : "em");
+            inline(e, s.slice(i + d.length, j), inLink);
+            put(e);
+            i = j + d.length;
+            continue;
+          }
+        }
+        buf += d;
+        i += d.length;
+        continue;
+      }
+      buf += c;
+      i++;
+    }
+    put(null);
+  }
+  // renderMarkdown replaces host's content with text's blocks:
+  // paragraphs (their line breaks kept), fenced code blocks (an unclosed
+  // one, still streaming, runs to the end), lists (nested by indent) and
+  // headings (shown bold).
+  function renderMarkdown(host, text) {
+    host.textContent = "";
+    var lines = text.split("\n");
+    var para = null; // { into, lines }: the text block being read
+    var lists = []; // open lists, outermost first: { indent, ordered, node, item }
+    var blank = false;
+    function flush() {
+      if (!para) return;
+      var into = para.into;
+      if (!into) into = host.appendChild(el("p"));
+      else if (into.childNodes.length) into = into.appendChild(el("p"));
+      inline(into, para.lines.join("\n"));
+      para = null;
+    }
+    for (var i = 0; i < lines.length; i++) {
+      var line = lines[i], m;
+      if ((m = /^([ \t]*)(`{3,}|~{3,})(.*)$/.exec(line)) && !(m[2][0] === "`" && m[3].indexOf("`") >= 0)) {
+        // A fence (indented too: a list item's code), its lines without
+        // the fence's indent.
+        flush();
+        lists = [];
+        var fence = m[2], cut = new RegExp("^[ \\t]{0," + m[1].length + "}"), code = [];
+        for (i++; i < lines.length; i++) {
+          var f = /^[ \t]*(`{3,}|~{3,})\s*$/.exec(lines[i]);
+          if (f && f[1][0] === fence[0] && f[1].length >= fence.length) break;
+          code.push(lines[i].replace(cut, ""));
+        }
+        var pre = host.appendChild(el("pre"));
+        pre.appendChild(el("code")).textContent = code.join("\n");
+        blank = false;
+        continue;
+      }
+      if (!line.trim()) { flush(); blank = true; continue; }
+      if ((m = /^(\s*)(?:([-*+])|(\d{1,9})[.)])\s+(.*)$/.exec(line))) {
+        flush();
+        var indent = m[1].replace(/\t/g, "    ").length, ordered = !m[2];
+        while (lists.length && indent < lists[lists.length - 1].indent) lists.pop();
+        var top = lists[lists.length - 1];
+        if (top && indent < top.indent + 2 && top.ordered !== ordered) {
+          lists.pop();
+          top = lists[lists.length - 1];
+        }
+        if (!top || indent >= top.indent + 2) {
+          var node = (top ? top.item : host).appendChild(el(ordered ? "ol" : "ul"));
+          if (ordered && m[3] !== "1") node.start = parseInt(m[3], 10);
+          top = { indent: indent, ordered: ordered, node: node, item: null };
+          lists.push(top);
+        }
+        top.item = top.node.appendChild(el("li"));
+        para = { into: top.item, lines: [m[4]] };
+        blank = false;
+        continue;
+      }
+      if ((m = /^ {0,3}#{1,6}\s+(.*?)(\s+#+)?\s*$/.exec(line))) {
+        flush();
+        lists = [];
+        inline(host.appendChild(el("p", "heading")).appendChild(el("strong")), m[1]);
+        blank = false;
+        continue;
+      }
+      if (lists.length && (!blank || /^\s/.test(line))) {
+        // The list item's text goes on (or, after a blank, its next paragraph).
+        var item = lists[lists.length - 1].item;
+        if (!para) para = { into: item, lines: [] };
+        para.lines.push(line.replace(/^\s+/, ""));
+      } else {
+        lists = [];
+        if (!para) para = { into: null, lines: [] };
+        para.lines.push(line);
+      }
+      blank = false;
+    }
+    flush();
+  }
+
   // atEnd: the log is scrolled to its end (near enough), so what comes
   // is followed; a reader who scrolled back stays where they read.
   function atEnd() { return log.scrollHeight - log.scrollTop - log.clientHeight < 40; }
+  // bubble shows a message: an answer's text as Markdown, others' as
+  // they are.
   function bubble(role, text) {
     var follow = role === "user" || atEnd();
-    var d = document.createElement("div");
-    d.className = "msg " + role;
-    d.textContent = text;
+    var d = el("div", "msg " + role);
+    if (/^assistant/.test(role)) {
+      d.md = d.appendChild(el("div", "md"));
+      renderMarkdown(d.md, text);
+    } else {
+      d.textContent = text;
+    }
     log.appendChild(d);
     if (follow) log.scrollTop = log.scrollHeight;
     return d;
@@ -197,7 +398,8 @@
     busy(true);
     try {
       for (var attempt = 0; ; attempt++) {
-        out.textContent = "";
+        var shown = "";
+        renderMarkdown(out.md, shown);
         var res, answer, wait = 0;
         try {
           var headers = { "Content-Type": "application/json", "X-Session-Id": p.session, "Idempotency-Key": p.key };
@@ -207,7 +409,8 @@
           if (res.ok) {
             answer = await readStream(res, function (piece) {
               var follow = atEnd();
-              out.textContent += piece;
+              shown += piece;
+              renderMarkdown(out.md, shown);
               if (follow) log.scrollTop = log.scrollHeight;
             });
           }

@@ -1,0 +1,78 @@
+package api
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+)
+
+// poller returns poll, which waits (up to 20 s) until a JavaScript
+// expression of boolean value holds in the page of ctx, or fails the
+// test naming what it waited for, with the page's bubbles.
+func poller(t *testing.T, ctx context.Context) func(what, expr string) {
+	return func(what, expr string) {
+		t.Helper()
+		if _, err := chromedp.Run(ctx, chromedp.Poll[bool](expr, chromedp.WithPollingTimeout(20*time.Second))); err != nil {
+			page, _ := chromedp.Run(ctx, chromedp.Evaluate[string](pageLog))
+			t.Fatalf("browser: %s: %v\npage: %s", what, err, page)
+		}
+	}
+}
+
+// markdownShape describes the first answer's elements: its paragraphs,
+// the text of its bold, italic, inline code, list items, code block and
+// links (with their hrefs), the script and image elements in the log,
+// whether a script ran, and whether the HTML and the javascript: link
+// show as the text they are.
+const markdownShape = `(() => {
+	const m = document.querySelector('.msg.assistant');
+	const q = s => Array.from(m.querySelectorAll(s)).map(e => e.textContent).join(",");
+	return [
+		"p=" + m.querySelectorAll("p").length,
+		"strong=" + q("strong"), "em=" + q("em"), "code=" + q("p code"),
+		"ul=" + q("ul > li"), "ol=" + q("ol > li"), "pre=" + q("pre > code"),
+		"a=" + Array.from(m.querySelectorAll("a")).map(a => a.textContent + " " + a.getAttribute("href")).join(","),
+		"elements=" + document.querySelectorAll("#log script, #log img, #log [onerror]").length,
+		"ran=" + String(window.pwned),
+		"html shown=" + m.textContent.includes('<script>window.pwned = 1</script><img src=x onerror="window.pwned = 2">'),
+		"link shown=" + m.textContent.includes("[click me](javascript:window.pwned=3)"),
+	].join(" | ");
+})()`
+
+// TestWebChatRendersMarkdown: an answer's Markdown shows as such —
+// paragraphs, bold, italic, inline code, a fenced code block, lists and
+// an http(s) link — built as elements from the text, so that HTML in the
+// model's text (a script, an image's onerror) shows as the text it is
+// and runs nothing, and a javascript: link is no link. The page showed
+// the Markdown's marks as plain text. A reload shows the kept answer the
+// same way.
+func TestWebChatRendersMarkdown(t *testing.T) {
+	browser, s, r := keylessWebChat(t)
+	r.mu.Lock()
+	r.answer = func(*eventsv1.MessageReceived, int) []string {
+		return []string{"Some **bold** and *italic* with `x < y`.\n\n", "- one\n- two\n\n", "1. first\n2. second\n\n",
+			"```go\nfmt.Println(\"<b>hi</b>\") // **not bold**\n```\n\n", "See [the docs](https://example.com/docs?a=1&b=2).\n\n",
+			"<script>window.pwned = 1</script><img src=x onerror=\"window.pwned = 2\">\n\n",
+			"[click me](javascript:window.pwned=3) [or me](JavaScript:window.pwned=4)"}
+	}
+	r.mu.Unlock()
+	ctx, step := headless(t, browser)
+	eval := evaluator(t, ctx)
+	poll := poller(t, ctx)
+	step("open", chromedp.Navigate("http://"+s.Addr()+"/"), chromedp.WaitVisible("#input"))
+	step("send", chromedp.SendKeys("#input", "format something"), chromedp.Click("#send"))
+	poll("the answer", `document.querySelectorAll('.msg.assistant:not(.pending)').length >= 1`)
+	want := `p=4 | strong=bold | em=italic | code=x < y | ul=one,two | ol=first,second | pre=fmt.Println("<b>hi</b>") // **not bold** | ` +
+		`a=the docs https://example.com/docs?a=1&b=2 | elements=0 | ran=undefined | html shown=true | link shown=true`
+	if got := eval(markdownShape); got != want {
+		t.Fatalf("answer\n%s\nwant\n%s", got, want)
+	}
+	step("reload", chromedp.Reload(), chromedp.WaitVisible("#input"))
+	if got := eval(markdownShape); got != want {
+		t.Fatalf("kept answer\n%s\nwant\n%s", got, want)
+	}
+}
