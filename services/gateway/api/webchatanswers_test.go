@@ -76,3 +76,32 @@ func TestWebChatRendersMarkdown(t *testing.T) {
 		t.Fatalf("kept answer\n%s\nwant\n%s", got, want)
 	}
 }
+
+// TestWebChatTypedNewClearsTheTranscript: /new typed in the box starts
+// a new conversation on the server, as the New chat button starts one;
+// once its answer confirms it, the old transcript is gone from the page
+// and from the kept one, as the button's, rather than shown on as if it
+// were the new conversation's. The conversation's id stays: the server
+// started the new one under it.
+func TestWebChatTypedNewClearsTheTranscript(t *testing.T) {
+	browser, s, r := keylessWebChat(t)
+	ctx, step := headless(t, browser)
+	eval := evaluator(t, ctx)
+	poll := poller(t, ctx)
+	step("open", chromedp.Navigate("http://"+s.Addr()+"/"), chromedp.WaitVisible("#input"))
+	step("send", chromedp.SendKeys("#input", "hello"), chromedp.Click("#send"))
+	poll("the answer", `document.querySelectorAll('.msg.assistant:not(.pending)').length >= 1 && !document.getElementById("send").disabled`)
+	session := eval(`localStorage.getItem("sb.session")`)
+	step("type /new", chromedp.SendKeys("#input", "/new"), chromedp.Click("#send"))
+	poll("the answer to /new", `Array.from(document.querySelectorAll('.msg.assistant:not(.pending)')).some(m => m.textContent === "echo: /new (turn 2)") && !document.getElementById("send").disabled`)
+	if got := eval(pageLog); got != "msg assistant: echo: /new (turn 2)" {
+		t.Fatalf("page after /new %q, want its answer alone", got)
+	}
+	step("reload", chromedp.Reload(), chromedp.WaitVisible("#input"))
+	if got := eval(pageLog + ` + " | session: " + localStorage.getItem("sb.session")`); got != "msg assistant: echo: /new (turn 2) | session: "+session {
+		t.Fatalf("page after a reload %q", got)
+	}
+	if chats := r.chatIDs(); len(chats) != 2 || chats[0] != session || chats[1] != session {
+		t.Fatalf("chats %q, want both in %s", chats, session)
+	}
+}

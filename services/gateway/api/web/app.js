@@ -384,6 +384,10 @@
       key: newKey(), session: session(),
       body: JSON.stringify({ model: "switchboard", stream: true, messages: [{ role: "user", content: content }] })
     };
+    // /new (or /reset, its alias, with or without a title) starts a new
+    // conversation under the same session id: once its answer confirms
+    // it, the transcript is cleared, as New chat clears it.
+    if (/^\/(new|reset)(@\S*)?(\s|$)/i.test(text)) p.reset = true;
     try { store.setItem("sb.pending", JSON.stringify(p)); } catch (e) { /* too big to keep (a picture): sent once */ }
     await ask(p);
   }
@@ -447,6 +451,12 @@
           // it since the question went out, or started a new chat.
           if (store.getItem("sb.session") === p.session) {
             var h = history();
+            if (p.reset) {
+              // The conversation shown ended: its answer starts the new one.
+              h = [];
+              log.textContent = "";
+              log.appendChild(out);
+            }
             h.push({ role: "assistant", content: answer });
             saveHistory(h);
           }
