@@ -2,12 +2,15 @@ package api
 
 import (
 	"context"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
 
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+	"github.com/switchboard-chat/switchboard/pkg/platform/platformtest"
 )
 
 // poller returns poll, which waits (up to 20 s) until a JavaScript
@@ -103,5 +106,47 @@ func TestWebChatTypedNewClearsTheTranscript(t *testing.T) {
 	}
 	if chats := r.chatIDs(); len(chats) != 2 || chats[0] != session || chats[1] != session {
 		t.Fatalf("chats %q, want both in %s", chats, session)
+	}
+}
+
+// TestWebChatKeepsAStoppedAnswersPart: the part of an answer that
+// streamed before Stop ended its turn stays, in the page and in the
+// kept transcript, marked as stopped; a reload showed the question
+// alone, what the user had read gone.
+func TestWebChatKeepsAStoppedAnswersPart(t *testing.T) {
+	browser, s, r := keylessWebChat(t)
+	gate := make(chan struct{})
+	var opened sync.Once
+	open := func() { opened.Do(func() { close(gate) }) }
+	defer open()
+	var held atomic.Bool
+	r.mu.Lock()
+	r.answer = func(*eventsv1.MessageReceived, int) []string { return []string{"The first part", " and more"} }
+	r.before = func(i int) {
+		if i == 1 && held.CompareAndSwap(false, true) {
+			<-gate // the first answer's rest, once Stop was pressed
+		}
+	}
+	r.mu.Unlock()
+	ctx, step := headless(t, browser)
+	eval := evaluator(t, ctx)
+	poll := poller(t, ctx)
+	step("open", chromedp.Navigate("http://"+s.Addr()+"/"), chromedp.WaitVisible("#input"))
+	step("send", chromedp.SendKeys("#input", "a long task"), chromedp.Click("#send"))
+	poll("the answer's first part", `(document.querySelector('.msg.assistant') || {}).textContent === "The first part"`)
+	step("stop", chromedp.Click("#stop"))
+	platformtest.WaitFor(t, "the /stop", func() bool { return len(r.received()) == 2 })
+	r.mu.Lock()
+	r.failure = "interrupted" // the worker answers the stopped request interrupted
+	r.mu.Unlock()
+	open()
+	poll("the stopped answer's end", `document.querySelectorAll('.msg.error').length >= 1 && !document.getElementById("send").disabled`)
+	const want = "msg user: a long task | msg assistant stopped: The first part and more⏹ stopped"
+	if got := eval(`Array.from(document.querySelectorAll('.msg:not(.error)')).map(m => m.className + ": " + m.textContent).join(" | ")`); got != want {
+		t.Errorf("page %q, want %q", got, want)
+	}
+	step("reload", chromedp.Reload(), chromedp.WaitVisible("#input"))
+	if got := eval(pageLog); got != want {
+		t.Errorf("page after a reload %q, want %q", got, want)
 	}
 }

@@ -255,7 +255,16 @@
     if (follow) log.scrollTop = log.scrollHeight;
     return d;
   }
-  history().forEach(function (m) { bubble(m.role, m.content); });
+  // stopped marks an answer whose turn ended before it was whole (Stop,
+  // a failure): the part shown is kept, and says so.
+  function stopped(d) {
+    d.classList.add("stopped");
+    d.appendChild(el("div", "note")).textContent = "⏹ stopped";
+  }
+  history().forEach(function (m) {
+    var d = bubble(m.role, m.content);
+    if (m.stopped) stopped(d);
+  });
 
   // current stops the answer on its way (an AbortController), if any;
   // currentSession is its conversation.
@@ -474,7 +483,18 @@
       }
     } catch (err) {
       if (ctl.signal.aborted) return; // New chat: nothing to show or keep
-      if (!err.keep) done(p);
+      if (!err.keep) {
+        done(p);
+        if (shown) {
+          // The part of the answer that was shown stays, marked.
+          stopped(out);
+          if (store.getItem("sb.session") === p.session) {
+            var kept = history();
+            kept.push({ role: "assistant", content: shown, stopped: true });
+            saveHistory(kept);
+          }
+        }
+      }
       bubble("error", String(err.message || err));
     } finally {
       out.classList.remove("pending");
