@@ -150,3 +150,43 @@ func TestWebChatKeepsAStoppedAnswersPart(t *testing.T) {
 		t.Errorf("page after a reload %q, want %q", got, want)
 	}
 }
+
+// TestWebChatShowsThePartStreamedBeforeAReload: a page reloaded while
+// an answer streams shows the part it had shown, still on its way,
+// rather than an empty bubble until the whole answer comes; the whole
+// answer then takes its place, once.
+func TestWebChatShowsThePartStreamedBeforeAReload(t *testing.T) {
+	browser, s, r := keylessWebChat(t)
+	gate := make(chan struct{})
+	var opened sync.Once
+	open := func() { opened.Do(func() { close(gate) }) }
+	defer open()
+	var held atomic.Bool
+	r.mu.Lock()
+	r.answer = func(*eventsv1.MessageReceived, int) []string {
+		return []string{"Part one, ", "part two, ", "part three."}
+	}
+	r.before = func(i int) {
+		if i == 2 && held.CompareAndSwap(false, true) {
+			<-gate
+		}
+	}
+	r.mu.Unlock()
+	ctx, step := headless(t, browser)
+	eval := evaluator(t, ctx)
+	poll := poller(t, ctx)
+	step("open", chromedp.Navigate("http://"+s.Addr()+"/"), chromedp.WaitVisible("#input"))
+	step("send", chromedp.SendKeys("#input", "tell me"), chromedp.Click("#send"))
+	const part = `(document.querySelector('.msg.assistant.pending') || {}).textContent === "Part one, part two, "`
+	poll("the answer's first part", part)
+	step("reload mid-answer", chromedp.Reload(), chromedp.WaitVisible("#input"))
+	poll("the first part after the reload", part)
+	open()
+	poll("the whole answer", `document.querySelectorAll('.msg.assistant:not(.pending)').length >= 1`)
+	if got := eval(pageLog); got != "msg user: tell me | msg assistant: Part one, part two, part three." {
+		t.Fatalf("page %q", got)
+	}
+	if n := len(r.received()); n != 1 {
+		t.Fatalf("%d messages published, want the one", n)
+	}
+}

@@ -376,6 +376,27 @@
     var q = pending();
     if (q && q.key === p.key) store.removeItem("sb.pending");
   }
+  // The part of the answer on its way shown so far is kept with its
+  // pending message (now and then, and as the page goes), so that a
+  // reload shows it until the answer comes: a retry of the message is
+  // given the answer as it is sent, not the text streamed before.
+  var part = null, partTimer = 0;
+  function keepPart() {
+    partTimer = 0;
+    if (!part) return;
+    var q = pending();
+    if (!q || q.key !== part.p.key || q.shown === part.text) return;
+    q.shown = part.text;
+    try { store.setItem("sb.pending", JSON.stringify(q)); } catch (e) { /* full: the answer shows when it comes */ }
+  }
+  function showPart(p, text) {
+    part = { p: p, text: text };
+    if (!partTimer) partTimer = setTimeout(keepPart, 250);
+  }
+  window.addEventListener("pagehide", keepPart);
+  document.addEventListener("visibilitychange", function () {
+    if (document.visibilityState === "hidden") keepPart();
+  });
   function sleep(ms) { return new Promise(function (ok) { setTimeout(ok, ms); }); }
 
   async function chat(text, pic) {
@@ -404,15 +425,17 @@
   // ask sends a pending message and shows its answer; a connection lost
   // before the answer is whole is tried again, with the same key.
   async function ask(p) {
-    var out = bubble("assistant pending", "");
+    // What a page reloaded mid-answer had shown of it shows until the
+    // answer comes (each attempt's text takes its place).
+    var shown = p.shown || "";
+    var out = bubble("assistant pending", shown);
     var ctl = new AbortController();
     current = ctl;
     currentSession = p.session;
     busy(true);
     try {
       for (var attempt = 0; ; attempt++) {
-        var shown = "";
-        renderMarkdown(out.md, shown);
+        var fresh = true;
         var res, answer, wait = 0;
         try {
           var headers = { "Content-Type": "application/json", "X-Session-Id": p.session, "Idempotency-Key": p.key };
@@ -422,10 +445,14 @@
           if (res.ok) {
             answer = await readStream(res, function (piece) {
               var follow = atEnd();
+              if (fresh) shown = "";
+              fresh = false;
               shown += piece;
               renderMarkdown(out.md, shown);
+              showPart(p, shown);
               if (follow) log.scrollTop = log.scrollHeight;
             });
+            if (fresh) renderMarkdown(out.md, shown = answer); // an empty answer
           }
         } catch (err) {
           if (!(err instanceof TypeError)) throw err; // the gateway's error
@@ -497,6 +524,10 @@
       }
       bubble("error", String(err.message || err));
     } finally {
+      if (part && part.p === p) {
+        keepPart(); // for a reload, if it is still pending
+        part = null;
+      }
       out.classList.remove("pending");
       if (!out.textContent) out.remove();
       if (current === ctl) {
