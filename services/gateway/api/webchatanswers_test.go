@@ -190,3 +190,33 @@ func TestWebChatShowsThePartStreamedBeforeAReload(t *testing.T) {
 		t.Fatalf("%d messages published, want the one", n)
 	}
 }
+
+// TestWebChatShowsToolProgress: the tool calls the stream shows
+// (hermes.tool.progress) show in the answer's bubble, a line each (the
+// tool's emoji and the call's label), running until they end; the page
+// skipped them, nothing on screen while a turn ran its tools. They are
+// kept with the answer. Internal tools and the end of a call never
+// started stay hidden, as the stream leaves them out.
+func TestWebChatShowsToolProgress(t *testing.T) {
+	browser, s, r := keylessWebChat(t)
+	shown, _ := toolTurn(r)
+	ctx, step := headless(t, browser)
+	eval := evaluator(t, ctx)
+	poll := poller(t, ctx)
+	step("open", chromedp.Navigate("http://"+s.Addr()+"/"), chromedp.WaitVisible("#input"))
+	step("send", chromedp.SendKeys("#input", "what time is it?"), chromedp.Click("#send"))
+	poll("the answer", `document.querySelectorAll('.msg.assistant:not(.pending)').length >= 1`)
+	const tools = `Array.from(document.querySelectorAll('.msg.assistant .tool')).map(e => e.className + ": " + e.textContent).join(" | ")`
+	const want = "tool done: 💻 date | tool done: ⚡ clock"
+	text := `Array.from(document.querySelectorAll('.msg.assistant p')).map(p => p.textContent).join("\n\n")`
+	if got := eval(tools); got != want {
+		t.Errorf("tool lines %q, want %q", got, want)
+	}
+	if got := eval(text); got != shown {
+		t.Errorf("answer %q, want %q", got, shown)
+	}
+	step("reload", chromedp.Reload(), chromedp.WaitVisible("#input"))
+	if got := eval(tools); got != want {
+		t.Errorf("kept tool lines %q, want %q", got, want)
+	}
+}

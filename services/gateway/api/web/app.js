@@ -261,8 +261,23 @@
     d.classList.add("stopped");
     d.appendChild(el("div", "note")).textContent = "⏹ stopped";
   }
+  // showTools shows an answer's tool calls, a line each above its text
+  // (the tool's emoji and the call's label): running, or done.
+  function showTools(d, tools) {
+    if (!tools.length) return;
+    if (!d.tools) d.tools = d.insertBefore(el("div", "tools"), d.md);
+    d.tools.textContent = "";
+    tools.forEach(function (t) {
+      d.tools.appendChild(el("div", "tool " + (t.done ? "done" : "running"))).textContent = t.text;
+    });
+  }
+  // keptTools is what the transcript keeps of an answer's tool calls.
+  function keptTools(tools) {
+    return tools.slice(-50).map(function (t) { return t.text; });
+  }
   history().forEach(function (m) {
     var d = bubble(m.role, m.content);
+    if (m.tools) showTools(d, m.tools.map(function (text) { return { text: text, done: true }; }));
     if (m.stopped) stopped(d);
   });
 
@@ -385,12 +400,13 @@
     partTimer = 0;
     if (!part) return;
     var q = pending();
-    if (!q || q.key !== part.p.key || q.shown === part.text) return;
+    if (!q || q.key !== part.p.key) return;
     q.shown = part.text;
+    q.tools = part.tools;
     try { store.setItem("sb.pending", JSON.stringify(q)); } catch (e) { /* full: the answer shows when it comes */ }
   }
-  function showPart(p, text) {
-    part = { p: p, text: text };
+  function showPart(p, text, tools) {
+    part = { p: p, text: text, tools: tools };
     if (!partTimer) partTimer = setTimeout(keepPart, 250);
   }
   window.addEventListener("pagehide", keepPart);
@@ -429,6 +445,9 @@
     // answer comes (each attempt's text takes its place).
     var shown = p.shown || "";
     var out = bubble("assistant pending", shown);
+    // tools are the turn's tool calls the stream showed: { id, text, done }.
+    var tools = p.tools || [];
+    showTools(out, tools);
     var ctl = new AbortController();
     current = ctl;
     currentSession = p.session;
@@ -449,7 +468,22 @@
               fresh = false;
               shown += piece;
               renderMarkdown(out.md, shown);
-              showPart(p, shown);
+              showPart(p, shown, tools);
+              if (follow) log.scrollTop = log.scrollHeight;
+            }, function (ev) {
+              // A tool call started (its emoji and label) or ended.
+              var follow = atEnd();
+              var id = String(ev.toolCallId || "");
+              var t = tools.filter(function (x) { return x.id === id; })[0];
+              if (ev.status === "running" && !t) {
+                tools.push({ id: id, text: (ev.emoji || "⚡") + " " + (ev.label || ev.tool || ""), done: false });
+              } else if (ev.status === "completed" && t) {
+                t.done = true;
+              } else {
+                return;
+              }
+              showTools(out, tools);
+              showPart(p, shown, tools);
               if (follow) log.scrollTop = log.scrollHeight;
             });
             if (fresh) renderMarkdown(out.md, shown = answer); // an empty answer
@@ -493,7 +527,9 @@
               log.textContent = "";
               log.appendChild(out);
             }
-            h.push({ role: "assistant", content: answer });
+            var a = { role: "assistant", content: answer };
+            if (tools.length) a.tools = keptTools(tools);
+            h.push(a);
             saveHistory(h);
           }
           return;
@@ -512,12 +548,12 @@
       if (ctl.signal.aborted) return; // New chat: nothing to show or keep
       if (!err.keep) {
         done(p);
-        if (shown) {
+        if (shown || tools.length) {
           // The part of the answer that was shown stays, marked.
           stopped(out);
           if (store.getItem("sb.session") === p.session) {
             var kept = history();
-            kept.push({ role: "assistant", content: shown, stopped: true });
+            kept.push({ role: "assistant", content: shown, stopped: true, tools: keptTools(tools) });
             saveHistory(kept);
           }
         }
@@ -538,12 +574,13 @@
   }
 
   // readStream parses OpenAI server-sent events and calls onText per
-  // delta; it returns the answer at data: [DONE], throws the gateway's
+  // delta and onTool per hermes.tool.progress event (a tool call's start
+  // or end); it returns the answer at data: [DONE], throws the gateway's
   // in-stream error, and throws a TypeError when the stream ends before
   // either (the connection was cut) or the gateway stopped waiting (its
   // error comes after a ": wait ended" comment; a turn that failed, with
   // the same code timeout perhaps, has none: that error is its answer).
-  async function readStream(res, onText) {
+  async function readStream(res, onText, onTool) {
     var reader = res.body.getReader();
     var decoder = new TextDecoder();
     var buf = "", all = "", waitEnded = false;
@@ -555,14 +592,16 @@
       while ((idx = buf.indexOf("\n\n")) >= 0) {
         var ev = buf.slice(0, idx);
         buf = buf.slice(idx + 2);
-        var lines = ev.split("\n");
+        var lines = ev.split("\n"), name = "";
         for (var i = 0; i < lines.length; i++) {
           var line = lines[i];
           if (line === ": wait ended") waitEnded = true;
+          if (line.indexOf("event:") === 0) name = line.slice(6).trim();
           if (line.indexOf("data:") !== 0) continue;
           var data = line.slice(5).trim();
           if (data === "[DONE]") return all;
           var msg = JSON.parse(data);
+          if (name === "hermes.tool.progress") { onTool(msg); continue; }
           if (msg.error && waitEnded) {
             // The wait ended, not the turn: asked again with the same
             // key, the gateway gives the answer when it comes.
