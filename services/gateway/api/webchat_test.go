@@ -587,7 +587,8 @@ func TestWebChatLetsTheReaderScrollBack(t *testing.T) {
 		for i := range readBack {
 			fmt.Fprintf(&b, "line %d\n", i)
 		}
-		return b.String()
+		// One paragraph: its last line break ends it.
+		return strings.TrimSuffix(b.String(), "\n")
 	}()))); err != nil {
 		t.Fatalf("browser: the answer's first part: %v", err)
 	}
@@ -687,8 +688,10 @@ func TestWebChatStopsTheAnswer(t *testing.T) {
 		t.Errorf("the stopped message is still pending: %s", p)
 	}
 	step("reload", chromedp.Reload(), chromedp.WaitVisible("#input"))
-	if got := eval(pageLog); got != "msg user: a long task" {
-		t.Errorf("page after a reload %q, want the question alone", got)
+	// What the answer showed before it stopped stays, marked
+	// (TestWebChatKeepsAStoppedAnswersPart).
+	if got := eval(pageLog); got != "msg user: a long task | msg assistant stopped: echo: a long task (turn 1)⏹ stopped" {
+		t.Errorf("page after a reload %q, want the question and the answer's part, stopped", got)
 	}
 	if n := len(r.received()); n != 2 {
 		t.Errorf("%d messages published, want the question and the /stop", n)

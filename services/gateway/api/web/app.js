@@ -42,19 +42,244 @@
     }
   }
 
+  // Markdown: an answer shows a safe subset of it — paragraphs, **bold**,
+  // *italic*, `code`, fenced code blocks, lists, and links whose address
+  // is http(s) — built as elements whose text is set as text: HTML in
+  // the model's text shows as the text it is and nothing in it runs; a
+  // link to any other scheme (javascript:) shows as the text it is.
+  function el(tag, cls) {
+    var e = document.createElement(tag);
+    if (cls) e.className = cls;
+    return e;
+  }
+  // safeURL is an http(s) address as the browser reads it, or null.
+  function safeURL(u) {
+    try {
+      var x = new URL(u);
+      return x.protocol === "http:" || x.protocol === "https:" ? x.href : null;
+    } catch (e) { return null; }
+  }
+  function link(href, host) {
+    var a = el("a");
+    a.href = href;
+    a.target = "_blank";
+    a.rel = "noopener noreferrer nofollow";
+    return host.appendChild(a);
+  }
+  var PUNCT = "!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~";
+  var LINK = /\[([^\]\n]*)\]\(\s*<?([^\s()<>]*)>?\s*\)/y;
+  var BARE = /https?:\/\/[^\s<>"'`]+/y;
+  function isSpace(c) { return c === undefined || /\s/.test(c); }
+  function isWord(c) { return c !== undefined && /[\p{L}\p{N}_]/u.test(c); }
+  // runAt is the length of the run of c at s[i].
+  function runAt(s, i, c) { var j = i; while (s[j] === c) j++; return j - i; }
+  // closing finds the delimiter d (of char c) that closes one opened
+  // before from: after text, not after a space; "_" not inside a word.
+  function closing(s, from, d, c) {
+    for (var j = s.indexOf(d, from); j >= 0; j = s.indexOf(d, j + 1)) {
+      if (j === from || isSpace(s[j - 1])) continue;
+      var n = runAt(s, j, c);
+      if (d.length === 1 && n === 2) { j++; continue; } // a ** inside *…*
+      if (n > d.length) j += n - d.length; // the run's last ones close
+      if (c === "_" && isWord(s[j + d.length])) continue;
+      return j;
+    }
+    return -1;
+  }
+  // inline adds the nodes of a paragraph's text s to host.
+  function inline(host, s, inLink) {
+    var buf = "";
+    function put(node) {
+      if (buf) host.appendChild(document.createTextNode(buf));
+      buf = "";
+      if (node) host.appendChild(node);
+    }
+    for (var i = 0; i < s.length;) {
+      var c = s[i], m, j;
+      if (c === "\\" && PUNCT.indexOf(s[i + 1]) >= 0 && i + 1 < s.length) { buf += s[i + 1]; i += 2; continue; }
+      if (c === "`") {
+        var n = runAt(s, i, "`");
+        for (j = s.indexOf("`", i + n); j >= 0 && runAt(s, j, "`") !== n; j = s.indexOf("`", j + runAt(s, j, "`")));
+        if (j < 0) { buf += s.slice(i, i + n); i += n; continue; }
+        var code = s.slice(i + n, j);
+        if (code.length > 2 && code[0] === " " && code[code.length - 1] === " ") code = code.slice(1, -1);
+        var ce = el("code");
+        ce.textContent = code;
+        put(ce);
+        i = j + n;
+        continue;
+      }
+      if (c === "[" && !inLink) {
+        LINK.lastIndex = i;
+        if ((m = LINK.exec(s))) {
+          var href = safeURL(m[2]);
+          if (href) {
+            put(null);
+            inline(link(href, host), m[1], true);
+          } else {
+            buf += m[0];
+          }
+          i += m[0].length;
+          continue;
+        }
+      }
+      if (c === "h" && !inLink && !isWord(s[i - 1])) {
+        BARE.lastIndex = i;
+        if ((m = BARE.exec(s))) {
+          var u = m[0].replace(/[.,;:!?'")\]]+$/, "");
+          if (u.indexOf("(") >= 0 && m[0].charAt(u.length) === ")") u += ")";
+          var bare = safeURL(u);
+          if (bare) {
+            put(null);
+            link(bare, host).textContent = u;
+            i += u.length;
+            continue;
+          }
+        }
+      }
+      if (c === "*" || c === "_") {
+        var d = s[i + 1] === c ? c + c : c;
+        if (!isSpace(s[i + d.length]) && !(c === "_" && isWord(s[i - 1]))) {
+          j = closing(s, i + d.length, d, c);
+          if (j > 0) {
+            var e = el(d.length === 2 ? "strong" : "em");
+            inline(e, s.slice(i + d.length, j), inLink);
+            put(e);
+            i = j + d.length;
+            continue;
+          }
+        }
+        buf += d;
+        i += d.length;
+        continue;
+      }
+      buf += c;
+      i++;
+    }
+    put(null);
+  }
+  // renderMarkdown replaces host's content with text's blocks:
+  // paragraphs (their line breaks kept), fenced code blocks (an unclosed
+  // one, still streaming, runs to the end), lists (nested by indent) and
+  // headings (shown bold).
+  function renderMarkdown(host, text) {
+    host.textContent = "";
+    var lines = text.split("\n");
+    var para = null; // { into, lines }: the text block being read
+    var lists = []; // open lists, outermost first: { indent, ordered, node, item }
+    var blank = false;
+    function flush() {
+      if (!para) return;
+      var into = para.into;
+      if (!into) into = host.appendChild(el("p"));
+      else if (into.childNodes.length) into = into.appendChild(el("p"));
+      inline(into, para.lines.join("\n"));
+      para = null;
+    }
+    for (var i = 0; i < lines.length; i++) {
+      var line = lines[i], m;
+      if ((m = /^([ \t]*)(`{3,}|~{3,})(.*)$/.exec(line)) && !(m[2][0] === "`" && m[3].indexOf("`") >= 0)) {
+        // A fence (indented too: a list item's code), its lines without
+        // the fence's indent.
+        flush();
+        lists = [];
+        var fence = m[2], cut = new RegExp("^[ \\t]{0," + m[1].length + "}"), code = [];
+        for (i++; i < lines.length; i++) {
+          var f = /^[ \t]*(`{3,}|~{3,})\s*$/.exec(lines[i]);
+          if (f && f[1][0] === fence[0] && f[1].length >= fence.length) break;
+          code.push(lines[i].replace(cut, ""));
+        }
+        var pre = host.appendChild(el("pre"));
+        pre.appendChild(el("code")).textContent = code.join("\n");
+        blank = false;
+        continue;
+      }
+      if (!line.trim()) { flush(); blank = true; continue; }
+      if ((m = /^(\s*)(?:([-*+])|(\d{1,9})[.)])\s+(.*)$/.exec(line))) {
+        flush();
+        var indent = m[1].replace(/\t/g, "    ").length, ordered = !m[2];
+        while (lists.length && indent < lists[lists.length - 1].indent) lists.pop();
+        var top = lists[lists.length - 1];
+        if (top && indent < top.indent + 2 && top.ordered !== ordered) {
+          lists.pop();
+          top = lists[lists.length - 1];
+        }
+        if (!top || indent >= top.indent + 2) {
+          var node = (top ? top.item : host).appendChild(el(ordered ? "ol" : "ul"));
+          if (ordered && m[3] !== "1") node.start = parseInt(m[3], 10);
+          top = { indent: indent, ordered: ordered, node: node, item: null };
+          lists.push(top);
+        }
+        top.item = top.node.appendChild(el("li"));
+        para = { into: top.item, lines: [m[4]] };
+        blank = false;
+        continue;
+      }
+      if ((m = /^ {0,3}#{1,6}\s+(.*?)(\s+#+)?\s*$/.exec(line))) {
+        flush();
+        lists = [];
+        inline(host.appendChild(el("p", "heading")).appendChild(el("strong")), m[1]);
+        blank = false;
+        continue;
+      }
+      if (lists.length && (!blank || /^\s/.test(line))) {
+        // The list item's text goes on (or, after a blank, its next paragraph).
+        var item = lists[lists.length - 1].item;
+        if (!para) para = { into: item, lines: [] };
+        para.lines.push(line.replace(/^\s+/, ""));
+      } else {
+        lists = [];
+        if (!para) para = { into: null, lines: [] };
+        para.lines.push(line);
+      }
+      blank = false;
+    }
+    flush();
+  }
+
   // atEnd: the log is scrolled to its end (near enough), so what comes
   // is followed; a reader who scrolled back stays where they read.
   function atEnd() { return log.scrollHeight - log.scrollTop - log.clientHeight < 40; }
+  // bubble shows a message: an answer's text as Markdown, others' as
+  // they are.
   function bubble(role, text) {
     var follow = role === "user" || atEnd();
-    var d = document.createElement("div");
-    d.className = "msg " + role;
-    d.textContent = text;
+    var d = el("div", "msg " + role);
+    if (/^assistant/.test(role)) {
+      d.md = d.appendChild(el("div", "md"));
+      renderMarkdown(d.md, text);
+    } else {
+      d.textContent = text;
+    }
     log.appendChild(d);
     if (follow) log.scrollTop = log.scrollHeight;
     return d;
   }
-  history().forEach(function (m) { bubble(m.role, m.content); });
+  // stopped marks an answer whose turn ended before it was whole (Stop,
+  // a failure): the part shown is kept, and says so.
+  function stopped(d) {
+    d.classList.add("stopped");
+    d.appendChild(el("div", "note")).textContent = "⏹ stopped";
+  }
+  // showTools shows an answer's tool calls, a line each above its text
+  // (the tool's emoji and the call's label): running, or done.
+  function showTools(d, tools) {
+    if (!tools.length) return;
+    if (!d.tools) d.tools = d.insertBefore(el("div", "tools"), d.md);
+    d.tools.textContent = "";
+    tools.forEach(function (t) {
+      d.tools.appendChild(el("div", "tool " + (t.done ? "done" : "running"))).textContent = t.text;
+    });
+  }
+  // keptTools is what the transcript keeps of an answer's tool calls.
+  function keptTools(tools) {
+    return tools.slice(-50).map(function (t) { return t.text; });
+  }
+  history().forEach(function (m) {
+    var d = bubble(m.role, m.content);
+    if (m.tools) showTools(d, m.tools.map(function (text) { return { text: text, done: true }; }));
+    if (m.stopped) stopped(d);
+  });
 
   // current stops the answer on its way (an AbortController), if any;
   // currentSession is its conversation.
@@ -166,6 +391,28 @@
     var q = pending();
     if (q && q.key === p.key) store.removeItem("sb.pending");
   }
+  // The part of the answer on its way shown so far is kept with its
+  // pending message (now and then, and as the page goes), so that a
+  // reload shows it until the answer comes: a retry of the message is
+  // given the answer as it is sent, not the text streamed before.
+  var part = null, partTimer = 0;
+  function keepPart() {
+    partTimer = 0;
+    if (!part) return;
+    var q = pending();
+    if (!q || q.key !== part.p.key) return;
+    q.shown = part.text;
+    q.tools = part.tools;
+    try { store.setItem("sb.pending", JSON.stringify(q)); } catch (e) { /* full: the answer shows when it comes */ }
+  }
+  function showPart(p, text, tools) {
+    part = { p: p, text: text, tools: tools };
+    if (!partTimer) partTimer = setTimeout(keepPart, 250);
+  }
+  window.addEventListener("pagehide", keepPart);
+  document.addEventListener("visibilitychange", function () {
+    if (document.visibilityState === "hidden") keepPart();
+  });
   function sleep(ms) { return new Promise(function (ok) { setTimeout(ok, ms); }); }
 
   async function chat(text, pic) {
@@ -183,6 +430,10 @@
       key: newKey(), session: session(),
       body: JSON.stringify({ model: "switchboard", stream: true, messages: [{ role: "user", content: content }] })
     };
+    // /new (or /reset, its alias, with or without a title) starts a new
+    // conversation under the same session id: once its answer confirms
+    // it, the transcript is cleared, as New chat clears it.
+    if (/^\/(new|reset)(@\S*)?(\s|$)/i.test(text)) p.reset = true;
     try { store.setItem("sb.pending", JSON.stringify(p)); } catch (e) { /* too big to keep (a picture): sent once */ }
     await ask(p);
   }
@@ -190,14 +441,20 @@
   // ask sends a pending message and shows its answer; a connection lost
   // before the answer is whole is tried again, with the same key.
   async function ask(p) {
-    var out = bubble("assistant pending", "");
+    // What a page reloaded mid-answer had shown of it shows until the
+    // answer comes (each attempt's text takes its place).
+    var shown = p.shown || "";
+    var out = bubble("assistant pending", shown);
+    // tools are the turn's tool calls the stream showed: { id, text, done }.
+    var tools = p.tools || [];
+    showTools(out, tools);
     var ctl = new AbortController();
     current = ctl;
     currentSession = p.session;
     busy(true);
     try {
       for (var attempt = 0; ; attempt++) {
-        out.textContent = "";
+        var fresh = true;
         var res, answer, wait = 0;
         try {
           var headers = { "Content-Type": "application/json", "X-Session-Id": p.session, "Idempotency-Key": p.key };
@@ -207,9 +464,29 @@
           if (res.ok) {
             answer = await readStream(res, function (piece) {
               var follow = atEnd();
-              out.textContent += piece;
+              if (fresh) shown = "";
+              fresh = false;
+              shown += piece;
+              renderMarkdown(out.md, shown);
+              showPart(p, shown, tools);
+              if (follow) log.scrollTop = log.scrollHeight;
+            }, function (ev) {
+              // A tool call started (its emoji and label) or ended.
+              var follow = atEnd();
+              var id = String(ev.toolCallId || "");
+              var t = tools.filter(function (x) { return x.id === id; })[0];
+              if (ev.status === "running" && !t) {
+                tools.push({ id: id, text: (ev.emoji || "⚡") + " " + (ev.label || ev.tool || ""), done: false });
+              } else if (ev.status === "completed" && t) {
+                t.done = true;
+              } else {
+                return;
+              }
+              showTools(out, tools);
+              showPart(p, shown, tools);
               if (follow) log.scrollTop = log.scrollHeight;
             });
+            if (fresh) renderMarkdown(out.md, shown = answer); // an empty answer
           }
         } catch (err) {
           if (!(err instanceof TypeError)) throw err; // the gateway's error
@@ -244,7 +521,15 @@
           // it since the question went out, or started a new chat.
           if (store.getItem("sb.session") === p.session) {
             var h = history();
-            h.push({ role: "assistant", content: answer });
+            if (p.reset) {
+              // The conversation shown ended: its answer starts the new one.
+              h = [];
+              log.textContent = "";
+              log.appendChild(out);
+            }
+            var a = { role: "assistant", content: answer };
+            if (tools.length) a.tools = keptTools(tools);
+            h.push(a);
             saveHistory(h);
           }
           return;
@@ -261,9 +546,24 @@
       }
     } catch (err) {
       if (ctl.signal.aborted) return; // New chat: nothing to show or keep
-      if (!err.keep) done(p);
+      if (!err.keep) {
+        done(p);
+        if (shown || tools.length) {
+          // The part of the answer that was shown stays, marked.
+          stopped(out);
+          if (store.getItem("sb.session") === p.session) {
+            var kept = history();
+            kept.push({ role: "assistant", content: shown, stopped: true, tools: keptTools(tools) });
+            saveHistory(kept);
+          }
+        }
+      }
       bubble("error", String(err.message || err));
     } finally {
+      if (part && part.p === p) {
+        keepPart(); // for a reload, if it is still pending
+        part = null;
+      }
       out.classList.remove("pending");
       if (!out.textContent) out.remove();
       if (current === ctl) {
@@ -274,12 +574,13 @@
   }
 
   // readStream parses OpenAI server-sent events and calls onText per
-  // delta; it returns the answer at data: [DONE], throws the gateway's
+  // delta and onTool per hermes.tool.progress event (a tool call's start
+  // or end); it returns the answer at data: [DONE], throws the gateway's
   // in-stream error, and throws a TypeError when the stream ends before
   // either (the connection was cut) or the gateway stopped waiting (its
   // error comes after a ": wait ended" comment; a turn that failed, with
   // the same code timeout perhaps, has none: that error is its answer).
-  async function readStream(res, onText) {
+  async function readStream(res, onText, onTool) {
     var reader = res.body.getReader();
     var decoder = new TextDecoder();
     var buf = "", all = "", waitEnded = false;
@@ -291,14 +592,16 @@
       while ((idx = buf.indexOf("\n\n")) >= 0) {
         var ev = buf.slice(0, idx);
         buf = buf.slice(idx + 2);
-        var lines = ev.split("\n");
+        var lines = ev.split("\n"), name = "";
         for (var i = 0; i < lines.length; i++) {
           var line = lines[i];
           if (line === ": wait ended") waitEnded = true;
+          if (line.indexOf("event:") === 0) name = line.slice(6).trim();
           if (line.indexOf("data:") !== 0) continue;
           var data = line.slice(5).trim();
           if (data === "[DONE]") return all;
           var msg = JSON.parse(data);
+          if (name === "hermes.tool.progress") { onTool(msg); continue; }
           if (msg.error && waitEnded) {
             // The wait ended, not the turn: asked again with the same
             // key, the gateway gives the answer when it comes.

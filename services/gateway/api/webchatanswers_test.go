@@ -1,0 +1,222 @@
+package api
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+	"github.com/switchboard-chat/switchboard/pkg/platform/platformtest"
+)
+
+// poller returns poll, which waits (up to 20 s) until a JavaScript
+// expression of boolean value holds in the page of ctx, or fails the
+// test naming what it waited for, with the page's bubbles.
+func poller(t *testing.T, ctx context.Context) func(what, expr string) {
+	return func(what, expr string) {
+		t.Helper()
+		if _, err := chromedp.Run(ctx, chromedp.Poll[bool](expr, chromedp.WithPollingTimeout(20*time.Second))); err != nil {
+			page, _ := chromedp.Run(ctx, chromedp.Evaluate[string](pageLog))
+			t.Fatalf("browser: %s: %v\npage: %s", what, err, page)
+		}
+	}
+}
+
+// markdownShape describes the first answer's elements: its paragraphs,
+// the text of its bold, italic, inline code, list items, code block and
+// links (with their hrefs), the script and image elements in the log,
+// whether a script ran, and whether the HTML and the javascript: link
+// show as the text they are.
+const markdownShape = `(() => {
+	const m = document.querySelector('.msg.assistant');
+	const q = s => Array.from(m.querySelectorAll(s)).map(e => e.textContent).join(",");
+	return [
+		"p=" + m.querySelectorAll("p").length,
+		"strong=" + q("strong"), "em=" + q("em"), "code=" + q("p code"),
+		"ul=" + q("ul > li"), "ol=" + q("ol > li"), "pre=" + q("pre > code"),
+		"a=" + Array.from(m.querySelectorAll("a")).map(a => a.textContent + " " + a.getAttribute("href")).join(","),
+		"elements=" + document.querySelectorAll("#log script, #log img, #log [onerror]").length,
+		"ran=" + String(window.pwned),
+		"html shown=" + m.textContent.includes('<script>window.pwned = 1</script><img src=x onerror="window.pwned = 2">'),
+		"link shown=" + m.textContent.includes("[click me](javascript:window.pwned=3)"),
+	].join(" | ");
+})()`
+
+// TestWebChatRendersMarkdown: an answer's Markdown shows as such —
+// paragraphs, bold, italic, inline code, a fenced code block, lists and
+// an http(s) link — built as elements from the text, so that HTML in the
+// model's text (a script, an image's onerror) shows as the text it is
+// and runs nothing, and a javascript: link is no link. The page showed
+// the Markdown's marks as plain text. A reload shows the kept answer the
+// same way.
+func TestWebChatRendersMarkdown(t *testing.T) {
+	browser, s, r := keylessWebChat(t)
+	r.mu.Lock()
+	r.answer = func(*eventsv1.MessageReceived, int) []string {
+		return []string{"Some **bold** and *italic* with `x < y`.\n\n", "- one\n- two\n\n", "1. first\n2. second\n\n",
+			"```go\nfmt.Println(\"<b>hi</b>\") // **not bold**\n```\n\n", "See [the docs](https://example.com/docs?a=1&b=2).\n\n",
+			"<script>window.pwned = 1</script><img src=x onerror=\"window.pwned = 2\">\n\n",
+			"[click me](javascript:window.pwned=3) [or me](JavaScript:window.pwned=4)"}
+	}
+	r.mu.Unlock()
+	ctx, step := headless(t, browser)
+	eval := evaluator(t, ctx)
+	poll := poller(t, ctx)
+	step("open", chromedp.Navigate("http://"+s.Addr()+"/"), chromedp.WaitVisible("#input"))
+	step("send", chromedp.SendKeys("#input", "format something"), chromedp.Click("#send"))
+	poll("the answer", `document.querySelectorAll('.msg.assistant:not(.pending)').length >= 1`)
+	want := `p=4 | strong=bold | em=italic | code=x < y | ul=one,two | ol=first,second | pre=fmt.Println("<b>hi</b>") // **not bold** | ` +
+		`a=the docs https://example.com/docs?a=1&b=2 | elements=0 | ran=undefined | html shown=true | link shown=true`
+	if got := eval(markdownShape); got != want {
+		t.Fatalf("answer\n%s\nwant\n%s", got, want)
+	}
+	step("reload", chromedp.Reload(), chromedp.WaitVisible("#input"))
+	if got := eval(markdownShape); got != want {
+		t.Fatalf("kept answer\n%s\nwant\n%s", got, want)
+	}
+}
+
+// TestWebChatTypedNewClearsTheTranscript: /new typed in the box starts
+// a new conversation on the server, as the New chat button starts one;
+// once its answer confirms it, the old transcript is gone from the page
+// and from the kept one, as the button's, rather than shown on as if it
+// were the new conversation's. The conversation's id stays: the server
+// started the new one under it.
+func TestWebChatTypedNewClearsTheTranscript(t *testing.T) {
+	browser, s, r := keylessWebChat(t)
+	ctx, step := headless(t, browser)
+	eval := evaluator(t, ctx)
+	poll := poller(t, ctx)
+	step("open", chromedp.Navigate("http://"+s.Addr()+"/"), chromedp.WaitVisible("#input"))
+	step("send", chromedp.SendKeys("#input", "hello"), chromedp.Click("#send"))
+	poll("the answer", `document.querySelectorAll('.msg.assistant:not(.pending)').length >= 1 && !document.getElementById("send").disabled`)
+	session := eval(`localStorage.getItem("sb.session")`)
+	step("type /new", chromedp.SendKeys("#input", "/new"), chromedp.Click("#send"))
+	poll("the answer to /new", `Array.from(document.querySelectorAll('.msg.assistant:not(.pending)')).some(m => m.textContent === "echo: /new (turn 2)") && !document.getElementById("send").disabled`)
+	if got := eval(pageLog); got != "msg assistant: echo: /new (turn 2)" {
+		t.Fatalf("page after /new %q, want its answer alone", got)
+	}
+	step("reload", chromedp.Reload(), chromedp.WaitVisible("#input"))
+	if got := eval(pageLog + ` + " | session: " + localStorage.getItem("sb.session")`); got != "msg assistant: echo: /new (turn 2) | session: "+session {
+		t.Fatalf("page after a reload %q", got)
+	}
+	if chats := r.chatIDs(); len(chats) != 2 || chats[0] != session || chats[1] != session {
+		t.Fatalf("chats %q, want both in %s", chats, session)
+	}
+}
+
+// TestWebChatKeepsAStoppedAnswersPart: the part of an answer that
+// streamed before Stop ended its turn stays, in the page and in the
+// kept transcript, marked as stopped; a reload showed the question
+// alone, what the user had read gone.
+func TestWebChatKeepsAStoppedAnswersPart(t *testing.T) {
+	browser, s, r := keylessWebChat(t)
+	gate := make(chan struct{})
+	var opened sync.Once
+	open := func() { opened.Do(func() { close(gate) }) }
+	defer open()
+	var held atomic.Bool
+	r.mu.Lock()
+	r.answer = func(*eventsv1.MessageReceived, int) []string { return []string{"The first part", " and more"} }
+	r.before = func(i int) {
+		if i == 1 && held.CompareAndSwap(false, true) {
+			<-gate // the first answer's rest, once Stop was pressed
+		}
+	}
+	r.mu.Unlock()
+	ctx, step := headless(t, browser)
+	eval := evaluator(t, ctx)
+	poll := poller(t, ctx)
+	step("open", chromedp.Navigate("http://"+s.Addr()+"/"), chromedp.WaitVisible("#input"))
+	step("send", chromedp.SendKeys("#input", "a long task"), chromedp.Click("#send"))
+	poll("the answer's first part", `(document.querySelector('.msg.assistant') || {}).textContent === "The first part"`)
+	step("stop", chromedp.Click("#stop"))
+	platformtest.WaitFor(t, "the /stop", func() bool { return len(r.received()) == 2 })
+	r.mu.Lock()
+	r.failure = "interrupted" // the worker answers the stopped request interrupted
+	r.mu.Unlock()
+	open()
+	poll("the stopped answer's end", `document.querySelectorAll('.msg.error').length >= 1 && !document.getElementById("send").disabled`)
+	const want = "msg user: a long task | msg assistant stopped: The first part and more⏹ stopped"
+	if got := eval(`Array.from(document.querySelectorAll('.msg:not(.error)')).map(m => m.className + ": " + m.textContent).join(" | ")`); got != want {
+		t.Errorf("page %q, want %q", got, want)
+	}
+	step("reload", chromedp.Reload(), chromedp.WaitVisible("#input"))
+	if got := eval(pageLog); got != want {
+		t.Errorf("page after a reload %q, want %q", got, want)
+	}
+}
+
+// TestWebChatShowsThePartStreamedBeforeAReload: a page reloaded while
+// an answer streams shows the part it had shown, still on its way,
+// rather than an empty bubble until the whole answer comes; the whole
+// answer then takes its place, once.
+func TestWebChatShowsThePartStreamedBeforeAReload(t *testing.T) {
+	browser, s, r := keylessWebChat(t)
+	gate := make(chan struct{})
+	var opened sync.Once
+	open := func() { opened.Do(func() { close(gate) }) }
+	defer open()
+	var held atomic.Bool
+	r.mu.Lock()
+	r.answer = func(*eventsv1.MessageReceived, int) []string {
+		return []string{"Part one, ", "part two, ", "part three."}
+	}
+	r.before = func(i int) {
+		if i == 2 && held.CompareAndSwap(false, true) {
+			<-gate
+		}
+	}
+	r.mu.Unlock()
+	ctx, step := headless(t, browser)
+	eval := evaluator(t, ctx)
+	poll := poller(t, ctx)
+	step("open", chromedp.Navigate("http://"+s.Addr()+"/"), chromedp.WaitVisible("#input"))
+	step("send", chromedp.SendKeys("#input", "tell me"), chromedp.Click("#send"))
+	const part = `(document.querySelector('.msg.assistant.pending') || {}).textContent === "Part one, part two, "`
+	poll("the answer's first part", part)
+	step("reload mid-answer", chromedp.Reload(), chromedp.WaitVisible("#input"))
+	poll("the first part after the reload", part)
+	open()
+	poll("the whole answer", `document.querySelectorAll('.msg.assistant:not(.pending)').length >= 1`)
+	if got := eval(pageLog); got != "msg user: tell me | msg assistant: Part one, part two, part three." {
+		t.Fatalf("page %q", got)
+	}
+	if n := len(r.received()); n != 1 {
+		t.Fatalf("%d messages published, want the one", n)
+	}
+}
+
+// TestWebChatShowsToolProgress: the tool calls the stream shows
+// (hermes.tool.progress) show in the answer's bubble, a line each (the
+// tool's emoji and the call's label), running until they end; the page
+// skipped them, nothing on screen while a turn ran its tools. They are
+// kept with the answer. Internal tools and the end of a call never
+// started stay hidden, as the stream leaves them out.
+func TestWebChatShowsToolProgress(t *testing.T) {
+	browser, s, r := keylessWebChat(t)
+	shown, _ := toolTurn(r)
+	ctx, step := headless(t, browser)
+	eval := evaluator(t, ctx)
+	poll := poller(t, ctx)
+	step("open", chromedp.Navigate("http://"+s.Addr()+"/"), chromedp.WaitVisible("#input"))
+	step("send", chromedp.SendKeys("#input", "what time is it?"), chromedp.Click("#send"))
+	poll("the answer", `document.querySelectorAll('.msg.assistant:not(.pending)').length >= 1`)
+	const tools = `Array.from(document.querySelectorAll('.msg.assistant .tool')).map(e => e.className + ": " + e.textContent).join(" | ")`
+	const want = "tool done: 💻 date | tool done: ⚡ clock"
+	text := `Array.from(document.querySelectorAll('.msg.assistant p')).map(p => p.textContent).join("\n\n")`
+	if got := eval(tools); got != want {
+		t.Errorf("tool lines %q, want %q", got, want)
+	}
+	if got := eval(text); got != shown {
+		t.Errorf("answer %q, want %q", got, shown)
+	}
+	step("reload", chromedp.Reload(), chromedp.WaitVisible("#input"))
+	if got := eval(tools); got != want {
+		t.Errorf("kept tool lines %q, want %q", got, want)
+	}
+}
