@@ -92,8 +92,9 @@ func ParseRun(body []byte) (*Run, error) {
 	return out, nil
 }
 
-// historyMessages reads a run request's conversation_history: an array
-// of messages, each with a role and a content.
+// historyMessages reads the conversation_history of a run or a
+// Responses request (Hermes takes it on both): an array of messages,
+// each with a role and a content.
 func historyMessages(raw json.RawMessage) ([]message, error) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
