@@ -308,12 +308,19 @@ func responseContent(raw json.RawMessage, param string) (string, []string, error
 	default:
 		return "", nil, invalid(param, "content must be a string or an array of parts")
 	}
-	var parts []inputPart
-	if err := json.Unmarshal(raw, &parts); err != nil {
-		return "", nil, invalid(param, "content parts must be objects with a type")
+	var items []json.RawMessage
+	if err := json.Unmarshal(raw, &items); err != nil {
+		return "", nil, invalid(param, "content must be a string or an array of parts")
 	}
 	var texts, images []string
-	for i, p := range parts {
+	for i, item := range items {
+		p, ok, err := partOf(item, func(text string) inputPart { return inputPart{Type: "text", Text: text} })
+		if err != nil {
+			return "", nil, invalid(param, "content parts must be objects with a type")
+		}
+		if !ok {
+			continue
+		}
 		switch p.Type {
 		case "input_text", "output_text", "text":
 			texts = append(texts, p.Text)
