@@ -68,7 +68,13 @@ func ParseRun(body []byte) (*Run, error) {
 	if len(history)+len(msgs) > maxMessages {
 		return nil, invalid("conversation_history", "at most %d messages with the input", maxMessages)
 	}
-	out := &Run{Model: req.Model, SessionID: req.SessionID, PreviousResponseID: req.PreviousResponseID}
+	previous := req.PreviousResponseID
+	if len(history) > 0 {
+		// As Hermes: the client's own history wins over the server's
+		// copy; the response it names is not continued (nor read).
+		previous = ""
+	}
+	out := &Run{Model: req.Model, SessionID: req.SessionID, PreviousResponseID: previous}
 	if req.Instructions != nil && *req.Instructions != "" {
 		out.Instructions = *req.Instructions
 		out.Context = append(out.Context, &eventsv1.ContextMessage{Role: "system", Content: out.Instructions})
