@@ -1069,6 +1069,49 @@ func TestRunConversationHistoryWinsOverPreviousResponse(t *testing.T) {
 	}
 }
 
+// A run continuing a response without instructions of its own takes
+// those the response was answered with, as Hermes's run does
+// (api_server.py, _handle_runs); its own, even "", replace them.
+func TestRunCarriesTheInstructionsOfItsPreviousResponse(t *testing.T) {
+	t.Parallel()
+	b := newBus(t)
+	s := startService(t, b, nil)
+	r := startResponder(t, b)
+	resp := do(t, http.MethodPost, "http://"+s.Addr()+"/v1/responses", testKey, `{"input":"one","instructions":"be brief"}`, nil)
+	var created struct {
+		ID string `json:"id"`
+	}
+	if resp.code != http.StatusOK || json.Unmarshal(resp.body, &created) != nil {
+		t.Fatalf("response: %d %s", resp.code, resp.body)
+	}
+	for i, c := range []struct{ instructions, context string }{
+		{"", "system:be brief"},
+		{`,"instructions":null`, "system:be brief"},
+		{`,"instructions":"be kind"`, "system:be kind"},
+		{`,"instructions":""`, ""},
+	} {
+		startRun(t, s, `{"input":"two","previous_response_id":"`+created.ID+`"`+c.instructions+`}`, nil)
+		var ev *eventsv1.MessageReceived
+		for range 200 {
+			if evs := r.received(); len(evs) == i+2 {
+				ev = evs[i+1]
+				break
+			}
+			time.Sleep(25 * time.Millisecond)
+		}
+		if ev == nil {
+			t.Fatalf("run %d: its message was not published", i)
+		}
+		var ctx []string
+		for _, m := range ev.GetContext() {
+			ctx = append(ctx, m.GetRole()+":"+m.GetContent())
+		}
+		if got := strings.Join(ctx, ","); got != c.context {
+			t.Errorf("run with%s: context %q, want %q", c.instructions, got, c.context)
+		}
+	}
+}
+
 // The errors of the runs API: Hermes's codes in OpenAI's error body.
 func TestRunErrors(t *testing.T) {
 	t.Parallel()

@@ -35,6 +35,10 @@ type Run struct {
 	// Instructions are the run's ephemeral system prompt (also its first
 	// context message); empty for none.
 	Instructions string
+	// InstructionsSent reports that the request has instructions, even
+	// empty ones: a run without continues with those of the response it
+	// follows (CarryInstructions).
+	InstructionsSent bool
 	// SessionID names the conversation the run continues ("" for none).
 	SessionID string
 	// PreviousResponseID names a Responses API response whose
@@ -74,7 +78,7 @@ func ParseRun(body []byte) (*Run, error) {
 		// copy; the response it names is not continued (nor read).
 		previous = ""
 	}
-	out := &Run{Model: req.Model, SessionID: req.SessionID, PreviousResponseID: previous}
+	out := &Run{Model: req.Model, SessionID: req.SessionID, PreviousResponseID: previous, InstructionsSent: req.Instructions != nil}
 	if req.Instructions != nil && *req.Instructions != "" {
 		out.Instructions = *req.Instructions
 		out.Context = append(out.Context, &eventsv1.ContextMessage{Role: "system", Content: out.Instructions})
@@ -96,6 +100,16 @@ func ParseRun(body []byte) (*Run, error) {
 		return nil, invalid(msgs[last].param, "the last user message is empty")
 	}
 	return out, nil
+}
+
+// CarryInstructions makes text the run's instructions, those of the
+// response it continues: its first context message. Empty text is none.
+func (r *Run) CarryInstructions(text string) {
+	if text == "" {
+		return
+	}
+	r.Instructions = text
+	r.Context = append([]*eventsv1.ContextMessage{{Role: "system", Content: text}}, r.Context...)
 }
 
 // historyMessages reads the conversation_history of a run or a
