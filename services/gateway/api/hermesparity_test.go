@@ -104,3 +104,30 @@ func TestHermesContentArrays(t *testing.T) {
 		})
 	}
 }
+
+// An input item without a role is the user's, as Hermes reads it
+// (_handle_responses: item.get("role", "user")), on the Responses API and
+// runs alike.
+func TestHermesInputItemWithoutRole(t *testing.T) {
+	t.Parallel()
+	b := newBus(t)
+	s := startService(t, b, nil)
+	r := startResponder(t, b)
+	base := "http://" + s.Addr()
+	for i, c := range []struct{ path, body string }{
+		{"/v1/responses", `{"input":[{"content":"hello"}]}`},
+		{"/v1/runs", `{"input":[{"role":"assistant","content":"earlier"},{"type":"message","content":[{"type":"input_text","text":"hello"}]}]}`},
+	} {
+		res := do(t, "POST", base+c.path, testKey, c.body, nil)
+		if res.code != http.StatusOK && res.code != http.StatusAccepted {
+			t.Fatalf("%s: %d %s", c.path, res.code, res.body)
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for len(r.received()) <= i && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if evs := r.received(); len(evs) != i+1 || evs[i].GetText() != "hello" {
+			t.Fatalf("%s: events %v, want the message hello", c.path, evs)
+		}
+	}
+}

@@ -280,6 +280,10 @@ func inputMessages(raw json.RawMessage) ([]message, error) {
 			return nil, &InvalidError{Param: param + ".type", Code: CodeUnsupportedContent,
 				Msg: fmt.Sprintf("input items of type %q are not supported: the gateway takes messages (the agent runs its own tools)", Clip(it.Type, 40))}
 		}
+		if it.Role == "" {
+			// As Hermes reads an item without a role: the user's.
+			it.Role = "user"
+		}
 		switch it.Role {
 		case "user", "system", "developer", "assistant":
 		default:
