@@ -3,7 +3,9 @@ package api
 import (
 	"encoding/json"
 	"net/http"
+	"strings"
 	"testing"
+	"time"
 )
 
 // Small things a client written for Hermes's API server looks for: the
@@ -50,5 +52,82 @@ func TestHermesParity(t *testing.T) {
 	m := models.Data[0]
 	if m["id"] != "switchboard" || m["root"] != "switchboard" || m["parent"] != nil || m["permission"] == nil {
 		t.Errorf("model %v", m)
+	}
+}
+
+// Content arrays as Hermes's API server takes them (_normalize_chat_content,
+// _normalize_multimodal_content): a string element is a text part, a
+// number, null or nested array is skipped; the message is answered with
+// its text, on all three endpoints.
+func TestHermesContentArrays(t *testing.T) {
+	t.Parallel()
+	b := newBus(t)
+	s := startService(t, b, nil)
+	r := startResponder(t, b)
+	base := "http://" + s.Addr()
+	for _, c := range []struct {
+		name, path, body string
+		status           int
+		text, context    string
+	}{
+		{"chat completion", "/v1/chat/completions",
+			`{"model":"x","messages":[{"role":"system","content":["be ",{"type":"text","text":"brief"},7]},` +
+				`{"role":"user","content":["hello",{"type":"text","text":"there"},null,[1],""]}]}`,
+			200, "hello\nthere", "system:be \nbrief"},
+		{"Responses", "/v1/responses",
+			`{"model":"x","input":[{"role":"assistant","content":["earlier",{"type":"output_text","text":"answer"}]},{"role":"user","content":["what now?",3]}]}`,
+			200, "what now?", "assistant:earlier\nanswer"},
+		{"run", "/v1/runs", `{"input":[{"role":"user","content":["run ","this"]}]}`, 202, "run \nthis", ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			before := len(r.received())
+			res := do(t, "POST", base+c.path, testKey, c.body, nil)
+			if res.code != c.status {
+				t.Fatalf("%d %s, want %d", res.code, res.body, c.status)
+			}
+			deadline := time.Now().Add(10 * time.Second)
+			for len(r.received()) == before && time.Now().Before(deadline) {
+				time.Sleep(10 * time.Millisecond)
+			}
+			evs := r.received()
+			if len(evs) != before+1 {
+				t.Fatalf("%d events, want one more than %d", len(evs), before)
+			}
+			ev := evs[before]
+			var ctx []string
+			for _, m := range ev.GetContext() {
+				ctx = append(ctx, m.GetRole()+":"+m.GetContent())
+			}
+			if ev.GetText() != c.text || strings.Join(ctx, ",") != c.context {
+				t.Fatalf("text %q, context %q; want %q, %q", ev.GetText(), ctx, c.text, c.context)
+			}
+		})
+	}
+}
+
+// An input item without a role is the user's, as Hermes reads it
+// (_handle_responses: item.get("role", "user")), on the Responses API and
+// runs alike.
+func TestHermesInputItemWithoutRole(t *testing.T) {
+	t.Parallel()
+	b := newBus(t)
+	s := startService(t, b, nil)
+	r := startResponder(t, b)
+	base := "http://" + s.Addr()
+	for i, c := range []struct{ path, body string }{
+		{"/v1/responses", `{"input":[{"content":"hello"}]}`},
+		{"/v1/runs", `{"input":[{"role":"assistant","content":"earlier"},{"type":"message","content":[{"type":"input_text","text":"hello"}]}]}`},
+	} {
+		res := do(t, "POST", base+c.path, testKey, c.body, nil)
+		if res.code != http.StatusOK && res.code != http.StatusAccepted {
+			t.Fatalf("%s: %d %s", c.path, res.code, res.body)
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for len(r.received()) <= i && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if evs := r.received(); len(evs) != i+1 || evs[i].GetText() != "hello" {
+			t.Fatalf("%s: events %v, want the message hello", c.path, evs)
+		}
 	}
 }

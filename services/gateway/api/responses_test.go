@@ -311,6 +311,83 @@ func TestResponsesContinueConversations(t *testing.T) {
 	})
 }
 
+// Hermes's conversation_history: a client that keeps its conversation
+// itself sends its earlier messages along, and they are the turn's
+// context (after the instructions, before the input's other items). It
+// wins over previous_response_id, which is then neither continued nor
+// read, as in Hermes (api_server.py, _handle_responses).
+func TestResponsesTakeConversationHistory(t *testing.T) {
+	t.Parallel()
+	b := newBus(t)
+	s := startService(t, b, nil)
+	r := startResponder(t, b)
+	r.listens()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	client := sdkClient(s)
+	history := func(msgs ...string) option.RequestOption {
+		var h []map[string]string
+		for i, m := range msgs {
+			role := "user"
+			if i%2 == 1 {
+				role = "assistant"
+			}
+			h = append(h, map[string]string{"role": role, "content": m})
+		}
+		return option.WithJSONSet("conversation_history", h)
+	}
+	contextOf := func(ev *eventsv1.MessageReceived) string {
+		var out []string
+		for _, c := range ev.GetContext() {
+			out = append(out, c.GetRole()+":"+c.GetContent())
+		}
+		return strings.Join(out, ",")
+	}
+
+	resp, err := client.Responses.New(ctx, responses.ResponseNewParams{Model: "switchboard", Input: inputText("now"), Instructions: openai.String("be brief")},
+		history("before", "heard: before"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := resp.OutputText(); got != "heard: before | now" {
+		t.Fatalf("answer %q: want the history seen", got)
+	}
+	evs := r.received()
+	if got := contextOf(evs[len(evs)-1]); got != "system:be brief,user:before,assistant:heard: before" {
+		t.Fatalf("context %s", got)
+	}
+
+	first, err := client.Responses.New(ctx, responses.ResponseNewParams{Model: "switchboard", Input: inputText("one")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, previous := range []string{first.ID, "resp_unknown"} {
+		resp, err := client.Responses.New(ctx, responses.ResponseNewParams{Model: "switchboard", Input: inputText("two"), PreviousResponseID: openai.String(previous)},
+			history("h1", "a1"))
+		if err != nil {
+			t.Fatalf("previous %s: %v", previous, err)
+		}
+		if got := resp.OutputText(); got != "heard: h1 | two" || resp.PreviousResponseID != "" {
+			t.Fatalf("previous %s: %q continuing %q, want the history's conversation alone", previous, got, resp.PreviousResponseID)
+		}
+	}
+
+	for _, c := range []struct {
+		history any
+		param   string
+	}{
+		{"before", "conversation_history"},
+		{[]any{map[string]string{"role": "user"}}, "conversation_history[0]"},
+		{[]any{"before"}, "conversation_history[0]"},
+	} {
+		_, err := client.Responses.New(ctx, responses.ResponseNewParams{Model: "switchboard", Input: inputText("x")},
+			option.WithJSONSet("conversation_history", c.history))
+		if e := sdkErrorOf(t, err); e.StatusCode != http.StatusBadRequest || e.Param != c.param {
+			t.Errorf("history %v: %d %q, want 400 at %s", c.history, e.StatusCode, e.Param, c.param)
+		}
+	}
+}
+
 // A kept response is the client's to read and delete; store: false keeps
 // none; another client sees none.
 func TestResponsesAreKeptForTheirClient(t *testing.T) {

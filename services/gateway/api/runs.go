@@ -72,9 +72,13 @@ func (s *Service) createRun(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	identity := identityOf(r)
-	session, ok := s.runSession(w, r, identity, req)
+	session, previous, ok := s.runSession(w, r, identity, req)
 	if !ok {
 		return
+	}
+	if previous != nil && !req.InstructionsSent {
+		// As Hermes: the instructions of the response it continues.
+		req.CarryInstructions(previous.Instructions)
 	}
 	idemKey := r.Header.Get(HeaderIdempotencyKey)
 	id := "run_" + randomHex(16)
@@ -199,19 +203,21 @@ func (s *Service) forgetRun(r *http.Request, id string) {
 // runSession is the conversation a run continues ("" for a new one): the
 // body's session_id, else that of previous_response_id, else the
 // session header. It answers the request itself (400, 503) and returns
-// false when the run names none it can continue.
-func (s *Service) runSession(w http.ResponseWriter, r *http.Request, identity string, req *openai.Run) (string, bool) {
+// false when the run names none it can continue. With
+// previous_response_id it returns the record of that response too.
+func (s *Service) runSession(w http.ResponseWriter, r *http.Request, identity string, req *openai.Run) (string, *storedResponse, bool) {
 	header, ok := sessionOf(w, r)
 	if !ok {
-		return "", false
+		return "", nil, false
 	}
 	session, param := header, HeaderSession
+	var previous *storedResponse
 	switch {
 	case req.SessionID != "":
 		if !sessionIDPattern.MatchString(req.SessionID) {
 			writeError(w, http.StatusBadRequest, "invalid_request_error", "invalid_session_id", "session_id",
 				"The session_id must be 1-128 characters of letters, digits, '.', '_' or '-'.")
-			return "", false
+			return "", nil, false
 		}
 		session, param = req.SessionID, "session_id"
 	case req.PreviousResponseID != "":
@@ -219,21 +225,21 @@ func (s *Service) runSession(w http.ResponseWriter, r *http.Request, identity st
 		if err != nil {
 			s.log.WarnContext(r.Context(), "read api response failed", "err", err)
 			writeUnavailable(w)
-			return "", false
+			return "", nil, false
 		}
 		if !found {
 			writeError(w, http.StatusBadRequest, "invalid_request_error", "previous_response_not_found", "previous_response_id",
 				fmt.Sprintf("Previous response with id '%s' not found.", openai.Clip(req.PreviousResponseID, 64)))
-			return "", false
+			return "", nil, false
 		}
-		session, param = rec.Session, "previous_response_id"
+		session, param, previous = rec.Session, "previous_response_id", &rec
 	}
 	if header != "" && session != header {
 		writeError(w, http.StatusBadRequest, "invalid_request_error", "invalid_request", param,
 			fmt.Sprintf("The %s names another conversation than the %s header; send one of them.", param, HeaderSession))
-		return "", false
+		return "", nil, false
 	}
-	return session, true
+	return session, previous, true
 }
 
 // getRun serves GET /v1/runs/{id}.

@@ -1029,6 +1029,89 @@ func TestRunSessions(t *testing.T) {
 	}
 }
 
+// A run's conversation_history wins over its previous_response_id, as
+// in Hermes (api_server.py, _handle_runs): the response is not continued,
+// the run is a conversation of its own with the history as its context.
+func TestRunConversationHistoryWinsOverPreviousResponse(t *testing.T) {
+	t.Parallel()
+	b := newBus(t)
+	s := startService(t, b, nil)
+	r := startResponder(t, b)
+	resp := do(t, http.MethodPost, "http://"+s.Addr()+"/v1/responses", testKey, `{"input":"one"}`, nil)
+	var created struct {
+		ID string `json:"id"`
+	}
+	if resp.code != http.StatusOK || json.Unmarshal(resp.body, &created) != nil {
+		t.Fatalf("response: %d %s", resp.code, resp.body)
+	}
+	chat := resp.header.Get(HeaderSession)
+	id, run := startRun(t, s, `{"input":"two","previous_response_id":"`+created.ID+`","conversation_history":[{"role":"user","content":"h1"},{"role":"assistant","content":"a1"}]}`, nil)
+	if got := run.header.Get(HeaderSession); got != id || got == chat {
+		t.Fatalf("run in session %q, want its own (%s), not the response's %q", got, id, chat)
+	}
+	var ev *eventsv1.MessageReceived
+	for range 200 {
+		if evs := r.received(); len(evs) == 2 {
+			ev = evs[1]
+			break
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+	if ev == nil {
+		t.Fatal("the run's message was not published")
+	}
+	var ctx []string
+	for _, c := range ev.GetContext() {
+		ctx = append(ctx, c.GetRole()+":"+c.GetContent())
+	}
+	if ev.GetSource().GetChatId() != id || strings.Join(ctx, ",") != "user:h1,assistant:a1" {
+		t.Fatalf("run in chat %q with context %q", ev.GetSource().GetChatId(), ctx)
+	}
+}
+
+// A run continuing a response without instructions of its own takes
+// those the response was answered with, as Hermes's run does
+// (api_server.py, _handle_runs); its own, even "", replace them.
+func TestRunCarriesTheInstructionsOfItsPreviousResponse(t *testing.T) {
+	t.Parallel()
+	b := newBus(t)
+	s := startService(t, b, nil)
+	r := startResponder(t, b)
+	resp := do(t, http.MethodPost, "http://"+s.Addr()+"/v1/responses", testKey, `{"input":"one","instructions":"be brief"}`, nil)
+	var created struct {
+		ID string `json:"id"`
+	}
+	if resp.code != http.StatusOK || json.Unmarshal(resp.body, &created) != nil {
+		t.Fatalf("response: %d %s", resp.code, resp.body)
+	}
+	for i, c := range []struct{ instructions, context string }{
+		{"", "system:be brief"},
+		{`,"instructions":null`, "system:be brief"},
+		{`,"instructions":"be kind"`, "system:be kind"},
+		{`,"instructions":""`, ""},
+	} {
+		startRun(t, s, `{"input":"two","previous_response_id":"`+created.ID+`"`+c.instructions+`}`, nil)
+		var ev *eventsv1.MessageReceived
+		for range 200 {
+			if evs := r.received(); len(evs) == i+2 {
+				ev = evs[i+1]
+				break
+			}
+			time.Sleep(25 * time.Millisecond)
+		}
+		if ev == nil {
+			t.Fatalf("run %d: its message was not published", i)
+		}
+		var ctx []string
+		for _, m := range ev.GetContext() {
+			ctx = append(ctx, m.GetRole()+":"+m.GetContent())
+		}
+		if got := strings.Join(ctx, ","); got != c.context {
+			t.Errorf("run with%s: context %q, want %q", c.instructions, got, c.context)
+		}
+	}
+}
+
 // The errors of the runs API: Hermes's codes in OpenAI's error body.
 func TestRunErrors(t *testing.T) {
 	t.Parallel()

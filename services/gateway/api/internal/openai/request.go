@@ -249,12 +249,19 @@ func content(raw json.RawMessage) (string, []string, error) {
 		}
 		return s, nil, nil
 	case '[':
-		var parts []contentPart
-		if err := json.Unmarshal(raw, &parts); err != nil {
-			return "", nil, errors.New("content parts must be objects with a type")
+		var items []json.RawMessage
+		if err := json.Unmarshal(raw, &items); err != nil {
+			return "", nil, errors.New("content must be a string or an array of parts")
 		}
 		var texts, images []string
-		for _, p := range parts {
+		for _, item := range items {
+			p, ok, err := partOf(item, func(text string) contentPart { return contentPart{Type: "text", Text: text} })
+			if err != nil {
+				return "", nil, errors.New("content parts must be objects with a type")
+			}
+			if !ok {
+				continue
+			}
 			switch p.Type {
 			case "text", "input_text":
 				texts = append(texts, p.Text)
@@ -275,6 +282,33 @@ func content(raw json.RawMessage) (string, []string, error) {
 	default:
 		return "", nil, errors.New("content must be a string or an array of parts")
 	}
+}
+
+// partOf reads one element of a content array as Hermes's API server
+// takes it: an object is a part of its type, a string a text part (some
+// clients send ["hello", {"type": "image_url", …}]); anything else — a
+// number, null, a nested array, an empty string — is no part (false),
+// skipped as Hermes skips it.
+func partOf[P any](raw json.RawMessage, textPart func(string) P) (P, bool, error) {
+	var p P
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 {
+		return p, false, nil
+	}
+	switch raw[0] {
+	case '"':
+		var text string
+		if err := json.Unmarshal(raw, &text); err != nil || text == "" {
+			return p, false, err
+		}
+		return textPart(text), true, nil
+	case '{':
+		if err := json.Unmarshal(raw, &p); err != nil {
+			return p, false, err
+		}
+		return p, true, nil
+	}
+	return p, false, nil
 }
 
 // contextRole is the role a message other than the input has in the

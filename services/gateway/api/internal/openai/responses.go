@@ -35,6 +35,10 @@ type responsesRequest struct {
 			Type string `json:"type"`
 		} `json:"format"`
 	} `json:"text"`
+	// ConversationHistory is Hermes's: the earlier messages of a client
+	// that keeps its own conversation, sent along instead of a
+	// previous_response_id.
+	ConversationHistory json.RawMessage `json:"conversation_history"`
 }
 
 // inputItem is one item of a Responses request's input array: a message
@@ -57,8 +61,9 @@ type inputPart struct {
 }
 
 // Responses is a validated Responses API request: the newest user
-// message of the input is the input, the instructions and every other
-// message of the input are its context.
+// message of the input is the input; the instructions, the
+// conversation_history and every other message of the input, in that
+// order, are its context.
 type Responses struct {
 	Input
 	Model  string
@@ -125,18 +130,33 @@ func ParseResponses(body []byte) (*Responses, error) {
 	if last < 0 {
 		return nil, invalid("input", "input must contain a user message")
 	}
+	history, err := historyMessages(req.ConversationHistory)
+	if err != nil {
+		return nil, err
+	}
+	if len(history)+len(msgs) > maxMessages {
+		return nil, invalid("conversation_history", "at most %d messages with the input", maxMessages)
+	}
+	previous := req.PreviousResponseID
+	if len(history) > 0 {
+		// As Hermes: the client's own history wins over the server's
+		// copy; the response it names is not continued (nor read).
+		previous = ""
+	}
 	out := &Responses{Model: req.Model, Stream: req.Stream, User: req.User, Store: req.Store == nil || *req.Store,
-		PreviousResponseID: req.PreviousResponseID, Conversation: conversation, Metadata: req.Metadata,
+		PreviousResponseID: previous, Conversation: conversation, Metadata: req.Metadata,
 		InstructionsSent: req.Instructions != nil}
 	if req.Instructions != nil {
 		out.CarryInstructions(*req.Instructions)
 	}
-	for i, m := range msgs {
+	// The history comes before the input's items, as a run's.
+	input := len(history) + last
+	for i, m := range append(history, msgs...) {
 		text, images, err := responseContent(m.content, m.param+".content")
 		if err != nil {
 			return nil, err
 		}
-		if i == last {
+		if i == input {
 			out.Text, out.Attachments = text, imageAttachments(images)
 			continue
 		}
@@ -260,6 +280,10 @@ func inputMessages(raw json.RawMessage) ([]message, error) {
 			return nil, &InvalidError{Param: param + ".type", Code: CodeUnsupportedContent,
 				Msg: fmt.Sprintf("input items of type %q are not supported: the gateway takes messages (the agent runs its own tools)", Clip(it.Type, 40))}
 		}
+		if it.Role == "" {
+			// As Hermes reads an item without a role: the user's.
+			it.Role = "user"
+		}
 		switch it.Role {
 		case "user", "system", "developer", "assistant":
 		default:
@@ -288,12 +312,19 @@ func responseContent(raw json.RawMessage, param string) (string, []string, error
 	default:
 		return "", nil, invalid(param, "content must be a string or an array of parts")
 	}
-	var parts []inputPart
-	if err := json.Unmarshal(raw, &parts); err != nil {
-		return "", nil, invalid(param, "content parts must be objects with a type")
+	var items []json.RawMessage
+	if err := json.Unmarshal(raw, &items); err != nil {
+		return "", nil, invalid(param, "content must be a string or an array of parts")
 	}
 	var texts, images []string
-	for i, p := range parts {
+	for i, item := range items {
+		p, ok, err := partOf(item, func(text string) inputPart { return inputPart{Type: "text", Text: text} })
+		if err != nil {
+			return "", nil, invalid(param, "content parts must be objects with a type")
+		}
+		if !ok {
+			continue
+		}
 		switch p.Type {
 		case "input_text", "output_text", "text":
 			texts = append(texts, p.Text)

@@ -35,6 +35,10 @@ type Run struct {
 	// Instructions are the run's ephemeral system prompt (also its first
 	// context message); empty for none.
 	Instructions string
+	// InstructionsSent reports that the request has instructions, even
+	// empty ones: a run without continues with those of the response it
+	// follows (CarryInstructions).
+	InstructionsSent bool
 	// SessionID names the conversation the run continues ("" for none).
 	SessionID string
 	// PreviousResponseID names a Responses API response whose
@@ -68,7 +72,13 @@ func ParseRun(body []byte) (*Run, error) {
 	if len(history)+len(msgs) > maxMessages {
 		return nil, invalid("conversation_history", "at most %d messages with the input", maxMessages)
 	}
-	out := &Run{Model: req.Model, SessionID: req.SessionID, PreviousResponseID: req.PreviousResponseID}
+	previous := req.PreviousResponseID
+	if len(history) > 0 {
+		// As Hermes: the client's own history wins over the server's
+		// copy; the response it names is not continued (nor read).
+		previous = ""
+	}
+	out := &Run{Model: req.Model, SessionID: req.SessionID, PreviousResponseID: previous, InstructionsSent: req.Instructions != nil}
 	if req.Instructions != nil && *req.Instructions != "" {
 		out.Instructions = *req.Instructions
 		out.Context = append(out.Context, &eventsv1.ContextMessage{Role: "system", Content: out.Instructions})
@@ -92,8 +102,19 @@ func ParseRun(body []byte) (*Run, error) {
 	return out, nil
 }
 
-// historyMessages reads a run request's conversation_history: an array
-// of messages, each with a role and a content.
+// CarryInstructions makes text the run's instructions, those of the
+// response it continues: its first context message. Empty text is none.
+func (r *Run) CarryInstructions(text string) {
+	if text == "" {
+		return
+	}
+	r.Instructions = text
+	r.Context = append([]*eventsv1.ContextMessage{{Role: "system", Content: text}}, r.Context...)
+}
+
+// historyMessages reads the conversation_history of a run or a
+// Responses request (Hermes takes it on both): an array of messages,
+// each with a role and a content.
 func historyMessages(raw json.RawMessage) ([]message, error) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
