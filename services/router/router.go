@@ -659,6 +659,9 @@ func (s *Service) handleTurnCompleted(ctx context.Context, ev *turnsv1.TurnCompl
 	if err := s.cronOutcome(ctx, ev); err != nil {
 		return err
 	}
+	if err := s.flushTypingEnded(ctx, ev); err != nil {
+		return err
+	}
 	var usage *sessionstore.Usage
 	doneKey := s.prefix + "turndone:" + ev.GetTurnId()
 	if u := ev.GetUsage(); u != nil && !ev.GetUsageRecorded() {
