@@ -262,3 +262,73 @@ func (e *env) typingOf(turnID string) []*repliesv1.ReplyEvent {
 	}
 	return out
 }
+
+// TestResumeFlushesTheConversationItLeaves: as Hermes's /resume, a
+// switch to another conversation of the chat runs the memory flush of
+// the one it leaves (on it, with no input), when that one had a turn; a
+// /resume that switches nothing (the conversation is the current one,
+// or bare /resume, which lists them) flushes nothing.
+func TestResumeFlushesTheConversationItLeaves(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	cfg := testConfig()
+	cfg.MemoryFlush = true
+	e.startRouter(cfg, nil, nil)
+	w := e.startWorker(nil)
+	key := "agent:main:telegram:dm:chat-alice"
+	st := sessionstore.New(e.db)
+	// A turn in the current conversation, as a worker records it (this
+	// fake worker writes no record).
+	turn := func(text string) sessionstore.Session {
+		t.Helper()
+		before, _ := w.snapshot()
+		e.publish(dm("alice", text))
+		waitFor(t, text, func() bool { turns, _ := w.snapshot(); return len(turns) > len(before) })
+		waitFor(t, text+" done", func() bool { return e.lockOf(key) == "" })
+		turns, _ := w.snapshot()
+		tr := turns[len(turns)-1]
+		if _, err := e.db.Exec(context.Background(), `INSERT INTO worker_turns (turn_id, session_key, session_id, generation, status, started_at, updated_at)
+			VALUES ($1, $2, $3, $4, 'completed', now(), now())`, tr.TurnId, key, tr.SessionId, tr.Generation); err != nil {
+			t.Fatal(err)
+		}
+		sess, err := st.Get(context.Background(), key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sess
+	}
+	flushes := func() []string {
+		turns, _ := w.snapshot()
+		var out []string
+		for _, tr := range turns {
+			if tr.GetMemoryFlush() {
+				if len(tr.GetInputs()) != 0 {
+					t.Errorf("a flush turn with inputs %v", tr.GetInputs())
+				}
+				out = append(out, tr.GetSessionId())
+			}
+		}
+		return out
+	}
+	first := turn("hello")
+	e.ask("alice", "/new")
+	waitFor(t, "the flush of /new", func() bool { return len(flushes()) == 1 })
+	second := turn("again")
+	// Numbered newest first: 1 is the current conversation, 2 the first.
+	if got := e.ask("alice", "/resume 2"); !strings.Contains(got, "Resumed") {
+		t.Fatalf("/resume 2: %q", got)
+	}
+	waitFor(t, "the flush of /resume", func() bool { return len(flushes()) == 2 })
+	waitFor(t, "its end", func() bool { return e.lockOf(key) == "" })
+	if got := flushes(); got[0] != first.ID || got[1] != second.ID {
+		t.Fatalf("flushed conversations %v, want %s then %s", got, first.ID, second.ID)
+	}
+	for _, cmd := range []string{"/resume 2", "/resume"} {
+		e.ask("alice", cmd)
+	}
+	// A turn after them: a flush they queued would run before it.
+	turn("still here")
+	if got := flushes(); len(got) != 2 {
+		t.Fatalf("flushed conversations %v after /resume of the current one and bare /resume, want 2", got)
+	}
+}
