@@ -164,3 +164,54 @@ func flushAConversation(t *testing.T, h *harness) (*turnsv1.TurnRequested, []fak
 	}
 	return req, h.fake.Requests()[before:], alice
 }
+
+// TestMemoryFlushCountsEveryTranscriptEntry: as Hermes, a flush skips a
+// conversation of fewer than four transcript entries, counting every
+// one (a tool call and its result too), not only the user and assistant
+// messages with text.
+func TestMemoryFlushCountsEveryTranscriptEntry(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		text    string
+		entries int // of the ended conversation
+		texts   int // its user and assistant messages with text
+		flushed bool
+	}{
+		{"a turn with a tool call", `[[tool:memory {"action":"list"}]] any notes?`, 4, 2, true},
+		{"a turn without", "hello", 2, 2, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t)
+			h.setGeneration("s1", 1)
+			h.startWorker("w1", nil)
+			alice := &eventsv1.SessionSource{Platform: "telegram", ChatId: "99", ChatType: "dm", UserId: "alice"}
+			h.waitCompleted(h.requestTurn("s1", tc.text, turnOpts{sessionID: "old", origin: alice}).TurnId)
+			var entries, texts int
+			if err := h.db.QueryRow(context.Background(), `SELECT count(*), count(*) FILTER (WHERE role IN ('user', 'assistant') AND btrim(content) <> '')
+				FROM transcript_messages WHERE session_id = 'old'`).Scan(&entries, &texts); err != nil {
+				t.Fatal(err)
+			}
+			if entries != tc.entries || texts != tc.texts {
+				t.Fatalf("the conversation has %d entries, %d with text; want %d, %d", entries, texts, tc.entries, tc.texts)
+			}
+			var flushCalls atomic.Int32
+			h.fake.SetScript(func(req *fakellm.Request) (fakellm.Reply, bool) {
+				last := req.Messages[len(req.Messages)-1]
+				if last.Role == "user" && strings.Contains(last.Content, "about to be reset") {
+					flushCalls.Add(1)
+					return fakellm.Reply{Text: "nothing to save"}, true
+				}
+				return fakellm.Reply{}, false
+			})
+			req := h.requestTurn("s1", "", turnOpts{sessionID: "old", origin: alice, flush: true})
+			if c := h.waitCompleted(req.TurnId); c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_COMPLETED {
+				t.Fatalf("flush: %v (%s)", c.GetStatus(), c.GetError())
+			}
+			if got := flushCalls.Load() > 0; got != tc.flushed {
+				t.Errorf("flush ran: %v, want %v", got, tc.flushed)
+			}
+		})
+	}
+}
