@@ -174,11 +174,31 @@ func (r *turnRun) endFlush(ctx context.Context, err error) error {
 		return r.complete(ctx, turnsv1.TurnStatus_TURN_STATUS_COMPLETED, "", true)
 	case superseded(err):
 		r.log.Warn("memory flush superseded; abandoning", "err", err)
+		r.bookFlushUsage(ctx, store.StatusStale)
 		return r.complete(ctx, turnsv1.TurnStatus_TURN_STATUS_STALE, "superseded by a newer turn", true)
 	case ctx.Err() != nil && r.spent < r.s.cfg.MaxDeliver, pg.IsUnavailable(err) && r.spent < r.s.cfg.MaxDeliver:
 		r.log.Warn("memory flush handed back", "err", err)
 		return err
 	}
 	r.log.Warn("memory flush failed", "err", err)
+	r.bookFlushUsage(ctx, store.StatusFailed)
 	return r.complete(ctx, turnsv1.TurnStatus_TURN_STATUS_FAILED, "memory flush failed", true)
+}
+
+// bookFlushUsage books the usage of a flush that ends without a final
+// with the conversation it ran on, the one that ended (store.BookUsage):
+// the router would add it to the session's row, which after the reset
+// counts the new conversation. Booked, it goes to the router as
+// recorded. Not booked (the database failed), it goes as before, to the
+// session's row: counted, if in the wrong conversation.
+func (r *turnRun) bookFlushUsage(ctx context.Context, status string) {
+	if r.usageRecorded {
+		return
+	}
+	t := r.withUsage()
+	if err := r.s.store.BookUsage(context.WithoutCancel(ctx), t, status, r.model); err != nil {
+		r.log.Warn("memory flush usage not booked with its conversation", "err", err)
+		return
+	}
+	r.usageRecorded = true
 }

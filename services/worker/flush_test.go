@@ -215,3 +215,54 @@ func TestMemoryFlushCountsEveryTranscriptEntry(t *testing.T) {
 		})
 	}
 }
+
+// TestSupersededMemoryFlushBooksItsUsageWithTheEndedConversation: a
+// flush the session moved on from while it ran (/stop, another /new)
+// ends stale, and what its model calls used is booked with the
+// conversation it ran on, the one that ended (a worker_turns row of
+// it), not handed to the router, which would add it to the session's
+// row: the new conversation's count.
+func TestSupersededMemoryFlushBooksItsUsageWithTheEndedConversation(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.setGeneration("s1", 1)
+	h.startWorker("w1", nil)
+	alice := &eventsv1.SessionSource{Platform: "telegram", ChatId: "99", ChatType: "dm", UserId: "alice"}
+	old := turnOpts{sessionID: "old", origin: alice}
+	for _, text := range []string{"I only drink green tea", "and I live in Lisbon"} {
+		h.waitCompleted(h.requestTurn("s1", text, old).TurnId)
+	}
+	h.fake.SetScript(func(req *fakellm.Request) (fakellm.Reply, bool) {
+		last := req.Messages[len(req.Messages)-1]
+		if last.Role == "user" && strings.Contains(last.Content, "about to be reset") {
+			// The session moves on while the model answers (the fake's
+			// goroutine: no t.Fatal here).
+			if _, err := h.db.Exec(context.Background(), `UPDATE sessions SET generation = 2 WHERE session_key = 's1'`); err != nil {
+				return fakellm.Reply{Text: "generation not moved on: " + err.Error()}, true
+			}
+			return fakellm.Reply{Text: "nothing to save"}, true
+		}
+		return fakellm.Reply{}, false
+	})
+	req := h.requestTurn("s1", "", turnOpts{sessionID: "old", origin: alice, flush: true})
+	c := h.waitCompleted(req.TurnId)
+	if c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_STALE {
+		t.Fatalf("flush: %v (%s), want stale", c.GetStatus(), c.GetError())
+	}
+	if c.GetUsage().GetInputTokens() == 0 {
+		t.Fatal("the flush's model call used nothing")
+	}
+	if !c.GetUsageRecorded() {
+		t.Error("the flush's usage went to the router, which books it with the session's current conversation")
+	}
+	var sessionID string
+	var in, out int64
+	if err := h.db.QueryRow(context.Background(), `SELECT session_id, input_tokens, output_tokens FROM worker_turns WHERE turn_id = $1`,
+		req.TurnId).Scan(&sessionID, &in, &out); err != nil {
+		t.Fatalf("the flush's usage is not booked with its conversation: %v", err)
+	}
+	if sessionID != "old" || in != c.GetUsage().GetInputTokens() || out != c.GetUsage().GetOutputTokens() {
+		t.Errorf("booked %d in, %d out with %q; want %d, %d with old", in, out, sessionID,
+			c.GetUsage().GetInputTokens(), c.GetUsage().GetOutputTokens())
+	}
+}
