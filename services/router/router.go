@@ -413,6 +413,9 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("router config: %w", err)
 	}
+	if err := cfg.SessionReset.load(); err != nil {
+		return nil, fmt.Errorf("router config: %w", err)
+	}
 	log := deps.Log
 	if log == nil {
 		log = slog.Default()
