@@ -90,12 +90,12 @@ func TestBranchCopiesTheConversation(t *testing.T) {
 		t.Errorf("history %+v", hist)
 	}
 	// Back to the original with /resume, by its title.
-	if r, err := f.s.Resume(ctx, f.key, "plan"); err != nil || r.ID != f.id {
+	if r, err := f.s.Resume(ctx, f.key, "plan", nil); err != nil || r.ID != f.id {
 		t.Fatalf("resume the original: %v, %v", r.ID, err)
 	}
 	// A title asked for; one taken continues its lineage.
 	for _, tt := range []struct{ ask, want string }{{"Side quest", "Side quest"}, {"side QUEST", "side QUEST #2"}, {"plan", "plan #3"}} {
-		if _, err := f.s.Resume(ctx, f.key, f.id); err != nil && !errors.Is(err, ErrNotFound) {
+		if _, err := f.s.Resume(ctx, f.key, f.id, nil); err != nil && !errors.Is(err, ErrNotFound) {
 			t.Fatal(err)
 		}
 		b, err := f.s.Branch(ctx, f.key, tt.ask, 100)

@@ -1354,8 +1354,10 @@ func (s *Store) History(ctx context.Context, key string, limit int) ([]History, 
 
 // Resume switches the key back to an earlier conversation, found by title
 // (case-insensitive) or session id. It advances the generation and drops
-// waiting messages, as a reset does.
-func (s *Store) Resume(ctx context.Context, key, name string) (Session, error) {
+// waiting messages, as a reset does. With flush set, it queues the
+// memory flush of the conversation it switches away from (queueFlush),
+// as Hermes's /resume flushes it, in the same transaction.
+func (s *Store) Resume(ctx context.Context, key, name string, flush *eventsv1.MessageReceived) (Session, error) {
 	now := s.now()
 	var sess Session
 	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
@@ -1384,6 +1386,11 @@ func (s *Store) Resume(ctx context.Context, key, name string) (Session, error) {
 		}
 		if _, err := tx.Exec(ctx, `DELETE FROM session_queue WHERE session_key = $1`, key); err != nil {
 			return fmt.Errorf("clear queue: %w", err)
+		}
+		if flush != nil {
+			if err := queueFlush(ctx, tx, key, cur, flush, now); err != nil {
+				return err
+			}
 		}
 		sess, err = scanSession(tx.QueryRow(ctx, `UPDATE sessions SET session_id = $2, title = $3, generation = generation + 1,
 			model_override = '', resume_pending = true, system_prompt_fingerprint = '', updated_at = $4, last_activity_at = $4

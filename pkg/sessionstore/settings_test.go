@@ -50,7 +50,7 @@ func TestSettingsOutliveTheConversation(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("after /new", sess)
-	if sess, err = s.Resume(ctx, key, "first"); err != nil {
+	if sess, err = s.Resume(ctx, key, "first", nil); err != nil {
 		t.Fatal(err)
 	}
 	check("after /resume", sess)

@@ -76,7 +76,7 @@ func TestTitlesAreUnique(t *testing.T) {
 		t.Fatalf("after the refusal the title is %q (%v), want it unchanged", cur.Title, err)
 	}
 	// /resume finds each title's one conversation.
-	resumed, err := s.Resume(ctx, key, "plan")
+	resumed, err := s.Resume(ctx, key, "plan", nil)
 	if err != nil || resumed.ID != first.ID {
 		t.Fatalf("resume plan: %+v %v, want %s", resumed, err, first.ID)
 	}

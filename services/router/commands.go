@@ -496,9 +496,15 @@ func (s *Service) command(ctx context.Context, m *msgCtx, cmd command.Command) e
 		if cmd.Args == "" {
 			return s.listSessions(ctx, m, sess, 1)
 		}
-		return s.once(ctx, m, cmd.Name, func(ctx context.Context, st *sessionstore.Store) (string, int64, error) {
+		err := s.once(ctx, m, cmd.Name, func(ctx context.Context, st *sessionstore.Store) (string, int64, error) {
 			return s.resume(ctx, st, m, sess, cmd.Args)
 		})
+		if err != nil {
+			return err
+		}
+		// The memory flush of the conversation left, if the switch
+		// queued one.
+		return s.startFlush(ctx, m)
 	case "retry", "undo", "compress":
 		m.ev.TranscriptCommand = cmd.Name
 		if cmd.Name == "compress" {
@@ -625,7 +631,9 @@ func (s *Service) resume(ctx context.Context, st *sessionstore.Store, m *msgCtx,
 		// As by number: Resume looks for an earlier conversation only.
 		return "📌 Already on that conversation.", sess.Generation, nil
 	}
-	resumed, err := st.Resume(ctx, m.key, name)
+	// As Hermes's /resume, a switch to another conversation flushes the
+	// memory of the one it leaves (flush.go), as a reset does.
+	resumed, err := st.Resume(ctx, m.key, name, s.flushFor(m))
 	if errors.Is(err, sessionstore.ErrNotFound) {
 		return "No earlier conversation is called that. /sessions lists them.", sess.Generation, nil
 	}

@@ -2,10 +2,18 @@ package router
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+	repliesv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/replies/v1"
+	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
 )
 
 // Hermes's pre-reset memory flush. Before a conversation is cleared (an
@@ -74,4 +82,88 @@ func (s *Service) flushRunning(ctx context.Context, key, owner string) bool {
 	}
 	mark, err := s.rdb.Get(ctx, s.prefix+"flushing:"+key).Result()
 	return err == nil && mark == grant
+}
+
+// typingBehindFlush shows the typing indicator in m's chat while m
+// waits for the memory flush flushTurn (or, when "", for whichever
+// flush holds the session's lock, if one does): to the user the wait is
+// the wait for the answer, up to the flush's bound (90 s), and a turn
+// shows typing from its start (the worker's Typing event). The
+// indicator is the flush's turn's in delivery (its turn id), started
+// here and ended by the flush's completion (flushTypingEnded) with the
+// target recorded for it; if the flush ended before the record was
+// written, its completion found none, and it is ended here. Best
+// effort, as typing is: m is queued and recorded handled already.
+func (s *Service) typingBehindFlush(ctx context.Context, m *msgCtx, flushTurn string) {
+	if !s.cfg.MemoryFlush || quietPlatform(m.platform) {
+		return
+	}
+	running := func() (string, error) {
+		owner, err := s.locker.Owner(ctx, m.key)
+		if err != nil || !s.flushRunning(ctx, m.key, owner) {
+			return "", err
+		}
+		return heldBy(owner), nil
+	}
+	err := func() error {
+		if flushTurn == "" {
+			var err error
+			if flushTurn, err = running(); err != nil || flushTurn == "" {
+				return err
+			}
+		}
+		t := target(m.ev)
+		data, err := proto.Marshal(t)
+		if err != nil {
+			return fmt.Errorf("encode typing target: %w", err)
+		}
+		if err := s.rdb.Set(ctx, s.flushTypingKey(flushTurn), data, flushMarkTTL).Err(); err != nil {
+			return fmt.Errorf("record typing target: %w", err)
+		}
+		if err := s.publishFlushTyping(ctx, m.key, flushTurn, t, true, "flush-typing:"+flushTurn+":"+m.dedupeID); err != nil {
+			return err
+		}
+		// Its completion reads the record only once it let go of the
+		// lock: a flush that still holds it ends the indicator itself.
+		if now, err := running(); err != nil || now == flushTurn {
+			return err
+		}
+		return s.publishFlushTyping(ctx, m.key, flushTurn, t, false, "flush-typing-off:"+flushTurn+":"+m.dedupeID)
+	}()
+	if err != nil {
+		s.log.WarnContext(ctx, "typing while waiting for the memory flush", "session_key", m.key, "err", err)
+	}
+}
+
+// flushTypingEnded ends the typing indicator that messages waiting for
+// the memory flush ev completes were shown (typingBehindFlush), if any.
+func (s *Service) flushTypingEnded(ctx context.Context, ev *turnsv1.TurnCompleted) error {
+	if !s.cfg.MemoryFlush {
+		return nil
+	}
+	data, err := s.rdb.Get(ctx, s.flushTypingKey(ev.GetTurnId())).Bytes()
+	if errors.Is(err, redis.Nil) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read typing target: %w", err)
+	}
+	t := &deliveryv1.Target{}
+	if err := proto.Unmarshal(data, t); err != nil {
+		return fmt.Errorf("decode typing target: %w", err)
+	}
+	return s.publishFlushTyping(ctx, ev.GetSessionKey(), ev.GetTurnId(), t, false, "flush-typing-off:"+ev.GetTurnId())
+}
+
+func (s *Service) flushTypingKey(turnID string) string { return s.prefix + "flushtyping:" + turnID }
+
+// publishFlushTyping starts (active) or ends the typing indicator of
+// the memory flush turnID of key in chat t.
+func (s *Service) publishFlushTyping(ctx context.Context, key, turnID string, t *deliveryv1.Target, active bool, msgID string) error {
+	ev := &repliesv1.ReplyEvent{TurnId: turnID, SessionKey: key, Target: t, CreatedAt: timestamppb.New(s.now()),
+		Body: &repliesv1.ReplyEvent_Typing{Typing: &repliesv1.Typing{Active: active}}}
+	if _, err := s.bus.Publish(ctx, s.topo.ReplySubject(key), msgID, ev); err != nil {
+		return fmt.Errorf("publish typing: %w", err)
+	}
+	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	repliesv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/replies/v1"
 	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
 	"github.com/switchboard-chat/switchboard/pkg/sessionstore"
 )
@@ -173,5 +174,161 @@ func TestCommandsDuringMemoryFlush(t *testing.T) {
 		if strings.Contains(got, "can't run mid-turn") || !strings.Contains(got, tc.want) {
 			t.Errorf("%s during the flush: %q, want no mid-turn refusal and %q", tc.cmd, got, tc.want)
 		}
+	}
+}
+
+// TestTypingWhileWaitingForTheMemoryFlush: a message that waits for a
+// memory flush (the one that found its conversation due, one sent while
+// /new's flush runs) shows typing in its chat for the wait, as a turn
+// does from its start, and the indicator ends with the flush, before the
+// message's own turn.
+func TestTypingWhileWaitingForTheMemoryFlush(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		end  func(e *env, later func())
+	}{
+		{"the message that found the conversation due", func(e *env, later func()) { later() }},
+		{"a message during the flush of /new", func(e *env, _ func()) { e.ask("alice", "/new") }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			cfg := testConfig()
+			cfg.SessionReset.Mode, cfg.SessionReset.IdleMinutes = ResetIdle, 60
+			cfg.MemoryFlush = true
+			clock := e.startRouterOnClock(cfg, time.Now())
+			entered, release := make(chan string, 1), make(chan struct{})
+			w := e.startWorker(func(tr *turnsv1.TurnRequested) {
+				if tr.GetMemoryFlush() {
+					entered <- tr.GetTurnId()
+					<-release
+				}
+			})
+			key := "agent:main:telegram:dm:chat-alice"
+			e.publish(dm("alice", "hello"))
+			waitFor(t, "first turn", func() bool { turns, _ := w.snapshot(); return len(turns) == 1 })
+			waitFor(t, "first turn done", func() bool { return e.lockOf(key) == "" })
+			turns, _ := w.snapshot()
+			if _, err := e.db.Exec(context.Background(), `INSERT INTO worker_turns (turn_id, session_key, session_id, generation, status, started_at, updated_at)
+				VALUES ($1, $2, $3, $4, 'completed', $5, $5)`, turns[0].TurnId, key, turns[0].SessionId, turns[0].Generation, clock.Now()); err != nil {
+				t.Fatal(err)
+			}
+			tc.end(e, func() { clock.advance(61 * time.Minute) })
+			e.publish(dm("alice", "back again"))
+			var flush string
+			select {
+			case flush = <-entered:
+			case <-time.After(30 * time.Second):
+				t.Fatal("no flush turn")
+			}
+			typing := func(active bool) func() bool {
+				return func() bool {
+					for _, ev := range e.typingOf(flush) {
+						if ev.GetTyping().GetActive() == active {
+							return true
+						}
+					}
+					return false
+				}
+			}
+			waitFor(t, "typing while the message waits", typing(true))
+			if on := e.typingOf(flush)[0]; !on.GetTyping().GetActive() || on.GetTarget().GetChatId() != "chat-alice" || on.GetTarget().GetPlatform() != "telegram" {
+				t.Fatalf("first typing event of the flush: active %v to %v, want active to chat-alice", on.GetTyping().GetActive(), on.GetTarget())
+			}
+			close(release)
+			waitFor(t, "the typing ended with the flush", typing(false))
+			waitFor(t, "the message's turn", func() bool {
+				turns, _ := w.snapshot()
+				last := turns[len(turns)-1]
+				return len(last.GetInputs()) == 1 && last.GetInputs()[0].GetText() == "back again"
+			})
+			if evs := e.typingOf(flush); evs[len(evs)-1].GetTyping().GetActive() {
+				t.Errorf("the flush's last typing event starts the indicator again")
+			}
+		})
+	}
+}
+
+// typingOf is the Typing reply events of turn turnID, in their order.
+func (e *env) typingOf(turnID string) []*repliesv1.ReplyEvent {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var out []*repliesv1.ReplyEvent
+	for _, n := range e.notices {
+		if n.GetTurnId() == turnID && n.GetTyping() != nil {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// TestResumeFlushesTheConversationItLeaves: as Hermes's /resume, a
+// switch to another conversation of the chat runs the memory flush of
+// the one it leaves (on it, with no input), when that one had a turn; a
+// /resume that switches nothing (the conversation is the current one,
+// or bare /resume, which lists them) flushes nothing.
+func TestResumeFlushesTheConversationItLeaves(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	cfg := testConfig()
+	cfg.MemoryFlush = true
+	e.startRouter(cfg, nil, nil)
+	w := e.startWorker(nil)
+	key := "agent:main:telegram:dm:chat-alice"
+	st := sessionstore.New(e.db)
+	// A turn in the current conversation, as a worker records it (this
+	// fake worker writes no record).
+	turn := func(text string) sessionstore.Session {
+		t.Helper()
+		before, _ := w.snapshot()
+		e.publish(dm("alice", text))
+		waitFor(t, text, func() bool { turns, _ := w.snapshot(); return len(turns) > len(before) })
+		waitFor(t, text+" done", func() bool { return e.lockOf(key) == "" })
+		turns, _ := w.snapshot()
+		tr := turns[len(turns)-1]
+		if _, err := e.db.Exec(context.Background(), `INSERT INTO worker_turns (turn_id, session_key, session_id, generation, status, started_at, updated_at)
+			VALUES ($1, $2, $3, $4, 'completed', now(), now())`, tr.TurnId, key, tr.SessionId, tr.Generation); err != nil {
+			t.Fatal(err)
+		}
+		sess, err := st.Get(context.Background(), key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sess
+	}
+	flushes := func() []string {
+		turns, _ := w.snapshot()
+		var out []string
+		for _, tr := range turns {
+			if tr.GetMemoryFlush() {
+				if len(tr.GetInputs()) != 0 {
+					t.Errorf("a flush turn with inputs %v", tr.GetInputs())
+				}
+				out = append(out, tr.GetSessionId())
+			}
+		}
+		return out
+	}
+	first := turn("hello")
+	e.ask("alice", "/new")
+	waitFor(t, "the flush of /new", func() bool { return len(flushes()) == 1 })
+	second := turn("again")
+	// Numbered newest first: 1 is the current conversation, 2 the first.
+	if got := e.ask("alice", "/resume 2"); !strings.Contains(got, "Resumed") {
+		t.Fatalf("/resume 2: %q", got)
+	}
+	waitFor(t, "the flush of /resume", func() bool { return len(flushes()) == 2 })
+	waitFor(t, "its end", func() bool { return e.lockOf(key) == "" })
+	if got := flushes(); got[0] != first.ID || got[1] != second.ID {
+		t.Fatalf("flushed conversations %v, want %s then %s", got, first.ID, second.ID)
+	}
+	for _, cmd := range []string{"/resume 2", "/resume"} {
+		e.ask("alice", cmd)
+	}
+	// A turn after them: a flush they queued would run before it.
+	turn("still here")
+	if got := flushes(); len(got) != 2 {
+		t.Fatalf("flushed conversations %v after /resume of the current one and bare /resume, want 2", got)
 	}
 }

@@ -1008,13 +1008,24 @@ func (s *Service) queueFull(ctx context.Context, m *msgCtx, gen int64) error {
 func (s *Service) lockAndStart(ctx context.Context, m *msgCtx) error {
 	token := redisx.NewGrant(s.now())
 	locked, err := s.markHandledAndLock(ctx, m, token)
-	if err != nil || !locked {
-		// Not locked: another start took the session meanwhile; the lock
-		// is marked, so its turn's completion starts this message.
+	if err != nil {
 		return err
 	}
-	if _, err := s.startLocked(ctx, m.key, token); err != nil {
+	if !locked {
+		// Not locked: another start took the session meanwhile; the lock
+		// is marked, so its turn's completion starts this message. That
+		// turn may be a memory flush.
+		s.typingBehindFlush(ctx, m, "")
+		return nil
+	}
+	_, flush, err := s.startNext(ctx, m.key, token)
+	if err != nil {
 		return fmt.Errorf("start turn: %w", err)
+	}
+	if flush {
+		// The reset that m found due queued the ended conversation's
+		// flush ahead of it: m waits for it.
+		s.typingBehindFlush(ctx, m, token)
 	}
 	return nil
 }

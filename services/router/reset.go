@@ -19,6 +19,9 @@ type ResetPolicy struct {
 	IdleMinutes int    `koanf:"idle_minutes"`
 	AtHour      int    `koanf:"at_hour"`
 	Timezone    string `koanf:"timezone"`
+	// loc is Timezone, loaded once with the config (ResetConfig.load),
+	// not for each message due reads; nil is UTC.
+	loc *time.Location
 }
 
 // ResetOverride changes the policy for a platform or a chat type. Fields
@@ -40,10 +43,37 @@ type ResetConfig struct {
 	Timezone    string                   `koanf:"timezone"`
 	Platforms   map[string]ResetOverride `koanf:"platforms"`
 	ChatTypes   map[string]ResetOverride `koanf:"chat_types"`
+	// zones are the time zones the policies name, by name (load).
+	zones map[string]*time.Location
+}
+
+// load loads the time zones the policies name, once, when the router is
+// built: policy hands them to the policies it resolves for each message.
+// A zone that does not load is an error at start-up.
+func (c *ResetConfig) load() error {
+	c.zones = map[string]*time.Location{}
+	names := map[string]string{"session_reset": c.Timezone}
+	for k, o := range c.Platforms {
+		names["session_reset.platforms."+k] = o.Timezone
+	}
+	for k, o := range c.ChatTypes {
+		names["session_reset.chat_types."+k] = o.Timezone
+	}
+	for key, name := range names {
+		if _, ok := c.zones[name]; ok || name == "" {
+			continue
+		}
+		loc, err := time.LoadLocation(name)
+		if err != nil {
+			return fmt.Errorf("%s.timezone: %w", key, err)
+		}
+		c.zones[name] = loc
+	}
+	return nil
 }
 
 func (c ResetConfig) validate() error {
-	pols := map[string]ResetPolicy{"session_reset": {c.Mode, c.IdleMinutes, c.AtHour, c.Timezone}}
+	pols := map[string]ResetPolicy{"session_reset": {Mode: c.Mode, IdleMinutes: c.IdleMinutes, AtHour: c.AtHour, Timezone: c.Timezone}}
 	for k, o := range c.Platforms {
 		pols["session_reset.platforms."+k] = o.policy()
 	}
@@ -80,9 +110,10 @@ func (o ResetOverride) policy() ResetPolicy {
 	return p
 }
 
-// policy resolves the effective policy for a platform and chat type.
+// policy resolves the effective policy for a platform and chat type,
+// with its time zone as load loaded it.
 func (c ResetConfig) policy(platform, chatType string) ResetPolicy {
-	p := ResetPolicy{c.Mode, c.IdleMinutes, c.AtHour, c.Timezone}
+	p := ResetPolicy{Mode: c.Mode, IdleMinutes: c.IdleMinutes, AtHour: c.AtHour, Timezone: c.Timezone}
 	over := func(o ResetOverride) {
 		if o.Mode != "" {
 			p.Mode = o.Mode
@@ -109,6 +140,7 @@ func (c ResetConfig) policy(platform, chatType string) ResetPolicy {
 	if p.Mode == "" {
 		p.Mode = ResetNone
 	}
+	p.loc = c.zones[p.Timezone]
 	return p
 }
 
@@ -120,18 +152,18 @@ func (c ResetConfig) policy(platform, chatType string) ResetPolicy {
 // that clock shows them, so on the day a DST change skips the hour the
 // boundary is the jump (Go's time.Date would place a skipped hour west
 // of UTC an hour early, at 01:00 EST for 02:00 in New York), and an
-// hour the change repeats is crossed once (wallClock).
+// hour the change repeats is crossed once (wallClock). The zone is the
+// one loaded with the config (ResetConfig.load): due, read for every
+// message, loads nothing.
 func (p ResetPolicy) due(last, now time.Time) (string, bool) {
 	if (p.Mode == ResetIdle || p.Mode == ResetBoth) && p.IdleMinutes > 0 &&
 		now.Sub(last) > time.Duration(p.IdleMinutes)*time.Minute {
 		return "idle", true
 	}
 	if p.Mode == ResetDaily || p.Mode == ResetBoth {
-		loc := time.UTC
-		if p.Timezone != "" {
-			if l, err := time.LoadLocation(p.Timezone); err == nil {
-				loc = l
-			}
+		loc := p.loc
+		if loc == nil {
+			loc = time.UTC
 		}
 		n, l := wallClock(now, loc), wallClock(last, loc)
 		boundary := time.Date(n.Year(), n.Month(), n.Day(), p.AtHour, 0, 0, 0, time.UTC)

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -23,6 +24,9 @@ func TestResetPolicy(t *testing.T) {
 		ChatTypes: map[string]ResetOverride{"group": {Mode: ResetIdle}, "dm": {IdleMinutes: 30}, "thread": {Mode: ResetDaily, AtHour: new(6)}},
 	}
 	if err := cfg.validate(); err != nil {
+		t.Fatal(err)
+	}
+	if err := cfg.load(); err != nil {
 		t.Fatal(err)
 	}
 	now := time.Date(2026, 3, 10, 12, 0, 0, 0, time.UTC)
@@ -69,6 +73,53 @@ func TestResetPolicy(t *testing.T) {
 	}
 	if (ResetConfig{Platforms: map[string]ResetOverride{"slack": {AtHour: new(24)}}}).validate() == nil {
 		t.Fatal("accepted a platform's at_hour 24")
+	}
+}
+
+// located is p with its time zone loaded, as ResetConfig.load loads the
+// zones of the policies the router resolves.
+func located(t *testing.T, p ResetPolicy) ResetPolicy {
+	t.Helper()
+	c := ResetConfig{Timezone: p.Timezone}
+	if err := c.load(); err != nil {
+		t.Fatal(err)
+	}
+	p.loc = c.zones[p.Timezone]
+	return p
+}
+
+// TestResetZonesLoadedAtStart: the router loads the reset policy's time
+// zones when it is built, not for each message it reads a policy for
+// (a daily policy's due, on every message's path, allocates nothing);
+// a zone that does not load stops it there.
+func TestResetZonesLoadedAtStart(t *testing.T) {
+	e := newEnv(t)
+	cfg := testConfig()
+	cfg.SessionReset = ResetConfig{Mode: ResetDaily, AtHour: 4, Timezone: "America/New_York",
+		Platforms: map[string]ResetOverride{"slack": {Timezone: "Asia/Tokyo"}}}
+	s, err := New(cfg, Deps{Bus: e.bus, DB: e.db, Redis: e.rdb, RedisPrefix: e.prefix, Environ: []string{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		platform  string
+		last, now time.Time // just before and after 04:00 in the zone
+	}{
+		{"telegram", time.Date(2026, 3, 10, 7, 59, 0, 0, time.UTC), time.Date(2026, 3, 10, 8, 1, 0, 0, time.UTC)},
+		{"slack", time.Date(2026, 3, 9, 18, 59, 0, 0, time.UTC), time.Date(2026, 3, 9, 19, 1, 0, 0, time.UTC)},
+	} {
+		pol := s.cfg.SessionReset.policy(tc.platform, "dm")
+		if reason, due := pol.due(tc.last, tc.now); reason != "daily" || !due {
+			t.Errorf("%s: %q %v across 04:00 in %s, want daily", tc.platform, reason, due, pol.Timezone)
+		}
+		if n := testing.AllocsPerRun(100, func() { pol.due(tc.last, tc.now) }); n != 0 {
+			t.Errorf("%s: due allocates %v times a call: it loads %s for each message", tc.platform, n, pol.Timezone)
+		}
+	}
+	cfg.SessionReset.ChatTypes = map[string]ResetOverride{"group": {Timezone: "Mars/Olympus_Mons"}}
+	if _, err := New(cfg, Deps{Bus: e.bus, DB: e.db, Redis: e.rdb, RedisPrefix: e.prefix, Environ: []string{}}); err == nil ||
+		!strings.Contains(err.Error(), "session_reset.chat_types.group.timezone") {
+		t.Errorf("an unknown zone: %v, want an error at start naming session_reset.chat_types.group.timezone", err)
 	}
 }
 
@@ -211,7 +262,7 @@ func TestResetPolicyBoundaries(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if _, due := tt.p.due(tt.last, tt.now); due != tt.want {
+			if _, due := located(t, tt.p).due(tt.last, tt.now); due != tt.want {
 				t.Errorf("due %v, want %v (last %v, now %v)", due, tt.want, tt.last.UTC(), tt.now.UTC())
 			}
 		})

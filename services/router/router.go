@@ -413,6 +413,9 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("router config: %w", err)
 	}
+	if err := cfg.SessionReset.load(); err != nil {
+		return nil, fmt.Errorf("router config: %w", err)
+	}
 	log := deps.Log
 	if log == nil {
 		log = slog.Default()
@@ -657,6 +660,9 @@ func (s *Service) handleTurnCompleted(ctx context.Context, ev *turnsv1.TurnCompl
 		return bus.Permanent(errors.New("turn completed without session key"))
 	}
 	if err := s.cronOutcome(ctx, ev); err != nil {
+		return err
+	}
+	if err := s.flushTypingEnded(ctx, ev); err != nil {
 		return err
 	}
 	var usage *sessionstore.Usage

@@ -71,11 +71,22 @@ func (s *Service) startQueued(ctx context.Context, key string) (bool, error) {
 // or releases the lock when nothing could be started. The turn's id is
 // token: a grant names the turn it started (see orphaned).
 func (s *Service) startLocked(ctx context.Context, key, token string) (bool, error) {
+	started, _, err := s.startNext(ctx, key, token)
+	return started, err
+}
+
+// startNext is startLocked, also reporting whether the turn it started
+// is a memory flush (flush.go), which the messages left queued wait for.
+func (s *Service) startNext(ctx context.Context, key, token string) (started, flush bool, err error) {
 	turnID := token
 	turnCtx := ctx
-	started, err := s.store.StartTurn(ctx, key, turnID, s.maxInput, s.maxInputBytes, func(ctx context.Context, t sessionstore.Turn) error {
+	started, err = s.store.StartTurn(ctx, key, turnID, s.maxInput, s.maxInputBytes, func(ctx context.Context, t sessionstore.Turn) error {
 		if err := s.holdGoal(t); err != nil {
 			return err
+		}
+		flush = false
+		if len(t.Inputs) == 1 {
+			_, flush = sessionstore.FlushOf(t.Inputs[0].Event)
 		}
 		ctx, span := inputTrace(ctx, t.Inputs)
 		defer span.End()
@@ -93,12 +104,12 @@ func (s *Service) startLocked(ctx context.Context, key, token string) (bool, err
 		s.releaseUnused(ctx, key, token)
 		if errors.Is(err, errGoalHeld) {
 			// While paused a goal does not go on by itself (pause.go).
-			return false, s.pauseGoal(ctx, key)
+			return false, false, s.pauseGoal(ctx, key)
 		}
-		return false, err
+		return false, false, err
 	}
 	s.turnRequested(turnCtx, key, turnID)
-	return true, nil
+	return true, flush, nil
 }
 
 const tracerName = "github.com/switchboard-chat/switchboard/services/router"

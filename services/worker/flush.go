@@ -27,8 +27,10 @@ const flushPrompt = "[System: This conversation is about to be reset (by /new, o
 const (
 	flushIterations = 8
 	flushTimeout    = 90 * time.Second
-	// flushMinMessages: Hermes skips a conversation of fewer user and
-	// assistant messages with text.
+	// flushMinMessages: Hermes skips a conversation whose transcript
+	// has fewer entries, every one counted (tool calls and results too),
+	// though the model reads only the user and assistant messages with
+	// text.
 	flushMinMessages = 4
 	flushTool        = "memory"
 )
@@ -43,7 +45,7 @@ const (
 // a turn an earlier attempt began (it may have saved notes already),
 // or decided, is not run again. It is skipped, without a model call,
 // where the memory tool is off or an external agent runs the turns, and
-// for a conversation too short to hold anything. A failed model call
+// for a conversation too short to hold anything (flushMinMessages). A failed model call
 // ends the flush (the reset goes on, as Hermes's does).
 func (r *turnRun) memoryFlush(ctx context.Context) error {
 	if _, ok := r.s.tools.Get(flushTool); !ok || r.s.agent != nil {
@@ -59,15 +61,22 @@ func (r *turnRun) memoryFlush(ctx context.Context) error {
 		r.usageRecorded = ts.Final != nil
 		return r.flushed(ctx)
 	}
+	// As Hermes's len(history) < 4 over the whole transcript; a summary
+	// counts as one entry, the message that stands for those it
+	// replaced, as in Hermes's compressed transcript.
+	entries := len(ts.History)
+	if ts.Summary != "" {
+		entries++
+	}
+	if entries < flushMinMessages {
+		r.log.Info("memory flush skipped: conversation too short", "entries", entries)
+		return r.flushed(ctx)
+	}
 	var msgs []store.Message
 	for _, m := range ts.History {
 		if (m.Role == llm.RoleUser || m.Role == llm.RoleAssistant) && strings.TrimSpace(m.Content) != "" {
 			msgs = append(msgs, store.Message{Role: m.Role, Content: m.Content})
 		}
-	}
-	if len(msgs) < flushMinMessages && ts.Summary == "" {
-		r.log.Info("memory flush skipped: conversation too short", "messages", len(msgs))
-		return r.flushed(ctx)
 	}
 	r.prompt = ts.Prompt
 	backend, model := r.s.backendFor(r.req.GetModelOverride())
@@ -165,11 +174,31 @@ func (r *turnRun) endFlush(ctx context.Context, err error) error {
 		return r.complete(ctx, turnsv1.TurnStatus_TURN_STATUS_COMPLETED, "", true)
 	case superseded(err):
 		r.log.Warn("memory flush superseded; abandoning", "err", err)
+		r.bookFlushUsage(ctx, store.StatusStale)
 		return r.complete(ctx, turnsv1.TurnStatus_TURN_STATUS_STALE, "superseded by a newer turn", true)
 	case ctx.Err() != nil && r.spent < r.s.cfg.MaxDeliver, pg.IsUnavailable(err) && r.spent < r.s.cfg.MaxDeliver:
 		r.log.Warn("memory flush handed back", "err", err)
 		return err
 	}
 	r.log.Warn("memory flush failed", "err", err)
+	r.bookFlushUsage(ctx, store.StatusFailed)
 	return r.complete(ctx, turnsv1.TurnStatus_TURN_STATUS_FAILED, "memory flush failed", true)
+}
+
+// bookFlushUsage books the usage of a flush that ends without a final
+// with the conversation it ran on, the one that ended (store.BookUsage):
+// the router would add it to the session's row, which after the reset
+// counts the new conversation. Booked, it goes to the router as
+// recorded. Not booked (the database failed), it goes as before, to the
+// session's row: counted, if in the wrong conversation.
+func (r *turnRun) bookFlushUsage(ctx context.Context, status string) {
+	if r.usageRecorded {
+		return
+	}
+	t := r.withUsage()
+	if err := r.s.store.BookUsage(context.WithoutCancel(ctx), t, status, r.model); err != nil {
+		r.log.Warn("memory flush usage not booked with its conversation", "err", err)
+		return
+	}
+	r.usageRecorded = true
 }

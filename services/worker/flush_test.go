@@ -164,3 +164,105 @@ func flushAConversation(t *testing.T, h *harness) (*turnsv1.TurnRequested, []fak
 	}
 	return req, h.fake.Requests()[before:], alice
 }
+
+// TestMemoryFlushCountsEveryTranscriptEntry: as Hermes, a flush skips a
+// conversation of fewer than four transcript entries, counting every
+// one (a tool call and its result too), not only the user and assistant
+// messages with text.
+func TestMemoryFlushCountsEveryTranscriptEntry(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		text    string
+		entries int // of the ended conversation
+		texts   int // its user and assistant messages with text
+		flushed bool
+	}{
+		{"a turn with a tool call", `[[tool:memory {"action":"list"}]] any notes?`, 4, 2, true},
+		{"a turn without", "hello", 2, 2, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t)
+			h.setGeneration("s1", 1)
+			h.startWorker("w1", nil)
+			alice := &eventsv1.SessionSource{Platform: "telegram", ChatId: "99", ChatType: "dm", UserId: "alice"}
+			h.waitCompleted(h.requestTurn("s1", tc.text, turnOpts{sessionID: "old", origin: alice}).TurnId)
+			var entries, texts int
+			if err := h.db.QueryRow(context.Background(), `SELECT count(*), count(*) FILTER (WHERE role IN ('user', 'assistant') AND btrim(content) <> '')
+				FROM transcript_messages WHERE session_id = 'old'`).Scan(&entries, &texts); err != nil {
+				t.Fatal(err)
+			}
+			if entries != tc.entries || texts != tc.texts {
+				t.Fatalf("the conversation has %d entries, %d with text; want %d, %d", entries, texts, tc.entries, tc.texts)
+			}
+			var flushCalls atomic.Int32
+			h.fake.SetScript(func(req *fakellm.Request) (fakellm.Reply, bool) {
+				last := req.Messages[len(req.Messages)-1]
+				if last.Role == "user" && strings.Contains(last.Content, "about to be reset") {
+					flushCalls.Add(1)
+					return fakellm.Reply{Text: "nothing to save"}, true
+				}
+				return fakellm.Reply{}, false
+			})
+			req := h.requestTurn("s1", "", turnOpts{sessionID: "old", origin: alice, flush: true})
+			if c := h.waitCompleted(req.TurnId); c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_COMPLETED {
+				t.Fatalf("flush: %v (%s)", c.GetStatus(), c.GetError())
+			}
+			if got := flushCalls.Load() > 0; got != tc.flushed {
+				t.Errorf("flush ran: %v, want %v", got, tc.flushed)
+			}
+		})
+	}
+}
+
+// TestSupersededMemoryFlushBooksItsUsageWithTheEndedConversation: a
+// flush the session moved on from while it ran (/stop, another /new)
+// ends stale, and what its model calls used is booked with the
+// conversation it ran on, the one that ended (a worker_turns row of
+// it), not handed to the router, which would add it to the session's
+// row: the new conversation's count.
+func TestSupersededMemoryFlushBooksItsUsageWithTheEndedConversation(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.setGeneration("s1", 1)
+	h.startWorker("w1", nil)
+	alice := &eventsv1.SessionSource{Platform: "telegram", ChatId: "99", ChatType: "dm", UserId: "alice"}
+	old := turnOpts{sessionID: "old", origin: alice}
+	for _, text := range []string{"I only drink green tea", "and I live in Lisbon"} {
+		h.waitCompleted(h.requestTurn("s1", text, old).TurnId)
+	}
+	h.fake.SetScript(func(req *fakellm.Request) (fakellm.Reply, bool) {
+		last := req.Messages[len(req.Messages)-1]
+		if last.Role == "user" && strings.Contains(last.Content, "about to be reset") {
+			// The session moves on while the model answers (the fake's
+			// goroutine: no t.Fatal here).
+			if _, err := h.db.Exec(context.Background(), `UPDATE sessions SET generation = 2 WHERE session_key = 's1'`); err != nil {
+				return fakellm.Reply{Text: "generation not moved on: " + err.Error()}, true
+			}
+			return fakellm.Reply{Text: "nothing to save"}, true
+		}
+		return fakellm.Reply{}, false
+	})
+	req := h.requestTurn("s1", "", turnOpts{sessionID: "old", origin: alice, flush: true})
+	c := h.waitCompleted(req.TurnId)
+	if c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_STALE {
+		t.Fatalf("flush: %v (%s), want stale", c.GetStatus(), c.GetError())
+	}
+	if c.GetUsage().GetInputTokens() == 0 {
+		t.Fatal("the flush's model call used nothing")
+	}
+	if !c.GetUsageRecorded() {
+		t.Error("the flush's usage went to the router, which books it with the session's current conversation")
+	}
+	var sessionID string
+	var in, out int64
+	if err := h.db.QueryRow(context.Background(), `SELECT session_id, input_tokens, output_tokens FROM worker_turns WHERE turn_id = $1`,
+		req.TurnId).Scan(&sessionID, &in, &out); err != nil {
+		t.Fatalf("the flush's usage is not booked with its conversation: %v", err)
+	}
+	if sessionID != "old" || in != c.GetUsage().GetInputTokens() || out != c.GetUsage().GetOutputTokens() {
+		t.Errorf("booked %d in, %d out with %q; want %d, %d with old", in, out, sessionID,
+			c.GetUsage().GetInputTokens(), c.GetUsage().GetOutputTokens())
+	}
+}

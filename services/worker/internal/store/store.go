@@ -118,6 +118,8 @@ const (
 	StatusInterrupted = "interrupted"
 	StatusStopped     = "stopped"
 	StatusFailed      = "failed"
+	// StatusStale: a memory flush that ended without a final (BookUsage).
+	StatusStale = "stale"
 )
 
 // Final kinds.
@@ -613,6 +615,25 @@ const returnNoteSQL = `,
 				  AND (skills_note IS NULL OR skills_note_session IS DISTINCT FROM session_id)
 				  AND EXISTS (SELECT 1 FROM t)
 				RETURNING 1)`
+
+// BookUsage records, for turn t that ended without a final (a memory
+// flush superseded or failed), its usage with its own conversation,
+// t.SessionID: a row of worker_turns, which a conversation's usage is
+// summed from, with no final (status, and no final kind: not decided).
+// A memory flush runs on a conversation that already ended, so its
+// usage must not go to the session's row, which counts the current
+// conversation's. Unfenced: the session moved on, and the row only
+// counts. Once: a row the turn has already (it was decided) is kept.
+func (s *Store) BookUsage(ctx context.Context, t Turn, status, model string) error {
+	if _, err := s.db.Exec(ctx, `INSERT INTO worker_turns (turn_id, session_key, session_id, generation, status, model, started_at,
+			input_tokens, output_tokens, cache_read_tokens, cache_write_tokens)
+		VALUES ($1, $2, $3, $4, $5, $6, COALESCE($7, now()), $8, $9, $10, $11)
+		ON CONFLICT (turn_id) DO NOTHING`, t.TurnID, t.SessionKey, t.SessionID, t.Generation, status, model, startedAt(t),
+		t.Usage.Input, t.Usage.Output, t.Usage.CacheRead, t.Usage.CacheWrite); err != nil {
+		return fmt.Errorf("book turn usage: %w", err)
+	}
+	return nil
+}
 
 // History returns the conversation's latest summary (empty when none) and
 // the messages after it, oldest first.
