@@ -143,6 +143,7 @@ func Load(opts Options, out any) ([]Warning, error) {
 				mapstructure.StringToSliceHookFunc(","),
 				mapstructure.TextUnmarshallerHookFunc(),
 				boolToText,
+				textToBool,
 			),
 		},
 	}
@@ -165,6 +166,26 @@ func Load(opts Options, out any) ([]Warning, error) {
 func boolToText(from, to reflect.Type, data any) (any, error) {
 	if b, ok := data.(bool); ok && from.Kind() == reflect.Bool && to.Kind() == reflect.String {
 		return strconv.FormatBool(b), nil
+	}
+	return data, nil
+}
+
+// textToBool reads a boolean given as text (an environment variable,
+// SLACK_REQUIRE_MENTION=yes; a quoted YAML "on") as Hermes does: "1",
+// "true", "yes", "on" are true and "0", "false", "no", "off" false, in
+// any case and with spaces around. Weak typing alone takes only
+// strconv.ParseBool's words; those ("t", "F") still count, "" is false,
+// and any other word stays an error naming the key.
+func textToBool(from, to reflect.Type, data any) (any, error) {
+	s, ok := data.(string)
+	if !ok || from.Kind() != reflect.String || to.Kind() != reflect.Bool {
+		return data, nil
+	}
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "1", "true", "yes", "on":
+		return true, nil
+	case "0", "false", "no", "off":
+		return false, nil
 	}
 	return data, nil
 }

@@ -293,3 +293,75 @@ func TestNearestAddsTheSectionLeftOut(t *testing.T) {
 		}
 	}
 }
+
+// TestBooleanWords: a boolean given as text, by an environment alias
+// (SLACK_REQUIRE_MENTION=yes), a SWITCHBOARD_ variable or the YAML, takes
+// Hermes's words: "1", "true", "yes", "on" and "0", "false", "no", "off",
+// in any case and with spaces around, as Hermes's _coerce_bool reads
+// them; strconv.ParseBool's own ("t", "F") still count, "" is false, and
+// any other word stops startup naming the key.
+func TestBooleanWords(t *testing.T) {
+	t.Parallel()
+	type cfg struct {
+		Flag  bool            `koanf:"flag"`
+		Allow map[string]bool `koanf:"allow"`
+	}
+	aliases := map[string]string{"FLAG": "flag"}
+	for _, c := range []struct {
+		name    string
+		env     []string
+		yaml    string
+		start   bool // the default
+		want    bool
+		allow   map[string]bool
+		invalid bool
+	}{
+		{name: "alias 1", env: []string{"FLAG=1"}, want: true},
+		{name: "alias yes", env: []string{"FLAG=yes"}, want: true},
+		{name: "alias on", env: []string{"FLAG=on"}, want: true},
+		{name: "alias YES", env: []string{"FLAG=YES"}, want: true},
+		{name: "alias tRuE", env: []string{"FLAG=tRuE"}, want: true},
+		{name: "alias On with spaces", env: []string{"FLAG= On "}, want: true},
+		{name: "alias 0", env: []string{"FLAG=0"}, start: true},
+		{name: "alias no", env: []string{"FLAG=no"}, start: true},
+		{name: "alias off", env: []string{"FLAG=off"}, start: true},
+		{name: "alias OFF", env: []string{"FLAG=OFF"}, start: true},
+		{name: "alias fAlSe", env: []string{"FLAG=fAlSe"}, start: true},
+		{name: "alias t, as before", env: []string{"FLAG=t"}, want: true},
+		{name: "prefixed yes", env: []string{"SWITCHBOARD_FLAG=yes"}, want: true},
+		{name: "prefixed off", env: []string{"SWITCHBOARD_FLAG=off"}, start: true},
+		{name: "prefixed empty, as before", env: []string{"SWITCHBOARD_FLAG="}, start: true},
+		{name: "map entry yes", env: []string{"SWITCHBOARD_ALLOW__TELEGRAM=yes"}, allow: map[string]bool{"telegram": true}},
+		{name: "yaml yes", yaml: "flag: yes\n", want: true},
+		{name: "yaml quoted on", yaml: "flag: \"on\"\n", want: true},
+		{name: "yaml off", yaml: "flag: off\n", start: true},
+		{name: "yaml map entry no", yaml: "allow:\n  slack: no\n", allow: map[string]bool{"slack": false}},
+		{name: "another word", env: []string{"FLAG=maybe"}, invalid: true},
+		{name: "another word in the yaml", yaml: "flag: enabled\n", invalid: true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			opts := config.Options{Environ: c.env, Aliases: aliases}
+			if c.yaml != "" {
+				opts.Path = writeFile(t, c.yaml)
+			}
+			got := &cfg{Flag: c.start}
+			_, err := config.Load(opts, got)
+			if c.invalid {
+				if err == nil || !strings.Contains(err.Error(), "flag") {
+					t.Fatalf("err = %v, want an error naming flag", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Flag != c.want {
+				t.Errorf("flag = %v, want %v", got.Flag, c.want)
+			}
+			if !reflect.DeepEqual(got.Allow, c.allow) {
+				t.Errorf("allow = %v, want %v", got.Allow, c.allow)
+			}
+		})
+	}
+}

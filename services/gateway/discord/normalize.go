@@ -118,11 +118,18 @@ func normalize(m *discordgo.Message, ch channelInfo, r rules) (*eventsv1.Message
 	if !dm && (r.IgnoredChannels["*"] || r.IgnoredChannels[m.ChannelID] || (ch.Thread && r.IgnoredChannels[ch.Parent])) {
 		return nil, "channel ignored"
 	}
-	text, mentioned := stripMention(m.Content, r.BotID)
+	// As Hermes (its client user in message.mentions), the message's
+	// mentions decide, not its text: Discord lists no mention written
+	// in code (`<@id>`, a code block), which is text like any other.
+	mentioned := false
 	for _, u := range m.Mentions {
 		if u != nil && u.ID == r.BotID {
 			mentioned = true
 		}
+	}
+	text := m.Content
+	if mentioned {
+		text = stripMention(m.Content, r.BotID)
 	}
 	if bot && !r.Bots.Admits(mentioned) {
 		// As Hermes's DISCORD_ALLOW_BOTS=mentions: a bot's message is
@@ -216,9 +223,9 @@ func hasRole(m *discordgo.Member, allowed map[string]bool) bool {
 
 var mentionRE = regexp.MustCompile(`<@!?([0-9]+)>`)
 
-// stripMention removes mentions of the bot ("<@id>", "<@!id>") and says
-// whether there was one.
-func stripMention(text, bot string) (string, bool) {
+// stripMention removes mentions of the bot ("<@id>", "<@!id>") from the
+// text of a message that mentions it.
+func stripMention(text, bot string) string {
 	found := false
 	out := mentionRE.ReplaceAllStringFunc(text, func(s string) string {
 		if mentionRE.FindStringSubmatch(s)[1] == bot {
@@ -228,9 +235,9 @@ func stripMention(text, bot string) (string, bool) {
 		return s
 	})
 	if !found {
-		return text, false
+		return text
 	}
-	return strings.TrimSpace(strings.Join(strings.Fields(out), " ")), true
+	return strings.TrimSpace(strings.Join(strings.Fields(out), " "))
 }
 
 // pictureExts are the file extensions of the pictures the model is shown.

@@ -50,6 +50,15 @@ func TestNormalize(t *testing.T) {
 		{name: "gated: addressed to someone else", m: discordfake.MessageCreate{ID: "1", ChannelID: "C1", GuildID: "G1", AuthorID: "U1", Content: "<@55> hi", Mentions: []string{"55"}}, r: rules{Account: bot, BotID: bot, IgnoreNoMention: true}, skip: true},
 		{name: "gated: addressed to someone else in a free channel", m: discordfake.MessageCreate{ID: "1", ChannelID: "F1", GuildID: "G1", AuthorID: "U1", Content: "<@55> hi", Mentions: []string{"55"}}, r: gated,
 			key: "agent:main:discord:group:F1:U1", text: "<@55> hi"},
+		// As in Hermes, the message's mentions decide: Discord lists no
+		// mention written in code, which stays as written.
+		{name: "gated: the bot's id in a code span", m: discordfake.MessageCreate{ID: "1", ChannelID: "C1", GuildID: "G1", AuthorID: "U1", Content: "set it to `<@" + bot + ">`"}, r: gated, unaddressed: true},
+		{name: "gated: the bot's id in a code block", m: discordfake.MessageCreate{ID: "1", ChannelID: "C1", GuildID: "G1", AuthorID: "U1", Content: "```\nping <@!" + bot + ">\n```"}, r: gated, unaddressed: true},
+		{name: "the bot's id in a code span is kept", m: discordfake.MessageCreate{ID: "1", ChannelID: "C1", GuildID: "G1", AuthorID: "U1", Content: "set it to `<@" + bot + ">`"}, r: base,
+			key: "agent:main:discord:group:C1:U1", text: "set it to `<@" + bot + ">`"},
+		{name: "the bot's id in a code span in a dm", m: discordfake.MessageCreate{ID: "1", ChannelID: "D1", AuthorID: "U1", Content: "what is `<@" + bot + ">`?"}, r: gated,
+			key: "agent:main:discord:dm:D1", text: "what is `<@" + bot + ">`?", mention: true},
+		{name: "bots on mention: the bot's id in a code span", m: discordfake.MessageCreate{ID: "1", ChannelID: "C1", GuildID: "G1", AuthorID: "9", AuthorBot: true, Content: "`<@" + bot + ">` x"}, r: rules{Account: bot, BotID: bot, Bots: platform.BotsMentions}, skip: true},
 		{name: "gated: a dm", m: discordfake.MessageCreate{ID: "1", ChannelID: "D1", AuthorID: "U1", Content: "hi"}, r: gated,
 			key: "agent:main:discord:dm:D1", text: "hi", mention: true},
 		{name: "guild channel, guild not in key", m: discordfake.MessageCreate{ID: "1", ChannelID: "C1", GuildID: "G1", AuthorID: "U1", Content: "hi"}, r: base,

@@ -59,6 +59,9 @@ type identity struct {
 	Bots           platform.BotMode // other bots' messages
 	RequireMention bool
 	FreeChannels   map[string]bool
+	// DMThreads is dm_top_level_threads_as_sessions: a DM message
+	// outside a thread starts a session of its own.
+	DMThreads bool
 }
 
 // skipUnaddressed is a channel message that does not mention the bot
@@ -159,13 +162,15 @@ func normalize(raw []byte, id identity) (*eventsv1.MessageReceived, skip, error)
 		// the bot: in a DM (a group DM is one), or with a mention.
 		NoReaction: !mentioned,
 	}
-	if chatType == "group" && (m.ThreadTS == "" || m.ThreadTS == m.TS) {
+	if (chatType == "group" || id.DMThreads) && (m.ThreadTS == "" || m.ThreadTS == m.TS) {
 		// As in Hermes, a channel message outside a thread is keyed and
 		// answered in the thread it starts (its own ts), so it and the
 		// replies in that thread are one session and the answer goes
 		// there; at the top level the answer would open a session of
 		// its own, and the user's follow-up in the thread would find
-		// none of the first exchange. A DM stays one session.
+		// none of the first exchange. So is a DM's, as Hermes's
+		// dm_top_level_threads_as_sessions (default on); off, a DM's
+		// top level stays one session.
 		ev.Source.ThreadId = m.TS
 	} else if m.ThreadTS == m.TS {
 		ev.Source.ThreadId = ""

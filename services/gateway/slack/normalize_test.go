@@ -69,8 +69,9 @@ func TestMentionGate(t *testing.T) {
 // TestChannelMessageStartsItsThread: as in Hermes, a channel message
 // outside a thread is keyed by the thread it starts (its own ts) and
 // answered there, so the replies in that thread, from anyone, reach the
-// same session; the key is Hermes's byte for byte. A DM keeps one
-// session and is answered where it was written.
+// same session; the key is Hermes's byte for byte. With
+// dm_top_level_threads_as_sessions off (here) a DM keeps one session and
+// is answered where it was written.
 func TestChannelMessageStartsItsThread(t *testing.T) {
 	f := &slackfake.Fake{TeamID: "T0WORKSPACE", AppID: "A0APP", BotUserID: "U0BOT"}
 	gated := identity{Account: "U0BOT", BotUserID: "U0BOT", BotID: "B0BOT", RequireMention: true}
@@ -101,6 +102,65 @@ func TestChannelMessageStartsItsThread(t *testing.T) {
 			}
 			if got := sessionkey.ReplyThread(ev.GetSource()); got != c.reply {
 				t.Errorf("answered in thread %q, want %q", got, c.reply)
+			}
+		})
+	}
+}
+
+// TestDMTopLevelThreadsAsSessions: as Hermes's
+// dm_top_level_threads_as_sessions (on by default), a DM message outside
+// a thread (a group DM's too) is keyed by the thread it starts, its own
+// ts, and answered there, so each top-level DM is a session of its own
+// and a reply in its thread continues it; the key is Hermes's byte for
+// byte. Off, as Hermes's legacy behaviour, a DM's top level is one
+// session, answered at the top level. A reply in a DM thread is keyed
+// by that thread either way.
+func TestDMTopLevelThreadsAsSessions(t *testing.T) {
+	f := &slackfake.Fake{TeamID: "T0WORKSPACE", AppID: "A0APP", BotUserID: "U0BOT"}
+	for _, c := range []struct {
+		name  string
+		on    bool
+		ev    slackfake.Event
+		key   string
+		reply string // the thread the answer goes to
+	}{
+		{"on: top-level dm", true, slackfake.Event{Channel: "D0DM", ChannelType: "im", User: "U0USER01", Text: "hi", TS: "1234567890.000001"},
+			"agent:main:slack:dm:T0WORKSPACE:D0DM:1234567890.000001", "1234567890.000001"},
+		{"on: another top-level dm", true, slackfake.Event{Channel: "D0DM", ChannelType: "im", User: "U0USER01", Text: "new topic", TS: "1234567890.000009"},
+			"agent:main:slack:dm:T0WORKSPACE:D0DM:1234567890.000009", "1234567890.000009"},
+		{"on: reply in its thread", true, slackfake.Event{Channel: "D0DM", ChannelType: "im", User: "U0USER01", Text: "and?", TS: "1234567890.000005", ThreadTS: "1234567890.000001"},
+			"agent:main:slack:dm:T0WORKSPACE:D0DM:1234567890.000001", "1234567890.000001"},
+		{"on: thread parent", true, slackfake.Event{Channel: "D0DM", ChannelType: "im", User: "U0USER01", Text: "hi", TS: "1234567890.000001", ThreadTS: "1234567890.000001"},
+			"agent:main:slack:dm:T0WORKSPACE:D0DM:1234567890.000001", "1234567890.000001"},
+		{"on: dm without channel type", true, slackfake.Event{Channel: "D0DM", User: "U0USER01", Text: "hi", TS: "1234567890.000001"},
+			"agent:main:slack:dm:T0WORKSPACE:D0DM:1234567890.000001", "1234567890.000001"},
+		{"on: top-level group dm", true, slackfake.Event{Channel: "G0MPIM", ChannelType: "mpim", User: "U0USER01", Text: "hi", TS: "1234567890.000001"},
+			"agent:main:slack:dm:T0WORKSPACE:G0MPIM:1234567890.000001", "1234567890.000001"},
+		{"on: channel message unchanged", true, slackfake.Event{Type: "app_mention", Channel: "C0CHANNEL", User: "U0USER01", Text: "<@U0BOT> hi", TS: "1234567890.000001"},
+			"agent:main:slack:group:T0WORKSPACE:C0CHANNEL:1234567890.000001", "1234567890.000001"},
+		{"off: top-level dm", false, slackfake.Event{Channel: "D0DM", ChannelType: "im", User: "U0USER01", Text: "hi", TS: "1234567890.000001"},
+			"agent:main:slack:dm:T0WORKSPACE:D0DM", ""},
+		{"off: another top-level dm", false, slackfake.Event{Channel: "D0DM", ChannelType: "im", User: "U0USER01", Text: "new topic", TS: "1234567890.000009"},
+			"agent:main:slack:dm:T0WORKSPACE:D0DM", ""},
+		{"off: reply in a thread", false, slackfake.Event{Channel: "D0DM", ChannelType: "im", User: "U0USER01", Text: "and?", TS: "1234567890.000005", ThreadTS: "1234567890.000001"},
+			"agent:main:slack:dm:T0WORKSPACE:D0DM:1234567890.000001", "1234567890.000001"},
+		{"off: top-level group dm", false, slackfake.Event{Channel: "G0MPIM", ChannelType: "mpim", User: "U0USER01", Text: "hi", TS: "1234567890.000001"},
+			"agent:main:slack:dm:T0WORKSPACE:G0MPIM", ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			id := identity{Account: "U0BOT", BotUserID: "U0BOT", BotID: "B0BOT", RequireMention: true, DMThreads: c.on}
+			ev, why, err := normalize(f.Callback("Ev1", c.ev), id)
+			if err != nil || ev == nil || why != "" {
+				t.Fatalf("got %v %q %v; want the event", ev, why, err)
+			}
+			if got := sessionkey.Build(ev.GetSource(), sessionkey.DefaultOptions()); got != c.key {
+				t.Errorf("key %s, want %s", got, c.key)
+			}
+			if got := sessionkey.ReplyThread(ev.GetSource()); got != c.reply {
+				t.Errorf("answered in thread %q, want %q", got, c.reply)
+			}
+			if ev.GetMessageId() != c.ev.TS {
+				t.Errorf("message id %s, want %s", ev.GetMessageId(), c.ev.TS)
 			}
 		})
 	}

@@ -81,6 +81,14 @@ type Config struct {
 	// message at the top level starts another); a message in a thread is
 	// answered there either way.
 	ReplyInThread bool `koanf:"reply_in_thread"`
+	// DMTopLevelThreadsAsSessions (default true, as Hermes's
+	// platforms.slack.extra.dm_top_level_threads_as_sessions): a DM
+	// message outside a thread is keyed by the thread it starts (its own
+	// ts), as a channel message is, so each top-level DM is a session of
+	// its own, answered in its thread, and the replies in that thread
+	// continue it. Off, as Hermes's legacy behaviour, a DM's top level is
+	// one session, answered at the top level. Group DMs (mpim) are DMs.
+	DMTopLevelThreadsAsSessions bool `koanf:"dm_top_level_threads_as_sessions"`
 }
 
 // DefaultConfig has the defaults.
@@ -88,7 +96,7 @@ func DefaultConfig() Config {
 	return Config{
 		APIBaseURL: slackapi.APIURL, Addr: "127.0.0.1:8644", Path: "/slack/events",
 		MaxBodyBytes: 4 << 20, AckTimeout: 2500 * time.Millisecond, RequireMention: true, Reactions: true,
-		ReplyInThread: true,
+		ReplyInThread: true, DMTopLevelThreadsAsSessions: true,
 	}
 }
 
@@ -219,7 +227,8 @@ func newPlatform(cfg Config, log *slog.Logger, hc *http.Client) (*Platform, erro
 	bots, _ := platform.ParseBotMode(cfg.AllowBots) // validate checked it
 	return &Platform{
 		cfg: cfg, log: log.With("platform", "slack"), api: api, hc: hc,
-		id: identity{Bots: bots, RequireMention: cfg.RequireMention, FreeChannels: platform.IDSet(cfg.FreeResponseChannels)},
+		id: identity{Bots: bots, RequireMention: cfg.RequireMention, FreeChannels: platform.IDSet(cfg.FreeResponseChannels),
+			DMThreads: cfg.DMTopLevelThreadsAsSessions},
 	}, nil
 }
 
@@ -601,10 +610,11 @@ func (p *Platform) sendMedia(ctx context.Context, req *deliveryv1.SendRequested)
 }
 
 // thread is the thread_ts a send to t goes to: t's thread, but with
-// reply_in_thread off not the thread a channel message outside one
-// starts (normalize keys that message by its own ts), whose answer
-// then goes to the channel's top level, as Hermes's _resolve_thread_ts
-// (the thread is the message being answered).
+// reply_in_thread off not the thread a message outside one starts (a
+// channel's, or a DM's with dm_top_level_threads_as_sessions: normalize
+// keys that message by its own ts), whose answer then goes to the top
+// level, as Hermes's _resolve_thread_ts (the thread is the message
+// being answered).
 func (p *Platform) thread(t *deliveryv1.Target) string {
 	if !p.cfg.ReplyInThread && t.GetThreadId() == t.GetReplyToMessageId() {
 		return ""

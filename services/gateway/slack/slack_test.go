@@ -25,6 +25,7 @@ import (
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	"github.com/switchboard-chat/switchboard/pkg/platform"
 	"github.com/switchboard-chat/switchboard/pkg/platform/platformtest"
+	"github.com/switchboard-chat/switchboard/pkg/sessionkey"
 	"github.com/switchboard-chat/switchboard/services/gateway/slack/slackfake"
 )
 
@@ -748,5 +749,85 @@ func TestReplyInThreadOffFollowsTheAnswer(t *testing.T) {
 	push(slackfake.Event{Channel: "C0CHANNEL", ChannelType: "channel", User: "U0USER01", Text: "thanks, and more?", TS: "3.1", ThreadTS: r.GetPlatformMessageId()})
 	if ev := next(); ev.GetMessageId() != "3.1" || ev.GetSource().GetThreadId() != r.GetPlatformMessageId() {
 		t.Fatalf("got %v, want the reply in the thread of the bot's answer", ev)
+	}
+}
+
+// TestDMTopLevelThreads: with Hermes's default
+// (dm_top_level_threads_as_sessions on) a DM message outside a thread is
+// published keyed by the thread it starts and its answer goes into that
+// thread, where the user's follow-up finds the same session; with
+// reply_in_thread off the answer goes to the DM's top level, as Hermes's
+// _resolve_thread_ts, the session still the thread's. Off, the DM's top
+// level is one session, answered at the top level.
+func TestDMTopLevelThreads(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name         string
+		set          func(*Config)
+		key          string // the session key of the top-level DM and of the follow-up
+		answerThread string // the answer's thread_ts
+		followUpTS   string // the follow-up's thread_ts
+		followUpKey  string
+		secondKey    string // the key of the next top-level DM
+	}{
+		{name: "default", set: func(*Config) {},
+			key: "agent:main:slack:dm:T0WORKSPACE:D0DM:1700000001.000100", answerThread: "1700000001.000100",
+			followUpTS: "1700000001.000100", followUpKey: "agent:main:slack:dm:T0WORKSPACE:D0DM:1700000001.000100",
+			secondKey: "agent:main:slack:dm:T0WORKSPACE:D0DM:1700000003.000100"},
+		{name: "reply_in_thread off", set: func(c *Config) { c.ReplyInThread = false },
+			key: "agent:main:slack:dm:T0WORKSPACE:D0DM:1700000001.000100", answerThread: "",
+			followUpTS: "1700000001.000100", followUpKey: "agent:main:slack:dm:T0WORKSPACE:D0DM:1700000001.000100",
+			secondKey: "agent:main:slack:dm:T0WORKSPACE:D0DM:1700000003.000100"},
+		{name: "off", set: func(c *Config) { c.DMTopLevelThreadsAsSessions = false },
+			key: "agent:main:slack:dm:T0WORKSPACE:D0DM", answerThread: "",
+			secondKey: "agent:main:slack:dm:T0WORKSPACE:D0DM"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			fake := slackfake.New(t)
+			cfg := DefaultConfig()
+			cfg.AppToken = fake.AppToken
+			c.set(&cfg)
+			_, b, next, _ := gateway(t, fake, cfg)
+			ctx := context.Background()
+			push := func(e slackfake.Event) *eventsv1.MessageReceived {
+				t.Helper()
+				e.Channel, e.ChannelType, e.User = "D0DM", "im", "U0USER01"
+				if err := fake.Push(ctx, fake.Callback("Ev"+e.TS, e), 0); err != nil {
+					t.Fatal(err)
+				}
+				ev := next()
+				if ev.GetMessageId() != e.TS {
+					t.Fatalf("got %v, want message %s", ev, e.TS)
+				}
+				return ev
+			}
+			key := func(ev *eventsv1.MessageReceived) string {
+				return sessionkey.Build(ev.GetSource(), sessionkey.DefaultOptions())
+			}
+			ev := push(slackfake.Event{Text: "plan the trip", TS: "1700000001.000100"})
+			if got := key(ev); got != c.key {
+				t.Fatalf("key %s, want %s", got, c.key)
+			}
+			sctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+			defer cancel()
+			r := &deliveryv1.SendReceipt{}
+			req := &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: "answer", Text: "here you go",
+				Target: &deliveryv1.Target{Platform: "slack", ChatId: "D0DM", ThreadId: sessionkey.ReplyThread(ev.GetSource()), ReplyToMessageId: ev.GetMessageId()}}
+			if err := b.Request(sctx, b.Topology().SendSubject("slack"), req, r); err != nil || !r.GetOk() {
+				t.Fatalf("send: receipt %v, err %v", r, err)
+			}
+			if m := fake.Messages("D0DM"); len(m) != 1 || m[0].ThreadTS != c.answerThread {
+				t.Fatalf("posted %+v, want the answer in thread %q", m, c.answerThread)
+			}
+			if c.followUpTS != "" {
+				if got := key(push(slackfake.Event{Text: "and the hotel?", TS: "1700000002.000100", ThreadTS: c.followUpTS})); got != c.followUpKey {
+					t.Errorf("follow-up key %s, want %s", got, c.followUpKey)
+				}
+			}
+			if got := key(push(slackfake.Event{Text: "something else", TS: "1700000003.000100"})); got != c.secondKey {
+				t.Errorf("next top-level DM key %s, want %s", got, c.secondKey)
+			}
+		})
 	}
 }

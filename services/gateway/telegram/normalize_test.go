@@ -61,6 +61,50 @@ func TestMentionGatingOff(t *testing.T) {
 	}
 }
 
+// TestMentionNeedsAnEntity: as in Hermes (its _message_mentions_bot,
+// bug #12545), only Telegram's entities make a mention: the bot's handle
+// in a group message's text without a mention entity (in code, in an
+// address, or with the entities missing) is none, and under
+// require_mention the message is not published; with the entity it is.
+func TestMentionNeedsAnEntity(t *testing.T) {
+	t.Parallel()
+	me := identity{id: testBotID, username: testUsername}
+	handle := "@" + testUsername
+	message := func(text string, entities []obj) []byte {
+		m := obj{"message_id": 9, "date": msgDate, "chat": group, "from": alice, "text": text}
+		if entities != nil {
+			m["entities"] = entities
+		}
+		raw, _ := json.Marshal(obj{"update_id": 77, "message": m})
+		return raw
+	}
+	for _, c := range []struct {
+		name    string
+		raw     []byte
+		publish bool
+	}{
+		{"handle without entities", message(handle+" hi", nil), false},
+		{"handle in a caption without entities", func() []byte {
+			raw, _ := json.Marshal(obj{"update_id": 77, "message": obj{"message_id": 9, "date": msgDate, "chat": group, "from": alice,
+				"caption": handle + " look", "photo": []obj{{"file_id": "p1", "file_unique_id": "u1", "width": 1, "height": 1}}}})
+			return raw
+		}(), false},
+		{"handle in code", message("use `"+handle+"` here", []obj{{"type": "code", "offset": 4, "length": len(handle) + 2}}), false},
+		{"handle in an address", message("mail foo"+handle+".example", nil), false},
+		{"handle with its mention entity", message(handle+" hi", []obj{{"type": "mention", "offset": 0, "length": len(handle)}}), true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			out, err := parseUpdate(c.raw, me, gating{requireMention: true})
+			if err != nil {
+				t.Fatalf("parse: %v", err)
+			}
+			if (out.ev != nil) != c.publish {
+				t.Fatalf("published %v (skip %q), want published %v", out.ev != nil, out.skip, c.publish)
+			}
+		})
+	}
+}
+
 // TestMessagesForOtherBots: as in Hermes, a group message that names
 // other bots (an @mention of a bot's username, or "/cmd@other_bot") and
 // not this one is left to them, even where every group message is
