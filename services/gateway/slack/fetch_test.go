@@ -2,6 +2,7 @@ package slack
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -24,8 +25,9 @@ import (
 	"github.com/switchboard-chat/switchboard/services/gateway/slack/slackfake"
 )
 
-// A file a user shares is published as Slack sent it (its url_private),
-// with nothing downloaded. When a turn reads it, the worker asks the
+// A file a user shares is published as Slack sent it, with nothing
+// downloaded: its url_private_download, as Hermes reads it, or its
+// url_private when Slack gives no other. When a turn reads it, the worker asks the
 // gateway, which downloads it once with the bot token into the attachment
 // store and answers where it is; asked again (a second attempt of the
 // turn), it downloads nothing more. One that cannot be kept (deleted,
@@ -99,6 +101,13 @@ func TestFilesAreKept(t *testing.T) {
 		{name: "deleted", unavailable: "could not be downloaded", downloads: 1, file: func() slackfake.File {
 			f := fake.AddFile("cat.png", "image/png", platformtest.NoisePNG(t, 8, 8))
 			f.URL = strings.Replace(f.URL, f.ID, "F99999999", 1) // 404
+			f.DownloadURL = strings.Replace(f.DownloadURL, f.ID, "F99999999", 1)
+			return f
+		}},
+		// Slack gives no url_private_download: url_private is read.
+		{name: "url_private only", want: img, wantMIME: "image/png", downloads: 1, file: func() slackfake.File {
+			f := fake.AddFile("cat.png", "image/png", img)
+			f.DownloadURL = ""
 			return f
 		}},
 		{name: "sign-in page", during: withoutFilesRead, unavailable: "could not be downloaded", downloads: 1,
@@ -144,8 +153,11 @@ func TestFilesAreKept(t *testing.T) {
 			if n, want := fake.FileInfos()-infos, map[bool]int{true: 1}[f.Connect]; n != want {
 				t.Errorf("publishing made %d files.info calls, want %d", n, want)
 			}
-			if a.GetUrl() != f.URL || a.GetBytesRef() != "" {
-				t.Errorf("published file %v, want its url_private %s", a, f.URL)
+			// As Hermes: url_private_download, else url_private (a
+			// Slack Connect stub's, as files.info gives them).
+			wantURL := cmp.Or(f.DownloadURL, f.URL)
+			if a.GetUrl() != wantURL || a.GetBytesRef() != "" {
+				t.Errorf("published file %v, want its URL %s", a, wantURL)
 			}
 			switch {
 			case tt.published == "" && a.GetUnavailable() != "":
@@ -168,9 +180,15 @@ func TestFilesAreKept(t *testing.T) {
 				undo := tt.during()
 				defer undo()
 			}
+			requested := len(fake.FileRequests())
 			got := platformtest.Fetch(t, ctx, b, "slack", ev, 0)
 			if d := fake.Downloads() - before; d != tt.downloads {
 				t.Errorf("the fetch made %d file requests, want %d", d, tt.downloads)
+			}
+			for _, u := range fake.FileRequests()[requested:] {
+				if u != wantURL {
+					t.Errorf("the fetch requested %s, want %s", u, wantURL)
+				}
 			}
 			if tt.unavailable != "" {
 				if got.GetBytesRef() != "" || !strings.Contains(got.GetUnavailable(), tt.unavailable) {

@@ -2,8 +2,9 @@
 // Mode when an app token is set, else the Events API over HTTP with
 // signing-secret verification; chat.postMessage and chat.update for
 // replies. Built on github.com/slack-go/slack and the platform kit. Shared
-// files are published as their url_private and downloaded with the bot
-// token (Platform.Fetch) only when a turn reads them, by any replica.
+// files are published as their url_private_download (or url_private) and
+// downloaded with the bot token (Platform.Fetch) only when a turn reads
+// them, by any replica.
 package slack
 
 import (
