@@ -124,6 +124,21 @@ func tokenMayGo(apiURL string, u *url.URL) bool {
 // is acknowledged after them, and Slack wants that within 3 s.
 const fileInfoTimeout = 2 * time.Second
 
+// needsFileInfo reports whether ev has a file completeFiles looks up.
+func needsFileInfo(ev *eventsv1.MessageReceived) bool {
+	for _, a := range ev.GetAttachments() {
+		if needsInfo(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// needsInfo: a file Slack sent without a URL, as a stub.
+func needsInfo(a *eventsv1.Attachment) bool {
+	return a.GetUrl() == "" && a.GetPlatformFileId() != "" && a.GetUnavailable() == ""
+}
+
 // completeFiles fills in the files of ev that Slack sent without a URL:
 // a Slack Connect channel's files come as stubs (file_access:
 // check_file_info, the id and nothing else), whose URL, type, name and
@@ -134,7 +149,7 @@ const fileInfoTimeout = 2 * time.Second
 func (p *Platform) completeFiles(ctx context.Context, ev *eventsv1.MessageReceived) {
 	var cancel context.CancelFunc
 	for _, a := range ev.GetAttachments() {
-		if a.GetUrl() != "" || a.GetPlatformFileId() == "" || a.GetUnavailable() != "" {
+		if !needsInfo(a) {
 			continue
 		}
 		if cancel == nil {
