@@ -1,12 +1,12 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"time"
 
@@ -40,6 +40,9 @@ func startWorker(ctx context.Context, a *app) (func(context.Context) error, erro
 	cfg.ApprovalsDenialBreakerThreshold = a.cfg.Approvals.DenialBreakerThreshold
 	// A picture the gateways may keep is one the worker may read to fit it.
 	cfg.Agent.MaxImageSourceBytes = max(cfg.Agent.MaxImageSourceBytes, a.cfg.Attachments.MaxBytes)
+	// And the voice messages and audio files it may keep, the worker
+	// transcribes.
+	cfg.MaxAttachmentBytes = a.cfg.Attachments.MaxBytes
 	loc, err := a.cfg.Cron.Location()
 	if err != nil {
 		return nil, err
@@ -223,13 +226,13 @@ type transcriber struct {
 	timeout time.Duration
 }
 
-func (t transcriber) Transcribe(ctx context.Context, audio []byte, filename, mime string) (string, error) {
+func (t transcriber) Transcribe(ctx context.Context, audio io.Reader, filename, mime string) (string, error) {
 	if t.timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, t.timeout)
 		defer cancel()
 	}
-	return t.p.Transcribe(ctx, t.model, bytes.NewReader(audio), filename, mime)
+	return t.p.Transcribe(ctx, t.model, audio, filename, mime)
 }
 
 // ttsSource is where the tts section (TTSConfig) sends text to speak for

@@ -13,6 +13,10 @@ type Transcription struct {
 	Model    string
 	FileName string
 	Audio    []byte
+	// Streamed: the body came without a Content-Length (chunked), as a
+	// client sends what it writes as it reads it, not a body it built
+	// whole first.
+	Streamed bool
 }
 
 // handleTranscription answers OpenAI's /audio/transcriptions: the
@@ -40,7 +44,7 @@ func (s *Server) handleTranscription(w http.ResponseWriter, r *http.Request) {
 		writeFailure(w, "openai", &Failure{Status: http.StatusBadRequest, Message: "unreadable file"})
 		return
 	}
-	t := Transcription{Model: r.FormValue("model"), FileName: hdr.Filename, Audio: audio}
+	t := Transcription{Model: r.FormValue("model"), FileName: hdr.Filename, Audio: audio, Streamed: r.ContentLength < 0}
 	if t.Model == "" {
 		writeFailure(w, "openai", &Failure{Status: http.StatusBadRequest, Message: "model is required"})
 		return

@@ -6,12 +6,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"reflect"
 	"regexp"
 	"strings"
 	"sync"
 	"testing"
+	"testing/iotest"
 	"time"
 
 	"github.com/switchboard-chat/switchboard/pkg/fakellm"
@@ -715,7 +717,9 @@ func TestImages(t *testing.T) {
 }
 
 // Speech reaches the OpenAI-compatible transcription endpoint as a named
-// file; the server's refusal is classified as a bad request.
+// file, streamed as it is read (no Content-Length: the body is not built
+// whole first) and complete; the server's refusal is classified as a bad
+// request, and an audio read that fails ends the upload with its error.
 func TestTranscribe(t *testing.T) {
 	srv := startFake(t, fakellm.Config{})
 	p := llm.NewOpenAI(llm.OpenAIConfig{APIKey: "test", BaseURL: srv.URL() + "/v1"})
@@ -725,11 +729,28 @@ func TestTranscribe(t *testing.T) {
 		t.Fatalf("transcript %q, %v", text, err)
 	}
 	got := srv.Transcriptions()
-	if len(got) != 1 || got[0].Model != llm.DefaultTranscriptionModel || got[0].FileName != "voice.ogg" {
+	if len(got) != 1 || got[0].Model != llm.DefaultTranscriptionModel || got[0].FileName != "voice.ogg" || !got[0].Streamed {
 		t.Fatalf("the server received %+v", got)
+	}
+	// Longer than any buffer on the way, and not valid UTF-8.
+	long := bytes.Repeat([]byte{0xff, 0x00, 0x7f, 0x80}, 300<<10)
+	text, err = p.Transcribe(ctx, "", iotest.HalfReader(bytes.NewReader(long)), "long.ogg", "audio/ogg")
+	if want := fmt.Sprintf("(unintelligible audio, %d bytes)", len(long)); err != nil || text != want {
+		t.Fatalf("transcript %q, %v; want %q", text, err, want)
+	}
+	if got := srv.Transcriptions(); len(got) != 2 || !bytes.Equal(got[1].Audio, long) || !got[1].Streamed {
+		t.Fatalf("the server received %d bytes (streamed %v), want the %d sent, streamed", len(got[len(got)-1].Audio), got[len(got)-1].Streamed, len(long))
 	}
 	if _, err := p.Transcribe(ctx, "whisper-large", strings.NewReader("x"), "fail.ogg", "audio/ogg"); llm.ClassOf(err) != llm.BadRequest {
 		t.Fatalf("refused audio: %v", err)
+	}
+	broken := errors.New("the store lost a chunk")
+	_, err = p.Transcribe(ctx, "", io.MultiReader(bytes.NewReader(long[:100<<10]), iotest.ErrReader(broken)), "broken.ogg", "audio/ogg")
+	if !errors.Is(err, broken) {
+		t.Fatalf("an audio read that failed: %v, want its error", err)
+	}
+	if n := len(srv.Transcriptions()); n != 3 {
+		t.Fatalf("the server took %d transcriptions, want 3 (not the broken upload)", n)
 	}
 }
 

@@ -29,6 +29,7 @@ const fitsAtOnce = 1
 // pictures scaled down for the model next to them (attachment.Store).
 type mediaSource interface {
 	Get(ctx context.Context, ref string, limit int64) ([]byte, string, error)
+	Reader(ctx context.Context, ref string, limit int64) (*attachment.Object, error)
 	Head(ctx context.Context, ref string, n int64) ([]byte, int64, string, error)
 	Keep(ctx context.Context, name, mime string, r io.Reader) (int64, error)
 }

@@ -6,7 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
+	"io"
 	"path"
 	"strings"
 	"time"
@@ -133,9 +133,10 @@ func (r *turnRun) readAtBegin(a *eventsv1.Attachment) bool {
 }
 
 // Transcriber turns speech into text (an OpenAI-compatible
-// /audio/transcriptions endpoint).
+// /audio/transcriptions endpoint). It reads audio as it uploads it, to
+// its end, and never after it returns.
 type Transcriber interface {
-	Transcribe(ctx context.Context, audio []byte, filename, mime string) (string, error)
+	Transcribe(ctx context.Context, audio io.Reader, filename, mime string) (string, error)
 }
 
 // inputText renders an inbound message for the model, as it is stored in
@@ -181,6 +182,9 @@ func (r *turnRun) attachmentText(ctx context.Context, a *eventsv1.Attachment, te
 				return fmt.Sprintf("[The user sent an audio file%s~ Here's what it says: %q]", quotedName(a), heard)
 			}
 			r.log.Warn("speech not transcribed", "ref", a.GetBytesRef(), "err", err)
+			if errors.Is(err, attachment.ErrTooLarge) {
+				return attachmentLine(a, text, fmt.Sprintf("it is too large to be transcribed (over %s)", attachment.Size(r.s.cfg.MaxAttachmentBytes)))
+			}
 			return attachmentLine(a, text, "it could not be transcribed")
 		case attachment.IsTextDocument(a):
 			if doc, ok := r.documentText(ctx, a); ok {
@@ -249,18 +253,21 @@ func quotedName(a *eventsv1.Attachment) string {
 // errNoTranscriber: no speech-to-text provider is configured.
 var errNoTranscriber = errors.New("no speech-to-text provider configured")
 
-// transcribe reads a voice message or audio file and turns it into text.
+// transcribe turns a voice message or audio file into text. The audio is
+// streamed from the attachment store to the speech-to-text upload, a
+// chunk or two at a time, never read whole into memory; one over
+// MaxAttachmentBytes is refused (attachment.ErrTooLarge) before a chunk
+// is read or anything is sent.
 func (r *turnRun) transcribe(ctx context.Context, a *eventsv1.Attachment) (string, error) {
 	if r.s.stt == nil {
 		return "", errNoTranscriber
 	}
-	audio, mime, err := r.s.media.Get(ctx, a.GetBytesRef(), math.MaxInt64) // whatever the gateway kept
+	audio, err := r.s.media.Reader(ctx, a.GetBytesRef(), r.s.cfg.MaxAttachmentBytes)
 	if err != nil {
 		return "", err
 	}
-	if a.GetMimeType() != "" {
-		mime = a.GetMimeType()
-	}
+	defer func() { _ = audio.Close() }()
+	mime := cmp.Or(a.GetMimeType(), audio.MimeType)
 	name := a.GetFileName()
 	if name == "" || path.Ext(name) == "" {
 		name = "voice" + audioExt(mime)

@@ -116,16 +116,17 @@ func TestPicturesReachTheModel(t *testing.T) {
 }
 
 // sttFunc is a Transcriber over the harness's fake model server.
-type sttFunc func(ctx context.Context, audio []byte, filename, mime string) (string, error)
+type sttFunc func(ctx context.Context, audio io.Reader, filename, mime string) (string, error)
 
-func (f sttFunc) Transcribe(ctx context.Context, audio []byte, filename, mime string) (string, error) {
+func (f sttFunc) Transcribe(ctx context.Context, audio io.Reader, filename, mime string) (string, error) {
 	return f(ctx, audio, filename, mime)
 }
 
 // Voice messages are transcribed and text documents read into the user's
 // message as the turn begins; what the model read is stored in the
 // transcript, so later turns see it too. What cannot be read is named,
-// with why.
+// with why. A recording is streamed to the speech-to-text server whole,
+// one over attachments.max_bytes not at all.
 func TestVoiceAndDocumentsAreReadIntoTheMessage(t *testing.T) {
 	t.Parallel()
 	kept := func(kind eventsv1.AttachmentKind, ref, mime, name string) *eventsv1.Attachment {
@@ -138,6 +139,9 @@ func TestVoiceAndDocumentsAreReadIntoTheMessage(t *testing.T) {
 		"notes":  "\xef\xbb\xbf# Plan\n- buy milk ✓",
 		"long":   strings.Repeat("é", 20), // 40 bytes
 		"binary": "PK\x03\x04\x00\x00",
+		// Several of the store's chunks (128 KiB), not UTF-8: the
+		// fake server hears it as "(unintelligible audio, N bytes)".
+		"recording": strings.Repeat("\xff\x00\x7f\x80", 75<<10),
 	}
 	cases := []struct {
 		name   string
@@ -146,11 +150,21 @@ func TestVoiceAndDocumentsAreReadIntoTheMessage(t *testing.T) {
 		text   string
 		attach *eventsv1.Attachment
 		want   string // the user message as stored and as the model read it
+		// uploads are the audio files the speech-to-text server must
+		// have received (nil: not checked).
+		uploads []string
 	}{
 		{name: "voice message", attach: kept(voice, "speech", "audio/ogg", ""),
 			want: `[The user sent a voice message~ Here's what they said: "turn the lights off"]`},
 		{name: "audio file with a caption", text: "what is this song?", attach: kept(eventsv1.AttachmentKind_ATTACHMENT_KIND_AUDIO, "speech", "audio/mpeg", "song.mp3"),
 			want: "what is this song?\n[The user sent an audio file \"song.mp3\"~ Here's what it says: \"turn the lights off\"]"},
+		{name: "long recording", attach: kept(voice, "recording", "audio/ogg", ""),
+			want:    `[The user sent a voice message~ Here's what they said: "(unintelligible audio, 307200 bytes)"]`,
+			uploads: []string{files["recording"]}},
+		{name: "recording over attachments.max_bytes", mod: func(c *worker.Config, _ *worker.Deps) { c.MaxAttachmentBytes = 256 << 10 },
+			attach:  kept(voice, "recording", "audio/ogg", ""),
+			want:    "[Attachment: voice (unavailable: it is too large to be transcribed (over 256.0 KB))]",
+			uploads: []string{}},
 		{name: "no speech-to-text", noSTT: true, attach: kept(voice, "speech", "audio/ogg", ""),
 			want: "[Attachment: voice (unavailable: no speech-to-text is configured)]"},
 		{name: "refused by the server", attach: kept(voice, "speech", "audio/ogg", "fail.ogg"),
@@ -178,8 +192,8 @@ func TestVoiceAndDocumentsAreReadIntoTheMessage(t *testing.T) {
 			h.setGeneration("s1", 1)
 			h.startWorker("w1", func(c *worker.Config, d *worker.Deps) {
 				if !tc.noSTT {
-					d.Transcriber = sttFunc(func(ctx context.Context, audio []byte, filename, mime string) (string, error) {
-						return stt.Transcribe(ctx, "", bytes.NewReader(audio), filename, mime)
+					d.Transcriber = sttFunc(func(ctx context.Context, audio io.Reader, filename, mime string) (string, error) {
+						return stt.Transcribe(ctx, "", audio, filename, mime)
 					})
 				}
 				if tc.mod != nil {
@@ -199,6 +213,17 @@ func TestVoiceAndDocumentsAreReadIntoTheMessage(t *testing.T) {
 			}
 			if stored != tc.want {
 				t.Fatalf("stored %q", stored)
+			}
+			if tc.uploads != nil {
+				got := h.fake.Transcriptions()
+				if len(got) != len(tc.uploads) {
+					t.Fatalf("the speech-to-text server received %d files, want %d", len(got), len(tc.uploads))
+				}
+				for i, want := range tc.uploads {
+					if string(got[i].Audio) != want || !got[i].Streamed {
+						t.Errorf("upload %d: %d bytes (streamed %v), want the %d kept, streamed", i, len(got[i].Audio), got[i].Streamed, len(want))
+					}
+				}
 			}
 		})
 	}
@@ -267,8 +292,8 @@ func TestAttachmentsAreFetchedWhenTheTurnRuns(t *testing.T) {
 	stt := llm.NewOpenAI(llm.OpenAIConfig{BaseURL: h.fakeURL + "/v1"})
 	h.setGeneration("s1", 1)
 	h.startWorker("w1", func(_ *worker.Config, d *worker.Deps) {
-		d.Transcriber = sttFunc(func(ctx context.Context, audio []byte, filename, mime string) (string, error) {
-			return stt.Transcribe(ctx, "", bytes.NewReader(audio), filename, mime)
+		d.Transcriber = sttFunc(func(ctx context.Context, audio io.Reader, filename, mime string) (string, error) {
+			return stt.Transcribe(ctx, "", audio, filename, mime)
 		})
 	})
 	file := func(kind eventsv1.AttachmentKind, id, mime, name string) *eventsv1.Attachment {

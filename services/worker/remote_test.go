@@ -1,7 +1,6 @@
 package worker_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -157,8 +156,8 @@ func TestExternalAgentGetsWhatTheWorkerRead(t *testing.T) {
 	h.setGeneration("s1", 1)
 	stt := llm.NewOpenAI(llm.OpenAIConfig{BaseURL: h.fakeURL + "/v1"})
 	agent := startAgent(t, h, func(c *worker.Config, d *worker.Deps) {
-		d.Transcriber = sttFunc(func(ctx context.Context, audio []byte, filename, mime string) (string, error) {
-			return stt.Transcribe(ctx, "", bytes.NewReader(audio), filename, mime)
+		d.Transcriber = sttFunc(func(ctx context.Context, audio io.Reader, filename, mime string) (string, error) {
+			return stt.Transcribe(ctx, "", audio, filename, mime)
 		})
 	})
 	req := h.requestTurn("s1", "summarise", turnOpts{attachments: []*eventsv1.Attachment{

@@ -66,6 +66,11 @@ type Config struct {
 	ID string `koanf:"id"`
 
 	Agent AgentConfig `koanf:"-"`
+	// MaxAttachmentBytes bounds an attachment the worker streams to a
+	// provider whole, a voice message or audio file it has transcribed
+	// (attachments.max_bytes, what a gateway keeps; 0: its default,
+	// 20 MiB); a larger one is named to the model as too large.
+	MaxAttachmentBytes int64 `koanf:"-"`
 	// RedisPrefix prefixes Redis keys (redis.prefix).
 	RedisPrefix string `koanf:"-"`
 	// RedactPII hashes user and chat ids in prompts (privacy.redact_pii).
@@ -428,6 +433,9 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	case ClientSystemAppend, ClientSystemIgnore:
 	default:
 		return nil, fmt.Errorf("agent.client_system %q: want %q or %q", a.ClientSystem, ClientSystemAppend, ClientSystemIgnore)
+	}
+	if cfg.MaxAttachmentBytes <= 0 {
+		cfg.MaxAttachmentBytes = attachment.DefaultConfig().MaxBytes
 	}
 	mode, err := approvalmode.FromConfig(cfg.ApprovalsMode)
 	if err != nil {

@@ -28,12 +28,13 @@ var errTokenRefused = errors.New("not an https Slack URL nor the API URL: the bo
 var errSignIn = errors.New("slack answered its sign-in page: the bot token cannot read the file (files:read scope?)")
 
 // Fetch downloads a file shared in a message (platform.Fetcher): its
-// url_private, which Slack serves to the bot token (files:read). The
-// Runner calls it when a turn asks for the file (a worker's
-// AttachmentFetchRequested, served by any replica), not as the message is
-// published. The token goes only to Slack (tokenMayGo). Slack answers a
-// token it does not accept with its sign-in page and status 200, which
-// Fetch takes for the failure it is (signInPage) rather than the file.
+// url_private_download, or url_private (fileURL), which Slack serves to
+// the bot token (files:read). The Runner calls it when a turn asks for
+// the file (a worker's AttachmentFetchRequested, served by any replica),
+// not as the message is published. The token goes only to Slack
+// (tokenMayGo). Slack answers a token it does not accept with its
+// sign-in page and status 200, which Fetch takes for the failure it is
+// (signInPage) rather than the file.
 func (p *Platform) Fetch(ctx context.Context, a *eventsv1.Attachment) (io.ReadCloser, string, error) {
 	id := a.GetPlatformFileId()
 	u, err := url.Parse(a.GetUrl())
@@ -123,6 +124,21 @@ func tokenMayGo(apiURL string, u *url.URL) bool {
 // is acknowledged after them, and Slack wants that within 3 s.
 const fileInfoTimeout = 2 * time.Second
 
+// needsFileInfo reports whether ev has a file completeFiles looks up.
+func needsFileInfo(ev *eventsv1.MessageReceived) bool {
+	for _, a := range ev.GetAttachments() {
+		if needsInfo(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// needsInfo: a file Slack sent without a URL, as a stub.
+func needsInfo(a *eventsv1.Attachment) bool {
+	return a.GetUrl() == "" && a.GetPlatformFileId() != "" && a.GetUnavailable() == ""
+}
+
 // completeFiles fills in the files of ev that Slack sent without a URL:
 // a Slack Connect channel's files come as stubs (file_access:
 // check_file_info, the id and nothing else), whose URL, type, name and
@@ -133,7 +149,7 @@ const fileInfoTimeout = 2 * time.Second
 func (p *Platform) completeFiles(ctx context.Context, ev *eventsv1.MessageReceived) {
 	var cancel context.CancelFunc
 	for _, a := range ev.GetAttachments() {
-		if a.GetUrl() != "" || a.GetPlatformFileId() == "" || a.GetUnavailable() != "" {
+		if !needsInfo(a) {
 			continue
 		}
 		if cancel == nil {
@@ -141,7 +157,7 @@ func (p *Platform) completeFiles(ctx context.Context, ev *eventsv1.MessageReceiv
 			defer cancel()
 		}
 		f, _, _, err := p.api.GetFileInfoContext(ctx, a.GetPlatformFileId(), 0, 0)
-		if err == nil && f.URLPrivate == "" {
+		if err == nil && fileURL(f.URLPrivate, f.URLPrivateDownload) == "" {
 			err = errors.New("no url_private")
 		}
 		if err != nil {
@@ -154,7 +170,7 @@ func (p *Platform) completeFiles(ctx context.Context, ev *eventsv1.MessageReceiv
 			a.Unavailable = reason
 			continue
 		}
-		a.Location = &eventsv1.Attachment_Url{Url: f.URLPrivate}
+		a.Location = &eventsv1.Attachment_Url{Url: fileURL(f.URLPrivate, f.URLPrivateDownload)}
 		a.Kind, a.MimeType, a.FileName, a.SizeBytes = kindOf(f.Mimetype), f.Mimetype, f.Name, int64(f.Size)
 	}
 }

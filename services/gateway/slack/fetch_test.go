@@ -2,6 +2,7 @@ package slack
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -24,8 +25,9 @@ import (
 	"github.com/switchboard-chat/switchboard/services/gateway/slack/slackfake"
 )
 
-// A file a user shares is published as Slack sent it (its url_private),
-// with nothing downloaded. When a turn reads it, the worker asks the
+// A file a user shares is published as Slack sent it, with nothing
+// downloaded: its url_private_download, as Hermes reads it, or its
+// url_private when Slack gives no other. When a turn reads it, the worker asks the
 // gateway, which downloads it once with the bot token into the attachment
 // store and answers where it is; asked again (a second attempt of the
 // turn), it downloads nothing more. One that cannot be kept (deleted,
@@ -99,6 +101,13 @@ func TestFilesAreKept(t *testing.T) {
 		{name: "deleted", unavailable: "could not be downloaded", downloads: 1, file: func() slackfake.File {
 			f := fake.AddFile("cat.png", "image/png", platformtest.NoisePNG(t, 8, 8))
 			f.URL = strings.Replace(f.URL, f.ID, "F99999999", 1) // 404
+			f.DownloadURL = strings.Replace(f.DownloadURL, f.ID, "F99999999", 1)
+			return f
+		}},
+		// Slack gives no url_private_download: url_private is read.
+		{name: "url_private only", want: img, wantMIME: "image/png", downloads: 1, file: func() slackfake.File {
+			f := fake.AddFile("cat.png", "image/png", img)
+			f.DownloadURL = ""
 			return f
 		}},
 		{name: "sign-in page", during: withoutFilesRead, unavailable: "could not be downloaded", downloads: 1,
@@ -144,8 +153,11 @@ func TestFilesAreKept(t *testing.T) {
 			if n, want := fake.FileInfos()-infos, map[bool]int{true: 1}[f.Connect]; n != want {
 				t.Errorf("publishing made %d files.info calls, want %d", n, want)
 			}
-			if a.GetUrl() != f.URL || a.GetBytesRef() != "" {
-				t.Errorf("published file %v, want its url_private %s", a, f.URL)
+			// As Hermes: url_private_download, else url_private (a
+			// Slack Connect stub's, as files.info gives them).
+			wantURL := cmp.Or(f.DownloadURL, f.URL)
+			if a.GetUrl() != wantURL || a.GetBytesRef() != "" {
+				t.Errorf("published file %v, want its URL %s", a, wantURL)
 			}
 			switch {
 			case tt.published == "" && a.GetUnavailable() != "":
@@ -168,9 +180,15 @@ func TestFilesAreKept(t *testing.T) {
 				undo := tt.during()
 				defer undo()
 			}
+			requested := len(fake.FileRequests())
 			got := platformtest.Fetch(t, ctx, b, "slack", ev, 0)
 			if d := fake.Downloads() - before; d != tt.downloads {
 				t.Errorf("the fetch made %d file requests, want %d", d, tt.downloads)
+			}
+			for _, u := range fake.FileRequests()[requested:] {
+				if u != wantURL {
+					t.Errorf("the fetch requested %s, want %s", u, wantURL)
+				}
 			}
 			if tt.unavailable != "" {
 				if got.GetBytesRef() != "" || !strings.Contains(got.GetUnavailable(), tt.unavailable) {
@@ -315,5 +333,88 @@ func TestTokenMayGo(t *testing.T) {
 		if got := tokenMayGo(tc.api, u); got != tc.want {
 			t.Errorf("tokenMayGo(%q, %q) = %v, want %v", tc.api, tc.url, got, tc.want)
 		}
+	}
+}
+
+// A Slack event seen again (Slack's retry, X-Slack-Retry-Num over HTTP,
+// a resent envelope in Socket Mode, or the app_mention Slack sends with
+// the message event of the same message) is taken for the duplicate it
+// is before any files.info call, as Hermes checks its dedup first: a
+// Slack Connect file is looked up once, as its message is first
+// published, and never for the copies.
+func TestRetryCallsNoFilesInfo(t *testing.T) {
+	t.Parallel()
+	const secret = "signing-secret"
+	tests := []struct {
+		name string
+		cfg  func(*slackfake.Fake) Config
+		// push sends payload to the gateway as Slack's delivery number
+		// retry (0: the first).
+		push func(t *testing.T, ctx context.Context, f *slackfake.Fake, s *Service, payload []byte, retry int)
+	}{
+		{name: "events api",
+			cfg: func(*slackfake.Fake) Config { return Config{SigningSecret: secret, Addr: "127.0.0.1:0"} },
+			push: func(t *testing.T, ctx context.Context, _ *slackfake.Fake, s *Service, payload []byte, retry int) {
+				t.Helper()
+				platformtest.WaitFor(t, "the events listener", func() bool { return s.p.EventsAddr() != "" })
+				code, _, err := slackfake.PostEvent(ctx, "http://"+s.p.EventsAddr()+"/slack/events", secret, payload, retry, time.Now())
+				if err != nil || code != http.StatusOK {
+					t.Fatalf("delivery %d answered %d (%v), want 200", retry, code, err)
+				}
+			}},
+		{name: "socket mode",
+			cfg: func(f *slackfake.Fake) Config { return Config{AppToken: f.AppToken} },
+			push: func(t *testing.T, ctx context.Context, f *slackfake.Fake, _ *Service, payload []byte, retry int) {
+				t.Helper()
+				if err := f.Push(ctx, payload, retry); err != nil {
+					t.Fatalf("delivery %d: %v", retry, err)
+				}
+			}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			fake := slackfake.New(t)
+			s, _, next, _ := gateway(t, fake, tt.cfg(fake))
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+
+			f := fake.AddFile("notes.txt", "text/plain", []byte("shared from another workspace"))
+			f.Connect = true
+			msg := slackfake.Event{Subtype: "file_share", Channel: "C0SHARED", ChannelType: "channel", User: "U0USER01",
+				Text: "<@" + fake.BotUserID + "> read this", TS: "1700000100.000100", Files: []slackfake.File{f}}
+			first := fake.Callback("EvMSG", msg)
+			tt.push(t, ctx, fake, s, first, 0)
+			ev := next()
+			if ev.GetEventId() != "C0SHARED:1700000100.000100" || len(ev.GetAttachments()) != 1 || ev.GetAttachments()[0].GetUrl() != f.DownloadURL {
+				t.Fatalf("published %v, want the message with its file at %s", ev, f.DownloadURL)
+			}
+			if n := fake.FileInfos(); n != 1 {
+				t.Fatalf("publishing made %d files.info calls, want 1", n)
+			}
+
+			// Slack's retries of the event, and the app_mention it sends
+			// for the same message (another event id, the same message).
+			mention := msg
+			mention.Type, mention.Subtype = "app_mention", ""
+			for retry := 1; retry <= 3; retry++ {
+				tt.push(t, ctx, fake, s, first, retry)
+			}
+			tt.push(t, ctx, fake, s, fake.Callback("EvMENTION", mention), 0)
+			if n := fake.FileInfos(); n != 1 {
+				t.Errorf("the copies made %d more files.info calls, want none", n-1)
+			}
+			// Handled in order: the next event published is the sentinel,
+			// so no copy was published again.
+			sentinel := slackfake.Event{Channel: "C0SHARED", ChannelType: "channel", User: "U0USER01",
+				Text: "<@" + fake.BotUserID + "> after", TS: "1700000101.000100"}
+			tt.push(t, ctx, fake, s, fake.Callback("EvAFTER", sentinel), 0)
+			if ev := next(); ev.GetEventId() != "C0SHARED:1700000101.000100" {
+				t.Fatalf("after the copies the next event is %s, want the sentinel", ev.GetEventId())
+			}
+			if n := fake.FileInfos(); n != 1 {
+				t.Errorf("%d files.info calls in all, want 1", n)
+			}
+		})
 	}
 }

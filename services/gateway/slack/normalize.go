@@ -1,6 +1,7 @@
 package slack
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -44,11 +45,20 @@ type message struct {
 }
 
 type slackFile struct {
-	ID         string `json:"id"`
-	Name       string `json:"name"`
-	Mimetype   string `json:"mimetype"`
-	URLPrivate string `json:"url_private"`
-	Size       int64  `json:"size"`
+	ID                 string `json:"id"`
+	Name               string `json:"name"`
+	Mimetype           string `json:"mimetype"`
+	URLPrivate         string `json:"url_private"`
+	URLPrivateDownload string `json:"url_private_download"`
+	Size               int64  `json:"size"`
+}
+
+// fileURL is the URL a shared file is downloaded from, as Hermes picks
+// it (gateway/platforms/slack.py, `f.get("url_private_download") or
+// f.get("url_private")`): url_private_download, Slack's URL for the
+// file's bytes as a download, or url_private when Slack gives no other.
+func fileURL(urlPrivate, urlPrivateDownload string) string {
+	return cmp.Or(urlPrivateDownload, urlPrivate)
 }
 
 // identity is who the bot is, for mention detection and ignoring itself.
@@ -177,7 +187,7 @@ func normalize(raw []byte, id identity) (*eventsv1.MessageReceived, skip, error)
 	}
 	for _, f := range m.Files {
 		ev.Attachments = append(ev.Attachments, &eventsv1.Attachment{
-			Kind: kindOf(f.Mimetype), Location: &eventsv1.Attachment_Url{Url: f.URLPrivate},
+			Kind: kindOf(f.Mimetype), Location: &eventsv1.Attachment_Url{Url: fileURL(f.URLPrivate, f.URLPrivateDownload)},
 			MimeType: f.Mimetype, SizeBytes: f.Size, FileName: f.Name, PlatformFileId: f.ID,
 		})
 	}

@@ -2,8 +2,9 @@
 // Mode when an app token is set, else the Events API over HTTP with
 // signing-secret verification; chat.postMessage and chat.update for
 // replies. Built on github.com/slack-go/slack and the platform kit. Shared
-// files are published as their url_private and downloaded with the bot
-// token (Platform.Fetch) only when a turn reads them, by any replica.
+// files are published as their url_private_download (or url_private) and
+// downloaded with the bot token (Platform.Fetch) only when a turn reads
+// them, by any replica.
 package slack
 
 import (
@@ -423,7 +424,23 @@ func (p *Platform) handle(ctx context.Context, conn deliverer, raw []byte) error
 		p.log.Debug("slack event skipped", "why", string(why))
 		return nil
 	}
-	p.completeFiles(ctx, ev)
+	if needsFileInfo(ev) {
+		// A copy of a message published already (Slack's retry, the
+		// app_mention sent with the message event) is a duplicate
+		// before it costs files.info calls, as Hermes checks its dedup
+		// first (gateway/platforms/slack.py, _handle_slack_message).
+		// Deliver checks again; a failed lookup leaves it to Deliver
+		// and the bus dedupe.
+		switch seen, err := conn.Seen(ctx, ev.GetEventId()); {
+		case err != nil:
+			p.log.Warn("slack: duplicate check before files.info failed", "err", err)
+		case seen:
+			p.log.Debug("slack event already published; files.info not called", "event_id", ev.GetEventId())
+			p.followMention(ctx, ev) // as Deliver's duplicate does
+			return nil
+		}
+		p.completeFiles(ctx, ev)
+	}
 	switch _, err := conn.Deliver(ctx, ev); {
 	case err == nil:
 		p.followMention(ctx, ev)

@@ -56,6 +56,7 @@ type Fake struct {
 	fileSeq     atomic.Int64
 	files       map[string]hostedFile // file id → file
 	downloads   int
+	fileGets    []string            // the URLs of the requests for files, in order
 	noFilesRead bool                // the bot token lacks files:read
 	fileInfos   int                 // files.info calls
 	reactions   map[string][]string // channel/ts → the bot's reactions, in order
@@ -237,10 +238,20 @@ func (f *Fake) Downloads() int {
 	return f.downloads
 }
 
+// FileRequests are the URLs (without query) of the requests for files so
+// far, authorized or not, in order: a file's url_private and its
+// url_private_download are told apart.
+func (f *Fake) FileRequests() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.fileGets...)
+}
+
 func (f *Fake) file(w http.ResponseWriter, r *http.Request) {
 	id := strings.TrimPrefix(r.PathValue("file"), f.TeamID+"-")
 	f.mu.Lock()
 	f.downloads++
+	f.fileGets = append(f.fileGets, f.srv.URL+r.URL.EscapedPath())
 	file, ok := f.files[id]
 	denied := f.noFilesRead || r.Header.Get("Authorization") != "Bearer "+f.BotToken
 	f.mu.Unlock()
