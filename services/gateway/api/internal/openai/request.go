@@ -272,7 +272,7 @@ func content(raw json.RawMessage) (string, []string, error) {
 				continue
 			}
 			switch p.Type {
-			case "text", "input_text":
+			case "text", "input_text", "output_text":
 				texts = append(texts, p.Text)
 			case "image_url":
 				if p.ImageURL == nil {

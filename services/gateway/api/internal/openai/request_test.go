@@ -116,7 +116,8 @@ func TestParseStreamOptions(t *testing.T) {
 // A system message's content as Hermes's _normalize_chat_content reads
 // it (gateway/platforms/api_server.py:96-121): a nested array is read
 // for its text too (strings and text parts, ten levels deep at most),
-// joined as one part; numbers and null are skipped.
+// joined as one part; numbers and null are skipped; an output_text part
+// is text as a text part is.
 func TestParseSystemContentNestedArrays(t *testing.T) {
 	t.Parallel()
 	deep := `"deep"`
@@ -132,6 +133,7 @@ func TestParseSystemContentNestedArrays(t *testing.T) {
 		{"ten levels deep", `["a",` + deep[1:len(deep)-1] + `]`, "a\ndeep"},
 		{"deeper than ten levels", `["a",` + deep + `]`, "a"},
 		{"an empty nested array", `["a",[],[""]]`, "a"},
+		{"an output_text part", `[{"type":"output_text","text":"a"},{"type":"text","text":"b"}]`, "a\nb"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
