@@ -235,7 +235,8 @@ func decode(body []byte, v any) error {
 
 // content reads the content of a message that is not the conversation's
 // (system, developer, tool): a string, null, or an array of parts, where
-// parts of other kinds than text and pictures are skipped.
+// parts of other kinds than text and pictures are skipped and a nested
+// array is read for its text (nestedText).
 func content(raw json.RawMessage) (string, []string, error) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
@@ -255,6 +256,14 @@ func content(raw json.RawMessage) (string, []string, error) {
 		}
 		var texts, images []string
 		for _, item := range items {
+			if item = bytes.TrimSpace(item); len(item) > 0 && item[0] == '[' {
+				// As Hermes reads a system message: a nested array for its
+				// text.
+				if text := nestedText(item, 1); text != "" {
+					texts = append(texts, text)
+				}
+				continue
+			}
 			p, ok, err := partOf(item, func(text string) contentPart { return contentPart{Type: "text", Text: text} })
 			if err != nil {
 				return "", nil, errors.New("content parts must be objects with a type")
@@ -263,7 +272,7 @@ func content(raw json.RawMessage) (string, []string, error) {
 				continue
 			}
 			switch p.Type {
-			case "text", "input_text":
+			case "text", "input_text", "output_text":
 				texts = append(texts, p.Text)
 			case "image_url":
 				if p.ImageURL == nil {
@@ -282,6 +291,51 @@ func content(raw json.RawMessage) (string, []string, error) {
 	default:
 		return "", nil, errors.New("content must be a string or an array of parts")
 	}
+}
+
+// maxContentDepth is how deep nested content arrays are read, as
+// Hermes's _normalize_chat_content (_max_depth).
+const maxContentDepth = 10
+
+// nestedText is the text of a content array nested depth levels in a
+// message's content, as Hermes's _normalize_chat_content reads it
+// (gateway/platforms/api_server.py:96-121): its strings, its text parts
+// and the text of the arrays in it, joined by line breaks; anything else
+// is skipped, and nothing deeper than maxContentDepth is read.
+func nestedText(raw json.RawMessage, depth int) string {
+	if depth > maxContentDepth {
+		return ""
+	}
+	var items []json.RawMessage
+	if json.Unmarshal(raw, &items) != nil {
+		return ""
+	}
+	var parts []string
+	for _, item := range items {
+		item = bytes.TrimSpace(item)
+		if len(item) == 0 {
+			continue
+		}
+		var text string
+		switch item[0] {
+		case '"':
+			_ = json.Unmarshal(item, &text)
+		case '{':
+			var p contentPart
+			if json.Unmarshal(item, &p) == nil {
+				switch strings.ToLower(strings.TrimSpace(p.Type)) {
+				case "text", "input_text", "output_text":
+					text = p.Text
+				}
+			}
+		case '[':
+			text = nestedText(item, depth+1)
+		}
+		if text != "" {
+			parts = append(parts, text)
+		}
+	}
+	return strings.Join(parts, "\n")
 }
 
 // partOf reads one element of a content array as Hermes's API server

@@ -112,3 +112,38 @@ func TestParseStreamOptions(t *testing.T) {
 		})
 	}
 }
+
+// A system message's content as Hermes's _normalize_chat_content reads
+// it (gateway/platforms/api_server.py:96-121): a nested array is read
+// for its text too (strings and text parts, ten levels deep at most),
+// joined as one part; numbers and null are skipped; an output_text part
+// is text as a text part is.
+func TestParseSystemContentNestedArrays(t *testing.T) {
+	t.Parallel()
+	deep := `"deep"`
+	for range 11 {
+		deep = "[" + deep + "]"
+	}
+	tests := []struct {
+		name, content, system string
+	}{
+		{"a nested array's strings", `["a",["b","c"],7,null]`, "a\nb\nc"},
+		{"a nested array's text parts", `[{"type":"text","text":"a"},[{"type":"input_text","text":"b"},{"type":"output_text","text":"c"},{"type":"image_url","image_url":{"url":"https://x/a.png"}}]]`, "a\nb\nc"},
+		{"arrays in arrays", `["a",[["b",[1,"c"]]]]`, "a\nb\nc"},
+		{"ten levels deep", `["a",` + deep[1:len(deep)-1] + `]`, "a\ndeep"},
+		{"deeper than ten levels", `["a",` + deep + `]`, "a"},
+		{"an empty nested array", `["a",[],[""]]`, "a"},
+		{"an output_text part", `[{"type":"output_text","text":"a"},{"type":"text","text":"b"}]`, "a\nb"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			req, err := Parse([]byte(`{"messages":[{"role":"system","content":` + tt.content + `},{"role":"user","content":"q"}]}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(req.Context) != 1 || req.Context[0].GetRole() != "system" || req.Context[0].GetContent() != tt.system {
+				t.Fatalf("context %v, want the system message %q", req.Context, tt.system)
+			}
+		})
+	}
+}
