@@ -149,8 +149,12 @@ func pressed(cb slackapi.InteractionCallback, id identity) (*eventsv1.MessageRec
 	if actionTS == "" {
 		eventID = "press:" + cb.TriggerID
 	}
+	// A group DM (mpim) is a DM, as normalize keys its messages: the
+	// payload names it "mpdm-…" (its id starts with G or C, as a
+	// channel's does), and keyed group the press would reach a session
+	// with no call waiting.
 	chatType := "group"
-	if strings.HasPrefix(channel, "D") {
+	if strings.HasPrefix(channel, "D") || strings.HasPrefix(cb.Channel.Name, "mpdm-") {
 		chatType = "dm"
 	}
 	if thread == card {

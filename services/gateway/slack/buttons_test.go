@@ -11,6 +11,7 @@ import (
 	slackapi "github.com/slack-go/slack"
 
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
+	"github.com/switchboard-chat/switchboard/pkg/sessionkey"
 	"github.com/switchboard-chat/switchboard/services/gateway/slack/slackfake"
 )
 
@@ -226,4 +227,44 @@ func equalButtons(a, b []slackfake.Button) bool {
 		}
 	}
 	return true
+}
+
+// TestPressInAGroupDM: a press in a group DM (mpim) is keyed as the
+// group DM's messages are, dm (as in Hermes, whose buttons carry the
+// session key), so it reaches the session whose call waits: Slack names
+// a group DM "mpdm-…" in the payload, while its id starts with G or C
+// as a channel's does. A 1:1 DM and a channel keep theirs.
+func TestPressInAGroupDM(t *testing.T) {
+	f := &slackfake.Fake{TeamID: "T0WORKSPACE", AppID: "A0APP", BotUserID: "U0BOT"}
+	id := identity{Account: "U0BOT", BotUserID: "U0BOT", BotID: "B0BOT", RequireMention: true, DMThreads: true}
+	for _, c := range []struct {
+		name, channel, channelType, channelName string
+	}{
+		{"group dm", "G0MPIM", "mpim", "mpdm-alice--bob--hermes-1"},
+		{"group dm with a C id", "C0MPIM", "mpim", "mpdm-alice--bob--hermes-1"},
+		{"dm", "D0DM", "im", "directmessage"},
+		{"channel", "C0CHANNEL", "channel", "general"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			msg, why, err := normalize(f.Callback("Ev1", slackfake.Event{Channel: c.channel, ChannelType: c.channelType,
+				User: "U0USER01", Text: "<@U0BOT> clean up", TS: "1700000001.000100"}), id)
+			if err != nil || msg == nil || why != "" {
+				t.Fatalf("got %v %q %v; want the message", msg, why, err)
+			}
+			// The prompt, posted in the message's thread.
+			cb := slackapi.InteractionCallback{Type: slackapi.InteractionTypeBlockActions, TriggerID: "9.9.trigger",
+				User: slackapi.User{ID: "U0USER01", Name: "alice"}, Team: slackapi.Team{ID: "T0WORKSPACE"},
+				Container: slackapi.Container{ChannelID: c.channel, MessageTs: "1700000002.000100", ThreadTs: "1700000001.000100"}}
+			cb.Channel.ID, cb.Channel.Name = c.channel, c.channelName
+			cb.ActionCallback.BlockActions = []*slackapi.BlockAction{{ActionID: "hermes_approve_once", Value: "ea:once:call_1", ActionTs: "1700000003.000100"}}
+			press, why := pressed(cb, id)
+			if press == nil {
+				t.Fatalf("press skipped: %s", why)
+			}
+			want := sessionkey.Build(msg.GetSource(), sessionkey.DefaultOptions())
+			if got := sessionkey.Build(press.GetSource(), sessionkey.DefaultOptions()); got != want {
+				t.Fatalf("press keyed %s, want the message's session %s", got, want)
+			}
+		})
+	}
 }

@@ -539,14 +539,25 @@ func (p *Platform) Send(ctx context.Context, req *deliveryv1.SendRequested) (str
 		// The text stays as the notification's fallback.
 		opts = append(opts, slackapi.MsgOptionBlocks(blocks...))
 	}
-	if thread := p.thread(t); thread != "" {
+	thread := p.thread(t)
+	if req.GetApproval() != nil {
+		// An approval prompt goes into the session's thread even with
+		// reply_in_thread off, as Hermes's send_exec_approval (and its
+		// text fallback) resolve the thread without the message being
+		// answered: a press is keyed by the prompt's thread, and at the
+		// top level it would reach a session with no call waiting.
+		thread = t.GetThreadId()
+	}
+	if thread != "" {
 		opts = append(opts, slackapi.MsgOptionTS(thread))
 	}
 	_, ts, err := p.api.PostMessageContext(ctx, t.GetChatId(), opts...)
 	if err != nil {
 		return "", sendError("chat.postMessage", err)
 	}
-	p.followThread(ctx, t, ts)
+	if thread == "" {
+		p.followThread(ctx, t, ts)
+	}
 	return ts, nil
 }
 

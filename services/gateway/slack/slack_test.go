@@ -831,3 +831,66 @@ func TestDMTopLevelThreads(t *testing.T) {
 		})
 	}
 }
+
+// TestReplyInThreadOffApprovalInTheThread: with reply_in_thread off an
+// approval prompt still goes into the thread of the session it asks for,
+// as Hermes's send_exec_approval (it passes no reply_to to
+// _resolve_thread_ts, so the thread stays), so a press of its buttons
+// reaches that session: at the top level the press was keyed without
+// the thread, a session with no waiting call. A top-level DM (its own
+// session, as dm_top_level_threads_as_sessions) and a channel mention.
+func TestReplyInThreadOffApprovalInTheThread(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name string
+		ev   slackfake.Event
+	}{
+		{"dm", slackfake.Event{Channel: "D0DM", ChannelType: "im", User: "U0USER01", Text: "clean up", TS: "1700000001.000100"}},
+		{"channel", slackfake.Event{Type: "app_mention", Channel: "C0CHANNEL", ChannelType: "channel", User: "U0USER01", Text: "<@U0BOT> clean up", TS: "1700000001.000100"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			fake := slackfake.New(t)
+			cfg := DefaultConfig()
+			cfg.AppToken, cfg.ReplyInThread = fake.AppToken, false
+			_, b, next, _ := gateway(t, fake, cfg)
+			ctx := context.Background()
+			if err := fake.Push(ctx, fake.Callback("Ev1", c.ev), 0); err != nil {
+				t.Fatal(err)
+			}
+			ev := next()
+			key := sessionkey.Build(ev.GetSource(), sessionkey.DefaultOptions())
+			if ev.GetSource().GetThreadId() != c.ev.TS {
+				t.Fatalf("got %v, want the message keyed by the thread it starts", ev)
+			}
+			sctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+			defer cancel()
+			// As the worker addresses a turn's replies (worker.replyTarget).
+			target := &deliveryv1.Target{Platform: "slack", ChatId: c.ev.Channel, ThreadId: sessionkey.ReplyThread(ev.GetSource()), ReplyToMessageId: ev.GetMessageId()}
+			r := &deliveryv1.SendReceipt{}
+			req := &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: "prompt", Text: "approve `rm -rf /tmp/x`?", Target: target,
+				Approval: &deliveryv1.Approval{Choices: []string{"once", "session", "always", "deny"}, ToolCallId: "call_1"}}
+			if err := b.Request(sctx, b.Topology().SendSubject("slack"), req, r); err != nil || !r.GetOk() {
+				t.Fatalf("send: receipt %v, err %v", r, err)
+			}
+			if m := fake.Messages(c.ev.Channel); len(m) != 1 || m[0].ThreadTS != c.ev.TS {
+				t.Fatalf("posted %d messages, the first in thread %q, want the prompt in thread %s", len(m), m[0].ThreadTS, c.ev.TS)
+			}
+			if _, err := fake.Press(ctx, c.ev.Channel, r.GetPlatformMessageId(), "U0USER01", "alice", "ea:once:call_1"); err != nil {
+				t.Fatal(err)
+			}
+			press := next()
+			if got := sessionkey.Build(press.GetSource(), sessionkey.DefaultOptions()); press.GetText() != "/approve" || got != key {
+				t.Fatalf("press %q keyed %s, want /approve in the session %s", press.GetText(), got, key)
+			}
+			// The answer itself still goes to the top level.
+			req = &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: "answer", Text: "done", Target: target}
+			if err := b.Request(sctx, b.Topology().SendSubject("slack"), req, r); err != nil || !r.GetOk() {
+				t.Fatalf("send: receipt %v, err %v", r, err)
+			}
+			if m := fake.Messages(c.ev.Channel); len(m) != 2 || m[1].ThreadTS != "" {
+				t.Fatalf("posted %+v, want the answer at the top level", m)
+			}
+		})
+	}
+}
