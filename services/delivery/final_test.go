@@ -377,3 +377,57 @@ func TestARefusedFinalEditIsSentAsANewMessage(t *testing.T) {
 		})
 	}
 }
+
+// The platform refuses for good the edit that closes a stream segment
+// (the text before a tool call; the user deleted its message, or it is
+// too old to edit): the segment's text goes out as a new message, in
+// the edit's place (above the answer's message), as Hermes flushes a
+// segment's text as a new message at a tool boundary when its edits
+// failed, and as a refused final edit is sent, where it was
+// dead-lettered and the user told the answer could not be delivered.
+func TestARefusedSegmentCloseIsSentAsANewMessage(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	var mu sync.Mutex
+	var refused []string
+	e.gw.setBehaviour(func(req *deliveryv1.SendRequested, try int) behaviour {
+		if req.GetOp() == deliveryv1.SendOp_SEND_OP_EDIT && req.GetMessageId() == "m1" {
+			mu.Lock()
+			refused = append(refused, req.GetIdempotencyKey())
+			mu.Unlock()
+			return behaviour{fail: &deliveryv1.SendReceipt{ErrorClass: deliveryv1.ErrorClass_ERROR_CLASS_PERMANENT,
+				Error: "Bad Request: message to edit not found"}}
+		}
+		return behaviour{}
+	})
+	e.start(t, streamConfig(), "a")
+	for j, body := range []any{
+		&repliesv1.TextDelta{Text: segFirst}, &repliesv1.TextDelta{Text: "\n\n", Restart: true},
+		&repliesv1.TextDelta{Text: segAnswer}, final(segAnswer),
+	} {
+		e.publishStream(t, "t1", int64(j+1), "s1", body)
+		e.consumed(t, "s1")
+		e.clock.Advance(time.Second)
+	}
+	eventually(t, e.clock, 0, "the answer's end", func() bool { return e.gw.finals("t1") == 1 || deadLetters(t, e) > 0 })
+	e.consumed(t, "s1")
+	time.Sleep(300 * time.Millisecond) // nothing more comes
+
+	mu.Lock()
+	defer mu.Unlock()
+	if len(refused) == 0 {
+		t.Fatal("the segment's message was never edited: the test does not test the refusal")
+	}
+	var texts []string
+	for _, c := range e.gw.sends() {
+		if c.Op == deliveryv1.SendOp_SEND_OP_SEND {
+			texts = append(texts, strings.TrimSuffix(c.Req.GetText(), " ▉"))
+		}
+	}
+	if want := []string{segFirst, segFirst, segAnswer}; fmt.Sprintf("%q", texts) != fmt.Sprintf("%q", want) {
+		t.Errorf("messages posted %q, want %q (the streamed segment, its text again in place of the refused close, the answer)", texts, want)
+	}
+	if n := deadLetters(t, e); n != 0 {
+		t.Errorf("%d dead letters", n)
+	}
+}

@@ -532,10 +532,11 @@ const newMessageSuffix = ":new"
 
 // answerEdit reports whether req writes text of a turn's streamed answer
 // over one of its messages: a stream's final or closing edit, or a
-// rewrite of another replica's messages (keys "<turn>:<seq>:<i>"), or
-// the edit over a duplicate send of a segment's message
-// ("<turn>:<segment>:m<i>:dup"). Tool progress, a button's answer and
-// the like are not the answer.
+// rewrite of another replica's messages (keys "<turn>:<seq>:<i>"), the
+// edit that closes a stream segment at a tool call, its text before
+// the call ("<turn>:<seq>:g:<i>"), or the edit over a duplicate send of
+// a segment's message ("<turn>:<segment>:m<i>:dup"). Tool progress, a
+// button's answer and the like are not the answer.
 func answerEdit(req *deliveryv1.SendRequested) bool {
 	turn := req.GetTurnId()
 	if req.GetOp() != deliveryv1.SendOp_SEND_OP_EDIT || turn == "" || req.GetText() == "" {
@@ -550,6 +551,9 @@ func answerEdit(req *deliveryv1.SendRequested) bool {
 		return isSegmentMessageKey(k)
 	}
 	seq, i, ok := strings.Cut(rest, ":")
+	if g, closing := strings.CutPrefix(i, "g:"); closing {
+		i = g
+	}
 	return ok && isDigits(seq) && isDigits(i)
 }
 
