@@ -353,8 +353,9 @@ func promptPreview(p string, n int) string {
 }
 
 // splitSchedule reads /cron add's arguments: a quoted schedule ("every
-// 2h", '0 9 * * *'), five cron fields, "every <d>" or "in <d>", or else
-// the first word; the rest is the prompt (quotes around it dropped).
+// 2h", '0 9 * * *'), five cron fields or a day and time phrase ("every
+// monday 9am"), "every <d>" or "in <d>", or else the first word; the
+// rest is the prompt (quotes around it dropped).
 func splitSchedule(args string) (sched, prompt string) {
 	args = strings.TrimSpace(args)
 	if args == "" {
@@ -373,9 +374,9 @@ func splitSchedule(args string) (sched, prompt string) {
 	}
 	fields := strings.Fields(args)
 	take := 1
-	switch {
-	case len(fields) > 5 && isCron(strings.Join(fields[:5], " ")):
-		take = 5
+	switch n := cronLen(fields); {
+	case n > 0:
+		take = n
 	case len(fields) > 2 && (strings.EqualFold(fields[0], "every") || strings.EqualFold(fields[0], "in")):
 		take = 2
 	}
@@ -393,6 +394,25 @@ func splitSchedule(args string) (sched, prompt string) {
 		rest = rest[i:]
 	}
 	return strings.Join(fields[:take], " "), unquote(rest)
+}
+
+// maxCronWords bounds the words of a day and time phrase ("every mon,
+// tue, wed, thu and fri at 9:30 pm" is 11).
+const maxCronWords = 16
+
+// cronLen is the count of the leading words of fields, the most of
+// them, that read as a schedule of cron's kind: a day and time phrase
+// ("every monday 9am", "weekdays at 9:30 pm") or five cron fields; 0
+// for none. Read as "every <d>" or one word, "every day at 9am ..."
+// would be the interval "every day" with a prompt starting "at 9am".
+func cronLen(fields []string) int {
+	for n := min(len(fields), maxCronWords); n >= 2; n-- {
+		s := strings.Join(fields[:n], " ")
+		if isCron(s) {
+			return n
+		}
+	}
+	return 0
 }
 
 func isCron(s string) bool {

@@ -28,6 +28,14 @@ func TestSplitSchedule(t *testing.T) {
 		// Refused later, saying it never comes, not as "0".
 		{`0 0 30 2 * Leap day party`, "0 0 30 2 *", "Leap day party"},
 		{`30m`, "30m", ""},
+		// Day and time phrases are read whole, not as "every <d>" and a
+		// prompt that starts with the time ("every day" and "at 9am ...").
+		{`every day at 9am Check the news`, "every day at 9am", "Check the news"},
+		{`weekdays at 9:30 pm Stand-up notes`, "weekdays at 9:30 pm", "Stand-up notes"},
+		{`Every Mon, Wed and Fri at noon Gym`, "Every Mon, Wed and Fri at noon", "Gym"},
+		{`monday 9am  Plan the  week`, "monday 9am", "Plan the  week"},
+		{`every monday 9am`, "every monday 9am", ""},
+		{`every day summary`, "every day", "summary"},
 		{`"every 2h`, "", ""},
 		{``, "", ""},
 	}

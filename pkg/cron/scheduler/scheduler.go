@@ -832,24 +832,28 @@ func (s *Scheduler) run(ctx context.Context, j *cron.Job, due time.Time, eventID
 
 // route is where a run's answer goes: the origin chat, nowhere (local),
 // or the deliver target resolved now (a home channel chosen since the
-// job was made counts). A bare platform that is the origin's is the
-// origin chat, not that platform's home channel, as Hermes's
-// _resolve_single_delivery_target: "telegram" from a Telegram chat
-// answers in that chat.
+// job was made counts). A bare platform that is the origin's is that
+// platform's home channel when it has one, else the origin chat (not a
+// blocked run), as Hermes's _resolve_single_delivery_target: "telegram"
+// from a Telegram chat answers in the Telegram home channel, or in that
+// chat while there is none.
 func (s *Scheduler) route(ctx context.Context, j *cron.Job) (*eventsv1.ReplyRoute, error) {
 	o := j.Origin
-	switch {
-	case j.Deliver == cron.DeliverLocal:
+	switch j.Deliver {
+	case cron.DeliverLocal:
 		return &eventsv1.ReplyRoute{}, nil
-	case j.Deliver == cron.DeliverOrigin:
+	case cron.DeliverOrigin:
 		if o.Platform == "" || o.ChatID == "" {
 			return nil, fmt.Errorf("%w: the job has no origin chat", outbox.ErrBadTarget)
 		}
 		return &eventsv1.ReplyRoute{Platform: o.Platform, Account: o.Account, ChatId: o.ChatID, ThreadId: o.ThreadID}, nil
-	case o.Platform != "" && o.ChatID != "" && strings.EqualFold(j.Deliver, o.Platform):
-		return &eventsv1.ReplyRoute{Platform: o.Platform, Account: o.Account, ChatId: o.ChatID, ThreadId: o.ThreadID}, nil
 	}
 	t, err := s.resolve(ctx, j.Deliver)
+	if errors.Is(err, outbox.ErrBadTarget) && o.Platform != "" && o.ChatID != "" && strings.EqualFold(j.Deliver, o.Platform) {
+		// The origin's platform has no home channel (the only way a
+		// bare platform that names a chat's platform does not resolve).
+		return &eventsv1.ReplyRoute{Platform: o.Platform, Account: o.Account, ChatId: o.ChatID, ThreadId: o.ThreadID}, nil
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -547,28 +547,32 @@ func TestDeliverTargets(t *testing.T) {
 
 // TestDeliverToTheOriginsPlatform: as Hermes's
 // _resolve_single_delivery_target, a deliver target that names only the
-// platform the job was made on answers in the chat (and thread) it was
-// made in, not in that platform's home channel (none here: the run was
-// blocked); another platform is its home channel, as ever.
+// platform the job was made on is that platform's home channel when it
+// has one (discord here, also for a job made in a Discord thread), and
+// else the chat (and thread) the job was made in, not a blocked run
+// (telegram has none here); another platform is its home channel.
 func TestDeliverToTheOriginsPlatform(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	evs := platformtest.InboundEvents(t, e.bus)
 	topic := cron.Origin{Platform: "telegram", Account: "default", ChatID: "-100123", ThreadID: "17585"}
+	discordThread := cron.Origin{Platform: "discord", Account: "default", ChatID: "777", ThreadID: "888"}
 	same := e.create(t, cron.NewJob{Prompt: "s", Schedule: "11m", Deliver: "telegram"})
 	thread := e.create(t, cron.NewJob{Prompt: "t", Schedule: "11m", Deliver: "Telegram", Origin: topic})
 	other := e.create(t, cron.NewJob{Prompt: "o", Schedule: "11m", Deliver: "discord"})
+	home := e.create(t, cron.NewJob{Owner: "discord:42", Prompt: "h", Schedule: "11m", Deliver: "Discord", Origin: discordThread})
 	e.clock.Set(t0.Add(11 * time.Minute))
-	if n := tick(t, e.scheduler(t, nil)); n != 3 {
-		t.Fatalf("fired %d, want 3 (job %+v)", n, e.job(t, same.ID))
+	if n := tick(t, e.scheduler(t, nil)); n != 4 {
+		t.Fatalf("fired %d, want 4 (job %+v)", n, e.job(t, same.ID))
 	}
 	routes := map[string]string{}
-	for range 3 {
+	for range 4 {
 		ev := platformtest.NextEvent(t, evs)
 		rr := ev.GetReplyRoute()
 		routes[strings.SplitN(ev.GetEventId(), "_", 2)[0]] = rr.GetPlatform() + ":" + rr.GetAccount() + ":" + rr.GetChatId() + ":" + rr.GetThreadId()
 	}
-	for id, w := range map[string]string{same.ID: "telegram:default:99:", thread.ID: "telegram:default:-100123:17585", other.ID: "discord::555:"} {
+	for id, w := range map[string]string{same.ID: "telegram:default:99:", thread.ID: "telegram:default:-100123:17585", other.ID: "discord::555:",
+		home.ID: "discord::555:"} {
 		if routes[id] != w {
 			t.Errorf("job %s routed to %q, want %q", id, routes[id], w)
 		}
