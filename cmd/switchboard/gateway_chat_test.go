@@ -154,3 +154,41 @@ func TestTelegramExclusiveBotMentions(t *testing.T) {
 		})
 	}
 }
+
+// Slack's dm_top_level_threads_as_sessions is on unless set off, by the
+// YAML or by its SWITCHBOARD_ variable, as Hermes's
+// platforms.slack.extra.dm_top_level_threads_as_sessions.
+func TestSlackDMTopLevelThreadsAsSessions(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name    string
+		environ []string
+		yaml    string
+		want    bool
+	}{
+		{name: "nothing set", want: true},
+		{name: "the variable", environ: []string{"SWITCHBOARD_GATEWAYS__SLACK__DM_TOP_LEVEL_THREADS_AS_SESSIONS=false"}},
+		{name: "the YAML", yaml: "gateways:\n  slack:\n    dm_top_level_threads_as_sessions: false\n"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			path := ""
+			if c.yaml != "" {
+				path = t.TempDir() + "/switchboard.yaml"
+				if err := os.WriteFile(path, []byte(c.yaml), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			cfg := defaultConfig()
+			warns, err := config.Load(config.Options{Path: path, Environ: c.environ, Aliases: envAliases}, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(warns) > 0 {
+				t.Errorf("warnings %v", warns)
+			}
+			if got := cfg.Gateways.Slack.DMTopLevelThreadsAsSessions; got != c.want {
+				t.Errorf("dm_top_level_threads_as_sessions %v, want %v", got, c.want)
+			}
+		})
+	}
+}
