@@ -106,7 +106,8 @@ func (p *lazyPruner) open(ctx context.Context) (*retention.Sweeper, error) {
 
 // lazyBuckets connects to NATS on the first call that needs one of the
 // operator controls' buckets (the pause, the approval mode, skill
-// reloads) or a reset that answers dropped API requests, so that the
+// reloads) or a reset (its stop of the running turn, its answers to
+// dropped API requests), so that the
 // admin API otherwise runs, and stays ready, without it. One connection serves them all; each bucket is opened
 // once.
 type lazyBuckets struct {

@@ -110,9 +110,11 @@ type Deps struct {
 	// (skill.OpenBucket), called by ReloadSkills; nil answers
 	// Unimplemented.
 	Skills func(context.Context) (jetstream.KeyValue, error)
-	// Bus opens the bus, on which a reset answers the API requests
-	// whose waiting messages it drops; called only when it drops one.
-	// Nil: they are left to their reply timeout.
+	// Bus opens the bus, on which a reset stops the session's running
+	// turn and answers the API requests whose waiting messages it drops;
+	// called by every reset. Nil: the running turn is only fenced off
+	// and runs to its end, and those requests are left to their reply
+	// timeout.
 	Bus func(context.Context) (*bus.Bus, error)
 	// Health drives the gRPC health service; nil reports SERVING.
 	Health *telemetry.Health
@@ -409,7 +411,8 @@ func (s *Service) GetSession(ctx context.Context, req *adminv1.GetSessionRequest
 // router's /new answers them. Both go out before the reset commits (a
 // turn start landing meanwhile waits for it and finds the queue
 // dropped): a stop or an answer that cannot go out fails the reset,
-// which then changes nothing.
+// which then leaves the session as it was; a stop that went out before
+// the failure has still stopped the turn, as /new's does.
 func (s *Service) ResetSession(ctx context.Context, req *adminv1.ResetSessionRequest) (*adminv1.ResetSessionResponse, error) {
 	if req.GetSessionKey() == "" {
 		return nil, status.Error(codes.InvalidArgument, "session_key is required")

@@ -357,7 +357,14 @@ func (h *harness) waitCompleted(turnID string) *turnsv1.TurnCompleted {
 // control sends a control message the way the router does.
 func (h *harness) control(key string, action turnsv1.ControlAction, text string) {
 	h.t.Helper()
-	data, err := proto.Marshal(&turnsv1.TurnControlRequested{SessionKey: key, Action: action, Text: text})
+	h.controlEvent(key, action, text, "")
+}
+
+// controlEvent is control with the sender's event id (the router's
+// inbound event, or the admin API's "admin-reset:<session id>").
+func (h *harness) controlEvent(key string, action turnsv1.ControlAction, text, eventID string) {
+	h.t.Helper()
+	data, err := proto.Marshal(&turnsv1.TurnControlRequested{SessionKey: key, Action: action, Text: text, EventId: eventID})
 	if err != nil {
 		h.t.Fatal(err)
 	}

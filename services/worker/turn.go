@@ -506,6 +506,10 @@ func (r *turnRun) answerSuperseded(ctx context.Context) {
 // before it answered.
 const stoppedText = "Stopped before it answered: a /stop or /new in its conversation ended its turn."
 
+// resetStoppedText answers an API request whose turn the admin API's
+// reset ended before it answered.
+const resetStoppedText = "Stopped before it answered: an operator reset this conversation and ended its turn."
+
 // endStream takes the cursor off what a first attempt streamed before it
 // was stopped (/stop, /new: the stopped turn's final is refused by the
 // fence): an interrupted error without text ends the stream message and
@@ -523,6 +527,8 @@ func (r *turnRun) endStream(ctx context.Context) {
 	}
 	end := &repliesv1.ReplyError{Code: "interrupted"}
 	switch {
+	case r.target.GetPlatform() == "api" && r.ctl.stoppedByReset():
+		end.Message = resetStoppedText
 	case r.target.GetPlatform() == "api" && r.ctl.stopped():
 		end.Message = stoppedText
 	case !r.textStreamed:
@@ -1342,10 +1348,18 @@ type control struct {
 	// interrupt or the lock's loss does not wait for a call that may
 	// stream for minutes.
 	cancelCall context.CancelCauseFunc
-	// stopAsked: the router sent a stop (/stop, /new), whether the turn
-	// reads it itself or forwards it to an external agent.
+	// stopAsked: the router sent a stop (/stop, /new), or the admin
+	// API's reset did, whether the turn reads it itself or forwards it
+	// to an external agent.
 	stopAsked bool
+	// stopByReset: the first stop was the admin API's reset's (its event
+	// id adminResetEvent…), which the stopped API request is told.
+	stopByReset bool
 }
+
+// adminResetEvent starts the event id of the stop the admin API's
+// ResetSession sends (services/admin stopTurn).
+const adminResetEvent = "admin-reset:"
 
 // duringCall registers cancel as the way to end the model call now in
 // progress (nil: none). It returns the reason to stop when one already
@@ -1482,6 +1496,9 @@ func (c *control) apply(m *turnsv1.TurnControlRequested) bool {
 	}
 	isAnswer := m.GetAction() == turnsv1.ControlAction_CONTROL_ACTION_APPROVE || m.GetAction() == turnsv1.ControlAction_CONTROL_ACTION_DENY
 	if m.GetAction() == turnsv1.ControlAction_CONTROL_ACTION_STOP {
+		if !c.stopAsked {
+			c.stopByReset = strings.HasPrefix(m.GetEventId(), adminResetEvent)
+		}
 		c.stopAsked = true
 	}
 	if c.forward != nil {
@@ -1580,6 +1597,13 @@ func (c *control) stopped() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.stopAsked
+}
+
+// stoppedByReset reports whether the stop was the admin API's reset's.
+func (c *control) stoppedByReset() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.stopByReset
 }
 
 func (c *control) stopReason() error {

@@ -1663,16 +1663,21 @@ func TestControlRequestsAreAnsweredAtOnce(t *testing.T) {
 // /stop before the model answered a word: an API request waits for its
 // own answer, which the stopped turn will never give, so it gets the
 // interrupted error with why; a chat heard the router's "⚡ Stopped." and
-// hears nothing more.
+// hears nothing more. The admin API's reset stops the turn too (its stop
+// names the event "admin-reset:<session id>"): the request is told an
+// operator reset the conversation, not that a /stop or /new did.
 func TestStopBeforeAnyTextAnswersOnlyTheAPI(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name     string
 		platform string
+		event    string // the stop's event id
 		want     string // the error's text; "" for no reply at all
 	}{
-		{"api request", "api", "Stopped before it answered: a /stop or /new in its conversation ended its turn."},
-		{"chat", "telegram", ""},
+		{"api request", "api", "tg-1", "Stopped before it answered: a /stop or /new in its conversation ended its turn."},
+		{"chat", "telegram", "tg-1", ""},
+		{"api request, admin reset", "api", "admin-reset:20261206_174200_abcd1234", "Stopped before it answered: an operator reset this conversation and ended its turn."},
+		{"chat, admin reset", "telegram", "admin-reset:20261206_174200_abcd1234", ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -1684,7 +1689,7 @@ func TestStopBeforeAnyTextAnswersOnlyTheAPI(t *testing.T) {
 			req := h.requestTurn("s1", "think long [[latency:40s]]", turnOpts{origin: origin})
 			waitFor(t, 30*time.Second, "the model call starts", func() bool { return len(h.fake.Requests()) > 0 })
 			h.setGeneration("s1", 2) // the router's /stop: the next generation, then the control
-			h.control("s1", turnsv1.ControlAction_CONTROL_ACTION_STOP, "")
+			h.controlEvent("s1", turnsv1.ControlAction_CONTROL_ACTION_STOP, "", tt.event)
 			if c := h.waitCompleted(req.TurnId); c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_STALE {
 				t.Fatalf("status %v, want STALE", c.GetStatus())
 			}

@@ -485,6 +485,44 @@ func TestTurnLeavesReplyTokenToItsAnswer(t *testing.T) {
 	}
 }
 
+// An approval prompt is not final, yet it is not sent ahead of an answer
+// the token could still serve: the turn waits on the user, whose tap (or
+// typed /approve) brings a reply token of its own for what follows. The
+// prompt takes the chat's token, free: pushed, it spent a push while the
+// token it left expired unused, and on a channel whose monthly push
+// quota is spent the prompt never reached the user, whose turn then
+// waited for an answer that could not come. The turn's answer goes by
+// the tap's token.
+func TestApprovalPromptTakesReplyToken(t *testing.T) {
+	t.Parallel()
+	f := linefake.New(t)
+	h := start(t, f, testConfig(f))
+	h.post(t, f.Body(f.Event(linefake.Inbound{UserID: alice, Text: "clean up /tmp"})))
+	h.next(t)
+	prompt := sendTo(alice, "t1:1:a:0", "⚠️ Dangerous command requires approval: reply /approve or /deny")
+	prompt.TurnId, prompt.Final, prompt.ChunkIndex, prompt.ChunkCount = "t1", false, 0, 1
+	prompt.Approval = &deliveryv1.Approval{Choices: []string{"once", "session", "always", "deny"}, ToolCallId: "call_7"}
+	if r := h.send(t, prompt); !r.GetOk() {
+		t.Fatalf("prompt receipt %v", r)
+	}
+	h.post(t, f.Body(f.Event(linefake.Inbound{Type: "postback", UserID: alice, Text: "ea:once:call_7"})))
+	if ev := h.next(t); ev.GetText() != "/approve" {
+		t.Fatalf("tap published as %q", ev.GetText())
+	}
+	answer := sendTo(alice, "t1:2:0", "done")
+	answer.TurnId, answer.ChunkCount = "t1", 1
+	if r := h.send(t, answer); !r.GetOk() {
+		t.Fatalf("answer receipt %v", r)
+	}
+	var via []string
+	for _, m := range f.Sent(alice) {
+		via = append(via, m.Via)
+	}
+	if want := []string{"reply", "reply"}; !slices.Equal(via, want) {
+		t.Errorf("prompt and answer sent via %v, want %v", via, want)
+	}
+}
+
 // A reply LINE refuses with a 429 did not use its token: the retry
 // answers by reply, not by a metered push.
 func TestRateLimitedReplyKeepsToken(t *testing.T) {

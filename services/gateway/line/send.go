@@ -168,16 +168,20 @@ func (p *Platform) Send(ctx context.Context, req *deliveryv1.SendRequested) (str
 // (the home channel notice, a reset notice, a busy acknowledgement) and
 // what a turn shows before its answer: its tool progress lines (on LINE,
 // which cannot edit, each line is a message of its own), the text the
-// model said before a call, an approval prompt. It is pushed and leaves
+// model said before a call. It is pushed and leaves
 // the chat's reply token to the answer, as Hermes sends its home notice
 // without the reply token: the answer, up to five messages, goes free,
 // and on a channel whose monthly push quota is spent the answer still
 // reaches the chat (what came before it does not). Taking the token, a
 // progress line left the answer to a push. The first part of an answer
 // longer than one send is not final either, but not its message's last:
-// it takes the token.
+// it takes the token. So does an approval prompt (its last part carries
+// the buttons): the turn waits on the user, whose answer (a tap, a typed
+// /approve) brings a reply token of its own for what follows, so the
+// prompt goes free and reaches the chat when the push quota is spent;
+// pushed, it spent a push while the token expired unused.
 func beforeAnswer(req *deliveryv1.SendRequested) bool {
-	return !req.GetFinal() && req.GetChunkIndex() == req.GetChunkCount()-1
+	return !req.GetFinal() && req.GetChunkIndex() == req.GetChunkCount()-1 && req.GetApproval() == nil
 }
 
 // sendCall posts one call's messages: the first call by reply when the
