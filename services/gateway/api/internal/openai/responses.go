@@ -117,32 +117,11 @@ func ParseResponses(body []byte) (*Responses, error) {
 	if err := checkMetadata(req.Metadata); err != nil {
 		return nil, err
 	}
-	msgs, err := inputMessages(req.Input)
+	in, err := readInput(req.Input, req.ConversationHistory, req.PreviousResponseID)
 	if err != nil {
 		return nil, err
 	}
-	last := -1
-	for i, m := range msgs {
-		if m.role == "user" {
-			last = i
-		}
-	}
-	if last < 0 {
-		return nil, invalid("input", "input must contain a user message")
-	}
-	history, err := historyMessages(req.ConversationHistory)
-	if err != nil {
-		return nil, err
-	}
-	if len(history)+len(msgs) > maxMessages {
-		return nil, invalid("conversation_history", "at most %d messages with the input", maxMessages)
-	}
-	previous := req.PreviousResponseID
-	if len(history) > 0 {
-		// As Hermes: the client's own history wins over the server's
-		// copy; the response it names is not continued (nor read).
-		previous = ""
-	}
+	msgs, last, history, previous := in.msgs, in.last, in.history, in.previous
 	out := &Responses{Model: req.Model, Stream: req.Stream, User: req.User, Store: req.Store == nil || *req.Store,
 		PreviousResponseID: previous, Conversation: conversation, Metadata: req.Metadata,
 		InstructionsSent: req.Instructions != nil}

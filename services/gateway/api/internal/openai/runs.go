@@ -52,32 +52,11 @@ func ParseRun(body []byte) (*Run, error) {
 	if err := decode(body, &req); err != nil {
 		return nil, err
 	}
-	msgs, err := inputMessages(req.Input)
+	in, err := readInput(req.Input, req.ConversationHistory, req.PreviousResponseID)
 	if err != nil {
 		return nil, err
 	}
-	last := -1
-	for i, m := range msgs {
-		if m.role == "user" {
-			last = i
-		}
-	}
-	if last < 0 {
-		return nil, invalid("input", "input must contain a user message")
-	}
-	history, err := historyMessages(req.ConversationHistory)
-	if err != nil {
-		return nil, err
-	}
-	if len(history)+len(msgs) > maxMessages {
-		return nil, invalid("conversation_history", "at most %d messages with the input", maxMessages)
-	}
-	previous := req.PreviousResponseID
-	if len(history) > 0 {
-		// As Hermes: the client's own history wins over the server's
-		// copy; the response it names is not continued (nor read).
-		previous = ""
-	}
+	msgs, last, history, previous := in.msgs, in.last, in.history, in.previous
 	out := &Run{Model: req.Model, SessionID: req.SessionID, PreviousResponseID: previous, InstructionsSent: req.Instructions != nil}
 	if req.Instructions != nil && *req.Instructions != "" {
 		out.Instructions = *req.Instructions
@@ -110,6 +89,47 @@ func (r *Run) CarryInstructions(text string) {
 	}
 	r.Instructions = text
 	r.Context = append([]*eventsv1.ContextMessage{{Role: "system", Content: text}}, r.Context...)
+}
+
+// input is a Responses or run request's input read with its
+// conversation_history: the input's messages, the index of the last
+// user message among them, the history's messages, and the response to
+// continue.
+type input struct {
+	msgs     []message
+	last     int
+	history  []message
+	previous string
+}
+
+// readInput reads a request's input and conversation_history (both
+// JSON, raw) and the previous_response_id it names.
+func readInput(rawInput, rawHistory json.RawMessage, previousResponseID string) (input, error) {
+	msgs, err := inputMessages(rawInput)
+	if err != nil {
+		return input{}, err
+	}
+	in := input{msgs: msgs, last: -1, previous: previousResponseID}
+	for i, m := range msgs {
+		if m.role == "user" {
+			in.last = i
+		}
+	}
+	if in.last < 0 {
+		return input{}, invalid("input", "input must contain a user message")
+	}
+	if in.history, err = historyMessages(rawHistory); err != nil {
+		return input{}, err
+	}
+	if len(in.history)+len(msgs) > maxMessages {
+		return input{}, invalid("conversation_history", "at most %d messages with the input", maxMessages)
+	}
+	if len(in.history) > 0 {
+		// As Hermes: the client's own history wins over the server's
+		// copy; the response it names is not continued (nor read).
+		in.previous = ""
+	}
+	return in, nil
 }
 
 // historyMessages reads the conversation_history of a run or a
