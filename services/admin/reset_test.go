@@ -3,6 +3,7 @@ package admin
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 
@@ -59,26 +60,15 @@ func TestResetSessionAnswersTheAPIRequestsItDrops(t *testing.T) {
 				}
 			}
 
-			var mu sync.Mutex
-			got := map[string]*repliesv1.ReplyEvent{}
-			sub, err := b.Conn().Subscribe(b.Topology().ReplySubject(key), func(m *nats.Msg) {
-				ev := &repliesv1.ReplyEvent{}
-				if err := proto.Unmarshal(m.Data, ev); err != nil {
-					t.Error(err)
-					return
+			replies := listen(t, b, b.Topology().ReplySubject(key), func() *repliesv1.ReplyEvent { return &repliesv1.ReplyEvent{} })
+			answers := func() map[string]*repliesv1.ReplyEvent {
+				got := map[string]*repliesv1.ReplyEvent{}
+				for _, ev := range replies() {
+					for _, id := range ev.GetInputMessageIds() {
+						got[id] = ev
+					}
 				}
-				mu.Lock()
-				defer mu.Unlock()
-				for _, id := range ev.GetInputMessageIds() {
-					got[id] = ev
-				}
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer func() { _ = sub.Unsubscribe() }()
-			if err := b.Conn().Flush(); err != nil {
-				t.Fatal(err)
+				return got
 			}
 
 			c, authed := serve(t, ctx, Config{}, Deps{DB: db, Bus: tt.bus})
@@ -103,10 +93,8 @@ func TestResetSessionAnswersTheAPIRequestsItDrops(t *testing.T) {
 			if reset.GetSession().GetGeneration() != before.Generation+1 || waiting != 0 {
 				t.Errorf("reset to generation %d with %d waiting, want %d with none", reset.GetSession().GetGeneration(), waiting, before.Generation+1)
 			}
-			count := func() int { mu.Lock(); defer mu.Unlock(); return len(got) }
-			waitFor(t, "the dropped requests answered", func() bool { return count() >= len(tt.answers) })
-			mu.Lock()
-			defer mu.Unlock()
+			waitFor(t, "the dropped requests answered", func() bool { return len(answers()) >= len(tt.answers) })
+			got := answers()
 			for _, id := range tt.answers {
 				ev := got[id]
 				if ev == nil || ev.GetError().GetCode() != "interrupted" || ev.GetError().GetMessage() != text ||
@@ -149,25 +137,7 @@ func TestResetSessionStopsTheRunningTurn(t *testing.T) {
 				t.Fatal(err)
 			}
 			// As a worker running the session's turn listens.
-			var mu sync.Mutex
-			var got []*turnsv1.TurnControlRequested
-			sub, err := b.Conn().Subscribe(b.Topology().ControlSubject(key), func(m *nats.Msg) {
-				c := &turnsv1.TurnControlRequested{}
-				if err := proto.Unmarshal(m.Data, c); err != nil {
-					t.Error(err)
-					return
-				}
-				mu.Lock()
-				defer mu.Unlock()
-				got = append(got, c)
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer func() { _ = sub.Unsubscribe() }()
-			if err := b.Conn().Flush(); err != nil {
-				t.Fatal(err)
-			}
+			controls := listen(t, b, b.Topology().ControlSubject(key), func() *turnsv1.TurnControlRequested { return &turnsv1.TurnControlRequested{} })
 
 			c, authed := serve(t, ctx, Config{}, Deps{DB: db, Bus: tt.bus})
 			reset, err := c.ResetSession(authed, &adminv1.ResetSessionRequest{SessionKey: key})
@@ -192,12 +162,42 @@ func TestResetSessionStopsTheRunningTurn(t *testing.T) {
 			if err := b.Conn().Flush(); err != nil {
 				t.Fatal(err)
 			}
-			waitFor(t, "the stop", func() bool { mu.Lock(); defer mu.Unlock(); return len(got) > 0 })
-			mu.Lock()
-			defer mu.Unlock()
+			waitFor(t, "the stop", func() bool { return len(controls()) > 0 })
+			got := controls()
 			if len(got) != 1 || got[0].GetAction() != turnsv1.ControlAction_CONTROL_ACTION_STOP || got[0].GetSessionKey() != key || got[0].GetTurnId() != "" {
 				t.Errorf("controls %v, want one stop of the session's running turn", got)
 			}
 		})
+	}
+}
+
+// listen collects the messages of type M published on subject from now
+// on (the subscription is flushed before it returns); the func it
+// returns gives those received so far.
+func listen[M proto.Message](t *testing.T, b *bus.Bus, subject string, newMsg func() M) func() []M {
+	t.Helper()
+	var mu sync.Mutex
+	var got []M
+	sub, err := b.Conn().Subscribe(subject, func(m *nats.Msg) {
+		msg := newMsg()
+		if err := proto.Unmarshal(m.Data, msg); err != nil {
+			t.Error(err)
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		got = append(got, msg)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	if err := b.Conn().Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return func() []M {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(got)
 	}
 }
