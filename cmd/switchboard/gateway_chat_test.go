@@ -122,53 +122,29 @@ func TestGatewayAllowBots(t *testing.T) {
 	}
 }
 
-// Telegram's exclusive_bot_mentions is on unless set off, by the YAML
-// or by Hermes's variable, as in Hermes.
-func TestTelegramExclusiveBotMentions(t *testing.T) {
+// Settings on by default, as in Hermes, are on unless set off by the
+// YAML or by their variable: Telegram's exclusive_bot_mentions (Hermes's
+// TELEGRAM_EXCLUSIVE_BOT_MENTIONS) and Slack's
+// dm_top_level_threads_as_sessions (Hermes's
+// platforms.slack.extra.dm_top_level_threads_as_sessions; its
+// SWITCHBOARD_ variable).
+func TestSettingsOnByDefault(t *testing.T) {
 	t.Parallel()
+	telegram := func(c *Config) bool { return c.Gateways.Telegram.ExclusiveBotMentions }
+	slack := func(c *Config) bool { return c.Gateways.Slack.DMTopLevelThreadsAsSessions }
 	for _, c := range []struct {
 		name    string
+		setting func(*Config) bool
 		environ []string
 		yaml    string
 		want    bool
 	}{
-		{name: "nothing set", want: true},
-		{name: "Hermes's variable", environ: []string{"TELEGRAM_EXCLUSIVE_BOT_MENTIONS=false"}},
-		{name: "the YAML", yaml: "gateways:\n  telegram:\n    exclusive_bot_mentions: false\n"},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			path := ""
-			if c.yaml != "" {
-				path = t.TempDir() + "/switchboard.yaml"
-				if err := os.WriteFile(path, []byte(c.yaml), 0o600); err != nil {
-					t.Fatal(err)
-				}
-			}
-			cfg := defaultConfig()
-			if _, err := config.Load(config.Options{Path: path, Environ: c.environ, Aliases: envAliases}, cfg); err != nil {
-				t.Fatal(err)
-			}
-			if got := cfg.Gateways.Telegram.ExclusiveBotMentions; got != c.want {
-				t.Errorf("exclusive_bot_mentions %v, want %v", got, c.want)
-			}
-		})
-	}
-}
-
-// Slack's dm_top_level_threads_as_sessions is on unless set off, by the
-// YAML or by its SWITCHBOARD_ variable, as Hermes's
-// platforms.slack.extra.dm_top_level_threads_as_sessions.
-func TestSlackDMTopLevelThreadsAsSessions(t *testing.T) {
-	t.Parallel()
-	for _, c := range []struct {
-		name    string
-		environ []string
-		yaml    string
-		want    bool
-	}{
-		{name: "nothing set", want: true},
-		{name: "the variable", environ: []string{"SWITCHBOARD_GATEWAYS__SLACK__DM_TOP_LEVEL_THREADS_AS_SESSIONS=false"}},
-		{name: "the YAML", yaml: "gateways:\n  slack:\n    dm_top_level_threads_as_sessions: false\n"},
+		{name: "telegram exclusive_bot_mentions, nothing set", setting: telegram, want: true},
+		{name: "telegram exclusive_bot_mentions, Hermes's variable", setting: telegram, environ: []string{"TELEGRAM_EXCLUSIVE_BOT_MENTIONS=false"}},
+		{name: "telegram exclusive_bot_mentions, the YAML", setting: telegram, yaml: "gateways:\n  telegram:\n    exclusive_bot_mentions: false\n"},
+		{name: "slack dm_top_level_threads_as_sessions, nothing set", setting: slack, want: true},
+		{name: "slack dm_top_level_threads_as_sessions, the variable", setting: slack, environ: []string{"SWITCHBOARD_GATEWAYS__SLACK__DM_TOP_LEVEL_THREADS_AS_SESSIONS=false"}},
+		{name: "slack dm_top_level_threads_as_sessions, the YAML", setting: slack, yaml: "gateways:\n  slack:\n    dm_top_level_threads_as_sessions: false\n"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			path := ""
@@ -186,8 +162,8 @@ func TestSlackDMTopLevelThreadsAsSessions(t *testing.T) {
 			if len(warns) > 0 {
 				t.Errorf("warnings %v", warns)
 			}
-			if got := cfg.Gateways.Slack.DMTopLevelThreadsAsSessions; got != c.want {
-				t.Errorf("dm_top_level_threads_as_sessions %v, want %v", got, c.want)
+			if got := c.setting(cfg); got != c.want {
+				t.Errorf("got %v, want %v", got, c.want)
 			}
 		})
 	}
