@@ -3,6 +3,7 @@ package router
 import (
 	"context"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -205,6 +206,11 @@ func TestTypingWhileWaitingForTheMemoryFlush(t *testing.T) {
 					<-release
 				}
 			})
+			// A failed wait must not leave the flush blocked: the worker's
+			// cleanup would wait for it until the test binary's timeout.
+			var released sync.Once
+			unblock := func() { released.Do(func() { close(release) }) }
+			t.Cleanup(unblock)
 			key := "agent:main:telegram:dm:chat-alice"
 			e.publish(dm("alice", "hello"))
 			waitFor(t, "first turn", func() bool { turns, _ := w.snapshot(); return len(turns) == 1 })
@@ -236,7 +242,7 @@ func TestTypingWhileWaitingForTheMemoryFlush(t *testing.T) {
 			if on := e.typingOf(flush)[0]; !on.GetTyping().GetActive() || on.GetTarget().GetChatId() != "chat-alice" || on.GetTarget().GetPlatform() != "telegram" {
 				t.Fatalf("first typing event of the flush: active %v to %v, want active to chat-alice", on.GetTyping().GetActive(), on.GetTarget())
 			}
-			close(release)
+			unblock()
 			waitFor(t, "the typing ended with the flush", typing(false))
 			waitFor(t, "the message's turn", func() bool {
 				turns, _ := w.snapshot()
