@@ -729,7 +729,7 @@ func TestTranscribe(t *testing.T) {
 		t.Fatalf("transcript %q, %v", text, err)
 	}
 	got := srv.Transcriptions()
-	if len(got) != 1 || got[0].Model != llm.DefaultTranscriptionModel || got[0].FileName != "voice.ogg" || !got[0].Streamed {
+	if len(got) != 1 || got[0].Model != llm.DefaultTranscriptionModel || got[0].FileName != "voice.ogg" {
 		t.Fatalf("the server received %+v", got)
 	}
 	// Longer than any buffer on the way, and not valid UTF-8.
@@ -751,6 +751,60 @@ func TestTranscribe(t *testing.T) {
 	}
 	if n := len(srv.Transcriptions()); n != 3 {
 		t.Fatalf("the server took %d transcriptions, want 3 (not the broken upload)", n)
+	}
+}
+
+// lenReader is audio that says how many bytes it has left (as a
+// strings.Reader does), n, which may be untrue.
+type lenReader struct {
+	io.Reader
+	n int
+}
+
+func (l lenReader) Len() int { return l.n }
+
+// TestTranscribeSendsTheLengthItKnows: audio that says how many bytes it
+// has (Len, as a stored attachment's size) is uploaded with a
+// Content-Length, since servers that take no chunked request body refuse
+// one without (411) or read it as empty; audio of unknown size is
+// streamed chunked. Audio that yields more or fewer bytes than it said
+// ends the upload with an error, the server taking no file.
+func TestTranscribeSendsTheLengthItKnows(t *testing.T) {
+	srv := startFake(t, fakellm.Config{})
+	p := llm.NewOpenAI(llm.OpenAIConfig{APIKey: "test", BaseURL: srv.URL() + "/v1"})
+	ctx := context.Background()
+	long := bytes.Repeat([]byte{0xff, 0x00, 0x7f, 0x80}, 300<<10)
+	cases := []struct {
+		name     string
+		audio    func() io.Reader
+		want     []byte // nil: the upload fails
+		streamed bool
+	}{
+		{name: "strings.Reader", audio: func() io.Reader { return strings.NewReader("turn the lights off") }, want: []byte("turn the lights off")},
+		{name: "sized, long", audio: func() io.Reader { return lenReader{iotest.HalfReader(bytes.NewReader(long)), len(long)} }, want: long},
+		{name: "sized, empty", audio: func() io.Reader { return lenReader{strings.NewReader(""), 0} }, want: []byte{}},
+		{name: "unknown size", audio: func() io.Reader { return iotest.HalfReader(bytes.NewReader(long)) }, want: long, streamed: true},
+		{name: "shorter than it said", audio: func() io.Reader { return lenReader{bytes.NewReader(long[:1000]), 1001} }},
+		{name: "longer than it said", audio: func() io.Reader { return lenReader{bytes.NewReader(long), len(long) - 1} }},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			before := len(srv.Transcriptions())
+			_, err := p.Transcribe(ctx, "", tc.audio(), "voice.ogg", "audio/ogg")
+			got := srv.Transcriptions()[before:]
+			if tc.want == nil {
+				if err == nil || len(got) != 0 {
+					t.Fatalf("err %v, the server took %d files; want an error and none", err, len(got))
+				}
+				return
+			}
+			if err != nil || len(got) != 1 {
+				t.Fatalf("err %v, the server took %d files", err, len(got))
+			}
+			if !bytes.Equal(got[0].Audio, tc.want) || got[0].Streamed != tc.streamed {
+				t.Fatalf("the server received %d bytes (streamed %v), want %d (streamed %v)", len(got[0].Audio), got[0].Streamed, len(tc.want), tc.streamed)
+			}
+		})
 	}
 }
 

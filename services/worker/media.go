@@ -257,7 +257,7 @@ var errNoTranscriber = errors.New("no speech-to-text provider configured")
 // streamed from the attachment store to the speech-to-text upload, a
 // chunk or two at a time, never read whole into memory; one over
 // MaxAttachmentBytes is refused (attachment.ErrTooLarge) before a chunk
-// is read or anything is sent.
+// is read or anything is sent, and no more than its stored size is read.
 func (r *turnRun) transcribe(ctx context.Context, a *eventsv1.Attachment) (string, error) {
 	if r.s.stt == nil {
 		return "", errNoTranscriber
@@ -272,11 +272,40 @@ func (r *turnRun) transcribe(ctx context.Context, a *eventsv1.Attachment) (strin
 	if name == "" || path.Ext(name) == "" {
 		name = "voice" + audioExt(mime)
 	}
-	text, err := r.s.stt.Transcribe(ctx, audio, name, mime)
+	text, err := r.s.stt.Transcribe(ctx, newStoredAudio(audio, audio.Size), name, mime)
 	if err != nil {
 		return "", err
 	}
 	return strings.TrimSpace(text), nil
+}
+
+// storedAudio is a kept file read for an upload: it says its stored size
+// (Len, which the upload sends as its length) and fails a read past it,
+// so a store whose size lied streams no more than the size checked
+// against MaxAttachmentBytes.
+type storedAudio struct {
+	r          io.Reader
+	left, size int64
+}
+
+func newStoredAudio(r io.Reader, size int64) *storedAudio {
+	return &storedAudio{r: r, left: size, size: size}
+}
+
+// Len is the number of bytes left to read, as strings.Reader's.
+func (s *storedAudio) Len() int { return int(s.left) }
+
+func (s *storedAudio) Read(p []byte) (int, error) {
+	if int64(len(p)) > s.left+1 {
+		p = p[:s.left+1] // one more, to find a file longer than stored
+	}
+	n, err := s.r.Read(p)
+	if int64(n) > s.left {
+		n, s.left = int(s.left), 0
+		return n, fmt.Errorf("audio: more than its stored %d bytes", s.size)
+	}
+	s.left -= int64(n)
+	return n, err
 }
 
 // audioExt is the file extension transcription servers know a format by.

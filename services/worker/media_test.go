@@ -126,7 +126,8 @@ func (f sttFunc) Transcribe(ctx context.Context, audio io.Reader, filename, mime
 // message as the turn begins; what the model read is stored in the
 // transcript, so later turns see it too. What cannot be read is named,
 // with why. A recording is streamed to the speech-to-text server whole,
-// one over attachments.max_bytes not at all.
+// its stored size sent as its length, one over attachments.max_bytes not
+// at all.
 func TestVoiceAndDocumentsAreReadIntoTheMessage(t *testing.T) {
 	t.Parallel()
 	kept := func(kind eventsv1.AttachmentKind, ref, mime, name string) *eventsv1.Attachment {
@@ -151,7 +152,9 @@ func TestVoiceAndDocumentsAreReadIntoTheMessage(t *testing.T) {
 		attach *eventsv1.Attachment
 		want   string // the user message as stored and as the model read it
 		// uploads are the audio files the speech-to-text server must
-		// have received (nil: not checked).
+		// have received (nil: not checked), each with a Content-Length
+		// (their stored size is known: servers that take no chunked
+		// body refuse one without).
 		uploads []string
 	}{
 		{name: "voice message", attach: kept(voice, "speech", "audio/ogg", ""),
@@ -220,8 +223,8 @@ func TestVoiceAndDocumentsAreReadIntoTheMessage(t *testing.T) {
 					t.Fatalf("the speech-to-text server received %d files, want %d", len(got), len(tc.uploads))
 				}
 				for i, want := range tc.uploads {
-					if string(got[i].Audio) != want || !got[i].Streamed {
-						t.Errorf("upload %d: %d bytes (streamed %v), want the %d kept, streamed", i, len(got[i].Audio), got[i].Streamed, len(want))
+					if string(got[i].Audio) != want || got[i].Streamed {
+						t.Errorf("upload %d: %d bytes (streamed %v), want the %d kept, with a Content-Length", i, len(got[i].Audio), got[i].Streamed, len(want))
 					}
 				}
 			}
