@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -88,6 +89,14 @@ func TestWebChatRendersMarkdown(t *testing.T) {
 // started the new one under it.
 func TestWebChatTypedNewClearsTheTranscript(t *testing.T) {
 	browser, s, r := keylessWebChat(t)
+	r.mu.Lock()
+	r.answer = func(ev *eventsv1.MessageReceived, turn int) []string {
+		if ev.GetText() == "/new" {
+			return []string{newSessionStarted} // the router's confirmation
+		}
+		return []string{fmt.Sprintf("echo: %s (turn %d)", ev.GetText(), turn)}
+	}
+	r.mu.Unlock()
 	ctx, step := headless(t, browser)
 	eval := evaluator(t, ctx)
 	poll := poller(t, ctx)
@@ -96,16 +105,54 @@ func TestWebChatTypedNewClearsTheTranscript(t *testing.T) {
 	poll("the answer", `document.querySelectorAll('.msg.assistant:not(.pending)').length >= 1 && !document.getElementById("send").disabled`)
 	session := eval(`localStorage.getItem("sb.session")`)
 	step("type /new", chromedp.SendKeys("#input", "/new"), chromedp.Click("#send"))
-	poll("the answer to /new", `Array.from(document.querySelectorAll('.msg.assistant:not(.pending)')).some(m => m.textContent === "echo: /new (turn 2)") && !document.getElementById("send").disabled`)
-	if got := eval(pageLog); got != "msg assistant: echo: /new (turn 2)" {
+	poll("the answer to /new", `Array.from(document.querySelectorAll('.msg.assistant:not(.pending)')).some(m => m.textContent === "`+newSessionStarted+`") && !document.getElementById("send").disabled`)
+	if got := eval(pageLog); got != "msg assistant: "+newSessionStarted {
 		t.Fatalf("page after /new %q, want its answer alone", got)
 	}
 	step("reload", chromedp.Reload(), chromedp.WaitVisible("#input"))
-	if got := eval(pageLog + ` + " | session: " + localStorage.getItem("sb.session")`); got != "msg assistant: echo: /new (turn 2) | session: "+session {
+	if got := eval(pageLog + ` + " | session: " + localStorage.getItem("sb.session")`); got != "msg assistant: "+newSessionStarted+" | session: "+session {
 		t.Fatalf("page after a reload %q", got)
 	}
 	if chats := r.chatIDs(); len(chats) != 2 || chats[0] != session || chats[1] != session {
 		t.Fatalf("chats %q, want both in %s", chats, session)
+	}
+}
+
+// newSessionStarted is the router's answer to a /new that started a new
+// conversation (services/router/commands.go).
+const newSessionStarted = "✨ New session started."
+
+// TestWebChatTypedNewKeepsTheTranscriptWhenRefused: a typed /new the
+// router answers without starting a new conversation (reserved for
+// admins, or not a command at all) leaves the transcript as it was, on
+// screen and kept: the page cleared it on any answer, the conversation
+// it showed gone though the server went on with it.
+func TestWebChatTypedNewKeepsTheTranscriptWhenRefused(t *testing.T) {
+	browser, s, r := keylessWebChat(t)
+	const refusal = "/new is reserved for admins here. /help and /whoami are available."
+	r.mu.Lock()
+	r.answer = func(ev *eventsv1.MessageReceived, turn int) []string {
+		if ev.GetText() == "/new" {
+			return []string{refusal}
+		}
+		return []string{fmt.Sprintf("echo: %s (turn %d)", ev.GetText(), turn)}
+	}
+	r.mu.Unlock()
+	ctx, step := headless(t, browser)
+	eval := evaluator(t, ctx)
+	poll := poller(t, ctx)
+	step("open", chromedp.Navigate("http://"+s.Addr()+"/"), chromedp.WaitVisible("#input"))
+	step("send", chromedp.SendKeys("#input", "hello"), chromedp.Click("#send"))
+	poll("the answer", `document.querySelectorAll('.msg.assistant:not(.pending)').length >= 1 && !document.getElementById("send").disabled`)
+	step("type /new", chromedp.SendKeys("#input", "/new"), chromedp.Click("#send"))
+	poll("the answer to /new", `Array.from(document.querySelectorAll('.msg.assistant:not(.pending)')).some(m => m.textContent === "`+refusal+`") && !document.getElementById("send").disabled`)
+	const want = "msg user: hello | msg assistant: echo: hello (turn 1) | msg user: /new | msg assistant: " + refusal
+	if got := eval(pageLog); got != want {
+		t.Fatalf("page after a refused /new %q, want %q", got, want)
+	}
+	step("reload", chromedp.Reload(), chromedp.WaitVisible("#input"))
+	if got := eval(pageLog); got != want {
+		t.Fatalf("page after a reload %q, want %q", got, want)
 	}
 }
 

@@ -415,6 +415,11 @@
   });
   function sleep(ms) { return new Promise(function (ok) { setTimeout(ok, ms); }); }
 
+  // NEW_STARTED is how the router answers a /new that started a new
+  // conversation (services/router/commands.go), after the notice of a
+  // reset due before it, if any.
+  var NEW_STARTED = /(^|\n)✨ New session started/;
+
   async function chat(text, pic) {
     var h = history();
     var shown = pic ? (text ? text + "\n" : "") + "🖼 " + pic.name : text;
@@ -432,7 +437,9 @@
     };
     // /new (or /reset, its alias, with or without a title) starts a new
     // conversation under the same session id: once its answer confirms
-    // it, the transcript is cleared, as New chat clears it.
+    // it (NEW_STARTED), the transcript is cleared, as New chat clears it.
+    // Another answer (reserved for admins; not read as a command) left
+    // the conversation as it was, and the transcript with it.
     if (/^\/(new|reset)(@\S*)?(\s|$)/i.test(text)) p.reset = true;
     try { store.setItem("sb.pending", JSON.stringify(p)); } catch (e) { /* too big to keep (a picture): sent once */ }
     await ask(p);
@@ -521,7 +528,7 @@
           // it since the question went out, or started a new chat.
           if (store.getItem("sb.session") === p.session) {
             var h = history();
-            if (p.reset) {
+            if (p.reset && NEW_STARTED.test(answer)) {
               // The conversation shown ended: its answer starts the new one.
               h = [];
               log.textContent = "";
