@@ -10,6 +10,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	"github.com/switchboard-chat/switchboard/pkg/platform/platformtest"
 )
@@ -265,5 +266,50 @@ func TestWebChatShowsToolProgress(t *testing.T) {
 	step("reload", chromedp.Reload(), chromedp.WaitVisible("#input"))
 	if got := eval(tools); got != want {
 		t.Errorf("kept tool lines %q, want %q", got, want)
+	}
+}
+
+// TestWebChatEndsToolLinesOfAReloadedAnswer: a tool call shown running
+// when the page was reloaded mid-answer shows done once the answer is
+// in (the turn ended, its calls with it): the retry the reloaded page
+// sends joins the turn midway and is not told of the end of a call it
+// did not see start, and the line stayed "running" beside the whole
+// answer.
+func TestWebChatEndsToolLinesOfAReloadedAnswer(t *testing.T) {
+	browser, s, r := keylessWebChat(t)
+	gate := make(chan struct{})
+	var opened sync.Once
+	open := func() { opened.Do(func() { close(gate) }) }
+	defer open()
+	var held atomic.Bool
+	date := &deliveryv1.ToolStep{ToolCallId: "call_1", ToolName: "terminal", Phase: "started", Detail: "date", Emoji: "💻"}
+	r.mu.Lock()
+	r.answer = func(*eventsv1.MessageReceived, int) []string { return []string{"Looking. ", "It's 5pm."} }
+	r.tools = map[int][]*deliveryv1.ToolStep{
+		0: {date},
+		1: {{ToolCallId: "call_1", ToolName: "terminal", Phase: "finished", Detail: "Sat Dec  5 17:00:00 UTC 2026"}},
+	}
+	r.before = func(i int) {
+		if i == 1 && held.CompareAndSwap(false, true) {
+			<-gate // the call's end and the rest, once the page was reloaded
+		}
+	}
+	r.mu.Unlock()
+	ctx, step := headless(t, browser)
+	eval := evaluator(t, ctx)
+	poll := poller(t, ctx)
+	const tools = `Array.from(document.querySelectorAll('.msg.assistant .tool')).map(e => e.className + ": " + e.textContent).join(" | ")`
+	step("open", chromedp.Navigate("http://"+s.Addr()+"/"), chromedp.WaitVisible("#input"))
+	step("send", chromedp.SendKeys("#input", "what time is it?"), chromedp.Click("#send"))
+	poll("the running call", tools+` === "tool running: 💻 date" && (document.querySelector('.msg.assistant .md') || {}).textContent === "Looking. "`)
+	step("reload mid-answer", chromedp.Reload(), chromedp.WaitVisible("#input"))
+	poll("the running call after the reload", tools+` === "tool running: 💻 date"`)
+	open()
+	poll("the whole answer", `document.querySelectorAll('.msg.assistant:not(.pending)').length >= 1`)
+	if got := eval(tools); got != "tool done: 💻 date" {
+		t.Errorf("tool lines with the answer %q, want the call done", got)
+	}
+	if n := len(r.received()); n != 1 {
+		t.Fatalf("%d messages published, want the one", n)
 	}
 }

@@ -524,6 +524,13 @@
         if (ctl.signal.aborted) return;
         if (answer != null) {
           done(p);
+          // The turn ended, its tool calls with it: a retry (after a
+          // reload, a lost connection) is not told the end of a call it
+          // did not see start.
+          if (tools.some(function (t) { return !t.done; })) {
+            tools.forEach(function (t) { t.done = true; });
+            showTools(out, tools);
+          }
           // The transcript as it is now: another tab may have added to
           // it since the question went out, or started a new chat.
           if (store.getItem("sb.session") === p.session) {
