@@ -313,3 +313,25 @@ func TestWebChatEndsToolLinesOfAReloadedAnswer(t *testing.T) {
 		t.Fatalf("%d messages published, want the one", n)
 	}
 }
+
+// TestWebChatShowsALinkWithoutText: a Markdown link with no text of its
+// own ("[](https://…)") shows its address as its text; it was an empty
+// link, nothing of it on screen to read or click.
+func TestWebChatShowsALinkWithoutText(t *testing.T) {
+	browser, s, r := keylessWebChat(t)
+	r.mu.Lock()
+	r.answer = func(*eventsv1.MessageReceived, int) []string {
+		return []string{"The page: [](https://example.com/a) and [ ](https://example.com/b)."}
+	}
+	r.mu.Unlock()
+	ctx, step := headless(t, browser)
+	eval := evaluator(t, ctx)
+	poll := poller(t, ctx)
+	step("open", chromedp.Navigate("http://"+s.Addr()+"/"), chromedp.WaitVisible("#input"))
+	step("send", chromedp.SendKeys("#input", "a link"), chromedp.Click("#send"))
+	poll("the answer", `document.querySelectorAll('.msg.assistant:not(.pending)').length >= 1`)
+	const links = `Array.from(document.querySelectorAll('.msg.assistant a')).map(a => a.textContent + " " + a.getAttribute("href")).join(", ")`
+	if got, want := eval(links), "https://example.com/a https://example.com/a, https://example.com/b https://example.com/b"; got != want {
+		t.Errorf("links %q, want %q", got, want)
+	}
+}

@@ -115,7 +115,9 @@
           var href = safeURL(m[2]);
           if (href) {
             put(null);
-            inline(link(href, host), m[1], true);
+            // A link without text of its own shows its address, as written.
+            if (m[1].trim()) inline(link(href, host), m[1], true);
+            else link(href, host).textContent = m[2];
           } else {
             buf += m[0];
           }
