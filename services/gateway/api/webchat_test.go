@@ -617,17 +617,27 @@ func TestWebChatWithAFullStorage(t *testing.T) {
 	step("open", chromedp.Navigate("http://"+s.Addr()+"/"), chromedp.WaitVisible("#input"))
 	// A transcript of long answers as big as the storage takes, and the
 	// little room left taken too.
+	// The count of answers that fits is found by doubling, then halving
+	// the gap: a few writes, not one of the whole transcript per answer
+	// (hundreds of MB written through the storage, which took the
+	// test's 90 s and more on a loaded machine).
 	if got := eval(`(() => {
-		const big = "x".repeat(100000), h = [];
-		for (;;) {
-			h.push({ role: "assistant", content: big });
-			try { localStorage.setItem("sb.history", JSON.stringify(h)); } catch (e) { break; }
+		const one = JSON.stringify({ role: "assistant", content: "x".repeat(100000) });
+		const fits = n => {
+			try { localStorage.setItem("sb.history", "[" + Array(n).fill(one).join(",") + "]"); return true; } catch (e) { return false; }
+		};
+		let lo = 0, hi = 1;
+		while (fits(hi)) { lo = hi; hi *= 2; }
+		while (hi - lo > 1) {
+			const mid = Math.floor((lo + hi) / 2);
+			if (fits(mid)) lo = mid; else hi = mid;
 		}
+		// The last write that fitted was lo's: the transcript kept.
 		let n = 50000, i = 0;
 		while (n > 0) {
 			try { localStorage.setItem("filler" + i, "y".repeat(n)); i++; } catch (e) { n = Math.floor(n / 2); }
 		}
-		return String(h.length - 1);
+		return String(JSON.parse(localStorage.getItem("sb.history")).length);
 	})()`); got == "0" {
 		t.Fatal("the storage took no transcript")
 	}

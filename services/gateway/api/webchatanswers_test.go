@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	"github.com/switchboard-chat/switchboard/pkg/platform/platformtest"
 )
@@ -88,6 +90,14 @@ func TestWebChatRendersMarkdown(t *testing.T) {
 // started the new one under it.
 func TestWebChatTypedNewClearsTheTranscript(t *testing.T) {
 	browser, s, r := keylessWebChat(t)
+	r.mu.Lock()
+	r.answer = func(ev *eventsv1.MessageReceived, turn int) []string {
+		if ev.GetText() == "/new" {
+			return []string{newSessionStarted} // the router's confirmation
+		}
+		return []string{fmt.Sprintf("echo: %s (turn %d)", ev.GetText(), turn)}
+	}
+	r.mu.Unlock()
 	ctx, step := headless(t, browser)
 	eval := evaluator(t, ctx)
 	poll := poller(t, ctx)
@@ -96,16 +106,54 @@ func TestWebChatTypedNewClearsTheTranscript(t *testing.T) {
 	poll("the answer", `document.querySelectorAll('.msg.assistant:not(.pending)').length >= 1 && !document.getElementById("send").disabled`)
 	session := eval(`localStorage.getItem("sb.session")`)
 	step("type /new", chromedp.SendKeys("#input", "/new"), chromedp.Click("#send"))
-	poll("the answer to /new", `Array.from(document.querySelectorAll('.msg.assistant:not(.pending)')).some(m => m.textContent === "echo: /new (turn 2)") && !document.getElementById("send").disabled`)
-	if got := eval(pageLog); got != "msg assistant: echo: /new (turn 2)" {
+	poll("the answer to /new", `Array.from(document.querySelectorAll('.msg.assistant:not(.pending)')).some(m => m.textContent === "`+newSessionStarted+`") && !document.getElementById("send").disabled`)
+	if got := eval(pageLog); got != "msg assistant: "+newSessionStarted {
 		t.Fatalf("page after /new %q, want its answer alone", got)
 	}
 	step("reload", chromedp.Reload(), chromedp.WaitVisible("#input"))
-	if got := eval(pageLog + ` + " | session: " + localStorage.getItem("sb.session")`); got != "msg assistant: echo: /new (turn 2) | session: "+session {
+	if got := eval(pageLog + ` + " | session: " + localStorage.getItem("sb.session")`); got != "msg assistant: "+newSessionStarted+" | session: "+session {
 		t.Fatalf("page after a reload %q", got)
 	}
 	if chats := r.chatIDs(); len(chats) != 2 || chats[0] != session || chats[1] != session {
 		t.Fatalf("chats %q, want both in %s", chats, session)
+	}
+}
+
+// newSessionStarted is the router's answer to a /new that started a new
+// conversation (services/router/commands.go).
+const newSessionStarted = "✨ New session started."
+
+// TestWebChatTypedNewKeepsTheTranscriptWhenRefused: a typed /new the
+// router answers without starting a new conversation (reserved for
+// admins, or not a command at all) leaves the transcript as it was, on
+// screen and kept: the page cleared it on any answer, the conversation
+// it showed gone though the server went on with it.
+func TestWebChatTypedNewKeepsTheTranscriptWhenRefused(t *testing.T) {
+	browser, s, r := keylessWebChat(t)
+	const refusal = "/new is reserved for admins here. /help and /whoami are available."
+	r.mu.Lock()
+	r.answer = func(ev *eventsv1.MessageReceived, turn int) []string {
+		if ev.GetText() == "/new" {
+			return []string{refusal}
+		}
+		return []string{fmt.Sprintf("echo: %s (turn %d)", ev.GetText(), turn)}
+	}
+	r.mu.Unlock()
+	ctx, step := headless(t, browser)
+	eval := evaluator(t, ctx)
+	poll := poller(t, ctx)
+	step("open", chromedp.Navigate("http://"+s.Addr()+"/"), chromedp.WaitVisible("#input"))
+	step("send", chromedp.SendKeys("#input", "hello"), chromedp.Click("#send"))
+	poll("the answer", `document.querySelectorAll('.msg.assistant:not(.pending)').length >= 1 && !document.getElementById("send").disabled`)
+	step("type /new", chromedp.SendKeys("#input", "/new"), chromedp.Click("#send"))
+	poll("the answer to /new", `Array.from(document.querySelectorAll('.msg.assistant:not(.pending)')).some(m => m.textContent === "`+refusal+`") && !document.getElementById("send").disabled`)
+	const want = "msg user: hello | msg assistant: echo: hello (turn 1) | msg user: /new | msg assistant: " + refusal
+	if got := eval(pageLog); got != want {
+		t.Fatalf("page after a refused /new %q, want %q", got, want)
+	}
+	step("reload", chromedp.Reload(), chromedp.WaitVisible("#input"))
+	if got := eval(pageLog); got != want {
+		t.Fatalf("page after a reload %q, want %q", got, want)
 	}
 }
 
@@ -218,5 +266,72 @@ func TestWebChatShowsToolProgress(t *testing.T) {
 	step("reload", chromedp.Reload(), chromedp.WaitVisible("#input"))
 	if got := eval(tools); got != want {
 		t.Errorf("kept tool lines %q, want %q", got, want)
+	}
+}
+
+// TestWebChatEndsToolLinesOfAReloadedAnswer: a tool call shown running
+// when the page was reloaded mid-answer shows done once the answer is
+// in (the turn ended, its calls with it): the retry the reloaded page
+// sends joins the turn midway and is not told of the end of a call it
+// did not see start, and the line stayed "running" beside the whole
+// answer.
+func TestWebChatEndsToolLinesOfAReloadedAnswer(t *testing.T) {
+	browser, s, r := keylessWebChat(t)
+	gate := make(chan struct{})
+	var opened sync.Once
+	open := func() { opened.Do(func() { close(gate) }) }
+	defer open()
+	var held atomic.Bool
+	date := &deliveryv1.ToolStep{ToolCallId: "call_1", ToolName: "terminal", Phase: "started", Detail: "date", Emoji: "💻"}
+	r.mu.Lock()
+	r.answer = func(*eventsv1.MessageReceived, int) []string { return []string{"Looking. ", "It's 5pm."} }
+	r.tools = map[int][]*deliveryv1.ToolStep{
+		0: {date},
+		1: {{ToolCallId: "call_1", ToolName: "terminal", Phase: "finished", Detail: "Sat Dec  5 17:00:00 UTC 2026"}},
+	}
+	r.before = func(i int) {
+		if i == 1 && held.CompareAndSwap(false, true) {
+			<-gate // the call's end and the rest, once the page was reloaded
+		}
+	}
+	r.mu.Unlock()
+	ctx, step := headless(t, browser)
+	eval := evaluator(t, ctx)
+	poll := poller(t, ctx)
+	const tools = `Array.from(document.querySelectorAll('.msg.assistant .tool')).map(e => e.className + ": " + e.textContent).join(" | ")`
+	step("open", chromedp.Navigate("http://"+s.Addr()+"/"), chromedp.WaitVisible("#input"))
+	step("send", chromedp.SendKeys("#input", "what time is it?"), chromedp.Click("#send"))
+	poll("the running call", tools+` === "tool running: 💻 date" && (document.querySelector('.msg.assistant .md') || {}).textContent === "Looking. "`)
+	step("reload mid-answer", chromedp.Reload(), chromedp.WaitVisible("#input"))
+	poll("the running call after the reload", tools+` === "tool running: 💻 date"`)
+	open()
+	poll("the whole answer", `document.querySelectorAll('.msg.assistant:not(.pending)').length >= 1`)
+	if got := eval(tools); got != "tool done: 💻 date" {
+		t.Errorf("tool lines with the answer %q, want the call done", got)
+	}
+	if n := len(r.received()); n != 1 {
+		t.Fatalf("%d messages published, want the one", n)
+	}
+}
+
+// TestWebChatShowsALinkWithoutText: a Markdown link with no text of its
+// own ("[](https://…)") shows its address as its text; it was an empty
+// link, nothing of it on screen to read or click.
+func TestWebChatShowsALinkWithoutText(t *testing.T) {
+	browser, s, r := keylessWebChat(t)
+	r.mu.Lock()
+	r.answer = func(*eventsv1.MessageReceived, int) []string {
+		return []string{"The page: [](https://example.com/a) and [ ](https://example.com/b)."}
+	}
+	r.mu.Unlock()
+	ctx, step := headless(t, browser)
+	eval := evaluator(t, ctx)
+	poll := poller(t, ctx)
+	step("open", chromedp.Navigate("http://"+s.Addr()+"/"), chromedp.WaitVisible("#input"))
+	step("send", chromedp.SendKeys("#input", "a link"), chromedp.Click("#send"))
+	poll("the answer", `document.querySelectorAll('.msg.assistant:not(.pending)').length >= 1`)
+	const links = `Array.from(document.querySelectorAll('.msg.assistant a')).map(a => a.textContent + " " + a.getAttribute("href")).join(", ")`
+	if got, want := eval(links), "https://example.com/a https://example.com/a, https://example.com/b https://example.com/b"; got != want {
+		t.Errorf("links %q, want %q", got, want)
 	}
 }

@@ -115,7 +115,9 @@
           var href = safeURL(m[2]);
           if (href) {
             put(null);
-            inline(link(href, host), m[1], true);
+            // A link without text of its own shows its address, as written.
+            if (m[1].trim()) inline(link(href, host), m[1], true);
+            else link(href, host).textContent = m[2];
           } else {
             buf += m[0];
           }
@@ -415,6 +417,11 @@
   });
   function sleep(ms) { return new Promise(function (ok) { setTimeout(ok, ms); }); }
 
+  // NEW_STARTED is how the router answers a /new that started a new
+  // conversation (services/router/commands.go), after the notice of a
+  // reset due before it, if any.
+  var NEW_STARTED = /(^|\n)✨ New session started/;
+
   async function chat(text, pic) {
     var h = history();
     var shown = pic ? (text ? text + "\n" : "") + "🖼 " + pic.name : text;
@@ -432,7 +439,9 @@
     };
     // /new (or /reset, its alias, with or without a title) starts a new
     // conversation under the same session id: once its answer confirms
-    // it, the transcript is cleared, as New chat clears it.
+    // it (NEW_STARTED), the transcript is cleared, as New chat clears it.
+    // Another answer (reserved for admins; not read as a command) left
+    // the conversation as it was, and the transcript with it.
     if (/^\/(new|reset)(@\S*)?(\s|$)/i.test(text)) p.reset = true;
     try { store.setItem("sb.pending", JSON.stringify(p)); } catch (e) { /* too big to keep (a picture): sent once */ }
     await ask(p);
@@ -517,11 +526,18 @@
         if (ctl.signal.aborted) return;
         if (answer != null) {
           done(p);
+          // The turn ended, its tool calls with it: a retry (after a
+          // reload, a lost connection) is not told the end of a call it
+          // did not see start.
+          if (tools.some(function (t) { return !t.done; })) {
+            tools.forEach(function (t) { t.done = true; });
+            showTools(out, tools);
+          }
           // The transcript as it is now: another tab may have added to
           // it since the question went out, or started a new chat.
           if (store.getItem("sb.session") === p.session) {
             var h = history();
-            if (p.reset) {
+            if (p.reset && NEW_STARTED.test(answer)) {
               // The conversation shown ended: its answer starts the new one.
               h = [];
               log.textContent = "";
