@@ -57,7 +57,8 @@ func (r *turnRun) wantsVoice(f store.Final) bool {
 }
 
 // voiceInput reports whether an input of the turn is a voice message
-// (Hermes's MessageType.VOICE: a voice note, not an audio file).
+// (Hermes's MessageType.VOICE: a voice note, not an audio file; the
+// Slack and Mattermost gateways mark an audio file one, as Hermes).
 func (r *turnRun) voiceInput() bool {
 	for _, in := range r.req.GetInputs() {
 		for _, a := range in.GetAttachments() {

@@ -129,6 +129,7 @@ func normalize(ev *posted, r rules) (*eventsv1.MessageReceived, skip) {
 			chatName = p.ChannelID
 		}
 	}
+	voiceMessage(atts, text)
 	out := &eventsv1.MessageReceived{
 		EventId: p.ID, MessageId: p.ID, Text: text, Attachments: atts, Mentioned: mentioned || dm,
 		Source: &eventsv1.SessionSource{
@@ -176,6 +177,28 @@ func attachments(p *post) []*eventsv1.Attachment {
 		out = append(out, a)
 	}
 	return out
+}
+
+// voiceMessage marks a post's audio files as a voice message, as
+// Hermes's Mattermost adapter types a post with an audio/* file VOICE
+// (gateway/platforms/mattermost.py), which /voice on answers with
+// speech: not when an image comes with it (Hermes's PHOTO), nor for a
+// /command. text is the post's after the bot's mention. Mattermost has
+// no voice messages of its own: a recorded clip is an audio file too.
+func voiceMessage(atts []*eventsv1.Attachment, text string) {
+	if strings.HasPrefix(text, "/") {
+		return
+	}
+	for _, a := range atts {
+		if a.GetKind() == eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE {
+			return
+		}
+	}
+	for _, a := range atts {
+		if a.GetKind() == eventsv1.AttachmentKind_ATTACHMENT_KIND_AUDIO {
+			a.Kind = eventsv1.AttachmentKind_ATTACHMENT_KIND_VOICE
+		}
+	}
 }
 
 // mentions reports whether the text names the bot with @.

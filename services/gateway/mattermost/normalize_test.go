@@ -3,7 +3,9 @@ package mattermost
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
+	"slices"
 	"testing"
 	"time"
 
@@ -203,5 +205,66 @@ func TestConfigValidate(t *testing.T) {
 		if err := tc.cfg.Validate(); (err == nil) != tc.ok {
 			t.Errorf("%+v: %v, want ok %v", tc.cfg, err, tc.ok)
 		}
+	}
+}
+
+// TestAudioFileIsAVoiceMessage: as Hermes's Mattermost adapter types a
+// post with an audio/* file VOICE (unless it has an image too, or is a
+// /command), and /voice on answers a voice message with speech, the
+// audio file is published as a voice message; other files keep their
+// kinds.
+func TestAudioFileIsAVoiceMessage(t *testing.T) {
+	r := newRules(bot, botName, true, nil, platform.BotsNone)
+	const (
+		voice = eventsv1.AttachmentKind_ATTACHMENT_KIND_VOICE
+		audio = eventsv1.AttachmentKind_ATTACHMENT_KIND_AUDIO
+		image = eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE
+		doc   = eventsv1.AttachmentKind_ATTACHMENT_KIND_DOCUMENT
+		video = eventsv1.AttachmentKind_ATTACHMENT_KIND_VIDEO
+	)
+	type file struct{ name, mime string }
+	for _, tc := range []struct {
+		name  string
+		text  string
+		files []file
+		want  []eventsv1.AttachmentKind
+	}{
+		{name: "audio clip", files: []file{{"voice.m4a", "audio/mp4"}}, want: []eventsv1.AttachmentKind{voice}},
+		{name: "audio typed by its name", text: "listen", files: []file{{"talk.ogg", ""}}, want: []eventsv1.AttachmentKind{voice}},
+		{name: "audio with a document", files: []file{{"a.mp3", "audio/mpeg"}, {"b.pdf", "application/pdf"}}, want: []eventsv1.AttachmentKind{voice, doc}},
+		{name: "an image makes it a photo", files: []file{{"a.mp3", "audio/mpeg"}, {"b.png", "image/png"}}, want: []eventsv1.AttachmentKind{audio, image}},
+		{name: "a command is not a voice message", text: "/whatever", files: []file{{"a.ogg", "audio/ogg"}}, want: []eventsv1.AttachmentKind{audio}},
+		{name: "video is not audio", files: []file{{"a.mp4", "video/mp4"}}, want: []eventsv1.AttachmentKind{video}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var ids []string
+			var infos []map[string]any
+			for i, f := range tc.files {
+				id := fmt.Sprintf("file%022d", i)
+				ids = append(ids, id)
+				infos = append(infos, map[string]any{"id": id, "name": f.name, "mime_type": f.mime, "size": 10})
+			}
+			p := map[string]any{"id": "post00000000000000000000aa", "create_at": 1700000000000, "channel_id": dmCh, "user_id": ann,
+				"message": tc.text, "type": "", "file_ids": ids, "metadata": map[string]any{"files": infos}}
+			f, err := parseFrame(postedFrame(t, "D", "ann", p, nil))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ev, err := parsePosted(f.Data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, why := normalize(ev, r)
+			if why != skipNone {
+				t.Fatalf("skipped: %s", why)
+			}
+			var kinds []eventsv1.AttachmentKind
+			for _, a := range got.GetAttachments() {
+				kinds = append(kinds, a.GetKind())
+			}
+			if !slices.Equal(kinds, tc.want) {
+				t.Fatalf("kinds %v, want %v", kinds, tc.want)
+			}
+		})
 	}
 }

@@ -173,4 +173,10 @@ func (p *Platform) completeFiles(ctx context.Context, ev *eventsv1.MessageReceiv
 		a.Location = &eventsv1.Attachment_Url{Url: fileURL(f.URLPrivate, f.URLPrivateDownload)}
 		a.Kind, a.MimeType, a.FileName, a.SizeBytes = kindOf(f.Mimetype), f.Mimetype, f.Name, int64(f.Size)
 	}
+	if cancel != nil {
+		// The kinds files.info gave decide, with the others', whether
+		// the message is a voice message; its text is the one left
+		// after the bot's mention, which keeps a leading /.
+		voiceMessage(ev.GetAttachments(), ev.GetText())
+	}
 }

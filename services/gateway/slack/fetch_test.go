@@ -89,6 +89,8 @@ func TestFilesAreKept(t *testing.T) {
 		// want are the bytes kept (nil: none), of wantMIME.
 		want     []byte
 		wantMIME string
+		// kind is the published file's kind (0: not checked).
+		kind eventsv1.AttachmentKind
 		// unavailable is what the fetch's answer must contain ("": kept).
 		unavailable string
 		// downloads is how many file requests the fetch makes.
@@ -131,6 +133,13 @@ func TestFilesAreKept(t *testing.T) {
 			f.Connect = true
 			return f
 		}},
+		// files.info's audio/* type makes it a voice message, as Hermes.
+		{name: "slack connect audio", want: []byte("OggS-clip"), wantMIME: "audio/ogg", downloads: 1, kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_VOICE,
+			file: func() slackfake.File {
+				f := fake.AddFile("clip.ogg", "audio/ogg", []byte("OggS-clip"))
+				f.Connect = true
+				return f
+			}},
 		{name: "slack connect file files.info does not give", published: "file_not_found", unavailable: "could not be downloaded", file: func() slackfake.File {
 			return slackfake.File{ID: "F99999998", Connect: true}
 		}},
@@ -158,6 +167,9 @@ func TestFilesAreKept(t *testing.T) {
 			wantURL := cmp.Or(f.DownloadURL, f.URL)
 			if a.GetUrl() != wantURL || a.GetBytesRef() != "" {
 				t.Errorf("published file %v, want its URL %s", a, wantURL)
+			}
+			if tt.kind != 0 && a.GetKind() != tt.kind {
+				t.Errorf("published kind %v, want %v", a.GetKind(), tt.kind)
 			}
 			switch {
 			case tt.published == "" && a.GetUnavailable() != "":

@@ -191,6 +191,7 @@ func normalize(raw []byte, id identity) (*eventsv1.MessageReceived, skip, error)
 			MimeType: f.Mimetype, SizeBytes: f.Size, FileName: f.Name, PlatformFileId: f.ID,
 		})
 	}
+	voiceMessage(ev.Attachments, m.Text)
 	if ev.Text == "" && len(ev.Attachments) == 0 {
 		return nil, "empty message", nil
 	}
@@ -253,6 +254,30 @@ func kindOf(mime string) eventsv1.AttachmentKind {
 		return eventsv1.AttachmentKind_ATTACHMENT_KIND_VIDEO
 	default:
 		return eventsv1.AttachmentKind_ATTACHMENT_KIND_DOCUMENT
+	}
+}
+
+// voiceMessage marks a message's audio files as a voice message, as
+// Hermes's Slack adapter types a message with an audio/* file VOICE
+// (gateway/platforms/slack.py), which /voice on answers with speech: not
+// when an image comes with it (Hermes's PHOTO), nor for a /command. text
+// is the message's as Slack sent it. Slack has no voice messages of its
+// own: a clip recorded in the app is an audio file too.
+func voiceMessage(atts []*eventsv1.Attachment, text string) {
+	voice := !strings.HasPrefix(text, "/")
+	for _, a := range atts {
+		if a.GetKind() == eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE {
+			voice = false
+		}
+	}
+	for _, a := range atts {
+		switch a.GetKind() {
+		case eventsv1.AttachmentKind_ATTACHMENT_KIND_AUDIO, eventsv1.AttachmentKind_ATTACHMENT_KIND_VOICE:
+			a.Kind = eventsv1.AttachmentKind_ATTACHMENT_KIND_AUDIO
+			if voice {
+				a.Kind = eventsv1.AttachmentKind_ATTACHMENT_KIND_VOICE
+			}
+		}
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 
 	slackapi "github.com/slack-go/slack"
 
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	"github.com/switchboard-chat/switchboard/pkg/platform"
 	"github.com/switchboard-chat/switchboard/pkg/sessionkey"
 	"github.com/switchboard-chat/switchboard/services/gateway/slack/slackfake"
@@ -375,5 +377,54 @@ func TestSlash(t *testing.T) {
 	noTrigger.TriggerID = ""
 	if ev, _ := slash(noTrigger, me); ev != nil {
 		t.Fatalf("published %v without a trigger id", ev)
+	}
+}
+
+// TestAudioFileIsAVoiceMessage: as Hermes's Slack adapter types a message
+// with an audio/* file VOICE (unless it has an image too, or is a /command),
+// and /voice on answers a voice message with speech, the audio file is
+// published as a voice message; other files keep their kinds.
+func TestAudioFileIsAVoiceMessage(t *testing.T) {
+	f := &slackfake.Fake{TeamID: "T0WORKSPACE", AppID: "A0APP", BotUserID: "U0BOT"}
+	const (
+		voice = eventsv1.AttachmentKind_ATTACHMENT_KIND_VOICE
+		audio = eventsv1.AttachmentKind_ATTACHMENT_KIND_AUDIO
+		image = eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE
+		doc   = eventsv1.AttachmentKind_ATTACHMENT_KIND_DOCUMENT
+		video = eventsv1.AttachmentKind_ATTACHMENT_KIND_VIDEO
+	)
+	file := func(name, mime string) slackfake.File {
+		return slackfake.File{ID: "F" + name, Name: name, Mimetype: mime, URL: "https://files.slack.test/" + name}
+	}
+	for _, tc := range []struct {
+		name  string
+		text  string
+		files []slackfake.File
+		want  []eventsv1.AttachmentKind
+	}{
+		{name: "audio clip", files: []slackfake.File{file("audio_message.m4a", "audio/mp4")}, want: []eventsv1.AttachmentKind{voice}},
+		{name: "audio with text", text: "what is this?", files: []slackfake.File{file("a.ogg", "audio/ogg")}, want: []eventsv1.AttachmentKind{voice}},
+		{name: "audio with a document", files: []slackfake.File{file("a.mp3", "audio/mpeg"), file("b.pdf", "application/pdf")},
+			want: []eventsv1.AttachmentKind{voice, doc}},
+		{name: "an image makes it a photo", files: []slackfake.File{file("a.mp3", "audio/mpeg"), file("b.png", "image/png")},
+			want: []eventsv1.AttachmentKind{audio, image}},
+		{name: "a command is not a voice message", text: "/whatever", files: []slackfake.File{file("a.ogg", "audio/ogg")},
+			want: []eventsv1.AttachmentKind{audio}},
+		{name: "video is not audio", files: []slackfake.File{file("a.mp4", "video/mp4")}, want: []eventsv1.AttachmentKind{video}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ev, why, err := normalize(f.Callback("Ev1", slackfake.Event{Subtype: "file_share", Channel: "D0DM", ChannelType: "im",
+				User: "U0USER01", Text: tc.text, TS: "1.1", Files: tc.files}), me)
+			if err != nil || ev == nil {
+				t.Fatalf("skipped: %s %v", why, err)
+			}
+			var got []eventsv1.AttachmentKind
+			for _, a := range ev.GetAttachments() {
+				got = append(got, a.GetKind())
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Fatalf("kinds %v, want %v", got, tc.want)
+			}
+		})
 	}
 }
