@@ -28,6 +28,22 @@ func poller(t *testing.T, ctx context.Context) func(what, expr string) {
 	}
 }
 
+// openWebChat starts a keyless web chat, sets up its responder with
+// setup (under the responder's lock; nil for none) and opens its page in
+// a headless browser: the responder, and the page's step, eval and poll.
+func openWebChat(t *testing.T, setup func(r *responder)) (*responder, func(what string, actions ...chromedp.Action[chromedp.Void]), func(expr string) string, func(what, expr string)) {
+	t.Helper()
+	browser, s, r := keylessWebChat(t)
+	if setup != nil {
+		r.mu.Lock()
+		setup(r)
+		r.mu.Unlock()
+	}
+	ctx, step := headless(t, browser)
+	step("open", chromedp.Navigate("http://"+s.Addr()+"/"), chromedp.WaitVisible("#input"))
+	return r, step, evaluator(t, ctx), poller(t, ctx)
+}
+
 // markdownShape describes the first answer's elements: its paragraphs,
 // the text of its bold, italic, inline code, list items, code block and
 // links (with their hrefs), the script and image elements in the log,
@@ -56,19 +72,14 @@ const markdownShape = `(() => {
 // the Markdown's marks as plain text. A reload shows the kept answer the
 // same way.
 func TestWebChatRendersMarkdown(t *testing.T) {
-	browser, s, r := keylessWebChat(t)
-	r.mu.Lock()
-	r.answer = func(*eventsv1.MessageReceived, int) []string {
-		return []string{"Some **bold** and *italic* with `x < y`.\n\n", "- one\n- two\n\n", "1. first\n2. second\n\n",
-			"```go\nfmt.Println(\"<b>hi</b>\") // **not bold**\n```\n\n", "See [the docs](https://example.com/docs?a=1&b=2).\n\n",
-			"<script>window.pwned = 1</script><img src=x onerror=\"window.pwned = 2\">\n\n",
-			"[click me](javascript:window.pwned=3) [or me](JavaScript:window.pwned=4)"}
-	}
-	r.mu.Unlock()
-	ctx, step := headless(t, browser)
-	eval := evaluator(t, ctx)
-	poll := poller(t, ctx)
-	step("open", chromedp.Navigate("http://"+s.Addr()+"/"), chromedp.WaitVisible("#input"))
+	_, step, eval, poll := openWebChat(t, func(r *responder) {
+		r.answer = func(*eventsv1.MessageReceived, int) []string {
+			return []string{"Some **bold** and *italic* with `x < y`.\n\n", "- one\n- two\n\n", "1. first\n2. second\n\n",
+				"```go\nfmt.Println(\"<b>hi</b>\") // **not bold**\n```\n\n", "See [the docs](https://example.com/docs?a=1&b=2).\n\n",
+				"<script>window.pwned = 1</script><img src=x onerror=\"window.pwned = 2\">\n\n",
+				"[click me](javascript:window.pwned=3) [or me](JavaScript:window.pwned=4)"}
+		}
+	})
 	step("send", chromedp.SendKeys("#input", "format something"), chromedp.Click("#send"))
 	poll("the answer", `document.querySelectorAll('.msg.assistant:not(.pending)').length >= 1`)
 	want := `p=4 | strong=bold | em=italic | code=x < y | ul=one,two | ol=first,second | pre=fmt.Println("<b>hi</b>") // **not bold** | ` +
@@ -89,19 +100,14 @@ func TestWebChatRendersMarkdown(t *testing.T) {
 // were the new conversation's. The conversation's id stays: the server
 // started the new one under it.
 func TestWebChatTypedNewClearsTheTranscript(t *testing.T) {
-	browser, s, r := keylessWebChat(t)
-	r.mu.Lock()
-	r.answer = func(ev *eventsv1.MessageReceived, turn int) []string {
-		if ev.GetText() == "/new" {
-			return []string{newSessionStarted} // the router's confirmation
+	r, step, eval, poll := openWebChat(t, func(r *responder) {
+		r.answer = func(ev *eventsv1.MessageReceived, turn int) []string {
+			if ev.GetText() == "/new" {
+				return []string{newSessionStarted} // the router's confirmation
+			}
+			return []string{fmt.Sprintf("echo: %s (turn %d)", ev.GetText(), turn)}
 		}
-		return []string{fmt.Sprintf("echo: %s (turn %d)", ev.GetText(), turn)}
-	}
-	r.mu.Unlock()
-	ctx, step := headless(t, browser)
-	eval := evaluator(t, ctx)
-	poll := poller(t, ctx)
-	step("open", chromedp.Navigate("http://"+s.Addr()+"/"), chromedp.WaitVisible("#input"))
+	})
 	step("send", chromedp.SendKeys("#input", "hello"), chromedp.Click("#send"))
 	poll("the answer", `document.querySelectorAll('.msg.assistant:not(.pending)').length >= 1 && !document.getElementById("send").disabled`)
 	session := eval(`localStorage.getItem("sb.session")`)
@@ -129,20 +135,15 @@ const newSessionStarted = "✨ New session started."
 // screen and kept: the page cleared it on any answer, the conversation
 // it showed gone though the server went on with it.
 func TestWebChatTypedNewKeepsTheTranscriptWhenRefused(t *testing.T) {
-	browser, s, r := keylessWebChat(t)
 	const refusal = "/new is reserved for admins here. /help and /whoami are available."
-	r.mu.Lock()
-	r.answer = func(ev *eventsv1.MessageReceived, turn int) []string {
-		if ev.GetText() == "/new" {
-			return []string{refusal}
+	_, step, eval, poll := openWebChat(t, func(r *responder) {
+		r.answer = func(ev *eventsv1.MessageReceived, turn int) []string {
+			if ev.GetText() == "/new" {
+				return []string{refusal}
+			}
+			return []string{fmt.Sprintf("echo: %s (turn %d)", ev.GetText(), turn)}
 		}
-		return []string{fmt.Sprintf("echo: %s (turn %d)", ev.GetText(), turn)}
-	}
-	r.mu.Unlock()
-	ctx, step := headless(t, browser)
-	eval := evaluator(t, ctx)
-	poll := poller(t, ctx)
-	step("open", chromedp.Navigate("http://"+s.Addr()+"/"), chromedp.WaitVisible("#input"))
+	})
 	step("send", chromedp.SendKeys("#input", "hello"), chromedp.Click("#send"))
 	poll("the answer", `document.querySelectorAll('.msg.assistant:not(.pending)').length >= 1 && !document.getElementById("send").disabled`)
 	step("type /new", chromedp.SendKeys("#input", "/new"), chromedp.Click("#send"))
@@ -162,24 +163,19 @@ func TestWebChatTypedNewKeepsTheTranscriptWhenRefused(t *testing.T) {
 // kept transcript, marked as stopped; a reload showed the question
 // alone, what the user had read gone.
 func TestWebChatKeepsAStoppedAnswersPart(t *testing.T) {
-	browser, s, r := keylessWebChat(t)
 	gate := make(chan struct{})
 	var opened sync.Once
 	open := func() { opened.Do(func() { close(gate) }) }
 	defer open()
 	var held atomic.Bool
-	r.mu.Lock()
-	r.answer = func(*eventsv1.MessageReceived, int) []string { return []string{"The first part", " and more"} }
-	r.before = func(i int) {
-		if i == 1 && held.CompareAndSwap(false, true) {
-			<-gate // the first answer's rest, once Stop was pressed
+	r, step, eval, poll := openWebChat(t, func(r *responder) {
+		r.answer = func(*eventsv1.MessageReceived, int) []string { return []string{"The first part", " and more"} }
+		r.before = func(i int) {
+			if i == 1 && held.CompareAndSwap(false, true) {
+				<-gate // the first answer's rest, once Stop was pressed
+			}
 		}
-	}
-	r.mu.Unlock()
-	ctx, step := headless(t, browser)
-	eval := evaluator(t, ctx)
-	poll := poller(t, ctx)
-	step("open", chromedp.Navigate("http://"+s.Addr()+"/"), chromedp.WaitVisible("#input"))
+	})
 	step("send", chromedp.SendKeys("#input", "a long task"), chromedp.Click("#send"))
 	poll("the answer's first part", `(document.querySelector('.msg.assistant') || {}).textContent === "The first part"`)
 	step("stop", chromedp.Click("#stop"))
@@ -204,26 +200,21 @@ func TestWebChatKeepsAStoppedAnswersPart(t *testing.T) {
 // rather than an empty bubble until the whole answer comes; the whole
 // answer then takes its place, once.
 func TestWebChatShowsThePartStreamedBeforeAReload(t *testing.T) {
-	browser, s, r := keylessWebChat(t)
 	gate := make(chan struct{})
 	var opened sync.Once
 	open := func() { opened.Do(func() { close(gate) }) }
 	defer open()
 	var held atomic.Bool
-	r.mu.Lock()
-	r.answer = func(*eventsv1.MessageReceived, int) []string {
-		return []string{"Part one, ", "part two, ", "part three."}
-	}
-	r.before = func(i int) {
-		if i == 2 && held.CompareAndSwap(false, true) {
-			<-gate
+	r, step, eval, poll := openWebChat(t, func(r *responder) {
+		r.answer = func(*eventsv1.MessageReceived, int) []string {
+			return []string{"Part one, ", "part two, ", "part three."}
 		}
-	}
-	r.mu.Unlock()
-	ctx, step := headless(t, browser)
-	eval := evaluator(t, ctx)
-	poll := poller(t, ctx)
-	step("open", chromedp.Navigate("http://"+s.Addr()+"/"), chromedp.WaitVisible("#input"))
+		r.before = func(i int) {
+			if i == 2 && held.CompareAndSwap(false, true) {
+				<-gate
+			}
+		}
+	})
 	step("send", chromedp.SendKeys("#input", "tell me"), chromedp.Click("#send"))
 	const part = `(document.querySelector('.msg.assistant.pending') || {}).textContent === "Part one, part two, "`
 	poll("the answer's first part", part)
@@ -246,12 +237,8 @@ func TestWebChatShowsThePartStreamedBeforeAReload(t *testing.T) {
 // kept with the answer. Internal tools and the end of a call never
 // started stay hidden, as the stream leaves them out.
 func TestWebChatShowsToolProgress(t *testing.T) {
-	browser, s, r := keylessWebChat(t)
+	r, step, eval, poll := openWebChat(t, nil)
 	shown, _ := toolTurn(r)
-	ctx, step := headless(t, browser)
-	eval := evaluator(t, ctx)
-	poll := poller(t, ctx)
-	step("open", chromedp.Navigate("http://"+s.Addr()+"/"), chromedp.WaitVisible("#input"))
 	step("send", chromedp.SendKeys("#input", "what time is it?"), chromedp.Click("#send"))
 	poll("the answer", `document.querySelectorAll('.msg.assistant:not(.pending)').length >= 1`)
 	const tools = `Array.from(document.querySelectorAll('.msg.assistant .tool')).map(e => e.className + ": " + e.textContent).join(" | ")`
@@ -276,30 +263,25 @@ func TestWebChatShowsToolProgress(t *testing.T) {
 // did not see start, and the line stayed "running" beside the whole
 // answer.
 func TestWebChatEndsToolLinesOfAReloadedAnswer(t *testing.T) {
-	browser, s, r := keylessWebChat(t)
+	const tools = `Array.from(document.querySelectorAll('.msg.assistant .tool')).map(e => e.className + ": " + e.textContent).join(" | ")`
 	gate := make(chan struct{})
 	var opened sync.Once
 	open := func() { opened.Do(func() { close(gate) }) }
 	defer open()
 	var held atomic.Bool
 	date := &deliveryv1.ToolStep{ToolCallId: "call_1", ToolName: "terminal", Phase: "started", Detail: "date", Emoji: "💻"}
-	r.mu.Lock()
-	r.answer = func(*eventsv1.MessageReceived, int) []string { return []string{"Looking. ", "It's 5pm."} }
-	r.tools = map[int][]*deliveryv1.ToolStep{
-		0: {date},
-		1: {{ToolCallId: "call_1", ToolName: "terminal", Phase: "finished", Detail: "Sat Dec  5 17:00:00 UTC 2026"}},
-	}
-	r.before = func(i int) {
-		if i == 1 && held.CompareAndSwap(false, true) {
-			<-gate // the call's end and the rest, once the page was reloaded
+	r, step, eval, poll := openWebChat(t, func(r *responder) {
+		r.answer = func(*eventsv1.MessageReceived, int) []string { return []string{"Looking. ", "It's 5pm."} }
+		r.tools = map[int][]*deliveryv1.ToolStep{
+			0: {date},
+			1: {{ToolCallId: "call_1", ToolName: "terminal", Phase: "finished", Detail: "Sat Dec  5 17:00:00 UTC 2026"}},
 		}
-	}
-	r.mu.Unlock()
-	ctx, step := headless(t, browser)
-	eval := evaluator(t, ctx)
-	poll := poller(t, ctx)
-	const tools = `Array.from(document.querySelectorAll('.msg.assistant .tool')).map(e => e.className + ": " + e.textContent).join(" | ")`
-	step("open", chromedp.Navigate("http://"+s.Addr()+"/"), chromedp.WaitVisible("#input"))
+		r.before = func(i int) {
+			if i == 1 && held.CompareAndSwap(false, true) {
+				<-gate // the call's end and the rest, once the page was reloaded
+			}
+		}
+	})
 	step("send", chromedp.SendKeys("#input", "what time is it?"), chromedp.Click("#send"))
 	poll("the running call", tools+` === "tool running: 💻 date" && (document.querySelector('.msg.assistant .md') || {}).textContent === "Looking. "`)
 	step("reload mid-answer", chromedp.Reload(), chromedp.WaitVisible("#input"))
@@ -318,16 +300,11 @@ func TestWebChatEndsToolLinesOfAReloadedAnswer(t *testing.T) {
 // own ("[](https://…)") shows its address as its text; it was an empty
 // link, nothing of it on screen to read or click.
 func TestWebChatShowsALinkWithoutText(t *testing.T) {
-	browser, s, r := keylessWebChat(t)
-	r.mu.Lock()
-	r.answer = func(*eventsv1.MessageReceived, int) []string {
-		return []string{"The page: [](https://example.com/a) and [ ](https://example.com/b)."}
-	}
-	r.mu.Unlock()
-	ctx, step := headless(t, browser)
-	eval := evaluator(t, ctx)
-	poll := poller(t, ctx)
-	step("open", chromedp.Navigate("http://"+s.Addr()+"/"), chromedp.WaitVisible("#input"))
+	_, step, eval, poll := openWebChat(t, func(r *responder) {
+		r.answer = func(*eventsv1.MessageReceived, int) []string {
+			return []string{"The page: [](https://example.com/a) and [ ](https://example.com/b)."}
+		}
+	})
 	step("send", chromedp.SendKeys("#input", "a link"), chromedp.Click("#send"))
 	poll("the answer", `document.querySelectorAll('.msg.assistant:not(.pending)').length >= 1`)
 	const links = `Array.from(document.querySelectorAll('.msg.assistant a')).map(a => a.textContent + " " + a.getAttribute("href")).join(", ")`
