@@ -45,8 +45,9 @@ const (
 // a turn an earlier attempt began (it may have saved notes already),
 // or decided, is not run again. It is skipped, without a model call,
 // where the memory tool is off or an external agent runs the turns, and
-// for a conversation too short to hold anything (flushMinMessages). A failed model call
-// ends the flush (the reset goes on, as Hermes's does).
+// for a conversation too short to hold anything (flushMinMessages). A
+// failed model call ends the flush (the reset goes on, as Hermes's
+// does).
 func (r *turnRun) memoryFlush(ctx context.Context) error {
 	if _, ok := r.s.tools.Get(flushTool); !ok || r.s.agent != nil {
 		r.log.Info("memory flush skipped: no memory tool")
