@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -310,5 +311,35 @@ func TestWebChatShowsALinkWithoutText(t *testing.T) {
 	const links = `Array.from(document.querySelectorAll('.msg.assistant a')).map(a => a.textContent + " " + a.getAttribute("href")).join(", ")`
 	if got, want := eval(links), "https://example.com/a https://example.com/a, https://example.com/b https://example.com/b"; got != want {
 		t.Errorf("links %q, want %q", got, want)
+	}
+}
+
+// TestWebChatShowsUnclosedEmphasisAsText: a long answer full of
+// emphasis openers that nothing closes ("*a *a …", some 20 KB, streamed
+// a few openers a piece) shows every character of it as text once it is
+// in. Each unclosed opener searched the rest of the text for its closer,
+// and the whole answer was rendered again on every piece: the page froze
+// on such an answer (this test's page past its browser's time limit).
+func TestWebChatShowsUnclosedEmphasisAsText(t *testing.T) {
+	text := strings.Repeat("*a ", 6800) + "*a"
+	_, step, eval, poll := openWebChat(t, func(r *responder) {
+		r.answer = func(*eventsv1.MessageReceived, int) []string {
+			var pieces []string
+			for rest := text; rest != ""; {
+				n := min(len(rest), 12) // four openers a piece, as a model streams them
+				pieces = append(pieces, rest[:n])
+				rest = rest[n:]
+			}
+			return pieces
+		}
+	})
+	step("send", chromedp.SendKeys("#input", "stars"), chromedp.Click("#send"))
+	poll("the answer", `document.querySelectorAll('.msg.assistant:not(.pending)').length >= 1`)
+	got := eval(`(() => {
+		const m = document.querySelector('.msg.assistant .md');
+		return m.querySelectorAll("em, strong").length + " " + m.textContent;
+	})()`)
+	if want := "0 " + text; got != want {
+		t.Fatalf("answer of %d characters shown as %d: %.80q…", len(text), len(got)-2, got)
 	}
 }

@@ -75,20 +75,33 @@
   function runAt(s, i, c) { var j = i; while (s[j] === c) j++; return j - i; }
   // closing finds the delimiter d (of char c) that closes one opened
   // before from: after text, not after a space; "_" not inside a word.
-  function closing(s, from, d, c) {
+  // dead marks the places a search for d went on from and found nothing
+  // from there on: a later search that comes to one stops there, so each
+  // unclosed opener does not search the rest of the text again (which
+  // made an answer of many of them take seconds per render).
+  function closing(s, from, d, c, dead) {
+    var seen = [];
     for (var j = s.indexOf(d, from); j >= 0; j = s.indexOf(d, j + 1)) {
-      if (j === from || isSpace(s[j - 1])) continue;
+      if (j === from) continue;
+      if (dead[j]) break;
+      seen.push(j);
+      if (isSpace(s[j - 1])) continue;
       var n = runAt(s, j, c);
       if (d.length === 1 && n === 2) { j++; continue; } // a ** inside *…*
       if (n > d.length) j += n - d.length; // the run's last ones close
       if (c === "_" && isWord(s[j + d.length])) continue;
       return j;
     }
+    for (var k = 0; k < seen.length; k++) dead[seen[k]] = true;
     return -1;
   }
   // inline adds the nodes of a paragraph's text s to host.
   function inline(host, s, inLink) {
     var buf = "";
+    // dead: per delimiter, closing's places that close nothing after
+    // them; noTick: per length of a run of backticks, the place from
+    // which no run of that length follows (nor from any later place).
+    var dead = { "*": [], "**": [], "_": [], "__": [] }, noTick = [];
     function put(node) {
       if (buf) host.appendChild(document.createTextNode(buf));
       buf = "";
@@ -99,7 +112,11 @@
       if (c === "\\" && PUNCT.indexOf(s[i + 1]) >= 0 && i + 1 < s.length) { buf += s[i + 1]; i += 2; continue; }
       if (c === "`") {
         var n = runAt(s, i, "`");
-        for (j = s.indexOf("`", i + n); j >= 0 && runAt(s, j, "`") !== n; j = s.indexOf("`", j + runAt(s, j, "`")));
+        j = -1;
+        if (!(i + n >= noTick[n])) {
+          for (j = s.indexOf("`", i + n); j >= 0 && runAt(s, j, "`") !== n; j = s.indexOf("`", j + runAt(s, j, "`")));
+          if (j < 0) noTick[n] = i + n;
+        }
         if (j < 0) { buf += s.slice(i, i + n); i += n; continue; }
         var code = s.slice(i + n, j);
         if (code.length > 2 && code[0] === " " && code[code.length - 1] === " ") code = code.slice(1, -1);
@@ -142,7 +159,7 @@
       if (c === "*" || c === "_") {
         var d = s[i + 1] === c ? c + c : c;
         if (!isSpace(s[i + d.length]) && !(c === "_" && isWord(s[i - 1]))) {
-          j = closing(s, i + d.length, d, c);
+          j = closing(s, i + d.length, d, c, dead[d]);
           if (j > 0) {
             var e = el(d.length === 2 ? "strong" : "em");
             inline(e, s.slice(i + d.length, j), inLink);
