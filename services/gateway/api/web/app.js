@@ -488,30 +488,45 @@
           if (key) headers["Authorization"] = "Bearer " + key;
           res = await fetch("/v1/chat/completions", { method: "POST", headers: headers, body: p.body, signal: ctl.signal });
           if (res.ok) {
-            answer = await readStream(res, function (piece) {
+            // The text streamed shows at most once a frame (each render
+            // is of the whole answer); what came last shows when the
+            // stream ends, however it ends.
+            var frame = 0;
+            var paint = function () {
+              frame = 0;
               var follow = atEnd();
-              if (fresh) shown = "";
-              fresh = false;
-              shown += piece;
               renderMarkdown(out.md, shown);
-              showPart(p, shown, tools);
               if (follow) log.scrollTop = log.scrollHeight;
-            }, function (ev) {
-              // A tool call started (its emoji and label) or ended.
-              var follow = atEnd();
-              var id = String(ev.toolCallId || "");
-              var t = tools.filter(function (x) { return x.id === id; })[0];
-              if (ev.status === "running" && !t) {
-                tools.push({ id: id, text: (ev.emoji || "⚡") + " " + (ev.label || ev.tool || ""), done: false });
-              } else if (ev.status === "completed" && t) {
-                t.done = true;
-              } else {
-                return;
+            };
+            try {
+              answer = await readStream(res, function (piece) {
+                if (fresh) shown = "";
+                fresh = false;
+                shown += piece;
+                if (!frame) frame = requestAnimationFrame(paint);
+                showPart(p, shown, tools);
+              }, function (ev) {
+                // A tool call started (its emoji and label) or ended.
+                var follow = atEnd();
+                var id = String(ev.toolCallId || "");
+                var t = tools.filter(function (x) { return x.id === id; })[0];
+                if (ev.status === "running" && !t) {
+                  tools.push({ id: id, text: (ev.emoji || "⚡") + " " + (ev.label || ev.tool || ""), done: false });
+                } else if (ev.status === "completed" && t) {
+                  t.done = true;
+                } else {
+                  return;
+                }
+                showTools(out, tools);
+                showPart(p, shown, tools);
+                if (follow) log.scrollTop = log.scrollHeight;
+              });
+            } finally {
+              if (frame) {
+                cancelAnimationFrame(frame);
+                paint();
               }
-              showTools(out, tools);
-              showPart(p, shown, tools);
-              if (follow) log.scrollTop = log.scrollHeight;
-            });
+            }
             if (fresh) renderMarkdown(out.md, shown = answer); // an empty answer
           }
         } catch (err) {
