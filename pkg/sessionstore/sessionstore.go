@@ -635,6 +635,46 @@ func (s *Store) EnqueueWhileHeld(ctx context.Context, key, owner string, streamS
 	return inserted, br.Close()
 }
 
+// EnqueueWhileHeldThen is EnqueueWhileHeld that, when the message is
+// inserted, runs then before the insert commits, on a Store of the
+// transaction: what then publishes is out before any turn can take the
+// message (the router's busy acknowledgement, ahead of the answer of
+// the turn that takes it). An error of then rolls the insert back. A nil
+// then is EnqueueWhileHeld: one round trip, no transaction of its own.
+func (s *Store) EnqueueWhileHeldThen(ctx context.Context, key, owner string, streamSeq int64, ownTurn bool, ev *eventsv1.MessageReceived, max int,
+	then func(ctx context.Context, tx *Store) error) (inserted bool, err error) {
+	if then == nil {
+		return s.EnqueueWhileHeld(ctx, key, owner, streamSeq, ownTurn, ev, max)
+	}
+	data, err := proto.Marshal(ev)
+	if err != nil {
+		return false, fmt.Errorf("encode queued message: %w", err)
+	}
+	err = pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+		b := &pgx.Batch{}
+		s.queueEnqueue(b, key, owner, streamSeq, ownTurn, ev, data, max, traceParent(ctx))
+		br := tx.SendBatch(ctx, b)
+		ins, err := readEnqueue(br)
+		if cerr := br.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil || !ins {
+			return err
+		}
+		c := *s
+		c.db, c.pool, c.tx = tx, nil, tx
+		if err := then(ctx, &c); err != nil {
+			return err
+		}
+		inserted = true
+		return nil
+	})
+	if err != nil {
+		return false, err
+	}
+	return inserted, nil
+}
+
 // QueuedOrStarted reports whether the message of event eventID
 // (MessageReceived.event_id) waits in key's queue or was the last one
 // started as its turn: a redelivery of a message queued already, found

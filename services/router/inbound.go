@@ -911,7 +911,33 @@ func (s *Service) route(ctx context.Context, m *msgCtx, sess sessionstore.Sessio
 	// the session's next input, in its place in the queue, once.
 	// Steering the running turn took is that turn's, not a waiting
 	// message: it takes no room under the cap.
-	inserted, err := s.store.EnqueueWhileHeld(ctx, m.key, owner, m.seq, ownTurn, m.ev, s.cfg.QueueCap)
+	//
+	// A message the running turn does not take as steering is
+	// acknowledged (busyAck, or a /queue's answer) before its insert
+	// commits, and so before the turn is interrupted: delivery keeps the
+	// order of the session's reply subject, and from the commit on the
+	// running turn's completion may start the next turn with the
+	// message, whose first reply must not reach the chat ahead of
+	// "⏳ Queued" or "⚡ Interrupting". Steering is acknowledged by its
+	// outcome, after. A message to a free session is queued as before, in
+	// one round trip.
+	action := "queued"
+	interrupt := mode == BusyInterrupt && !ownTurn && !onlyMedia(m.ev)
+	if interrupt && redisx.GrantOf(owner) != owner {
+		action = "interrupted"
+	}
+	var ackFirst func(context.Context, *sessionstore.Store) error
+	acked := false
+	if busy && !steer {
+		ackFirst = func(ctx context.Context, st *sessionstore.Store) error {
+			if err := s.ack(ctx, st, m, sess, o, owner, action); err != nil {
+				return err
+			}
+			acked = true
+			return nil
+		}
+	}
+	inserted, err := s.store.EnqueueWhileHeldThen(ctx, m.key, owner, m.seq, ownTurn, m.ev, s.cfg.QueueCap, ackFirst)
 	if errors.Is(err, sessionstore.ErrQueueFull) {
 		if steer {
 			// No room to queue it: the turn is asked for the text alone
@@ -924,7 +950,7 @@ func (s *Service) route(ctx context.Context, m *msgCtx, sess sessionstore.Sessio
 			if took {
 				inbound.WithLabelValues("steered").Inc()
 				busyActions.WithLabelValues("steered").Inc()
-				return s.ack(ctx, m, sess, o, owner, "steered")
+				return s.ack(ctx, s.store, m, sess, o, owner, "steered")
 			}
 		}
 		return s.queueFull(ctx, m, sess.Generation)
@@ -953,7 +979,7 @@ func (s *Service) route(ctx context.Context, m *msgCtx, sess sessionstore.Sessio
 		if took {
 			inbound.WithLabelValues("steered").Inc()
 			busyActions.WithLabelValues("steered").Inc()
-			if err := s.ack(ctx, m, sess, o, owner, "steered"); err != nil {
+			if err := s.ack(ctx, s.store, m, sess, o, owner, "steered"); err != nil {
 				return err
 			}
 			// Marks the lock: the turn's completion starts what it did
@@ -966,24 +992,27 @@ func (s *Service) route(ctx context.Context, m *msgCtx, sess sessionstore.Sessio
 	}
 	inbound.WithLabelValues("queued").Inc()
 	if busy && inserted {
-		action := "queued"
-		if mode == BusyInterrupt && !ownTurn && !onlyMedia(m.ev) {
+		if interrupt {
 			// Sent even to a turn no worker has claimed yet (one may be
 			// claiming it now), but only a claimed turn is running: one
-			// still waiting for a worker runs first, then this message.
-			// It names the turn it interrupts: by the time it arrives
-			// that turn may have ended, and the next one, which may carry
-			// this very message, must not be cut short.
+			// still waiting for a worker runs first, then this message
+			// (action "queued"). It names the turn it interrupts: by the
+			// time it arrives that turn may have ended, and the next
+			// one, which may carry this very message, must not be cut
+			// short.
 			if err := s.control(ctx, m, controlInterrupt, "", heldBy(owner)); err != nil {
 				return err
 			}
-			if redisx.GrantOf(owner) != owner {
-				action = "interrupted"
-			}
+		}
+		if s.busyQueued != nil {
+			s.busyQueued(ctx, m.ev.GetEventId())
 		}
 		busyActions.WithLabelValues(action).Inc()
-		if err := s.ack(ctx, m, sess, o, owner, action); err != nil {
-			return err
+		if !acked {
+			// Steering no running turn took, queued.
+			if err := s.ack(ctx, s.store, m, sess, o, owner, action); err != nil {
+				return err
+			}
 		}
 	}
 	// Even when busy: the turn may have ended since the lock was read,
@@ -1054,14 +1083,16 @@ func (s *Service) mayApprove(m *msgCtx) bool {
 
 // ack tells the user what happened to a message that arrived while the
 // session's lock was held by owner: a /queue or /steer command is always
-// answered, as in Hermes; any other message gets busyAck.
-func (s *Service) ack(ctx context.Context, m *msgCtx, sess sessionstore.Session, o routeOpts, owner, action string) error {
+// answered, as in Hermes; any other message gets busyAck. st reads the
+// queue: the transaction that queues the message, when the answer goes
+// out before its commit (route).
+func (s *Service) ack(ctx context.Context, st *sessionstore.Store, m *msgCtx, sess sessionstore.Session, o routeOpts, owner, action string) error {
 	var text string
 	switch {
 	case o.command == "queue":
 		// Steering the running turn took is no message of the queue's
 		// to the user, though it stays queued until the turn reads it.
-		n, _, err := s.store.Waiting(ctx, m.key, owner)
+		n, _, err := st.Waiting(ctx, m.key, owner)
 		if err != nil {
 			return err
 		}

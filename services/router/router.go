@@ -395,6 +395,11 @@ type Service struct {
 	// release of the session lock and the commit of its reset (tx): the
 	// seam where a turn start lands.
 	newUnlocked func(ctx context.Context, tx pgx.Tx)
+	// busyQueued, when set (by a test, before Run), runs once a message
+	// (the event eventID) that met a running turn is queued and, in
+	// interrupt mode, the turn asked to stop: the seam where the next
+	// turn, which may answer it, can start.
+	busyQueued func(ctx context.Context, eventID string)
 	// files keeps the files commands send (/save) in the attachment
 	// store the gateways read them from.
 	files *attachment.Store

@@ -1,0 +1,155 @@
+package router
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/switchboard-chat/switchboard/pkg/bus"
+	repliesv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/replies/v1"
+	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
+)
+
+// A busy acknowledgement ("⏳ Queued for the next turn", "⚡ Interrupting
+// current task") reaches the chat before anything of the turn that
+// answers its message: on the session's reply subject, whose order
+// delivery keeps, it is ahead of the first reply of that turn, though
+// the running turn ends (in interrupt mode, on the message's interrupt)
+// and the next one starts with the message at the seam right after the
+// message is queued (busyQueued). A message before it marked the lock,
+// so the turn's completion starts what waits at once.
+func TestBusyAckGoesBeforeTheNextTurnsReply(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []string{BusyQueue, BusyInterrupt} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			const key = "agent:main:telegram:dm:chat-bob"
+			e := newEnv(t)
+			cfg := testConfig()
+			cfg.BusyMode = mode
+			cfg.SweepInterval = time.Hour // the completion alone starts the next turn
+			s, err := New(cfg, Deps{Bus: e.bus, DB: e.db, Redis: e.rdb, RedisPrefix: e.prefix, Environ: []string{}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			g := newGate(t, "long job")
+			var w atomic.Pointer[worker]
+			second := dm("bob", "and this")
+			var nextTurn atomic.Value // the id of the turn that takes second
+			s.busyQueued = func(ctx context.Context, eventID string) {
+				if eventID != second.GetEventId() {
+					return
+				}
+				// Not waitFor: this runs on the router's goroutine.
+				until := func(what string, cond func() bool) bool {
+					for deadline := time.Now().Add(30 * time.Second); !cond(); time.Sleep(20 * time.Millisecond) {
+						if time.Now().After(deadline) {
+							t.Errorf("timed out waiting for %s", what)
+							return false
+						}
+					}
+					return true
+				}
+				if mode == BusyInterrupt && !until("the interrupt", func() bool {
+					return slices.ContainsFunc(e.controls(controlInterrupt), func(c *turnsv1.TurnControlRequested) bool {
+						return c.GetEventId() == "telegram:bot1:"+second.GetEventId()
+					})
+				}) {
+					return
+				}
+				// The running turn ends (in interrupt mode on the
+				// interrupt, as a worker's does), and the next starts.
+				g.open()
+				if !until("the next turn", func() bool { turns, _ := w.Load().snapshot(); return len(turns) == 2 }) {
+					return
+				}
+				turns, _ := w.Load().snapshot()
+				next := turns[1]
+				if got := inputsText(turns[1:], key); !slices.Contains(got, "and this") {
+					t.Errorf("the next turn's inputs %q, want the message in them", got)
+				}
+				// Its worker's first reply.
+				reply := &repliesv1.ReplyEvent{TurnId: next.GetTurnId(), SessionKey: key, Generation: next.GetGeneration(), Seq: 1,
+					Target: target(second), Body: &repliesv1.ReplyEvent_TextDelta{TextDelta: &repliesv1.TextDelta{Text: "Here is"}}}
+				if _, err := e.bus.Publish(ctx, e.bus.Topology().ReplySubject(key), fmt.Sprintf("reply:%s:1", next.GetTurnId()), reply); err != nil {
+					t.Error(err)
+				}
+				nextTurn.Store(next.GetTurnId())
+			}
+			rctx, cancel := context.WithCancel(ctx)
+			done := make(chan error, 1)
+			go func() { done <- s.Run(rctx) }()
+			t.Cleanup(func() {
+				cancel()
+				if err := <-done; err != nil {
+					t.Errorf("router run: %v", err)
+				}
+			})
+			w.Store(e.startWorker(g.hold))
+			defer g.open()
+
+			e.publish(dm("bob", "long job"))
+			waitFor(t, "the turn runs", func() bool { turns, _ := w.Load().snapshot(); return len(turns) == 1 })
+			first := dm("bob", "first")
+			e.publish(first)
+			waitFor(t, "the first message handled", func() bool { return len(e.answersTo(first)) == 1 && e.inboundDrained() })
+			// The acknowledgement interval is over: the next message
+			// is acknowledged too.
+			if err := e.rdb.Del(ctx, e.prefix+"busyack:"+key).Err(); err != nil {
+				t.Fatal(err)
+			}
+			e.publish(second)
+			waitFor(t, "the message's acknowledgement", func() bool { return len(e.answersTo(second)) == 1 })
+			// The acknowledgement may go out before the next turn starts
+			// (it must): wait for that turn and its reply.
+			var next string
+			waitFor(t, "the next turn's reply", func() bool { next, _ = nextTurn.Load().(string); return next != "" })
+			order := e.storedReplyTurns(key)
+			ack, answer := slices.Index(order, "notice:telegram:bot1:"+second.GetEventId()), slices.Index(order, next)
+			if ack < 0 || answer < 0 || ack > answer {
+				t.Fatalf("replies stream %q: want the acknowledgement %q (at %d) ahead of the next turn's reply (at %d)",
+					order, e.answersTo(second)[0].GetNotice().GetText(), ack, answer)
+			}
+		})
+	}
+}
+
+// storedReplyTurns are the turn ids of the session key's events on the
+// replies stream, in the stream's order: the order delivery reads them in.
+func (e *env) storedReplyTurns(key string) []string {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := e.bus.JetStream().OrderedConsumer(ctx, e.bus.Topology().Stream(bus.StreamReplies), jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	var out []string
+	for {
+		batch, err := c.FetchNoWait(100)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		n := 0
+		for m := range batch.Messages() {
+			n++
+			var ev repliesv1.ReplyEvent
+			if err := proto.Unmarshal(m.Data(), &ev); err != nil {
+				e.t.Fatal(err)
+			}
+			if ev.GetSessionKey() == key {
+				out = append(out, ev.GetTurnId())
+			}
+		}
+		if n == 0 {
+			return out
+		}
+	}
+}
