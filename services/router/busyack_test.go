@@ -8,12 +8,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/switchboard-chat/switchboard/pkg/bus"
 	repliesv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/replies/v1"
 	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
+	"github.com/switchboard-chat/switchboard/pkg/redisx"
 )
 
 // A busy acknowledgement ("⏳ Queued for the next turn", "⚡ Interrupting
@@ -151,5 +153,35 @@ func (e *env) storedReplyTurns(key string) []string {
 		if n == 0 {
 			return out
 		}
+	}
+}
+
+// TestBusyAckOnAPoolOfOneConnection: the busy acknowledgement goes out
+// inside the transaction that queues its message, and what it reads (the
+// session's generation) goes through that transaction. Read through the
+// pool, it waited for a second connection, which a router whose
+// connections were all held by such transactions never got: here, a
+// pool of one.
+func TestBusyAckOnAPoolOfOneConnection(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	pcfg := e.db.Config()
+	pcfg.MaxConns = 1
+	pool, err := pgxpool.NewWithConfig(context.Background(), pcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	e.db = pool
+	cfg := testConfig()
+	cfg.BusyMode = BusyQueue
+	cfg.SweepInterval = time.Hour // the grant stays the running turn's
+	e.startRouter(cfg, nil, nil)
+	key := "agent:main:telegram:dm:chat-bob"
+	if err := e.rdb.Set(context.Background(), redisx.NewLocker(e.rdb, e.prefix).Key(key), redisx.NewGrant(time.Now()), time.Hour).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := e.ask("bob", "are you there?"), "⏳ Queued for the next turn. I'll respond once the current task finishes."; got != want {
+		t.Fatalf("ack %q, want %q", got, want)
 	}
 }

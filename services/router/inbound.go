@@ -35,7 +35,13 @@ type msgCtx struct {
 	key      string
 	decision auth.Decision
 	notices  int
-	marked   bool // the dedupe record is written
+	// tx, when set, is the store of the transaction m's replies are
+	// published in (the busy acknowledgement before its message's insert
+	// commits, route): what they read goes through it, not a second
+	// connection of the pool, which a transaction holding one may wait
+	// for with every other connection held the same way.
+	tx     *sessionstore.Store
+	marked bool // the dedupe record is written
 	// refusedBefore is whether the event carries the mark of a refusal
 	// while a turn ran (refusedKey), read with the dedupe record for a
 	// command; nil when not read.
@@ -930,6 +936,8 @@ func (s *Service) route(ctx context.Context, m *msgCtx, sess sessionstore.Sessio
 	acked := false
 	if busy && !steer {
 		ackFirst = func(ctx context.Context, st *sessionstore.Store) error {
+			m.tx = st
+			defer func() { m.tx = nil }()
 			if err := s.ack(ctx, st, m, sess, o, owner, action); err != nil {
 				return err
 			}

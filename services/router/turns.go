@@ -447,9 +447,13 @@ func (s *Service) publishNoticeBody(ctx context.Context, m *msgCtx, gen int64, t
 func (s *Service) publishNext(ctx context.Context, m *msgCtx, gen int64, t *deliveryv1.Target, ev *repliesv1.ReplyEvent, what string) error {
 	m.notices++
 	key := m.key
+	st := s.store
+	if m.tx != nil {
+		st = m.tx
+	}
 	if key == "" {
 		key = "pairing:" + m.platform + ":" + m.src.GetUserId()
-	} else if cur, err := s.store.Generation(ctx, key); err == nil && cur > gen {
+	} else if cur, err := st.Generation(ctx, key); err == nil && cur > gen {
 		// Delivery drops events older than the newest generation it saw
 		// for the session: a reply carries the generation of the moment.
 		gen = cur
