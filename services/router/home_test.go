@@ -31,13 +31,26 @@ func homeConfig() Config {
 // delivery reads: the bus keeps a republished one once), by chat.
 func (e *env) storedHomeNotices() map[string][]*repliesv1.ReplyEvent {
 	e.t.Helper()
+	out := map[string][]*repliesv1.ReplyEvent{}
+	for _, ev := range e.storedReplies() {
+		if ev.GetNotice().GetKind() == "home" {
+			out[ev.GetTarget().GetChatId()] = append(out[ev.GetTarget().GetChatId()], ev)
+		}
+	}
+	return out
+}
+
+// storedReplies are the events on the replies stream, in the stream's
+// order: what delivery reads, in the order it reads them.
+func (e *env) storedReplies() []*repliesv1.ReplyEvent {
+	e.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	c, err := e.bus.JetStream().OrderedConsumer(ctx, e.bus.Topology().Stream(bus.StreamReplies), jetstream.OrderedConsumerConfig{})
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	out := map[string][]*repliesv1.ReplyEvent{}
+	var out []*repliesv1.ReplyEvent
 	for {
 		batch, err := c.FetchNoWait(100)
 		if err != nil {
@@ -46,13 +59,11 @@ func (e *env) storedHomeNotices() map[string][]*repliesv1.ReplyEvent {
 		n := 0
 		for m := range batch.Messages() {
 			n++
-			var ev repliesv1.ReplyEvent
-			if err := proto.Unmarshal(m.Data(), &ev); err != nil {
+			ev := &repliesv1.ReplyEvent{}
+			if err := proto.Unmarshal(m.Data(), ev); err != nil {
 				e.t.Fatal(err)
 			}
-			if ev.GetNotice().GetKind() == "home" {
-				out[ev.GetTarget().GetChatId()] = append(out[ev.GetTarget().GetChatId()], &ev)
-			}
+			out = append(out, ev)
 		}
 		if n == 0 {
 			return out
