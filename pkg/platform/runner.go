@@ -820,6 +820,9 @@ func (r *Runner) Execute(ctx context.Context, req *deliveryv1.SendRequested) *de
 		class, after := classify(err)
 		receipt.ErrorClass = class
 		receipt.Error = err.Error()
+		if IsPartDone(err) {
+			receipt.Error = bus.EditPartDone + ": " + receipt.Error
+		}
 		receipt.RetryAfterMs = after.Milliseconds()
 		sendsTotal.WithLabelValues(r.name, opName, classLabel(class)).Inc()
 		// The chat's ids beside the error: the log handler takes them out

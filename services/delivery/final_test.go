@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/switchboard-chat/switchboard/pkg/bus"
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	repliesv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/replies/v1"
@@ -429,5 +430,50 @@ func TestARefusedSegmentCloseIsSentAsANewMessage(t *testing.T) {
 	}
 	if n := deadLetters(t, e); n != 0 {
 		t.Errorf("%d dead letters", n)
+	}
+}
+
+// The final edit of a message whose text goes on in follow-on messages
+// (Google Chat, where the conversion makes it longer than the limit) is
+// carried out on the message, but a follow-on is refused for good: the
+// gateway answers that the edit was done in part (bus.EditPartDone).
+// The message shows the answer up to there, so its whole text is not
+// posted again as a new message (the answer twice in the chat): the
+// edit is dead-lettered and the user told the rest could not be sent.
+func TestAnEditRefusedInPartIsNotSentAgain(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	var mu sync.Mutex
+	var refused []string
+	e.gw.setBehaviour(func(req *deliveryv1.SendRequested, try int) behaviour {
+		if req.GetOp() == deliveryv1.SendOp_SEND_OP_EDIT && req.GetMessageId() == "m1" && req.GetIdempotencyKey() == "t1:2:0" {
+			mu.Lock()
+			refused = append(refused, req.GetText())
+			mu.Unlock()
+			return behaviour{fail: &deliveryv1.SendReceipt{ErrorClass: deliveryv1.ErrorClass_ERROR_CLASS_PERMANENT,
+				Error: bus.EditPartDone + ": PERMANENT: the rest of the edit of m1: chat api HTTP 403: PERMISSION_DENIED"}}
+		}
+		return behaviour{}
+	})
+	e.start(t, streamConfig(), "a")
+	e.publishStream(t, "t1", 1, "s1", &repliesv1.TextDelta{Text: "the whole answer, streamed so far"})
+	eventually(t, e.clock, 0, "the streamed message", func() bool { return len(e.gw.sends()) == 1 })
+	e.publishStream(t, "t1", 2, "s1", final("the whole answer"))
+	eventually(t, e.clock, 0, "the user told", func() bool { return rowState(t, e.db, "t1:undelivered") == "sent" })
+	e.consumed(t, "s1")
+	time.Sleep(300 * time.Millisecond) // nothing more comes
+
+	mu.Lock()
+	defer mu.Unlock()
+	if len(refused) != 1 {
+		t.Fatalf("the final edit was tried %d times, want once", len(refused))
+	}
+	for _, c := range e.gw.sends()[1:] {
+		if c.Op == deliveryv1.SendOp_SEND_OP_SEND && c.Key != "t1:undelivered" {
+			t.Errorf("%s posted %q: the answer again", c.Key, c.Req.GetText())
+		}
+	}
+	if st := rowState(t, e.db, "t1:2:0"); st != "failed" {
+		t.Errorf("the final edit's row is %q, want failed", st)
 	}
 }

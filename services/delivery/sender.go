@@ -18,6 +18,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/switchboard-chat/switchboard/pkg/bus"
 	"github.com/switchboard-chat/switchboard/pkg/cron"
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	"github.com/switchboard-chat/switchboard/pkg/outbox"
@@ -498,11 +499,18 @@ func (s *Service) classify(ctx context.Context, l warner, r outbox.Row, rec *del
 		}
 		s.retry(ctx, l, r, "rate_limited", "rate limited: "+rec.GetError(), d, nil)
 	case deliveryv1.ErrorClass_ERROR_CLASS_PERMANENT:
-		if answerEdit(r.Request) {
+		switch {
+		case answerEdit(r.Request) && strings.HasPrefix(rec.GetError(), bus.EditPartDone):
+			// The message shows the edit's text up to the part that was
+			// refused (a Google Chat follow-on message): its text again
+			// as a new message would show the answer twice. The rest is
+			// lost; the user is told, as after the last attempt.
+			s.fail(ctx, l, r, partRefused, rec.GetError())
+		case answerEdit(r.Request):
 			s.editAsNew(ctx, l, r, rec.GetError())
-			return
+		default:
+			s.fail(ctx, l, r, "permanent", rec.GetError())
 		}
-		s.fail(ctx, l, r, "permanent", rec.GetError())
 	case deliveryv1.ErrorClass_ERROR_CLASS_FORMAT:
 		if r.Request.GetFormat() == deliveryv1.TextFormat_TEXT_FORMAT_PLAIN {
 			s.fail(ctx, l, r, "format", "rejected as plain text too: "+rec.GetError())
@@ -525,6 +533,10 @@ func (s *Service) classify(ctx context.Context, l warner, r outbox.Row, rec *del
 }
 
 type warner interface{ Warn(string, ...any) }
+
+// partRefused is the dead letter reason of an answer edit the platform
+// carried out in part (bus.EditPartDone) and refused the rest of.
+const partRefused = "edit_part_refused"
 
 // newMessageSuffix ends the idempotency key of the send that posts an
 // answer edit's text as a new message (editAsNew).
@@ -630,7 +642,7 @@ func (s *Service) fail(ctx context.Context, log warner, r outbox.Row, reason, ms
 	}
 	s.record(log, "forget interaction", s.store.ForgetInteraction(ctx, r.ID, r.Request))
 	s.cronUndelivered(ctx, log, r, msg)
-	if reason == "max_attempts" {
+	if reason == "max_attempts" || reason == partRefused {
 		s.undelivered(ctx, log, r)
 	}
 }

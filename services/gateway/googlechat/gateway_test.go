@@ -17,6 +17,7 @@ import (
 
 	"github.com/switchboard-chat/switchboard/pkg/bus"
 	"github.com/switchboard-chat/switchboard/pkg/bus/bustest"
+	"github.com/switchboard-chat/switchboard/pkg/chunk"
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	"github.com/switchboard-chat/switchboard/pkg/platform"
@@ -491,5 +492,61 @@ func TestEditRewritesASplitSend(t *testing.T) {
 				t.Errorf("%s edit: a message in thread %q", c.name, m.Thread)
 			}
 		}
+	}
+}
+
+// sendReq asks the gateway for req over the bus, as delivery does, and
+// returns its receipt.
+func sendReq(t *testing.T, b *bus.Bus, req *deliveryv1.SendRequested) *deliveryv1.SendReceipt {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	rec := &deliveryv1.SendReceipt{}
+	if err := b.Request(ctx, b.Topology().SendSubject(PlatformName), req, rec); err != nil {
+		t.Fatal(err)
+	}
+	return rec
+}
+
+// An edit whose message took its text, but whose follow-on message (the
+// rest of a text over the limit) is refused for good, answers that it
+// was done in part (bus.EditPartDone): delivery then does not post the
+// whole text again as a new message, as it does for a message that is
+// gone, which showed the answer twice. Nothing else is posted.
+func TestEditRefusedInPart(t *testing.T) {
+	f := googlechatfake.New(t)
+	h := start(t, f, testConfig(f))
+	sp, th := "spaces/E3", "spaces/E3/threads/t1"
+	target := &deliveryv1.Target{Platform: PlatformName, ChatId: sp, ThreadId: th}
+	md := strings.TrimSuffix(strings.Repeat(">a quoted line\n", 273), "\n") // 4,094 characters, 4,367 converted
+	sent := sendReq(t, h.b, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, Target: target, Text: md, IdempotencyKey: "part:send"})
+	if !sent.GetOk() {
+		t.Fatalf("send: %v", sent.GetError())
+	}
+	for _, c := range []struct {
+		name string
+		text string
+		fail func() // the follow-on's step refused, after the edit's own patch
+	}{
+		{"its patch refused", md + "\n>one line more", func() {
+			f.FailOn(http.MethodPatch, googlechatfake.Failure{}, googlechatfake.Failure{Status: http.StatusForbidden})
+		}},
+		{"its create refused", md + "\n" + md, func() { f.Fail(googlechatfake.Failure{Status: http.StatusBadRequest}) }},
+		{"a surplus one's delete refused", "the final answer", func() {
+			f.FailOn(http.MethodDelete, googlechatfake.Failure{Status: http.StatusForbidden})
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			c.fail()
+			rec := sendReq(t, h.b, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_EDIT, Target: target, MessageId: sent.GetPlatformMessageId(),
+				Text: c.text, IdempotencyKey: "part:" + c.name})
+			if rec.GetOk() || rec.GetErrorClass() != deliveryv1.ErrorClass_ERROR_CLASS_PERMANENT || !strings.HasPrefix(rec.GetError(), bus.EditPartDone) {
+				t.Fatalf("receipt ok=%v class %v %q, want permanent, done in part", rec.GetOk(), rec.GetErrorClass(), rec.GetError())
+			}
+			first := platform.Pieces(strings.ReplaceAll(c.text, ">", "> "), chunk.Limit{Max: maxText, Measure: chunk.Runes})[0]
+			if ms := f.Texts(sp); len(ms) != 2 || ms[0] != first {
+				t.Fatalf("%d messages shown; want the send's 2, the first showing the edit's first part", len(ms))
+			}
+		})
 	}
 }

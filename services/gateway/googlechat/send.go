@@ -219,7 +219,10 @@ func message(req *deliveryv1.SendRequested) (string, error) {
 
 // Edit replaces the text of one of the app's messages (messages.patch);
 // text over 4,096 characters once converted goes on in messages after
-// it (overflow).
+// it (overflow). An edit whose message took its text but whose later
+// step failed (a follow-on refused) is done in part (platform.PartDone):
+// delivery does not post its whole text again as a new message, which
+// would show the answer twice.
 func (p *Platform) Edit(ctx context.Context, req *deliveryv1.SendRequested) error {
 	id, err := message(req)
 	if err != nil {
@@ -252,11 +255,11 @@ func (p *Platform) Edit(ctx context.Context, req *deliveryv1.SendRequested) erro
 	}
 	for i, piece := range pieces[1:] {
 		if err := p.overflow(ctx, sp, id, i+1, outgoing{Text: piece, Thread: thread}); err != nil {
-			return fmt.Errorf("the rest of the edit of %s: %w", id, err)
+			return platform.PartDone(fmt.Errorf("the rest of the edit of %s: %w", id, err))
 		}
 	}
 	if err := p.dropFollowing(ctx, sp, id, len(pieces)); err != nil {
-		return fmt.Errorf("the surplus messages after the edit of %s: %w", id, err)
+		return platform.PartDone(fmt.Errorf("the surplus messages after the edit of %s: %w", id, err))
 	}
 	return nil
 }
