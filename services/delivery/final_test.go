@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/switchboard-chat/switchboard/pkg/bus"
+	"github.com/switchboard-chat/switchboard/pkg/chunk"
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	repliesv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/replies/v1"
@@ -475,5 +476,52 @@ func TestAnEditRefusedInPartIsNotSentAgain(t *testing.T) {
 	}
 	if st := rowState(t, e.db, "t1:2:0"); st != "failed" {
 		t.Errorf("the final edit's row is %q, want failed", st)
+	}
+}
+
+// A final rewrites an answer streamed over three messages, and the edit
+// of the middle one is refused for good (the user deleted it): its text
+// goes as a new message, below the third, so the later parts of the
+// rewrite go as new messages too, after it, and the third message is
+// deleted: the answer's parts show in order, where the chat showed the
+// third part above the second.
+func TestARefusedEditOfARewriteKeepsTheAnswersOrder(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.gw.setBehaviour(func(req *deliveryv1.SendRequested, _ int) behaviour {
+		if req.GetMessageId() == "m2" && req.GetOp() != deliveryv1.SendOp_SEND_OP_TYPING {
+			return behaviour{fail: &deliveryv1.SendReceipt{ErrorClass: deliveryv1.ErrorClass_ERROR_CLASS_PERMANENT,
+				Error: "Bad Request: message to edit not found"}}
+		}
+		return behaviour{}
+	})
+	e.start(t, streamConfig(), "a")
+	e.publishStream(t, "t1", 1, "s1", &repliesv1.TextDelta{Text: strings.Repeat("word ", 1800)}) // three messages
+	eventually(t, e.clock, time.Second, "the streamed messages", func() bool { return len(e.gw.sends()) == 3 })
+	e.consumed(t, "s1")
+	gone := e.gw.sends()[1].Req.GetText() // m2's, which the user deleted
+	answer := strings.TrimSpace(strings.Repeat("Word ", 1800))
+	e.publishStream(t, "t1", 2, "s1", final(answer))
+	eventually(t, e.clock, 0, "the answer's end", func() bool { return e.gw.finals("t1") == 1 || deadLetters(t, e) > 0 })
+	e.consumed(t, "s1")
+	time.Sleep(300 * time.Millisecond) // nothing more comes
+
+	var shown []string
+	for _, text := range e.gw.shown("stream", "chat-s1") {
+		if text != gone {
+			shown = append(shown, text)
+		}
+	}
+	want := chunk.Split(answer, "stream")
+	if len(shown) != len(want) {
+		t.Fatalf("the chat shows %d messages, want the answer's %d", len(shown), len(want))
+	}
+	for i := range want {
+		if shown[i] != want[i] {
+			t.Errorf("message %d shows …%q, want …%q", i, shown[i][max(len(shown[i])-8, 0):], want[i][len(want[i])-8:])
+		}
+	}
+	if n := deadLetters(t, e); n != 0 {
+		t.Errorf("%d dead letters", n)
 	}
 }
