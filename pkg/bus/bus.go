@@ -58,6 +58,14 @@ const (
 // once, with a bound of its own, while it still wants the indicator.
 const LateTyping = "typing too late"
 
+// EditPartDone starts the error of a gateway's answer to an edit whose
+// message took its new text while a later part of the edit failed (a
+// follow-on message its text goes on in, on a platform that goes on in
+// several messages): the message shows its part, so its sender does not
+// post the edit's whole text again as a new message, as it does for an
+// edit of a message that is gone.
+const EditPartDone = "edit done in part"
+
 // ErrDecode marks a message whose payload cannot be decoded: a poison
 // message, dead-lettered on first sight.
 var ErrDecode = errors.New("decode bus message")

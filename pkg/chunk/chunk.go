@@ -291,12 +291,12 @@ func split(text string, l Limit, suffix int) []Part {
 			}
 		}
 		room := l.Max - suffix - l.Len(p.Reopen)
-		body, sep, next := spanSafe(cut(rest, l.Measure, room))
+		body, sep, next := cutPart(rest, l.Measure, room, p.Reopen)
 		end := scanFences(fenceState{}, p.Reopen+body)
 		if end.open {
 			// Cut again leaving room for the close fence. The new cut may
 			// end outside the fence; then no close is needed.
-			body, sep, next = spanSafe(cut(rest, l.Measure, room-len(CloseFence)))
+			body, sep, next = cutPart(rest, l.Measure, room-len(CloseFence), p.Reopen)
 			end = scanFences(fenceState{}, p.Reopen+body)
 			if end.open {
 				p.Close = CloseFence
@@ -318,9 +318,46 @@ func split(text string, l Limit, suffix int) []Part {
 	return parts
 }
 
-// cut returns the longest prefix of s that fits room, cut as Parts
-// describes, the separator it dropped and the rest of s.
-func cut(s string, m Measure, room int) (body, sep, rest string) {
+// cutPart cuts the body of a part that starts with reopen out of s
+// (cut, spanSafe), never in or right after a line that opens a fence
+// (openers): the part would show an empty code block, closed at once,
+// and the next one reopen it for the code, or start with the rest of
+// the line as text.
+func cutPart(s string, m Measure, room int, reopen string) (body, sep, rest string) {
+	return spanSafe(cut(s, m, room, openers(s, fit(s, m, room), reopen)))
+}
+
+// openers reports, of the byte positions of s up to end (the window a
+// part is cut in), those that are in a line that opens a fence or at its
+// newline; the part starts with reopen.
+func openers(s string, end int, reopen string) func(int) bool {
+	st := scanFences(fenceState{}, reopen)
+	var lines [][2]int // from the line's start to its newline
+	for pos := 0; pos < end; {
+		nl := strings.IndexByte(s[pos:], '\n')
+		next := len(s)
+		if nl >= 0 {
+			next = pos + nl + 1
+		}
+		if info, ok := fenceLine(s[pos:next]); ok && !st.open && opens(info) {
+			lines = append(lines, [2]int{pos, pos + nl})
+		}
+		st = scanFences(st, s[pos:next])
+		pos = next
+	}
+	return func(i int) bool {
+		for _, l := range lines {
+			if i >= l[0] && (i <= l[1] || l[1] < l[0]) {
+				return true
+			}
+		}
+		return false
+	}
+}
+
+// fit is the length of the longest prefix of s that fits room, one rune
+// at least.
+func fit(s string, m Measure, room int) int {
 	n, end := 0, 0
 	for end < len(s) {
 		r, size := utf8.DecodeRuneInString(s[end:])
@@ -331,24 +368,34 @@ func cut(s string, m Measure, room int) (body, sep, rest string) {
 		n += w
 		end += size
 	}
-	if end == len(s) {
-		return s, "", ""
-	}
-	if end == 0 {
+	if end == 0 && s != "" {
 		// room is smaller than one rune; MinMax makes this unreachable,
 		// but never loop forever.
-		_, size := utf8.DecodeRuneInString(s)
-		end = size
+		_, end = utf8.DecodeRuneInString(s)
+	}
+	return end
+}
+
+// cut returns the longest prefix of s that fits room, cut as Parts
+// describes at a separator that is not a position skip reports, the
+// separator it dropped and the rest of s.
+func cut(s string, m Measure, room int, skip func(int) bool) (body, sep, rest string) {
+	end := fit(s, m, room)
+	if end == len(s) {
+		return s, "", ""
 	}
 	window := s[:end]
 	// A newline in the first half would leave a short message (a lone
 	// heading, "Here it is:") before a long paragraph: Hermes takes it only
 	// in the second half, else the last space.
 	nl := strings.LastIndexByte(window, '\n')
+	for nl > 0 && skip(nl) {
+		nl = strings.LastIndexByte(window[:nl], '\n')
+	}
 	if nl > 0 && nl >= len(window)/2 {
 		return s[:nl], "\n", s[nl+1:]
 	}
-	if i := lastSpace(window, s); i > 0 {
+	if i := lastSpace(window, s, skip); i > 0 {
 		return s[:i], " ", s[i+1:]
 	}
 	if nl > 0 {
@@ -359,10 +406,11 @@ func cut(s string, m Measure, room int) (body, sep, rest string) {
 
 // lastSpace is the index of the last space in window, a prefix of s, that
 // s may be cut at: one after which s goes on with backticks that would
-// start a fence line (startsFence) is not; -1 when there is none.
-func lastSpace(window, s string) int {
+// start a fence line (startsFence) is not, nor one skip reports; -1 when
+// there is none.
+func lastSpace(window, s string, skip func(int) bool) int {
 	i := strings.LastIndexByte(window, ' ')
-	for i > 0 && startsFence(s[i+1:]) {
+	for i > 0 && (startsFence(s[i+1:]) || skip(i)) {
 		i = strings.LastIndexByte(window[:i], ' ')
 	}
 	return i

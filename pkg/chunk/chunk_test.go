@@ -121,6 +121,21 @@ func TestSplitLimit(t *testing.T) {
 			[]string{"```\n" + strings.Repeat("x", 48) + "\n```\n(1/2)", line + " (2/2)"},
 		},
 		{
+			// A cut at the newline after the opening line would show
+			// an empty code block, closed at once, and reopen it for
+			// the code in the next part.
+			"no cut right after the line that opens a fence",
+			line + "\n```go\n" + strings.Repeat("y", 60) + "\n```",
+			l64,
+			[]string{line + " (1/3)", "```go\n" + strings.Repeat("y", 48) + "\n```\n(2/3)", "```go\n" + strings.Repeat("y", 12) + "\n```\n(3/3)"},
+		},
+		{
+			"a fence opening the part is cut in its code, not after its opening line",
+			"```go\n" + strings.Repeat("y", 60) + "\n```",
+			l64,
+			[]string{"```go\n" + strings.Repeat("y", 48) + "\n```\n(1/2)", "```go\n" + strings.Repeat("y", 12) + "\n```\n(2/2)"},
+		},
+		{
 			"cut after a closed fence needs no reopen",
 			"```\nabc\n```\n" + line + "\n" + line,
 			l64,
@@ -321,6 +336,11 @@ func checkParts(t *testing.T, text string, l chunk.Limit, parts []chunk.Part) {
 		if open != (p.Close == "\n```") || (!open && p.Close != "") {
 			t.Errorf("part %d: close %q but open=%v", i, p.Close, open)
 		}
+		if last := p.Body[strings.LastIndexByte(p.Body, '\n')+1:]; p.Close != "" && p.Sep == "\n" && opensFence(last) {
+			if before, _ := fenceAfter(p.Reopen + strings.TrimSuffix(p.Body, last)); !before {
+				t.Errorf("part %d: cut right after the line that opens its fence, an empty code block: %q", i, p.String())
+			}
+		}
 		prevLang = lang
 		want := fmt.Sprintf("(%d/%d)", i+1, len(parts))
 		switch {
@@ -335,7 +355,7 @@ func checkParts(t *testing.T, text string, l chunk.Limit, parts []chunk.Part) {
 				t.Errorf("part %d: separator %q drops a closing fence line, but the part closes none", i, p.Sep)
 			}
 		case p.Sep == "":
-			if i < len(parts)-1 && cuttable(p.Body, text[min(joined.Len(), len(text)):]) {
+			if i < len(parts)-1 && cuttable(p.Body, text[min(joined.Len(), len(text)):], p.Reopen == "") {
 				t.Errorf("part %d: hard cut but body has a separator: %q", i, p.Body)
 			}
 		case p.Sep == " " || p.Sep == "\n":
@@ -355,6 +375,13 @@ func checkParts(t *testing.T, text string, l chunk.Limit, parts []chunk.Part) {
 	}
 }
 
+// opensFence reports whether line, read outside a fence, opens one:
+// backticks after spaces, and no backtick after them.
+func opensFence(line string) bool {
+	t := strings.TrimLeft(line, " ")
+	return strings.HasPrefix(t, "```") && !strings.Contains(strings.TrimLeft(t, "`"), "`")
+}
+
 // closedBySep reports whether sep is a newline and a fence's closing
 // line: backticks (after spaces), blanks, and the line's newline unless
 // the text ends there.
@@ -369,24 +396,46 @@ func closedBySep(sep string) bool {
 
 // cuttable reports whether body, the start of text, has a separator a
 // cut could take: a newline, or a space not followed by backticks that
-// would start a fence line after the cut (spaces, then ```).
-func cuttable(body, text string) bool {
-	for j := 1; j < len(body); j++ {
-		switch body[j] {
-		case '\n':
-			return true
-		case ' ':
-			if j+1 > len(text) || !strings.HasPrefix(strings.TrimLeft(text[j+1:], " "), "```") {
+// would start a fence line after the cut (spaces, then ```); neither in
+// a line that opens a fence nor at its end, which would leave an empty
+// code block (outside: the part does not start in a fence).
+func cuttable(body, text string, outside bool) bool {
+	open := !outside
+	start := 0
+	for _, line := range strings.SplitAfter(body, "\n") {
+		opener := !open && opensFence(strings.TrimSuffix(line, "\n"))
+		open, _ = fenceAfter(boolFence(open) + line)
+		for j := start; j < start+len(line); j++ {
+			if j == 0 || opener {
+				continue
+			}
+			switch body[j] {
+			case '\n':
 				return true
+			case ' ':
+				if j+1 > len(text) || !strings.HasPrefix(strings.TrimLeft(text[j+1:], " "), "```") {
+					return true
+				}
 			}
 		}
+		start += len(line)
 	}
 	return false
 }
 
+// boolFence is a line that leaves a fence open when open, for fenceAfter.
+func boolFence(open bool) string {
+	if open {
+		return "```\n"
+	}
+	return ""
+}
+
 // fenceAfter is an independent reading of the fence rule: a line whose
 // first characters after spaces are ``` toggles, unless it would open a fence
-// and has a backtick after its opening run; an opening line's first word
+// and has a backtick after its opening run, or would close one and has
+// more than blanks after its backticks ("```go" in a fence is code, as
+// TestFenceLineWithTextIsNoClose has it); an opening line's first word
 // after the backticks is the tag.
 func fenceAfter(s string) (open bool, lang string) {
 	for _, line := range strings.Split(s, "\n") {
@@ -395,7 +444,9 @@ func fenceAfter(s string) (open bool, lang string) {
 			continue
 		}
 		if open {
-			open, lang = false, ""
+			if strings.TrimRight(strings.TrimLeft(t, "`"), " \t\r") == "" {
+				open, lang = false, ""
+			}
 			continue
 		}
 		if strings.Contains(strings.TrimLeft(t, "`"), "`") {

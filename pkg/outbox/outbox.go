@@ -539,6 +539,72 @@ func (s *Store) Replace(ctx context.Context, id int64, owner string, req *delive
 	updated_at = $5, lease_until = NULL`, payload, lastErr, now, now.Add(ttl))
 }
 
+// ReplaceWithLater is Replace of row id, which owner holds, and, in the
+// same transaction, of the rows keyed later that still wait in its chat
+// (behind it): each is offered to later, and when it returns requests
+// the first takes the row's place (its place in the chat's order) and
+// the others are queued after every row of the chat. When the row is
+// no longer owner's, nothing changes (ErrLostClaim).
+func (s *Store) ReplaceWithLater(ctx context.Context, id int64, owner string, req *deliveryv1.SendRequested, lastErr string, now time.Time, ttl time.Duration,
+	keys []string, later func(Row) []*deliveryv1.SendRequested) error {
+	payload, err := proto.Marshal(req)
+	if err != nil {
+		return fmt.Errorf("encode send request: %w", err)
+	}
+	tx, err := s.db.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("replace delivery %d: %w", id, err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	var chatKey string
+	err = tx.QueryRow(ctx, `UPDATE delivery_outbox SET state = 'queued', payload = $3, last_error = $4, attempts = 0,
+	next_attempt_at = $5, expires_at = $6, updated_at = $5, lease_until = NULL
+WHERE id = $1 AND state = 'sending' AND claimed_by = $2 RETURNING chat_key`, id, owner, payload, lastErr, now, now.Add(ttl)).Scan(&chatKey)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("replace delivery %d: %w", id, ErrLostClaim)
+	}
+	if err != nil {
+		return fmt.Errorf("replace delivery %d: %w", id, err)
+	}
+	rows, err := tx.Query(ctx, `SELECT `+rowColumns+` FROM delivery_outbox
+WHERE idempotency_key = ANY($1) AND chat_key = $2 AND state = 'queued' AND id > $3 ORDER BY id FOR UPDATE`, keys, chatKey, id)
+	if err != nil {
+		return fmt.Errorf("read the rows after delivery %d: %w", id, err)
+	}
+	waiting, err := collect(rows)
+	if err != nil {
+		return fmt.Errorf("read the rows after delivery %d: %w", id, err)
+	}
+	var after []*deliveryv1.SendRequested
+	for _, r := range waiting {
+		reqs := later(r)
+		if len(reqs) == 0 {
+			continue
+		}
+		p, err := proto.Marshal(reqs[0])
+		if err != nil {
+			return fmt.Errorf("encode send request: %w", err)
+		}
+		if _, err := tx.Exec(ctx, `UPDATE delivery_outbox SET payload = $2, updated_at = $3 WHERE id = $1`, r.ID, p, now); err != nil {
+			return fmt.Errorf("replace delivery %d: %w", r.ID, err)
+		}
+		after = append(after, reqs[1:]...)
+	}
+	for _, req := range after {
+		args, err := rowArgs(ctx, now, ttl, req, newRow{})
+		if err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, insertRow+` ON CONFLICT (idempotency_key) DO NOTHING`, args...); err != nil {
+			return fmt.Errorf("insert delivery %s: %w", req.GetIdempotencyKey(), err)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("replace delivery %d: %w", id, err)
+	}
+	return nil
+}
+
 // Querier runs a query (a transaction of the outbox's).
 type Querier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row

@@ -222,6 +222,30 @@ func IsFatal(err error) bool {
 	return errors.As(err, &f)
 }
 
+// partDone marks the failure of an edit done in part (PartDone).
+type partDone struct{ err error }
+
+func (e partDone) Error() string { return e.err.Error() }
+func (e partDone) Unwrap() error { return e.err }
+
+// PartDone marks err, the failure of an edit whose message took its new
+// text before a later part of the edit failed (a follow-on message the
+// text goes on in): its receipt's error starts with bus.EditPartDone,
+// so delivery does not post the edit's text again as a new message
+// (the message shows its part); err keeps its class.
+func PartDone(err error) error {
+	if err == nil {
+		return nil
+	}
+	return partDone{err}
+}
+
+// IsPartDone reports whether err was marked with PartDone.
+func IsPartDone(err error) bool {
+	var p partDone
+	return errors.As(err, &p)
+}
+
 // SendError classifies a failed platform operation for delivery's retry
 // policy. Errors that are not SendErrors count as retryable.
 type SendError struct {

@@ -804,6 +804,7 @@ func (r *Runner) Execute(ctx context.Context, req *deliveryv1.SendRequested) *de
 	if cacheKey != "" && op == deliveryv1.SendOp_SEND_OP_SEND {
 		ctx = withParts(ctx, r, cacheKey)
 	}
+	ctx = withNotes(ctx, r)
 	start := time.Now()
 	// A panic in the platform's send code fails this request, retryable
 	// (the outbox tries it again under the same key, and dead-letters it
@@ -820,6 +821,9 @@ func (r *Runner) Execute(ctx context.Context, req *deliveryv1.SendRequested) *de
 		class, after := classify(err)
 		receipt.ErrorClass = class
 		receipt.Error = err.Error()
+		if IsPartDone(err) {
+			receipt.Error = bus.EditPartDone + ": " + receipt.Error
+		}
 		receipt.RetryAfterMs = after.Milliseconds()
 		sendsTotal.WithLabelValues(r.name, opName, classLabel(class)).Inc()
 		// The chat's ids beside the error: the log handler takes them out

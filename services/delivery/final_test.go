@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/switchboard-chat/switchboard/pkg/bus"
+	"github.com/switchboard-chat/switchboard/pkg/chunk"
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	repliesv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/replies/v1"
@@ -426,6 +428,98 @@ func TestARefusedSegmentCloseIsSentAsANewMessage(t *testing.T) {
 	}
 	if want := []string{segFirst, segFirst, segAnswer}; fmt.Sprintf("%q", texts) != fmt.Sprintf("%q", want) {
 		t.Errorf("messages posted %q, want %q (the streamed segment, its text again in place of the refused close, the answer)", texts, want)
+	}
+	if n := deadLetters(t, e); n != 0 {
+		t.Errorf("%d dead letters", n)
+	}
+}
+
+// The final edit of a message whose text goes on in follow-on messages
+// (Google Chat, where the conversion makes it longer than the limit) is
+// carried out on the message, but a follow-on is refused for good: the
+// gateway answers that the edit was done in part (bus.EditPartDone).
+// The message shows the answer up to there, so its whole text is not
+// posted again as a new message (the answer twice in the chat): the
+// edit is dead-lettered and the user told the rest could not be sent.
+func TestAnEditRefusedInPartIsNotSentAgain(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	var mu sync.Mutex
+	var refused []string
+	e.gw.setBehaviour(func(req *deliveryv1.SendRequested, try int) behaviour {
+		if req.GetOp() == deliveryv1.SendOp_SEND_OP_EDIT && req.GetMessageId() == "m1" && req.GetIdempotencyKey() == "t1:2:0" {
+			mu.Lock()
+			refused = append(refused, req.GetText())
+			mu.Unlock()
+			return behaviour{fail: &deliveryv1.SendReceipt{ErrorClass: deliveryv1.ErrorClass_ERROR_CLASS_PERMANENT,
+				Error: bus.EditPartDone + ": PERMANENT: the rest of the edit of m1: chat api HTTP 403: PERMISSION_DENIED"}}
+		}
+		return behaviour{}
+	})
+	e.start(t, streamConfig(), "a")
+	e.publishStream(t, "t1", 1, "s1", &repliesv1.TextDelta{Text: "the whole answer, streamed so far"})
+	eventually(t, e.clock, 0, "the streamed message", func() bool { return len(e.gw.sends()) == 1 })
+	e.publishStream(t, "t1", 2, "s1", final("the whole answer"))
+	eventually(t, e.clock, 0, "the user told", func() bool { return rowState(t, e.db, "t1:undelivered") == "sent" })
+	e.consumed(t, "s1")
+	time.Sleep(300 * time.Millisecond) // nothing more comes
+
+	mu.Lock()
+	defer mu.Unlock()
+	if len(refused) != 1 {
+		t.Fatalf("the final edit was tried %d times, want once", len(refused))
+	}
+	for _, c := range e.gw.sends()[1:] {
+		if c.Op == deliveryv1.SendOp_SEND_OP_SEND && c.Key != "t1:undelivered" {
+			t.Errorf("%s posted %q: the answer again", c.Key, c.Req.GetText())
+		}
+	}
+	if st := rowState(t, e.db, "t1:2:0"); st != "failed" {
+		t.Errorf("the final edit's row is %q, want failed", st)
+	}
+}
+
+// A final rewrites an answer streamed over three messages, and the edit
+// of the middle one is refused for good (the user deleted it): its text
+// goes as a new message, below the third, so the later parts of the
+// rewrite go as new messages too, after it, and the third message is
+// deleted: the answer's parts show in order, where the chat showed the
+// third part above the second.
+func TestARefusedEditOfARewriteKeepsTheAnswersOrder(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.gw.setBehaviour(func(req *deliveryv1.SendRequested, _ int) behaviour {
+		if req.GetMessageId() == "m2" && req.GetOp() != deliveryv1.SendOp_SEND_OP_TYPING {
+			return behaviour{fail: &deliveryv1.SendReceipt{ErrorClass: deliveryv1.ErrorClass_ERROR_CLASS_PERMANENT,
+				Error: "Bad Request: message to edit not found"}}
+		}
+		return behaviour{}
+	})
+	e.start(t, streamConfig(), "a")
+	e.publishStream(t, "t1", 1, "s1", &repliesv1.TextDelta{Text: strings.Repeat("word ", 1800)}) // three messages
+	eventually(t, e.clock, time.Second, "the streamed messages", func() bool { return len(e.gw.sends()) == 3 })
+	e.consumed(t, "s1")
+	gone := e.gw.sends()[1].Req.GetText() // m2's, which the user deleted
+	answer := strings.TrimSpace(strings.Repeat("Word ", 1800))
+	e.publishStream(t, "t1", 2, "s1", final(answer))
+	eventually(t, e.clock, 0, "the answer's end", func() bool { return e.gw.finals("t1") == 1 || deadLetters(t, e) > 0 })
+	e.consumed(t, "s1")
+	time.Sleep(300 * time.Millisecond) // nothing more comes
+
+	var shown []string
+	for _, text := range e.gw.shown("stream", "chat-s1") {
+		if text != gone {
+			shown = append(shown, text)
+		}
+	}
+	want := chunk.Split(answer, "stream")
+	if len(shown) != len(want) {
+		t.Fatalf("the chat shows %d messages, want the answer's %d", len(shown), len(want))
+	}
+	for i := range want {
+		if shown[i] != want[i] {
+			t.Errorf("message %d shows …%q, want …%q", i, shown[i][max(len(shown[i])-8, 0):], want[i][len(want[i])-8:])
+		}
 	}
 	if n := deadLetters(t, e); n != 0 {
 		t.Errorf("%d dead letters", n)

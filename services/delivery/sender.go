@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -18,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/switchboard-chat/switchboard/pkg/bus"
 	"github.com/switchboard-chat/switchboard/pkg/cron"
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	"github.com/switchboard-chat/switchboard/pkg/outbox"
@@ -498,11 +500,18 @@ func (s *Service) classify(ctx context.Context, l warner, r outbox.Row, rec *del
 		}
 		s.retry(ctx, l, r, "rate_limited", "rate limited: "+rec.GetError(), d, nil)
 	case deliveryv1.ErrorClass_ERROR_CLASS_PERMANENT:
-		if answerEdit(r.Request) {
+		switch {
+		case answerEdit(r.Request) && strings.HasPrefix(rec.GetError(), bus.EditPartDone):
+			// The message shows the edit's text up to the part that was
+			// refused (a Google Chat follow-on message): its text again
+			// as a new message would show the answer twice. The rest is
+			// lost; the user is told, as after the last attempt.
+			s.fail(ctx, l, r, partRefused, rec.GetError())
+		case answerEdit(r.Request):
 			s.editAsNew(ctx, l, r, rec.GetError())
-			return
+		default:
+			s.fail(ctx, l, r, "permanent", rec.GetError())
 		}
-		s.fail(ctx, l, r, "permanent", rec.GetError())
 	case deliveryv1.ErrorClass_ERROR_CLASS_FORMAT:
 		if r.Request.GetFormat() == deliveryv1.TextFormat_TEXT_FORMAT_PLAIN {
 			s.fail(ctx, l, r, "format", "rejected as plain text too: "+rec.GetError())
@@ -525,6 +534,10 @@ func (s *Service) classify(ctx context.Context, l warner, r outbox.Row, rec *del
 }
 
 type warner interface{ Warn(string, ...any) }
+
+// partRefused is the dead letter reason of an answer edit the platform
+// carried out in part (bus.EditPartDone) and refused the rest of.
+const partRefused = "edit_part_refused"
 
 // newMessageSuffix ends the idempotency key of the send that posts an
 // answer edit's text as a new message (editAsNew).
@@ -577,7 +590,13 @@ func (s *Service) editAsNew(ctx context.Context, log warner, r outbox.Row, reaso
 	req.Op = deliveryv1.SendOp_SEND_OP_SEND
 	req.MessageId = ""
 	req.IdempotencyKey = r.Request.GetIdempotencyKey() + newMessageSuffix
-	err := s.store.Replace(ctx, r.ID, s.owner, req, "edit refused, its text sent as a new message: "+reason, s.now(), s.cfg.TTL)
+	msg := "edit refused, its text sent as a new message: " + reason
+	var err error
+	if keys := laterParts(r.Request); len(keys) > 0 {
+		err = s.store.ReplaceWithLater(ctx, r.ID, s.owner, req, msg, s.now(), s.cfg.TTL, keys, afterRefusedEdit)
+	} else {
+		err = s.store.Replace(ctx, r.ID, s.owner, req, msg, s.now(), s.cfg.TTL)
+	}
 	if errors.Is(err, outbox.ErrLostClaim) {
 		log.Warn("answer edit refused, but another sender has its row now", "err", reason)
 		return
@@ -590,6 +609,52 @@ func (s *Service) editAsNew(ctx context.Context, log warner, r outbox.Row, reaso
 	log.Warn("answer edit refused; its text goes as a new message", "err", reason)
 	s.kick()
 }
+
+// laterParts are the keys of the rows after req, a part of a rewrite
+// of several messages (a final's, a segment's close: "<base>:<i>" of
+// ChunkCount), that may edit the messages below req's.
+func laterParts(req *deliveryv1.SendRequested) []string {
+	i, n := int(req.GetChunkIndex()), int(req.GetChunkCount())
+	base, ok := strings.CutSuffix(req.GetIdempotencyKey(), ":"+strconv.Itoa(i))
+	if !ok || i+1 >= n {
+		return nil
+	}
+	keys := make([]string, 0, n-i-1)
+	for j := i + 1; j < n; j++ {
+		keys = append(keys, base+":"+strconv.Itoa(j))
+	}
+	return keys
+}
+
+// afterRefusedEdit is what becomes of row r, a later part of the rewrite
+// one of whose edits the platform refused for good and whose text goes
+// as a new message (editAsNew): the message it edits shows the answer
+// above that new message, so its text goes as a new message too, below
+// it, and the message is deleted (after the chat's waiting rows), so
+// that the answer's parts show in order. A row that edits no message
+// (a send, a delete) stays as it is.
+func afterRefusedEdit(r outbox.Row) []*deliveryv1.SendRequested {
+	edit := r.Request
+	if edit.GetOp() != deliveryv1.SendOp_SEND_OP_EDIT || edit.GetMessageId() == "" || edit.GetText() == "" {
+		return nil
+	}
+	send := proto.Clone(edit).(*deliveryv1.SendRequested)
+	send.Op, send.MessageId = deliveryv1.SendOp_SEND_OP_SEND, ""
+	send.IdempotencyKey = edit.GetIdempotencyKey() + newMessageSuffix
+	drop := &deliveryv1.SendRequested{
+		IdempotencyKey: edit.GetIdempotencyKey() + dropSuffix,
+		Op:             deliveryv1.SendOp_SEND_OP_DELETE,
+		Target:         edit.GetTarget(),
+		MessageId:      edit.GetMessageId(),
+		TurnId:         edit.GetTurnId(),
+		SessionKey:     edit.GetSessionKey(),
+	}
+	return []*deliveryv1.SendRequested{send, drop}
+}
+
+// dropSuffix ends the idempotency key of the delete of a message whose
+// text a refused edit before it moved below (afterRefusedEdit).
+const dropSuffix = ":drop"
 
 // retry schedules the row again after delay, or dead-letters it once it
 // used up MaxAttempts (rate limiting and format fallbacks included).
@@ -630,7 +695,7 @@ func (s *Service) fail(ctx context.Context, log warner, r outbox.Row, reason, ms
 	}
 	s.record(log, "forget interaction", s.store.ForgetInteraction(ctx, r.ID, r.Request))
 	s.cronUndelivered(ctx, log, r, msg)
-	if reason == "max_attempts" {
+	if reason == "max_attempts" || reason == partRefused {
 		s.undelivered(ctx, log, r)
 	}
 }

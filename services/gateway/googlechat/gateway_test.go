@@ -17,6 +17,7 @@ import (
 
 	"github.com/switchboard-chat/switchboard/pkg/bus"
 	"github.com/switchboard-chat/switchboard/pkg/bus/bustest"
+	"github.com/switchboard-chat/switchboard/pkg/chunk"
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	"github.com/switchboard-chat/switchboard/pkg/platform"
@@ -491,5 +492,167 @@ func TestEditRewritesASplitSend(t *testing.T) {
 				t.Errorf("%s edit: a message in thread %q", c.name, m.Thread)
 			}
 		}
+	}
+}
+
+// sendReq asks the gateway for req over the bus, as delivery does, and
+// returns its receipt.
+func sendReq(t *testing.T, b *bus.Bus, req *deliveryv1.SendRequested) *deliveryv1.SendReceipt {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	rec := &deliveryv1.SendReceipt{}
+	if err := b.Request(ctx, b.Topology().SendSubject(PlatformName), req, rec); err != nil {
+		t.Fatal(err)
+	}
+	return rec
+}
+
+// An edit whose message took its text, but whose follow-on message (the
+// rest of a text over the limit) is refused for good, answers that it
+// was done in part (bus.EditPartDone): delivery then does not post the
+// whole text again as a new message, as it does for a message that is
+// gone, which showed the answer twice. Nothing else is posted.
+func TestEditRefusedInPart(t *testing.T) {
+	f := googlechatfake.New(t)
+	h := start(t, f, testConfig(f))
+	sp, th := "spaces/E3", "spaces/E3/threads/t1"
+	target := &deliveryv1.Target{Platform: PlatformName, ChatId: sp, ThreadId: th}
+	md := strings.TrimSuffix(strings.Repeat(">a quoted line\n", 273), "\n") // 4,094 characters, 4,367 converted
+	sent := sendReq(t, h.b, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, Target: target, Text: md, IdempotencyKey: "part:send"})
+	if !sent.GetOk() {
+		t.Fatalf("send: %v", sent.GetError())
+	}
+	for _, c := range []struct {
+		name string
+		text string
+		fail func() // the follow-on's step refused, after the edit's own patch
+	}{
+		{"its patch refused", md + "\n>one line more", func() {
+			f.FailOn(http.MethodPatch, googlechatfake.Failure{}, googlechatfake.Failure{Status: http.StatusForbidden})
+		}},
+		{"its create refused", md + "\n" + md, func() { f.Fail(googlechatfake.Failure{Status: http.StatusBadRequest}) }},
+		{"a surplus one's delete refused", "the final answer", func() {
+			f.FailOn(http.MethodDelete, googlechatfake.Failure{Status: http.StatusForbidden})
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			c.fail()
+			rec := sendReq(t, h.b, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_EDIT, Target: target, MessageId: sent.GetPlatformMessageId(),
+				Text: c.text, IdempotencyKey: "part:" + c.name})
+			if rec.GetOk() || rec.GetErrorClass() != deliveryv1.ErrorClass_ERROR_CLASS_PERMANENT || !strings.HasPrefix(rec.GetError(), bus.EditPartDone) {
+				t.Fatalf("receipt ok=%v class %v %q, want permanent, done in part", rec.GetOk(), rec.GetErrorClass(), rec.GetError())
+			}
+			first := platform.Pieces(strings.ReplaceAll(c.text, ">", "> "), chunk.Limit{Max: maxText, Measure: chunk.Runes})[0]
+			if ms := f.Texts(sp); len(ms) != 2 || ms[0] != first {
+				t.Fatalf("%d messages shown; want the send's 2, the first showing the edit's first part", len(ms))
+			}
+		})
+	}
+}
+
+// An edit asks Chat for no follow-on message it knows does not exist:
+// the gateway notes a message's follow-ons (platform.WriteNote) when a
+// send or an edit makes them, so a stream's edits of a message that
+// goes on in none make one call each, the patch, where each also looked
+// for a follow-on (a get, answered 404); and an edit of a split message
+// patches only the follow-ons whose text it changes and deletes those it
+// no longer needs, a follow-on made without its id (its id kept by one
+// deleted before) too.
+func TestEditsAskForNoFollowOn(t *testing.T) {
+	f := googlechatfake.New(t)
+	h := start(t, f, testConfig(f))
+	edit := func(t *testing.T, target *deliveryv1.Target, id, text, key string) {
+		t.Helper()
+		rec := sendReq(t, h.b, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_EDIT, Target: target, MessageId: id, Text: text, IdempotencyKey: key})
+		if !rec.GetOk() {
+			t.Fatalf("edit %s: %s", key, rec.GetError())
+		}
+	}
+	calls := func() map[string]int {
+		return map[string]int{"create": f.Calls(http.MethodPost), "get": f.Calls(http.MethodGet),
+			"patch": f.Calls(http.MethodPatch), "delete": f.Calls(http.MethodDelete)}
+	}
+	t.Run("a message without follow-ons", func(t *testing.T) {
+		target := &deliveryv1.Target{Platform: PlatformName, ChatId: "spaces/N1"}
+		sent := sendReq(t, h.b, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, Target: target, Text: "Hel ▉", IdempotencyKey: "n1:send"})
+		before := calls()
+		for i, text := range []string{"Hello ▉", "Hello, wor ▉", "Hello, world."} {
+			edit(t, target, sent.GetPlatformMessageId(), text, fmt.Sprintf("n1:%d", i))
+		}
+		after := calls()
+		if after["get"] != before["get"] || after["patch"]-before["patch"] != 3 || after["create"] != before["create"] {
+			t.Fatalf("three edits made calls %v after %v, want three patches and nothing else", after, before)
+		}
+		if got := f.Texts("spaces/N1"); len(got) != 1 || got[0] != "Hello, world." {
+			t.Fatalf("the chat shows %q", got)
+		}
+	})
+	t.Run("a split message", func(t *testing.T) {
+		sp := "spaces/N2"
+		target := &deliveryv1.Target{Platform: PlatformName, ChatId: sp}
+		md := strings.TrimSuffix(strings.Repeat(">a quoted line\n", 273), "\n") // 4,094 characters, 4,367 converted
+		sent := sendReq(t, h.b, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, Target: target, Text: md, IdempotencyKey: "n2:send"})
+		id := sent.GetPlatformMessageId()
+		for _, c := range []struct {
+			name, text string
+			want       map[string]int // calls made
+			shown      int
+		}{
+			{"its rest grows", md + "\n>one line more", map[string]int{"patch": 2}, 2},
+			{"its rest the same", md + "\n>one line more", map[string]int{"patch": 1}, 2},
+			{"shorter", "the final answer", map[string]int{"patch": 1, "delete": 1}, 1},
+			// The follow-on's id is kept by the one deleted: made
+			// without it (a get finds the id's message gone).
+			{"longer again", md, map[string]int{"patch": 1, "create": 2, "get": 1}, 2},
+			{"shorter again", "the final answer, again", map[string]int{"patch": 1, "delete": 1}, 1},
+		} {
+			before := calls()
+			edit(t, target, id, c.text, "n2:"+c.name)
+			after := calls()
+			for k := range after {
+				if after[k]-before[k] != c.want[k] {
+					t.Errorf("%s: %d %s calls, want %d", c.name, after[k]-before[k], k, c.want[k])
+				}
+			}
+			shown := f.Texts(sp)
+			if want := strings.ReplaceAll(c.text, ">", "> "); len(shown) != c.shown || strings.Join(shown, "\n") != want {
+				t.Fatalf("%s: %d messages show %d characters, want %d showing the %d characters", c.name, len(shown), len([]rune(strings.Join(shown, "\n"))), c.shown, len([]rune(want)))
+			}
+		}
+	})
+}
+
+// A gateway that stops after Chat made a follow-on message, before it
+// noted what the message shows (here: the create's answer lost), leaves
+// a note that claims the follow-on all the same (noted before Chat was
+// asked), so the next edit, shorter, deletes it rather than leave it
+// showing the stale rest of the answer.
+func TestFollowOnsAreNotedBeforeTheyAreMade(t *testing.T) {
+	f := googlechatfake.New(t)
+	h := start(t, f, testConfig(f))
+	sp := "spaces/C1"
+	target := &deliveryv1.Target{Platform: PlatformName, ChatId: sp}
+	md := strings.TrimSuffix(strings.Repeat(">a quoted line\n", 273), "\n") // 4,094 characters, 4,367 converted
+	sent := sendReq(t, h.b, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, Target: target, Text: md, IdempotencyKey: "c1:send"})
+	if n := len(f.Texts(sp)); !sent.GetOk() || n != 2 {
+		t.Fatalf("the send made %d messages (%s), want 2", n, sent.GetError())
+	}
+	f.Fail(googlechatfake.Failure{Status: http.StatusServiceUnavailable, Done: true})
+	rec := sendReq(t, h.b, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_EDIT, Target: target, MessageId: sent.GetPlatformMessageId(),
+		Text: md + "\n" + md, IdempotencyKey: "c1:longer"})
+	if rec.GetOk() || rec.GetErrorClass() == deliveryv1.ErrorClass_ERROR_CLASS_PERMANENT {
+		t.Fatalf("the edit whose create's answer was lost: ok=%v class %v, want a retryable failure", rec.GetOk(), rec.GetErrorClass())
+	}
+	if n := len(f.Texts(sp)); n != 3 {
+		t.Fatalf("%d messages shown, want 3: the test does not make the third", n)
+	}
+	rec = sendReq(t, h.b, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_EDIT, Target: target, MessageId: sent.GetPlatformMessageId(),
+		Text: "the final answer", IdempotencyKey: "c1:final"})
+	if !rec.GetOk() {
+		t.Fatalf("final edit: %s", rec.GetError())
+	}
+	if got := f.Texts(sp); len(got) != 1 || got[0] != "the final answer" {
+		t.Fatalf("the chat shows %d messages, want the final answer alone", len(got))
 	}
 }

@@ -100,7 +100,8 @@ func (p *Platform) Send(ctx context.Context, req *deliveryv1.SendRequested) (str
 	// messages, rather than Chat refusing the one.
 	pieces := platform.Pieces(text, chunk.Limit{Max: maxText, Measure: chunk.Runes})
 	var first string // the first piece's message
-	return platform.SendPieces(ctx, pieces, func(i int) int { return i }, func(ctx context.Context, i int, piece string) (string, error) {
+	var fs *follows  // its follow-ons, noted before the first is made
+	id, err := platform.SendPieces(ctx, pieces, func(i int) int { return i }, func(ctx context.Context, i int, piece string) (string, error) {
 		msg := outgoing{Text: piece, Thread: thread}
 		reqID := pieceRequestID(req.GetIdempotencyKey(), i)
 		if i == 0 {
@@ -115,8 +116,42 @@ func (p *Platform) Send(ctx context.Context, req *deliveryv1.SendRequested) (str
 		if first == "" {
 			return "", errors.New("google chat send: the first piece's message is not known")
 		}
+		if fs == nil {
+			var err error
+			if fs, err = p.noteSentFollows(ctx, first, len(pieces)-1); err != nil {
+				return "", err
+			}
+		}
 		return p.create(ctx, sp, msg, reqID, followID(first, i))
 	})
+	if err == nil && fs != nil {
+		// What they show, so that an edit patches only those it changes.
+		for i, piece := range pieces[1:] {
+			fs.F[i].Sum = textSum(piece)
+		}
+		if err := fs.save(ctx, first); err != nil {
+			p.log.Warn("google chat: note the follow-on messages of a send", "err", err)
+		}
+	}
+	return id, err
+}
+
+// noteSentFollows notes, before a send makes them, that message first
+// may have n follow-on messages, showing what is not known yet, and
+// returns the note; nothing is noted for a send performed without the
+// platform runner.
+func (p *Platform) noteSentFollows(ctx context.Context, first string, n int) (*follows, error) {
+	fs, err := readFollows(ctx, first)
+	if errors.Is(err, platform.ErrNoNotes) {
+		return &follows{F: make([]follow, n)}, nil
+	}
+	if err != nil || len(fs.F) >= n {
+		return fs, err // noted by an earlier attempt of the send
+	}
+	for len(fs.F) < n {
+		fs.F = append(fs.F, follow{})
+	}
+	return fs, fs.save(ctx, first)
 }
 
 // followID is the client-assigned id (spaces.messages.create's
@@ -219,7 +254,10 @@ func message(req *deliveryv1.SendRequested) (string, error) {
 
 // Edit replaces the text of one of the app's messages (messages.patch);
 // text over 4,096 characters once converted goes on in messages after
-// it (overflow).
+// it (rewriteFollows). An edit whose message took its text but whose later
+// step failed (a follow-on refused) is done in part (platform.PartDone):
+// delivery does not post its whole text again as a new message, which
+// would show the answer twice.
 func (p *Platform) Edit(ctx context.Context, req *deliveryv1.SendRequested) error {
 	id, err := message(req)
 	if err != nil {
@@ -250,72 +288,56 @@ func (p *Platform) Edit(ctx context.Context, req *deliveryv1.SendRequested) erro
 			thread = &Thread{Name: th}
 		}
 	}
-	for i, piece := range pieces[1:] {
-		if err := p.overflow(ctx, sp, id, i+1, outgoing{Text: piece, Thread: thread}); err != nil {
-			return fmt.Errorf("the rest of the edit of %s: %w", id, err)
-		}
-	}
-	if err := p.dropFollowing(ctx, sp, id, len(pieces)); err != nil {
-		return fmt.Errorf("the surplus messages after the edit of %s: %w", id, err)
+	if err := p.rewriteFollows(ctx, sp, id, req.GetIdempotencyKey(), pieces[1:], thread); err != nil {
+		return platform.PartDone(fmt.Errorf("the rest of the edit of %s: %w", id, err))
 	}
 	return nil
 }
 
-// overflow makes follow-on message i of message id (followID), which an
-// edit over the limit continues in, show msg: patched when it shows
-// another text (a piece of the send that posted id, an earlier edit's
-// rest), else created, once, under a requestId of the edited message
-// and i, so that every edit of it that overflows (a stream's, each time
-// it grows, a retry) shows its rest in the same message. Where Chat
-// keeps the follow-on's id for a message deleted before (an edit that
-// shrank it), the follow-on is created without it: the requestId
-// still makes it one message, but a later edit cannot find it to
-// delete it.
-func (p *Platform) overflow(ctx context.Context, sp, id string, i int, msg outgoing) error {
-	name := sp + "/messages/" + followID(id, i)
-	var cur created
-	err := p.api.Do(ctx, http.MethodGet, p.base+"/v1/"+name, nil, &cur)
-	switch {
-	case err == nil && cur.Text == msg.Text:
-		return nil
-	case err == nil:
-		return p.api.Do(ctx, http.MethodPatch, p.base+"/v1/"+name+"?updateMask=text", outgoing{Text: msg.Text}, nil)
-	case !apiStatus(err, http.StatusNotFound):
-		return err
-	}
-	reqID := requestID(id + "\x00overflow\x00" + strconv.Itoa(i))
+// makeFollow creates follow-on message i of message id showing msg, once
+// for the edit with idempotency key key (followRequestID), and returns
+// its name. Where Chat keeps the follow-on's id for a message deleted
+// before (an edit that shrank it), the follow-on is created without it,
+// under its name in the note.
+func (p *Platform) makeFollow(ctx context.Context, sp, id, key string, i int, msg outgoing) (string, error) {
+	reqID := followRequestID(id, key, i)
 	out, err := p.createMessage(ctx, sp, msg, reqID, followID(id, i))
 	if apiStatus(err, http.StatusConflict) {
+		// The id is taken: by the follow-on itself, which the note did
+		// not know (it expired), or by one deleted since.
+		name := sp + "/messages/" + followID(id, i)
+		var cur created
+		switch gerr := p.api.Do(ctx, http.MethodGet, p.base+"/v1/"+name, nil, &cur); {
+		case gerr == nil && cur.Text == msg.Text:
+			return name, nil
+		case gerr == nil:
+			return name, p.api.Do(ctx, http.MethodPatch, p.base+"/v1/"+name+"?updateMask=text", outgoing{Text: msg.Text}, nil)
+		case !apiStatus(gerr, http.StatusNotFound):
+			return "", gerr
+		}
 		out, err = p.createMessage(ctx, sp, msg, reqID, "")
 	}
 	if err != nil || out.Text == msg.Text {
-		return err
+		return out.Name, err
 	}
+	// The message an earlier attempt of this edit made, showing other
+	// text since.
 	if !validName(out.Name, sp+"/messages/") || strings.Count(out.Name, "/") != 3 {
-		return fmt.Errorf("chat api answered a create with the message name %q", out.Name)
+		return "", fmt.Errorf("chat api answered a create with the message name %q", out.Name)
 	}
-	return p.api.Do(ctx, http.MethodPatch, p.base+"/v1/"+out.Name+"?updateMask=text", outgoing{Text: msg.Text}, nil)
+	return out.Name, p.api.Do(ctx, http.MethodPatch, p.base+"/v1/"+out.Name+"?updateMask=text", outgoing{Text: msg.Text}, nil)
 }
 
-// dropFollowing deletes the follow-on messages of message id from the
-// from-th on (a send's later pieces, an earlier edit's rest), which an
-// edit that now fits fewer messages leaves with stale text: follow-ons
-// are made in order, so the first one missing ends them.
-func (p *Platform) dropFollowing(ctx context.Context, sp, id string, from int) error {
-	for i := from; i < from+maxFollow; i++ {
-		name := sp + "/messages/" + followID(id, i)
-		err := p.api.Do(ctx, http.MethodGet, p.base+"/v1/"+name, nil, &created{})
-		if apiStatus(err, http.StatusNotFound) {
-			return nil
-		}
-		if err == nil {
-			err = p.api.Do(ctx, http.MethodDelete, p.base+"/v1/"+name, nil, nil)
-		}
-		if err != nil && !apiStatus(err, http.StatusNotFound) {
-			return err
-		}
+// followRequestID is the requestId of the create of follow-on message i
+// of message id by the edit with idempotency key key: a retry of the
+// edit names the message its first attempt made, and another edit (one
+// that makes the follow-on again after an edit that shrank the message
+// deleted it) a new one, not the deleted message. None without a key.
+func followRequestID(id, key string, i int) string {
+	if key == "" {
+		return ""
 	}
-	return nil
+	return requestID(id + "\x00overflow\x00" + strconv.Itoa(i) + "\x00" + key)
 }
 
 // apiStatus reports whether err is the Chat API's answer with HTTP

@@ -8,7 +8,8 @@
 // media download; the bearer token checked on each), and Google Chat's
 // side of the app's HTTP endpoint: interaction events with a signed
 // bearer token, posted to the gateway. Failures can be injected (429 with
-// Retry-After, 5xx, 4xx).
+// Retry-After, 5xx, 4xx) into creates and, by method, into the other
+// calls of the messages API, which are counted.
 package googlechatfake
 
 import (
@@ -57,7 +58,11 @@ type Fake struct {
 	msgs      map[string][]*Message // space → messages the app sent
 	requests  map[string]*Message   // requestId → message
 	failures  []Failure
-	files     map[string]file
+	// failOn are the failures answered instead of the next gets,
+	// patches or deletes of a message, by method.
+	failOn map[string][]Failure
+	calls  map[string]int // message API calls by method
+	files  map[string]file
 }
 
 type file struct {
@@ -79,10 +84,14 @@ type Message struct {
 	Deleted  bool
 }
 
-// Failure is answered instead of the next create.
+// Failure is answered instead of the next create (Fail), or call of a
+// method (FailOn).
 type Failure struct {
 	Status     int
 	RetryAfter int // seconds, 0 for none
+	// Done, on a create's failure, makes the message all the same: the
+	// app's request went through, but its answer was lost.
+	Done bool
 }
 
 // New starts a fake; it stops when the test ends.
@@ -99,6 +108,7 @@ func New(t testing.TB) *Fake {
 		ProjectNumber: "123456789012", ClientEmail: "hermes-chat-bot@fake-project.iam.gserviceaccount.com",
 		chatKey: chatKey{"chat-key-1", key}, saKey: saKey,
 		tokens: map[string]bool{}, msgs: map[string][]*Message{}, requests: map[string]*Message{}, files: map[string]file{},
+		failOn: map[string][]Failure{}, calls: map[string]int{},
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /jwks", f.jwks)
@@ -240,8 +250,47 @@ func (f *Fake) Fail(fs ...Failure) {
 	f.failures = append(f.failures, fs...)
 }
 
+// FailOn makes the next gets, patches or deletes (method GET, PATCH or
+// DELETE) of a message fail, in order; a zero Failure lets its call
+// through.
+func (f *Fake) FailOn(method string, fs ...Failure) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.failOn[method] = append(f.failOn[method], fs...)
+}
+
+// Calls counts the calls of the messages API (create, get, patch,
+// delete) by HTTP method: POST, GET, PATCH, DELETE.
+func (f *Fake) Calls(method string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.calls[method]
+}
+
+// called counts r and answers the failure injected for its method, if
+// any; it reports whether it answered.
+func (f *Fake) called(w http.ResponseWriter, r *http.Request) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls[r.Method]++
+	fs := f.failOn[r.Method]
+	if len(fs) == 0 {
+		return false
+	}
+	fl := fs[0]
+	f.failOn[r.Method] = fs[1:]
+	if fl == (Failure{}) {
+		return false
+	}
+	if fl.RetryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(fl.RetryAfter))
+	}
+	apiError(w, fl.Status, "INJECTED", "injected failure")
+	return true
+}
+
 func (f *Fake) create(w http.ResponseWriter, r *http.Request) {
-	if !f.authorized(w, r) {
+	if !f.authorized(w, r) || f.called(w, r) {
 		return
 	}
 	space := "spaces/" + r.PathValue("space")
@@ -261,10 +310,13 @@ func (f *Fake) create(w http.ResponseWriter, r *http.Request) {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	var lost *Failure // the failure answered after the message is made
 	if len(f.failures) > 0 {
 		fl := f.failures[0]
 		f.failures = f.failures[1:]
-		if fl != (Failure{}) {
+		if fl.Done {
+			lost = &fl
+		} else if fl != (Failure{}) {
 			if fl.RetryAfter > 0 {
 				w.Header().Set("Retry-After", strconv.Itoa(fl.RetryAfter))
 			}
@@ -313,6 +365,10 @@ func (f *Fake) create(w http.ResponseWriter, r *http.Request) {
 	if reqID != "" {
 		f.requests[reqID] = m
 	}
+	if lost != nil {
+		apiError(w, lost.Status, "INJECTED", "injected failure after the message was made")
+		return
+	}
 	writeJSON(w, http.StatusOK, f.wire(m))
 }
 
@@ -353,7 +409,7 @@ func (f *Fake) find(r *http.Request) *Message {
 }
 
 func (f *Fake) get(w http.ResponseWriter, r *http.Request) {
-	if !f.authorized(w, r) {
+	if !f.authorized(w, r) || f.called(w, r) {
 		return
 	}
 	f.mu.Lock()
@@ -367,7 +423,7 @@ func (f *Fake) get(w http.ResponseWriter, r *http.Request) {
 }
 
 func (f *Fake) patch(w http.ResponseWriter, r *http.Request) {
-	if !f.authorized(w, r) {
+	if !f.authorized(w, r) || f.called(w, r) {
 		return
 	}
 	var body struct {
@@ -394,7 +450,7 @@ func (f *Fake) patch(w http.ResponseWriter, r *http.Request) {
 }
 
 func (f *Fake) delete(w http.ResponseWriter, r *http.Request) {
-	if !f.authorized(w, r) {
+	if !f.authorized(w, r) || f.called(w, r) {
 		return
 	}
 	f.mu.Lock()
