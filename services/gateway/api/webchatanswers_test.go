@@ -343,3 +343,41 @@ func TestWebChatShowsUnclosedEmphasisAsText(t *testing.T) {
 		t.Fatalf("answer of %d characters shown as %d: %.80q…", len(text), len(got)-2, got)
 	}
 }
+
+// TestWebChatRendersKeptAnswersWhenSeen: a reload shows a long kept
+// transcript with the answers on screen (the newest) rendered as
+// Markdown at once and the others as they come near the screen; every
+// kept answer was rendered before the page showed, which took seconds
+// for a full storage.
+func TestWebChatRendersKeptAnswersWhenSeen(t *testing.T) {
+	_, step, eval, poll := openWebChat(t, nil)
+	eval(`(() => {
+		const h = [];
+		for (let i = 0; i < 60; i++) {
+			h.push({ role: "user", content: "question " + i });
+			h.push({ role: "assistant", content: "**answer " + i + "**\n\n" + "- a line\n".repeat(30) });
+		}
+		localStorage.setItem("sb.history", JSON.stringify(h));
+		return "";
+	})()`)
+	step("reload", chromedp.Reload(), chromedp.WaitVisible("#input"))
+	// answer i's bold text ("" while it waits to be rendered) and its
+	// count of list items.
+	answer := func(i int) string {
+		return fmt.Sprintf(`(m => (m.querySelector("strong") || {}).textContent + " " + m.querySelectorAll("li").length)(document.querySelectorAll(".msg.assistant")[%d])`, i)
+	}
+	if got := eval(answer(59)); got != "answer 59 30" {
+		t.Fatalf("the newest answer, on screen, shows %q", got)
+	}
+	if got := eval(answer(0)); got != "undefined 0" {
+		t.Errorf("the oldest answer, far off screen, rendered already (%q)", got)
+	}
+	if got := eval(`String(document.querySelectorAll(".msg.assistant")[0].textContent.startsWith("**answer 0**"))`); got != "true" {
+		t.Errorf("the oldest answer does not show its text while it waits")
+	}
+	eval(`String(document.getElementById("log").scrollTop = 0)`) // the reader goes back to the start
+	poll("the oldest answer rendered", answer(0)+` === "answer 0 30"`)
+	if got := eval(`String(document.querySelectorAll(".msg.assistant").length)`); got != "60" {
+		t.Fatalf("%s answers shown, want 60", got)
+	}
+}

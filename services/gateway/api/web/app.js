@@ -294,11 +294,61 @@
   function keptTools(tools) {
     return tools.slice(-50).map(function (t) { return t.text; });
   }
-  history().forEach(function (m) {
-    var d = bubble(m.role, m.content);
-    if (m.tools) showTools(d, m.tools.map(function (text) { return { text: text, done: true }; }));
-    if (m.stopped) stopped(d);
-  });
+
+  // The kept transcript shows at once, however long it is: an answer's
+  // Markdown is rendered when it comes near the screen (those on it,
+  // the newest, before the page first shows), and shows its text as
+  // written until then. Rendering every kept answer made a reload with
+  // a full storage take seconds (20 s under load).
+  var later = typeof IntersectionObserver === "function" ? new IntersectionObserver(function (seen) {
+    seen.forEach(function (x) { if (x.isIntersecting) rendered(x.target); });
+  }, { root: log, rootMargin: "100% 0px" }) : null;
+  // rendered renders the kept answer of d, if it waits for it.
+  function rendered(d) {
+    if (d.raw == null) return;
+    if (later) later.unobserve(d);
+    renderMarkdown(d.md, d.raw);
+    d.raw = null;
+    delete d.dataset.later;
+  }
+  // showKept adds the kept messages of h to the log, which it scrolls to
+  // its end.
+  function showKept(h) {
+    var all = h.map(function (m) {
+      var d = el("div", "msg " + m.role);
+      if (/^assistant/.test(m.role)) {
+        d.md = d.appendChild(el("div", "md"));
+        d.md.textContent = d.raw = m.content;
+        d.dataset.later = ""; // laid out when near the screen (app.css)
+      } else {
+        d.textContent = m.content;
+      }
+      if (m.tools) showTools(d, m.tools.map(function (text) { return { text: text, done: true }; }));
+      if (m.stopped) stopped(d);
+      return d;
+    });
+    var kept = document.createDocumentFragment();
+    all.forEach(function (d) { kept.appendChild(d); });
+    log.appendChild(kept);
+    // From the newest back, the messages on screen at the log's end.
+    var top = log.getBoundingClientRect().top;
+    for (var k = all.length - 1; k >= 0; k--) {
+      log.scrollTop = log.scrollHeight;
+      if (all[k].getBoundingClientRect().bottom < top) break;
+      rendered(all[k]);
+    }
+    log.scrollTop = log.scrollHeight;
+    all.forEach(function (d) {
+      if (d.raw == null) return;
+      if (later) later.observe(d); else rendered(d);
+    });
+  }
+  // clearLog empties the log (and what waits to be rendered in it).
+  function clearLog() {
+    if (later) later.disconnect();
+    log.textContent = "";
+  }
+  showKept(history());
 
   // current stops the answer on its way (an AbortController), if any;
   // currentSession is its conversation.
@@ -339,7 +389,7 @@
     store.removeItem("sb.history");
     store.removeItem("sb.pending");
     refused = null;
-    log.textContent = "";
+    clearLog();
     input.focus();
   });
   // refused is the message a 401 turned back, sent again with the key.
@@ -572,7 +622,7 @@
             if (p.reset && NEW_STARTED.test(answer)) {
               // The conversation shown ended: its answer starts the new one.
               h = [];
-              log.textContent = "";
+              clearLog();
               log.appendChild(out);
             }
             var a = { role: "assistant", content: answer };
