@@ -381,3 +381,46 @@ func TestWebChatRendersKeptAnswersWhenSeen(t *testing.T) {
 		t.Fatalf("%s answers shown, want 60", got)
 	}
 }
+
+// TestWebChatParsesLongRunsOfMarks: an answer of long runs of Markdown
+// marks shows as text, whole, with its links and at most NEST levels of
+// emphasis: a line of "[" that nothing closes searched the rest of the
+// line again for each "[", and a run of "*" was parsed again for each
+// level of emphasis it opened (some 25,000 of them for 100,000 "*",
+// past the script's stack).
+func TestWebChatParsesLongRunsOfMarks(t *testing.T) {
+	const n = 100000
+	paragraphs := []string{
+		strings.Repeat("[", n),
+		strings.Repeat("[", n) + "]" + strings.Repeat("x", n), // closed, no address
+		"[[[x](https://example.com/a) and [y](https://example.com/b)",
+		strings.Repeat("*", n),
+		strings.Repeat("_", n+1),
+	}
+	text := strings.Join(paragraphs, "\n\n")
+	_, step, eval, poll := openWebChat(t, func(r *responder) {
+		r.answer = func(*eventsv1.MessageReceived, int) []string {
+			var pieces []string
+			for rest := text; rest != ""; {
+				k := min(len(rest), 20000)
+				pieces = append(pieces, rest[:k])
+				rest = rest[k:]
+			}
+			return pieces
+		}
+	})
+	step("send", chromedp.SendKeys("#input", "marks"), chromedp.Click("#send"))
+	poll("the answer", `document.querySelectorAll('.msg.assistant:not(.pending)').length >= 1`)
+	// Each paragraph: its text's length, its links, and its emphasis
+	// (each level's tag and the length of the text it holds).
+	got := eval(`Array.from(document.querySelectorAll('.msg.assistant .md > p')).map(p => {
+		const links = Array.from(p.querySelectorAll("a")).map(a => a.textContent + ">" + a.getAttribute("href"));
+		const levels = [];
+		for (let e = p.querySelector("strong, em"); e; e = e.querySelector("strong, em")) levels.push(e.tagName.toLowerCase());
+		return p.textContent.length + " [" + links.join(" ") + "] " + levels.length + (levels.length ? " " + levels[0] + "…" + levels[levels.length - 1] : "");
+	}).join(" | ")`)
+	want := fmt.Sprintf("%d [] 0 | %d [] 0 | 9 [[[x>https://example.com/a y>https://example.com/b] 0 | %d [] 20 strong…strong | %d [] 20 strong…strong", n, 2*n+1, n-80, n+1-80)
+	if got != want {
+		t.Fatalf("paragraphs\n%s\nwant\n%s", got, want)
+	}
+}

@@ -67,7 +67,13 @@
     return host.appendChild(a);
   }
   var PUNCT = "!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~";
-  var LINK = /\[([^\]\n]*)\]\(\s*<?([^\s()<>]*)>?\s*\)/y;
+  // A link is "[text](address)": its text runs to the first "]" (no
+  // line break in it), the address follows at once (TARGET).
+  var TARGET = /\(\s*<?([^\s()<>]*)>?\s*\)/y;
+  // NEST is how deep emphasis nests: deeper, its marks are text, so that
+  // a long run of them ("****…") is not parsed again at each of its
+  // levels (as markdown-it bounds its nesting).
+  var NEST = 20;
   var BARE = /https?:\/\/[^\s<>"'`]+/y;
   function isSpace(c) { return c === undefined || /\s/.test(c); }
   function isWord(c) { return c !== undefined && /[\p{L}\p{N}_]/u.test(c); }
@@ -95,9 +101,34 @@
     for (var k = 0; k < seen.length; k++) dead[seen[k]] = true;
     return -1;
   }
-  // inline adds the nodes of a paragraph's text s to host.
-  function inline(host, s, inLink) {
+  // inline adds the nodes of a paragraph's text s to host; depth is how
+  // many emphases it is inside.
+  function inline(host, s, inLink, depth) {
+    depth = depth || 0;
     var buf = "";
+    // A "[" is a link's start when its text's end, the next "]" or line
+    // break, is followed by an address. The "[" before one end share it,
+    // and what follows it: a line of "[" that nothing closes, or closes
+    // with no address, is searched through once, not once per "[".
+    var bracket = -1, lineEnd = -1, target = -1, targetMatch = null;
+    function linkAt(i) {
+      if (bracket <= i) bracket = after("]", i + 1);
+      if (lineEnd <= i) lineEnd = after("\n", i + 1);
+      var end = Math.min(bracket, lineEnd);
+      if (s[end] !== "]") return null;
+      if (target !== end) {
+        TARGET.lastIndex = end + 1;
+        targetMatch = TARGET.exec(s);
+        target = end;
+      }
+      if (!targetMatch) return null;
+      return { all: s.slice(i, end + 1 + targetMatch[0].length), text: s.slice(i + 1, end), href: targetMatch[1] };
+    }
+    // after is where c is next at or after from (the text's length: nowhere).
+    function after(c, from) {
+      var k = s.indexOf(c, from);
+      return k < 0 ? s.length : k;
+    }
     // dead: per delimiter, closing's places that close nothing after
     // them; noTick: per length of a run of backticks, the place from
     // which no run of that length follows (nor from any later place).
@@ -126,21 +157,18 @@
         i = j + n;
         continue;
       }
-      if (c === "[" && !inLink) {
-        LINK.lastIndex = i;
-        if ((m = LINK.exec(s))) {
-          var href = safeURL(m[2]);
-          if (href) {
-            put(null);
-            // A link without text of its own shows its address, as written.
-            if (m[1].trim()) inline(link(href, host), m[1], true);
-            else link(href, host).textContent = m[2];
-          } else {
-            buf += m[0];
-          }
-          i += m[0].length;
-          continue;
+      if (c === "[" && !inLink && (m = linkAt(i))) {
+        var href = safeURL(m.href);
+        if (href) {
+          put(null);
+          // A link without text of its own shows its address, as written.
+          if (m.text.trim()) inline(link(href, host), m.text, true, depth);
+          else link(href, host).textContent = m.href;
+        } else {
+          buf += m.all;
         }
+        i += m.all.length;
+        continue;
       }
       if (c === "h" && !inLink && !isWord(s[i - 1])) {
         BARE.lastIndex = i;
@@ -158,11 +186,11 @@
       }
       if (c === "*" || c === "_") {
         var d = s[i + 1] === c ? c + c : c;
-        if (!isSpace(s[i + d.length]) && !(c === "_" && isWord(s[i - 1]))) {
+        if (depth < NEST && !isSpace(s[i + d.length]) && !(c === "_" && isWord(s[i - 1]))) {
           j = closing(s, i + d.length, d, c, dead[d]);
           if (j > 0) {
             var e = el(d.length === 2 ? "strong" : "em");
-            inline(e, s.slice(i + d.length, j), inLink);
+            inline(e, s.slice(i + d.length, j), inLink, depth + 1);
             put(e);
             i = j + d.length;
             continue;
