@@ -424,3 +424,48 @@ func TestWebChatParsesLongRunsOfMarks(t *testing.T) {
 		t.Fatalf("paragraphs\n%s\nwant\n%s", got, want)
 	}
 }
+
+// TestWebChatKeepsTheStreamedPartAtMostOnceASecond: the part of an
+// answer streamed so far is written to the storage (for a reload) at
+// most once a second while it streams, and still written: it was
+// written four times a second, each write (the whole pending message,
+// a picture's megabytes with it) going to every open tab of the page.
+func TestWebChatKeepsTheStreamedPartAtMostOnceASecond(t *testing.T) {
+	_, step, eval, poll := openWebChat(t, func(r *responder) {
+		r.answer = func(*eventsv1.MessageReceived, int) []string {
+			pieces := make([]string, 30)
+			for i := range pieces {
+				pieces[i] = fmt.Sprintf("piece %d. ", i)
+			}
+			return pieces
+		}
+		r.pace = 100 * time.Millisecond // three seconds of streaming
+	})
+	// The page's writes of what it keeps of the answer on its way: when
+	// (ms), and how much of it.
+	eval(`(() => {
+		window.partWrites = [];
+		const set = Storage.prototype.setItem;
+		Storage.prototype.setItem = function (k, v) {
+			if ((k === "sb.pending" || k === "sb.part") && v.includes('"shown"')) window.partWrites.push([performance.now(), JSON.parse(v).shown]);
+			return set.apply(this, arguments);
+		};
+		return "";
+	})()`)
+	step("send", chromedp.SendKeys("#input", "stream slowly"), chromedp.Click("#send"))
+	poll("the answer", `document.querySelectorAll('.msg.assistant:not(.pending)').length >= 1`)
+	got := eval(`(() => {
+		const w = window.partWrites, gaps = w.slice(1).map((x, i) => x[0] - w[i][0]);
+		return w.length + " writes, " + (w.length ? "first of " + w[0][1].length + " characters, " : "") + "shortest gap " + (gaps.length ? Math.round(Math.min(...gaps)) : "none") + " ms";
+	})()`)
+	var writes, first, gap int
+	if _, err := fmt.Sscanf(got, "%d writes, first of %d characters, shortest gap %d ms", &writes, &first, &gap); err != nil && !strings.Contains(got, "gap none") {
+		t.Fatalf("writes: %s (%v)", got, err)
+	}
+	if writes == 0 || first == 0 {
+		t.Fatalf("%s: the part streamed was not kept while it streamed", got)
+	}
+	if writes > 1 && gap < 990 {
+		t.Fatalf("%s: want at most one a second", got)
+	}
+}

@@ -416,6 +416,7 @@
     store.removeItem("sb.session");
     store.removeItem("sb.history");
     store.removeItem("sb.pending");
+    store.removeItem("sb.part");
     refused = null;
     clearLog();
     input.focus();
@@ -487,24 +488,37 @@
   function done(p) {
     var q = pending();
     if (q && q.key === p.key) store.removeItem("sb.pending");
+    if ((keptPart() || {}).key === p.key) store.removeItem("sb.part");
   }
-  // The part of the answer on its way shown so far is kept with its
-  // pending message (now and then, and as the page goes), so that a
-  // reload shows it until the answer comes: a retry of the message is
-  // given the answer as it is sent, not the text streamed before.
-  var part = null, partTimer = 0;
+  // The part of the answer on its way shown so far is kept beside its
+  // pending message (sb.part, with the message's key), so that a reload
+  // shows it until the answer comes: a retry of the message is given
+  // the answer as it is sent, not the text streamed before. It is
+  // written as the page goes (a reload: nothing shown is lost) and, for
+  // a page that ends without going (a crash), at most once a second as
+  // it streams: each write goes to every open tab of the page, and was
+  // one of the whole pending message (a picture's megabytes) four
+  // times a second.
+  var PART_EVERY = 1000;
+  var part = null, partTimer = 0, partWritten = 0;
+  function keptPart() {
+    try { return JSON.parse(store.getItem("sb.part") || "null"); } catch (e) { return null; }
+  }
   function keepPart() {
+    clearTimeout(partTimer);
     partTimer = 0;
-    if (!part) return;
+    if (!part || part.kept) return;
+    part.kept = true;
     var q = pending();
-    if (!q || q.key !== part.p.key) return;
-    q.shown = part.text;
-    q.tools = part.tools;
-    try { store.setItem("sb.pending", JSON.stringify(q)); } catch (e) { /* full: the answer shows when it comes */ }
+    if (!q || q.key !== part.p.key) return; // another message's place now
+    partWritten = Date.now();
+    try {
+      store.setItem("sb.part", JSON.stringify({ key: q.key, shown: part.text, tools: part.tools }));
+    } catch (e) { /* full: the answer shows when it comes */ }
   }
   function showPart(p, text, tools) {
     part = { p: p, text: text, tools: tools };
-    if (!partTimer) partTimer = setTimeout(keepPart, 250);
+    if (!partTimer) partTimer = setTimeout(keepPart, Math.max(0, partWritten + PART_EVERY - Date.now()));
   }
   window.addEventListener("pagehide", keepPart);
   document.addEventListener("visibilitychange", function () {
@@ -538,6 +552,7 @@
     // Another answer (reserved for admins; not read as a command) left
     // the conversation as it was, and the transcript with it.
     if (/^\/(new|reset)(@\S*)?(\s|$)/i.test(text)) p.reset = true;
+    store.removeItem("sb.part"); // the message before's: this one takes its place
     try { store.setItem("sb.pending", JSON.stringify(p)); } catch (e) { /* too big to keep (a picture): sent once */ }
     await ask(p);
   }
@@ -745,8 +760,14 @@
   // it now.
   var left = pending();
   if (left && left.session === store.getItem("sb.session")) {
+    var shown = keptPart();
+    if (shown && shown.key === left.key) {
+      left.shown = shown.shown;
+      left.tools = shown.tools;
+    }
     ask(left);
   } else {
     store.removeItem("sb.pending");
+    store.removeItem("sb.part");
   }
 })();
