@@ -469,3 +469,37 @@ func TestWebChatKeepsTheStreamedPartAtMostOnceASecond(t *testing.T) {
 		t.Fatalf("%s: want at most one a second", got)
 	}
 }
+
+// TestWebChatOtherTabsShowANewConversation: a new conversation started
+// in one tab (a typed /new its answer confirmed, or New chat) shows in
+// the page's other open tabs at once: they showed the old transcript
+// until reloaded, and added their next exchange to it on screen.
+func TestWebChatOtherTabsShowANewConversation(t *testing.T) {
+	browser, s, r := keylessWebChat(t)
+	r.mu.Lock()
+	r.answer = func(ev *eventsv1.MessageReceived, turn int) []string {
+		if ev.GetText() == "/new" {
+			return []string{newSessionStarted}
+		}
+		return []string{fmt.Sprintf("echo: %s (turn %d)", ev.GetText(), turn)}
+	}
+	r.mu.Unlock()
+	tabA, stepA := headless(t, browser)
+	url := "http://" + s.Addr() + "/"
+	stepA("open tab A", chromedp.Navigate(url), chromedp.WaitVisible("#input"))
+	pollA := poller(t, tabA)
+	stepA("send in A", chromedp.SendKeys("#input", "hello"), chromedp.Click("#send"))
+	pollA("A's answer", `document.querySelectorAll('.msg.assistant:not(.pending)').length >= 1 && !document.getElementById("send").disabled`)
+	tabB, cancelB := chromedp.NewContext(tabA) // another tab of the same browser
+	defer cancelB()
+	pollB := poller(t, tabB)
+	if err := chromedp.Do(tabB, chromedp.Navigate(url), chromedp.WaitVisible("#input"), chromedp.SendKeys("#input", "/new"), chromedp.Click("#send")); err != nil {
+		t.Fatalf("browser: /new in tab B: %v", err)
+	}
+	pollB("B's answer to /new", `Array.from(document.querySelectorAll('.msg.assistant:not(.pending)')).some(m => m.textContent === "`+newSessionStarted+`")`)
+	pollA("the new conversation in A", pageLog+` === "msg assistant: `+newSessionStarted+`"`)
+	if err := chromedp.Do(tabB, chromedp.Click("#new")); err != nil {
+		t.Fatalf("browser: New chat in tab B: %v", err)
+	}
+	pollA("the new chat in A", pageLog+` === ""`)
+}

@@ -419,7 +419,23 @@
     store.removeItem("sb.part");
     refused = null;
     clearLog();
+    cleared();
     input.focus();
+  });
+  // cleared tells the page's other tabs that this one started a new
+  // conversation (New chat, or a /new its answer confirmed): each
+  // shows it at once (storage event), not its old transcript until
+  // reloaded.
+  function cleared() { store.setItem("sb.cleared", newKey()); }
+  window.addEventListener("storage", function (e) {
+    if (e.key !== "sb.cleared" && e.key !== null) return; // null: the storage was cleared
+    // The answer on its way here is the old conversation's: no longer
+    // waited for, as New chat leaves it here.
+    if (current) { current.abort(); current = null; }
+    busy(false);
+    refused = null;
+    clearLog();
+    showKept(history());
   });
   // refused is the message a 401 turned back, sent again with the key.
   var refused = null;
@@ -661,8 +677,8 @@
           // The transcript as it is now: another tab may have added to
           // it since the question went out, or started a new chat.
           if (store.getItem("sb.session") === p.session) {
-            var h = history();
-            if (p.reset && NEW_STARTED.test(answer)) {
+            var h = history(), renewed = p.reset && NEW_STARTED.test(answer);
+            if (renewed) {
               // The conversation shown ended: its answer starts the new one.
               h = [];
               clearLog();
@@ -672,6 +688,7 @@
             if (tools.length) a.tools = keptTools(tools);
             h.push(a);
             saveHistory(h);
+            if (renewed) cleared();
           }
           return;
         }
