@@ -481,7 +481,10 @@ func TestWebChatTwoTabs(t *testing.T) {
 }
 
 // TestWebChatNewChatInAnotherTab: an answer that comes after another tab
-// started a new chat is not written into the new chat's transcript.
+// started a new chat is not written into the new chat's transcript, nor
+// shown: the tab shows the new chat at once (TestWebChatOtherTabsShowANewConversation)
+// and, as New chat pressed in it, no longer waits for the old
+// conversation's answer.
 func TestWebChatNewChatInAnotherTab(t *testing.T) {
 	browser, s, r := keylessWebChat(t)
 	release := r.hold()
@@ -496,22 +499,25 @@ func TestWebChatNewChatInAnotherTab(t *testing.T) {
 	}
 	stepA("send in A", chromedp.SendKeys("#input", "old question"), chromedp.Click("#send"))
 	platformtest.WaitFor(t, "A's message", func() bool { return len(r.received()) == 1 })
+	oldChat := r.chatIDs()[0]
 	if err := chromedp.Do(tabB, chromedp.Click("#new")); err != nil {
 		t.Fatalf("browser: New chat in tab B: %v", err)
 	}
-	if _, err := chromedp.Run(tabA, chromedp.Poll[bool](`localStorage.getItem("sb.session") === null`)); err != nil {
-		t.Fatalf("browser: tab A sees the new chat: %v", err)
+	if _, err := chromedp.Run(tabA, chromedp.Poll[bool](`localStorage.getItem("sb.session") === null && document.querySelectorAll(".msg").length === 0 && !document.getElementById("send").disabled`)); err != nil {
+		t.Fatalf("browser: tab A shows the new chat: %v", err)
 	}
 	release()
+	platformtest.WaitFor(t, "the old answer's delivery", func() bool { return r.delivered(oldChat) })
+	stepA("send in the new chat", chromedp.SendKeys("#input", "new question"), chromedp.Click("#send"))
 	if _, err := chromedp.Run(tabA, chromedp.Poll[bool](`document.querySelectorAll('.msg.assistant:not(.pending)').length >= 1`)); err != nil {
-		t.Fatalf("browser: A's answer: %v", err)
+		t.Fatalf("browser: the new answer: %v", err)
 	}
-	got, err := chromedp.Run(tabA, chromedp.Evaluate[string](`String(localStorage.getItem("sb.history"))`))
+	got, err := chromedp.Run(tabA, chromedp.Evaluate[string](pageLog+` + " | kept: " + localStorage.getItem("sb.history")`))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got != "null" {
-		t.Fatalf("the new chat's transcript %s, want none", got)
+	if want := `msg user: new question | msg assistant: echo: new question (turn 1) | kept: [{"role":"user","content":"new question"},{"role":"assistant","content":"echo: new question (turn 1)"}]`; got != want {
+		t.Fatalf("the new chat %s, want %s", got, want)
 	}
 }
 

@@ -343,3 +343,163 @@ func TestWebChatShowsUnclosedEmphasisAsText(t *testing.T) {
 		t.Fatalf("answer of %d characters shown as %d: %.80q…", len(text), len(got)-2, got)
 	}
 }
+
+// TestWebChatRendersKeptAnswersWhenSeen: a reload shows a long kept
+// transcript with the answers on screen (the newest) rendered as
+// Markdown at once and the others as they come near the screen; every
+// kept answer was rendered before the page showed, which took seconds
+// for a full storage.
+func TestWebChatRendersKeptAnswersWhenSeen(t *testing.T) {
+	_, step, eval, poll := openWebChat(t, nil)
+	eval(`(() => {
+		const h = [];
+		for (let i = 0; i < 60; i++) {
+			h.push({ role: "user", content: "question " + i });
+			h.push({ role: "assistant", content: "**answer " + i + "**\n\n" + "- a line\n".repeat(30) });
+		}
+		localStorage.setItem("sb.history", JSON.stringify(h));
+		return "";
+	})()`)
+	step("reload", chromedp.Reload(), chromedp.WaitVisible("#input"))
+	// answer i's bold text ("" while it waits to be rendered) and its
+	// count of list items.
+	answer := func(i int) string {
+		return fmt.Sprintf(`(m => (m.querySelector("strong") || {}).textContent + " " + m.querySelectorAll("li").length)(document.querySelectorAll(".msg.assistant")[%d])`, i)
+	}
+	if got := eval(answer(59)); got != "answer 59 30" {
+		t.Fatalf("the newest answer, on screen, shows %q", got)
+	}
+	if got := eval(answer(0)); got != "undefined 0" {
+		t.Errorf("the oldest answer, far off screen, rendered already (%q)", got)
+	}
+	if got := eval(`String(document.querySelectorAll(".msg.assistant")[0].textContent.startsWith("**answer 0**"))`); got != "true" {
+		t.Errorf("the oldest answer does not show its text while it waits")
+	}
+	eval(`String(document.getElementById("log").scrollTop = 0)`) // the reader goes back to the start
+	poll("the oldest answer rendered", answer(0)+` === "answer 0 30"`)
+	if got := eval(`String(document.querySelectorAll(".msg.assistant").length)`); got != "60" {
+		t.Fatalf("%s answers shown, want 60", got)
+	}
+}
+
+// TestWebChatParsesLongRunsOfMarks: an answer of long runs of Markdown
+// marks shows as text, whole, with its links and at most NEST levels of
+// emphasis: a line of "[" that nothing closes searched the rest of the
+// line again for each "[", and a run of "*" was parsed again for each
+// level of emphasis it opened (some 25,000 of them for 100,000 "*",
+// past the script's stack).
+func TestWebChatParsesLongRunsOfMarks(t *testing.T) {
+	const n = 100000
+	paragraphs := []string{
+		strings.Repeat("[", n),
+		strings.Repeat("[", n) + "]" + strings.Repeat("x", n), // closed, no address
+		"[[[x](https://example.com/a) and [y](https://example.com/b)",
+		strings.Repeat("*", n),
+		strings.Repeat("_", n+1),
+	}
+	text := strings.Join(paragraphs, "\n\n")
+	_, step, eval, poll := openWebChat(t, func(r *responder) {
+		r.answer = func(*eventsv1.MessageReceived, int) []string {
+			var pieces []string
+			for rest := text; rest != ""; {
+				k := min(len(rest), 20000)
+				pieces = append(pieces, rest[:k])
+				rest = rest[k:]
+			}
+			return pieces
+		}
+	})
+	step("send", chromedp.SendKeys("#input", "marks"), chromedp.Click("#send"))
+	poll("the answer", `document.querySelectorAll('.msg.assistant:not(.pending)').length >= 1`)
+	// Each paragraph: its text's length, its links, and its emphasis
+	// (each level's tag and the length of the text it holds).
+	got := eval(`Array.from(document.querySelectorAll('.msg.assistant .md > p')).map(p => {
+		const links = Array.from(p.querySelectorAll("a")).map(a => a.textContent + ">" + a.getAttribute("href"));
+		const levels = [];
+		for (let e = p.querySelector("strong, em"); e; e = e.querySelector("strong, em")) levels.push(e.tagName.toLowerCase());
+		return p.textContent.length + " [" + links.join(" ") + "] " + levels.length + (levels.length ? " " + levels[0] + "…" + levels[levels.length - 1] : "");
+	}).join(" | ")`)
+	want := fmt.Sprintf("%d [] 0 | %d [] 0 | 9 [[[x>https://example.com/a y>https://example.com/b] 0 | %d [] 20 strong…strong | %d [] 20 strong…strong", n, 2*n+1, n-80, n+1-80)
+	if got != want {
+		t.Fatalf("paragraphs\n%s\nwant\n%s", got, want)
+	}
+}
+
+// TestWebChatKeepsTheStreamedPartAtMostOnceASecond: the part of an
+// answer streamed so far is written to the storage (for a reload) at
+// most once a second while it streams, and still written: it was
+// written four times a second, each write (the whole pending message,
+// a picture's megabytes with it) going to every open tab of the page.
+func TestWebChatKeepsTheStreamedPartAtMostOnceASecond(t *testing.T) {
+	_, step, eval, poll := openWebChat(t, func(r *responder) {
+		r.answer = func(*eventsv1.MessageReceived, int) []string {
+			pieces := make([]string, 30)
+			for i := range pieces {
+				pieces[i] = fmt.Sprintf("piece %d. ", i)
+			}
+			return pieces
+		}
+		r.pace = 100 * time.Millisecond // three seconds of streaming
+	})
+	// The page's writes of what it keeps of the answer on its way: when
+	// (ms), and how much of it.
+	eval(`(() => {
+		window.partWrites = [];
+		const set = Storage.prototype.setItem;
+		Storage.prototype.setItem = function (k, v) {
+			if ((k === "sb.pending" || k === "sb.part") && v.includes('"shown"')) window.partWrites.push([performance.now(), JSON.parse(v).shown]);
+			return set.apply(this, arguments);
+		};
+		return "";
+	})()`)
+	step("send", chromedp.SendKeys("#input", "stream slowly"), chromedp.Click("#send"))
+	poll("the answer", `document.querySelectorAll('.msg.assistant:not(.pending)').length >= 1`)
+	got := eval(`(() => {
+		const w = window.partWrites, gaps = w.slice(1).map((x, i) => x[0] - w[i][0]);
+		return w.length + " writes, " + (w.length ? "first of " + w[0][1].length + " characters, " : "") + "shortest gap " + (gaps.length ? Math.round(Math.min(...gaps)) : "none") + " ms";
+	})()`)
+	var writes, first, gap int
+	if _, err := fmt.Sscanf(got, "%d writes, first of %d characters, shortest gap %d ms", &writes, &first, &gap); err != nil && !strings.Contains(got, "gap none") {
+		t.Fatalf("writes: %s (%v)", got, err)
+	}
+	if writes == 0 || first == 0 {
+		t.Fatalf("%s: the part streamed was not kept while it streamed", got)
+	}
+	if writes > 1 && gap < 990 {
+		t.Fatalf("%s: want at most one a second", got)
+	}
+}
+
+// TestWebChatOtherTabsShowANewConversation: a new conversation started
+// in one tab (a typed /new its answer confirmed, or New chat) shows in
+// the page's other open tabs at once: they showed the old transcript
+// until reloaded, and added their next exchange to it on screen.
+func TestWebChatOtherTabsShowANewConversation(t *testing.T) {
+	browser, s, r := keylessWebChat(t)
+	r.mu.Lock()
+	r.answer = func(ev *eventsv1.MessageReceived, turn int) []string {
+		if ev.GetText() == "/new" {
+			return []string{newSessionStarted}
+		}
+		return []string{fmt.Sprintf("echo: %s (turn %d)", ev.GetText(), turn)}
+	}
+	r.mu.Unlock()
+	tabA, stepA := headless(t, browser)
+	url := "http://" + s.Addr() + "/"
+	stepA("open tab A", chromedp.Navigate(url), chromedp.WaitVisible("#input"))
+	pollA := poller(t, tabA)
+	stepA("send in A", chromedp.SendKeys("#input", "hello"), chromedp.Click("#send"))
+	pollA("A's answer", `document.querySelectorAll('.msg.assistant:not(.pending)').length >= 1 && !document.getElementById("send").disabled`)
+	tabB, cancelB := chromedp.NewContext(tabA) // another tab of the same browser
+	defer cancelB()
+	pollB := poller(t, tabB)
+	if err := chromedp.Do(tabB, chromedp.Navigate(url), chromedp.WaitVisible("#input"), chromedp.SendKeys("#input", "/new"), chromedp.Click("#send")); err != nil {
+		t.Fatalf("browser: /new in tab B: %v", err)
+	}
+	pollB("B's answer to /new", `Array.from(document.querySelectorAll('.msg.assistant:not(.pending)')).some(m => m.textContent === "`+newSessionStarted+`")`)
+	pollA("the new conversation in A", pageLog+` === "msg assistant: `+newSessionStarted+`"`)
+	if err := chromedp.Do(tabB, chromedp.Click("#new")); err != nil {
+		t.Fatalf("browser: New chat in tab B: %v", err)
+	}
+	pollA("the new chat in A", pageLog+` === ""`)
+}

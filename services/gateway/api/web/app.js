@@ -67,7 +67,13 @@
     return host.appendChild(a);
   }
   var PUNCT = "!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~";
-  var LINK = /\[([^\]\n]*)\]\(\s*<?([^\s()<>]*)>?\s*\)/y;
+  // A link is "[text](address)": its text runs to the first "]" (no
+  // line break in it), the address follows at once (TARGET).
+  var TARGET = /\(\s*<?([^\s()<>]*)>?\s*\)/y;
+  // NEST is how deep emphasis nests: deeper, its marks are text, so that
+  // a long run of them ("****…") is not parsed again at each of its
+  // levels (as markdown-it bounds its nesting).
+  var NEST = 20;
   var BARE = /https?:\/\/[^\s<>"'`]+/y;
   function isSpace(c) { return c === undefined || /\s/.test(c); }
   function isWord(c) { return c !== undefined && /[\p{L}\p{N}_]/u.test(c); }
@@ -95,9 +101,34 @@
     for (var k = 0; k < seen.length; k++) dead[seen[k]] = true;
     return -1;
   }
-  // inline adds the nodes of a paragraph's text s to host.
-  function inline(host, s, inLink) {
+  // inline adds the nodes of a paragraph's text s to host; depth is how
+  // many emphases it is inside.
+  function inline(host, s, inLink, depth) {
+    depth = depth || 0;
     var buf = "";
+    // A "[" is a link's start when its text's end, the next "]" or line
+    // break, is followed by an address. The "[" before one end share it,
+    // and what follows it: a line of "[" that nothing closes, or closes
+    // with no address, is searched through once, not once per "[".
+    var bracket = -1, lineEnd = -1, target = -1, targetMatch = null;
+    function linkAt(i) {
+      if (bracket <= i) bracket = after("]", i + 1);
+      if (lineEnd <= i) lineEnd = after("\n", i + 1);
+      var end = Math.min(bracket, lineEnd);
+      if (s[end] !== "]") return null;
+      if (target !== end) {
+        TARGET.lastIndex = end + 1;
+        targetMatch = TARGET.exec(s);
+        target = end;
+      }
+      if (!targetMatch) return null;
+      return { all: s.slice(i, end + 1 + targetMatch[0].length), text: s.slice(i + 1, end), href: targetMatch[1] };
+    }
+    // after is where c is next at or after from (the text's length: nowhere).
+    function after(c, from) {
+      var k = s.indexOf(c, from);
+      return k < 0 ? s.length : k;
+    }
     // dead: per delimiter, closing's places that close nothing after
     // them; noTick: per length of a run of backticks, the place from
     // which no run of that length follows (nor from any later place).
@@ -126,21 +157,18 @@
         i = j + n;
         continue;
       }
-      if (c === "[" && !inLink) {
-        LINK.lastIndex = i;
-        if ((m = LINK.exec(s))) {
-          var href = safeURL(m[2]);
-          if (href) {
-            put(null);
-            // A link without text of its own shows its address, as written.
-            if (m[1].trim()) inline(link(href, host), m[1], true);
-            else link(href, host).textContent = m[2];
-          } else {
-            buf += m[0];
-          }
-          i += m[0].length;
-          continue;
+      if (c === "[" && !inLink && (m = linkAt(i))) {
+        var href = safeURL(m.href);
+        if (href) {
+          put(null);
+          // A link without text of its own shows its address, as written.
+          if (m.text.trim()) inline(link(href, host), m.text, true, depth);
+          else link(href, host).textContent = m.href;
+        } else {
+          buf += m.all;
         }
+        i += m.all.length;
+        continue;
       }
       if (c === "h" && !inLink && !isWord(s[i - 1])) {
         BARE.lastIndex = i;
@@ -158,11 +186,11 @@
       }
       if (c === "*" || c === "_") {
         var d = s[i + 1] === c ? c + c : c;
-        if (!isSpace(s[i + d.length]) && !(c === "_" && isWord(s[i - 1]))) {
+        if (depth < NEST && !isSpace(s[i + d.length]) && !(c === "_" && isWord(s[i - 1]))) {
           j = closing(s, i + d.length, d, c, dead[d]);
           if (j > 0) {
             var e = el(d.length === 2 ? "strong" : "em");
-            inline(e, s.slice(i + d.length, j), inLink);
+            inline(e, s.slice(i + d.length, j), inLink, depth + 1);
             put(e);
             i = j + d.length;
             continue;
@@ -294,11 +322,61 @@
   function keptTools(tools) {
     return tools.slice(-50).map(function (t) { return t.text; });
   }
-  history().forEach(function (m) {
-    var d = bubble(m.role, m.content);
-    if (m.tools) showTools(d, m.tools.map(function (text) { return { text: text, done: true }; }));
-    if (m.stopped) stopped(d);
-  });
+
+  // The kept transcript shows at once, however long it is: an answer's
+  // Markdown is rendered when it comes near the screen (those on it,
+  // the newest, before the page first shows), and shows its text as
+  // written until then. Rendering every kept answer made a reload with
+  // a full storage take seconds (20 s under load).
+  var later = typeof IntersectionObserver === "function" ? new IntersectionObserver(function (seen) {
+    seen.forEach(function (x) { if (x.isIntersecting) rendered(x.target); });
+  }, { root: log, rootMargin: "100% 0px" }) : null;
+  // rendered renders the kept answer of d, if it waits for it.
+  function rendered(d) {
+    if (d.raw == null) return;
+    if (later) later.unobserve(d);
+    renderMarkdown(d.md, d.raw);
+    d.raw = null;
+    delete d.dataset.later;
+  }
+  // showKept adds the kept messages of h to the log, which it scrolls to
+  // its end.
+  function showKept(h) {
+    var all = h.map(function (m) {
+      var d = el("div", "msg " + m.role);
+      if (/^assistant/.test(m.role)) {
+        d.md = d.appendChild(el("div", "md"));
+        d.md.textContent = d.raw = m.content;
+        d.dataset.later = ""; // laid out when near the screen (app.css)
+      } else {
+        d.textContent = m.content;
+      }
+      if (m.tools) showTools(d, m.tools.map(function (text) { return { text: text, done: true }; }));
+      if (m.stopped) stopped(d);
+      return d;
+    });
+    var kept = document.createDocumentFragment();
+    all.forEach(function (d) { kept.appendChild(d); });
+    log.appendChild(kept);
+    // From the newest back, the messages on screen at the log's end.
+    var top = log.getBoundingClientRect().top;
+    for (var k = all.length - 1; k >= 0; k--) {
+      log.scrollTop = log.scrollHeight;
+      if (all[k].getBoundingClientRect().bottom < top) break;
+      rendered(all[k]);
+    }
+    log.scrollTop = log.scrollHeight;
+    all.forEach(function (d) {
+      if (d.raw == null) return;
+      if (later) later.observe(d); else rendered(d);
+    });
+  }
+  // clearLog empties the log (and what waits to be rendered in it).
+  function clearLog() {
+    if (later) later.disconnect();
+    log.textContent = "";
+  }
+  showKept(history());
 
   // current stops the answer on its way (an AbortController), if any;
   // currentSession is its conversation.
@@ -338,9 +416,26 @@
     store.removeItem("sb.session");
     store.removeItem("sb.history");
     store.removeItem("sb.pending");
+    store.removeItem("sb.part");
     refused = null;
-    log.textContent = "";
+    clearLog();
+    cleared();
     input.focus();
+  });
+  // cleared tells the page's other tabs that this one started a new
+  // conversation (New chat, or a /new its answer confirmed): each
+  // shows it at once (storage event), not its old transcript until
+  // reloaded.
+  function cleared() { store.setItem("sb.cleared", newKey()); }
+  window.addEventListener("storage", function (e) {
+    if (e.key !== "sb.cleared" && e.key !== null) return; // null: the storage was cleared
+    // The answer on its way here is the old conversation's: no longer
+    // waited for, as New chat leaves it here.
+    if (current) { current.abort(); current = null; }
+    busy(false);
+    refused = null;
+    clearLog();
+    showKept(history());
   });
   // refused is the message a 401 turned back, sent again with the key.
   var refused = null;
@@ -409,24 +504,37 @@
   function done(p) {
     var q = pending();
     if (q && q.key === p.key) store.removeItem("sb.pending");
+    if ((keptPart() || {}).key === p.key) store.removeItem("sb.part");
   }
-  // The part of the answer on its way shown so far is kept with its
-  // pending message (now and then, and as the page goes), so that a
-  // reload shows it until the answer comes: a retry of the message is
-  // given the answer as it is sent, not the text streamed before.
-  var part = null, partTimer = 0;
+  // The part of the answer on its way shown so far is kept beside its
+  // pending message (sb.part, with the message's key), so that a reload
+  // shows it until the answer comes: a retry of the message is given
+  // the answer as it is sent, not the text streamed before. It is
+  // written as the page goes (a reload: nothing shown is lost) and, for
+  // a page that ends without going (a crash), at most once a second as
+  // it streams: each write goes to every open tab of the page, and was
+  // one of the whole pending message (a picture's megabytes) four
+  // times a second.
+  var PART_EVERY = 1000;
+  var part = null, partTimer = 0, partWritten = 0;
+  function keptPart() {
+    try { return JSON.parse(store.getItem("sb.part") || "null"); } catch (e) { return null; }
+  }
   function keepPart() {
+    clearTimeout(partTimer);
     partTimer = 0;
-    if (!part) return;
+    if (!part || part.kept) return;
+    part.kept = true;
     var q = pending();
-    if (!q || q.key !== part.p.key) return;
-    q.shown = part.text;
-    q.tools = part.tools;
-    try { store.setItem("sb.pending", JSON.stringify(q)); } catch (e) { /* full: the answer shows when it comes */ }
+    if (!q || q.key !== part.p.key) return; // another message's place now
+    partWritten = Date.now();
+    try {
+      store.setItem("sb.part", JSON.stringify({ key: q.key, shown: part.text, tools: part.tools }));
+    } catch (e) { /* full: the answer shows when it comes */ }
   }
   function showPart(p, text, tools) {
     part = { p: p, text: text, tools: tools };
-    if (!partTimer) partTimer = setTimeout(keepPart, 250);
+    if (!partTimer) partTimer = setTimeout(keepPart, Math.max(0, partWritten + PART_EVERY - Date.now()));
   }
   window.addEventListener("pagehide", keepPart);
   document.addEventListener("visibilitychange", function () {
@@ -460,6 +568,7 @@
     // Another answer (reserved for admins; not read as a command) left
     // the conversation as it was, and the transcript with it.
     if (/^\/(new|reset)(@\S*)?(\s|$)/i.test(text)) p.reset = true;
+    store.removeItem("sb.part"); // the message before's: this one takes its place
     try { store.setItem("sb.pending", JSON.stringify(p)); } catch (e) { /* too big to keep (a picture): sent once */ }
     await ask(p);
   }
@@ -568,17 +677,18 @@
           // The transcript as it is now: another tab may have added to
           // it since the question went out, or started a new chat.
           if (store.getItem("sb.session") === p.session) {
-            var h = history();
-            if (p.reset && NEW_STARTED.test(answer)) {
+            var h = history(), renewed = p.reset && NEW_STARTED.test(answer);
+            if (renewed) {
               // The conversation shown ended: its answer starts the new one.
               h = [];
-              log.textContent = "";
+              clearLog();
               log.appendChild(out);
             }
             var a = { role: "assistant", content: answer };
             if (tools.length) a.tools = keptTools(tools);
             h.push(a);
             saveHistory(h);
+            if (renewed) cleared();
           }
           return;
         }
@@ -667,8 +777,14 @@
   // it now.
   var left = pending();
   if (left && left.session === store.getItem("sb.session")) {
+    var shown = keptPart();
+    if (shown && shown.key === left.key) {
+      left.shown = shown.shown;
+      left.tools = shown.tools;
+    }
     ask(left);
   } else {
     store.removeItem("sb.pending");
+    store.removeItem("sb.part");
   }
 })();
