@@ -10,9 +10,12 @@ package discord
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net/http"
 	"net/url"
 	"os"
@@ -885,7 +888,7 @@ func (p *Platform) Send(ctx context.Context, req *deliveryv1.SendRequested) (str
 		if i == len(pieces)-1 {
 			ms.Components, fs = components(req), files
 		}
-		return p.post(ctx, req, &ch, ms, fs, i == 0 && req.GetChunkIndex() == 0)
+		return p.post(ctx, req, &ch, ms, fs, i == 0 && req.GetChunkIndex() == 0, i)
 	})
 }
 
@@ -894,10 +897,16 @@ func (p *Platform) Send(ctx context.Context, req *deliveryv1.SendRequested) (str
 // req's thread, which it opens when it does not exist yet (a
 // prospective auto-thread), or into the channel where no thread can be
 // opened, which *dest then names, so the send's later pieces go there
-// at once.
-func (p *Platform) post(ctx context.Context, req *deliveryv1.SendRequested, dest *string, ms *discordgo.MessageSend, files uploads, reply bool) (string, error) {
+// at once. ms is piece part of the send: its requests carry the piece's
+// nonce (createMessage), and when Discord answers a retry with the
+// message an earlier attempt posted, showing other text (a stream
+// update's, asked for again by the final), that message is edited to
+// show this send's (overEarlier).
+func (p *Platform) post(ctx context.Context, req *deliveryv1.SendRequested, dest *string, ms *discordgo.MessageSend, files uploads, reply bool, part int) (string, error) {
 	t := req.GetTarget()
 	ch := *dest
+	n := nonce(req.GetIdempotencyKey(), part)
+	retry := n != "" && retrying(ctx, part)
 	// A button press's id (press:…) names no message to reply to, and an
 	// auto-thread's first message (its id is the thread's) is in the
 	// channel the thread grew from, where no reply in the thread can
@@ -908,7 +917,7 @@ func (p *Platform) post(ctx context.Context, req *deliveryv1.SendRequested, dest
 	}
 	post := func() (*discordgo.Message, error) {
 		ms.Files = files.parts() // a second post reads the files afresh
-		return p.s.ChannelMessageSendComplex(ch, ms, opts(ctx)...)
+		return p.createMessage(ctx, ch, ms, n)
 	}
 	m, err := post()
 	if err != nil && ch != t.GetChatId() && isCode(err, discordgo.ErrCodeUnknownChannel) {
@@ -933,8 +942,105 @@ func (p *Platform) post(ctx context.Context, req *deliveryv1.SendRequested, dest
 	if err != nil {
 		return "", sendError("create message", err)
 	}
+	if retry && m.Content != ms.Content {
+		if err := p.overEarlier(ctx, m, ms); err != nil {
+			return "", err
+		}
+	}
 	return m.ID, nil
 }
+
+// retrying records, for the send being performed with ctx, that an
+// attempt is about to post piece part, and reports whether an earlier
+// attempt did so first: its message may exist, which the nonce makes
+// Discord answer with. False when the send keeps no records (no
+// idempotency key, or no receipts bucket).
+func retrying(ctx context.Context, part int) bool {
+	mine := strconv.FormatUint(rand.Uint64(), 36)
+	first, ok := platform.SendMark(ctx, "posting"+strconv.Itoa(part), mine)
+	return ok && first != mine
+}
+
+// overEarlier makes m, the message an earlier attempt of this send
+// posted, found again by its nonce, show ms's text and buttons: the
+// earlier attempt carried other text (a stream update whose answer was
+// lost, the final now sending the whole answer under the same key).
+// Without this the chat would keep the stale text, cursor and all, and
+// delivery would take the answer for shown. A text that only differs
+// by what Discord changed in it is edited to the same text, which
+// changes nothing that shows but the edited mark.
+func (p *Platform) overEarlier(ctx context.Context, m *discordgo.Message, ms *discordgo.MessageSend) error {
+	ch := m.ChannelID
+	if ch == "" {
+		return errors.New("discord create message: the message found by its nonce names no channel")
+	}
+	content, shown := ms.Content, ms.Components
+	if shown == nil {
+		shown = []discordgo.MessageComponent{}
+	}
+	me := &discordgo.MessageEdit{ID: m.ID, Channel: ch, Content: &content, Components: &shown, AllowedMentions: ms.AllowedMentions}
+	if _, err := p.s.ChannelMessageEditComplex(me, opts(ctx)...); err != nil {
+		return sendError("edit the message an earlier attempt posted", err)
+	}
+	p.log.Info("discord message posted by an earlier attempt edited to this send's text", "chat_id", ch, "message_id", m.ID)
+	return nil
+}
+
+// messageCreate is the body of a create message: discordgo's
+// MessageSend, which has no nonce, with Discord's nonce and
+// enforce_nonce beside its fields.
+type messageCreate struct {
+	*discordgo.MessageSend
+	Nonce        string `json:"nonce,omitempty"`
+	EnforceNonce bool   `json:"enforce_nonce,omitempty"`
+}
+
+// createMessage posts ms (its Files in a multipart body) into channel
+// ch, as discordgo's ChannelMessageSendComplex does, with nonce and
+// enforce_nonce when nonce is set: Discord then answers a create with
+// the nonce of one of the bot's messages of the past few minutes with
+// that message, and makes none. So a send whose answer was lost (a
+// timeout, a connection reset after the request went out), which
+// delivery asks for again under the same idempotency key, is not
+// posted a second time.
+func (p *Platform) createMessage(ctx context.Context, ch string, ms *discordgo.MessageSend, nonce string) (*discordgo.Message, error) {
+	body := messageCreate{MessageSend: ms, Nonce: nonce, EnforceNonce: nonce != ""}
+	endpoint := discordgo.EndpointChannelMessages(ch)
+	var answer []byte
+	var err error
+	if len(ms.Files) > 0 {
+		contentType, data, encErr := discordgo.MultipartBodyWithJSON(body, ms.Files)
+		if encErr != nil {
+			return nil, platform.Permanent(fmt.Errorf("encode message: %w", encErr))
+		}
+		answer, err = p.s.RequestRaw(http.MethodPost, endpoint, contentType, data, endpoint, 0, opts(ctx)...)
+	} else {
+		answer, err = p.s.RequestWithBucketID(http.MethodPost, endpoint, body, endpoint, opts(ctx)...)
+	}
+	if err != nil {
+		return nil, err
+	}
+	var m discordgo.Message
+	if err := discordgo.Unmarshal(answer, &m); err != nil {
+		return nil, fmt.Errorf("decode created message: %w", err)
+	}
+	return &m, nil
+}
+
+// nonce is the nonce of piece part of the send keyed key ("" without a
+// key: no nonce): 25 hex digits (100 bits) of a hash of both, the most
+// Discord takes. It depends on nothing else, so every attempt of the
+// send, on any replica and after any restart, asks with the same one.
+func nonce(key string, part int) string {
+	if key == "" {
+		return ""
+	}
+	sum := sha256.Sum256([]byte(key + "\x00" + strconv.Itoa(part)))
+	return hex.EncodeToString(sum[:])[:maxNonce]
+}
+
+// maxNonce is the longest nonce Discord takes.
+const maxNonce = 25
 
 // maxText is the most characters a Discord message's content takes.
 const maxText = 2000

@@ -1,6 +1,8 @@
 // Package discordfake is a local Discord for tests: the REST calls the
 // gateway makes (gateway URL, current user, channels, create/edit/delete
-// message (with button components), typing, thread start, the bot's own
+// message (with button components, and a nonce that enforce_nonce makes
+// Discord check: a repeat within nonceWindow returns the message made
+// first), typing, thread start, the bot's own
 // reactions, interaction callbacks, the application's global commands
 // (list, bulk overwrite validated as Discord validates it, options and
 // choices kept), an interaction's response message (edit, delete,
@@ -9,8 +11,9 @@
 // rate-limit bucket headers and retry_after) and a gateway websocket (HELLO, IDENTIFY, READY with
 // session_id and resume_gateway_url, HEARTBEAT/ACK, dispatches with
 // sequence numbers, RESUME replaying missed events, drops on demand,
-// button presses and slash commands as INTERACTION_CREATE), and a CDN serving message
-// attachments at signed URLs.
+// button presses and slash commands as INTERACTION_CREATE), a CDN serving message
+// attachments at signed URLs, and create message answers lost on demand
+// (LoseCreateAnswerAfter).
 package discordfake
 
 import (
@@ -81,6 +84,23 @@ type Fake struct {
 	refusedPuts  int                     // bulk overwrites refused (400)
 	followupFail int                     // the next followup answers this status (429, 500); 0: none
 	deleteDelay  time.Duration           // deleting a response message takes this long
+	loseAnswer   bool                    // a create message's answer is lost (the message is made, the connection closed) …
+	loseSkip     int                     // … once this many more creates were answered
+}
+
+// nonceWindow is how long Discord remembers a message's nonce for
+// enforce_nonce ("the past few minutes").
+const nonceWindow = 2 * time.Minute
+
+// LoseCreateAnswerAfter lets the next n create messages that Discord
+// carries out be answered and makes the one after them lose its
+// answer: the message is made (or, with a nonce seen before, found),
+// and the connection closes before the response is written, as a
+// connection reset after the request went through.
+func (f *Fake) LoseCreateAnswerAfter(n int) {
+	f.mu.Lock()
+	f.loseAnswer, f.loseSkip = true, n
+	f.mu.Unlock()
 }
 
 // FailNextFollowup makes the next followup answer status: 429 (rate
@@ -157,6 +177,10 @@ type Message struct {
 	MentionEveryone bool
 	MentionRoles    []string
 	Mentions        []string
+	// Nonce is the create request's nonce ("" none), and Created when
+	// the message was made.
+	Nonce   string
+	Created time.Time
 }
 
 // allowedMentions is a request's allowed_mentions object.
@@ -668,6 +692,8 @@ func (f *Fake) createMessage(w http.ResponseWriter, r *http.Request) {
 		} `json:"message_reference"`
 		Components      components       `json:"components"`
 		AllowedMentions *allowedMentions `json:"allowed_mentions"`
+		Nonce           json.RawMessage  `json:"nonce"`
+		EnforceNonce    bool             `json:"enforce_nonce"`
 	}
 	// A message with files is multipart: payload_json and files[n].
 	var files []File
@@ -738,14 +764,83 @@ func (f *Fake) createMessage(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, 400, map[string]any{"message": "Invalid Form Body", "code": 50035})
 		return
 	}
-	m := &Message{ID: f.NewID(), ChannelID: ch, Content: body.Content, Buttons: body.Components.buttons(), Menus: body.Components.menus(), Files: files}
-	m.mention(body.AllowedMentions)
-	if body.Ref != nil {
-		m.ReplyTo = body.Ref.MessageID
+	nonce, ok := readNonce(body.Nonce)
+	if !ok {
+		writeJSON(w, 400, map[string]any{"message": "Invalid Form Body", "code": 50035,
+			"errors": map[string]any{"nonce": map[string]any{"_errors": []map[string]any{{"code": "BASE_TYPE_MAX_LENGTH", "message": "Must be 25 or fewer in length."}}}}})
+		return
 	}
-	f.messages[ch] = append(f.messages[ch], m)
-	writeJSON(w, 200, map[string]any{"id": m.ID, "channel_id": ch, "content": m.Content, "type": 0,
-		"author": f.user(), "timestamp": time.Now().UTC().Format(time.RFC3339)})
+	now := time.Now()
+	m := f.sameNonce(nonce, now)
+	if m == nil || !body.EnforceNonce {
+		m = &Message{ID: f.NewID(), ChannelID: ch, Content: body.Content, Buttons: body.Components.buttons(), Menus: body.Components.menus(), Files: files,
+			Nonce: nonce, Created: now}
+		m.mention(body.AllowedMentions)
+		if body.Ref != nil {
+			m.ReplyTo = body.Ref.MessageID
+		}
+		f.messages[ch] = append(f.messages[ch], m)
+	}
+	if f.loseAnswer {
+		if f.loseSkip == 0 {
+			f.loseAnswer = false
+			hangUp(w)
+			return
+		}
+		f.loseSkip--
+	}
+	answer := map[string]any{"id": m.ID, "channel_id": m.ChannelID, "content": m.Content, "type": 0,
+		"author": f.user(), "timestamp": m.Created.UTC().Format(time.RFC3339)}
+	if m.Nonce != "" {
+		answer["nonce"] = m.Nonce
+	}
+	writeJSON(w, 200, answer)
+}
+
+// readNonce reads a create message's nonce, an integer or a string of
+// up to 25 characters, as Discord takes it (ok false: Discord refuses
+// it); absent or null is "".
+func readNonce(raw json.RawMessage) (nonce string, ok bool) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return "", true
+	}
+	var s string
+	if err := json.Unmarshal(raw, &s); err == nil {
+		return s, len([]rune(s)) <= 25
+	}
+	var n json.Number
+	if err := json.Unmarshal(raw, &n); err == nil {
+		if _, err := n.Int64(); err == nil {
+			return n.String(), true
+		}
+	}
+	return "", false
+}
+
+// sameNonce is the bot's message created with nonce within nonceWindow
+// before now, in any channel (Discord checks the nonce per author), or
+// nil. Called with f.mu held.
+func (f *Fake) sameNonce(nonce string, now time.Time) *Message {
+	if nonce == "" {
+		return nil
+	}
+	for _, ms := range f.messages {
+		for _, m := range ms {
+			if m.Nonce == nonce && now.Sub(m.Created) < nonceWindow {
+				return m
+			}
+		}
+	}
+	return nil
+}
+
+// hangUp closes the request's connection without an answer.
+func hangUp(w http.ResponseWriter) {
+	if c, _, err := http.NewResponseController(w).Hijack(); err == nil {
+		_ = c.Close()
+		return
+	}
+	panic(http.ErrAbortHandler)
 }
 
 func (f *Fake) find(ch, id string) *Message {
