@@ -85,6 +85,10 @@ type Responses struct {
 	// Conversation names a conversation of the client's choosing.
 	Conversation string
 	Metadata     map[string]string
+	// HistorySent reports that the request sent a conversation_history:
+	// as Hermes, it then continues no kept response — neither its
+	// conversation nor its instructions.
+	HistorySent bool
 }
 
 // CodeUnsupportedContent is the code of an input item or content part of
@@ -124,7 +128,7 @@ func ParseResponses(body []byte) (*Responses, error) {
 	msgs, last, history, previous := in.msgs, in.last, in.history, in.previous
 	out := &Responses{Model: req.Model, Stream: req.Stream, User: req.User, Store: req.Store == nil || *req.Store,
 		PreviousResponseID: previous, Conversation: conversation, Metadata: req.Metadata,
-		InstructionsSent: req.Instructions != nil}
+		InstructionsSent: req.Instructions != nil, HistorySent: len(history) > 0}
 	if req.Instructions != nil {
 		out.CarryInstructions(*req.Instructions)
 	}
