@@ -125,28 +125,18 @@ func ParseResponses(body []byte) (*Responses, error) {
 	if err != nil {
 		return nil, err
 	}
-	msgs, last, history, previous := in.msgs, in.last, in.history, in.previous
 	out := &Responses{Model: req.Model, Stream: req.Stream, User: req.User, Store: req.Store == nil || *req.Store,
-		PreviousResponseID: previous, Conversation: conversation, Metadata: req.Metadata,
-		InstructionsSent: req.Instructions != nil, HistorySent: len(history) > 0}
+		PreviousResponseID: in.previous, Conversation: conversation, Metadata: req.Metadata,
+		InstructionsSent: req.Instructions != nil, HistorySent: len(in.history) > 0}
+	// The history comes before the input's items, as a run's.
+	if out.Context, err = in.context(responsesHistoryText); err != nil {
+		return nil, err
+	}
 	if req.Instructions != nil {
 		out.CarryInstructions(*req.Instructions)
 	}
-	// The history comes before the input's items, as a run's.
-	input := len(history) + last
-	for i, m := range append(history, msgs...) {
-		text, images, err := responseContent(m.content, m.param+".content")
-		if err != nil {
-			return nil, err
-		}
-		if i == input {
-			out.Text, out.Attachments = text, imageAttachments(images)
-			continue
-		}
-		out.Context = append(out.Context, &eventsv1.ContextMessage{Role: contextRole(m.role), Content: text})
-	}
-	if strings.TrimSpace(out.Text) == "" && len(out.Attachments) == 0 {
-		return nil, invalid(msgs[last].param, "the last user message is empty")
+	if out.Text, out.Attachments, err = in.text(); err != nil {
+		return nil, err
 	}
 	return out, nil
 }
@@ -215,8 +205,9 @@ func checkMetadata(m map[string]string) error {
 	return nil
 }
 
-// message is one message of a Responses request's input.
+// message is one message of a request's input or conversation_history.
 type message struct {
+	// role is "" for a history entry whose role is not a string.
 	role    string
 	content json.RawMessage
 	param   string // where it is in the request, for errors
