@@ -809,7 +809,7 @@ func (s *Service) newResponse(t *turn, req *openai.Responses, received time.Time
 	o := &responseObject{
 		ID: "resp_" + t.suffix(), Object: "response", CreatedAt: received.Unix(), Status: "in_progress",
 		Model: s.modelOf(req), Output: []outputMessage{}, Store: req.Store, ParallelToolCalls: true, ToolChoice: "auto",
-		Tools: []struct{}{}, Truncation: "disabled", Metadata: req.Metadata, messageID: "msg_" + t.suffix(),
+		Tools: []struct{}{}, Truncation: req.Truncation, Metadata: req.Metadata, messageID: "msg_" + t.suffix(),
 	}
 	o.Text.Format.Type = "text"
 	if o.Metadata == nil {

@@ -437,6 +437,38 @@ func TestResponsesCarryTheInstructionsOfTheirConversation(t *testing.T) {
 	}
 }
 
+// truncation "auto" is taken, and the response says which it was: its
+// context is cut to the latest 100 messages as Hermes cuts it
+// (openai.TestResponsesTruncation), here 101 history entries.
+func TestResponsesTruncationAuto(t *testing.T) {
+	t.Parallel()
+	b := newBus(t)
+	s := startService(t, b, nil)
+	r := startResponder(t, b)
+	history := make([]string, 101)
+	for i := range history {
+		history[i] = fmt.Sprintf(`{"role":"user","content":"h%d"}`, i)
+	}
+	for i, c := range []struct{ truncation, want, first string }{
+		{`,"truncation":"auto"`, "auto", "h1"},
+		{`,"truncation":"disabled"`, "disabled", "h0"},
+		{``, "disabled", "h0"},
+	} {
+		res := do(t, http.MethodPost, "http://"+s.Addr()+"/v1/responses", testKey,
+			`{"input":"now","conversation_history":[`+strings.Join(history, ",")+`]`+c.truncation+`}`, nil)
+		var o struct {
+			Truncation string `json:"truncation"`
+		}
+		if res.code != http.StatusOK || json.Unmarshal(res.body, &o) != nil || o.Truncation != c.want {
+			t.Fatalf("%s: %d %s, want truncation %q", c.truncation, res.code, res.body, c.want)
+		}
+		evs := r.received()
+		if len(evs) != i+1 || evs[i].GetContext()[0].GetContent() != c.first {
+			t.Fatalf("%s: context from %v, want from %s", c.truncation, evs[i].GetContext()[0], c.first)
+		}
+	}
+}
+
 // A kept response is the client's to read and delete; store: false keeps
 // none; another client sees none.
 func TestResponsesAreKeptForTheirClient(t *testing.T) {

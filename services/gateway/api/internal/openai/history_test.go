@@ -98,3 +98,65 @@ func TestConversationHistoryAsHermes(t *testing.T) {
 		})
 	}
 }
+
+// A Responses request's truncation "auto" keeps the latest 100 messages
+// of its context — its history, then its input's earlier items — as
+// Hermes cuts its conversation_history, counting the entries it drops
+// later; the instructions stay. Any other value cuts nothing.
+func TestResponsesTruncation(t *testing.T) {
+	t.Parallel()
+	entries := func(n int, role string) []string {
+		out := make([]string, n)
+		for i := range out {
+			out[i] = fmt.Sprintf(`{"role":%q,"content":"%s%d"}`, role, role[:1], i)
+		}
+		return out
+	}
+	for _, c := range []struct {
+		name, truncation string
+		history          []string
+		items            int // the input's items before its last
+		// first and n: the first message kept after the instructions, and
+		// how many are.
+		first string
+		n     int
+		want  string
+	}{
+		{"auto, 150 entries", `"auto"`, entries(150, "user"), 0, "user:u50", 100, "auto"},
+		{"auto, 100 entries", `"auto"`, entries(100, "user"), 0, "user:u0", 100, "auto"},
+		{"auto, history and items", `"auto"`, entries(99, "user"), 3, "user:u2", 100, "auto"},
+		{"auto, a dropped entry counts", `"auto"`, append(entries(100, "user"), entries(1, "tool")...), 0, "user:u1", 99, "auto"},
+		{"disabled", `"disabled"`, entries(150, "user"), 0, "user:u0", 150, "disabled"},
+		{"not given", ``, entries(150, "user"), 0, "user:u0", 150, "disabled"},
+		{"another type", `{"type":"auto"}`, entries(150, "user"), 0, "user:u0", 150, "disabled"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			items := []string{}
+			for i := range c.items {
+				items = append(items, fmt.Sprintf(`{"role":"assistant","content":"i%d"}`, i))
+			}
+			items = append(items, `"now"`)
+			body := `{"instructions":"be brief","input":[` + strings.Join(items, ",") + `],"conversation_history":[` + strings.Join(c.history, ",") + `]`
+			if c.truncation != "" {
+				body += `,"truncation":` + c.truncation
+			}
+			req, err := ParseResponses([]byte(body + "}"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := req.Context
+			if len(ctx) == 0 || ctx[0].GetRole() != "system" || ctx[0].GetContent() != "be brief" {
+				t.Fatalf("context %v does not start with the instructions", ctx)
+			}
+			ctx = ctx[1:]
+			if len(ctx) != c.n || ctx[0].GetRole()+":"+ctx[0].GetContent() != c.first || req.Truncation != c.want {
+				t.Fatalf("%d messages from %s:%s, truncation %q; want %d from %s, %q", len(ctx), ctx[0].GetRole(), ctx[0].GetContent(), req.Truncation, c.n, c.first, c.want)
+			}
+			if c.items > 0 {
+				if last := ctx[len(ctx)-1]; last.GetContent() != fmt.Sprintf("i%d", c.items-1) {
+					t.Fatalf("last context message %v, want the input's last item before its message", last)
+				}
+			}
+		})
+	}
+}

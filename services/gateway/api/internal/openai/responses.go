@@ -39,6 +39,9 @@ type responsesRequest struct {
 	// that keeps its own conversation, sent along instead of a
 	// previous_response_id.
 	ConversationHistory json.RawMessage `json:"conversation_history"`
+	// Truncation "auto" keeps the latest truncateKeep messages of the
+	// request's context, as Hermes; any other value is no truncation.
+	Truncation json.RawMessage `json:"truncation"`
 }
 
 // inputItem is one item of a Responses request's input array: a message
@@ -89,6 +92,9 @@ type Responses struct {
 	// as Hermes, it then continues no kept response — neither its
 	// conversation nor its instructions.
 	HistorySent bool
+	// Truncation is "auto" when the request asked for its context to be
+	// cut to the latest truncateKeep messages, else "disabled".
+	Truncation string
 }
 
 // CodeUnsupportedContent is the code of an input item or content part of
@@ -127,9 +133,13 @@ func ParseResponses(body []byte) (*Responses, error) {
 	}
 	out := &Responses{Model: req.Model, Stream: req.Stream, User: req.User, Store: req.Store == nil || *req.Store,
 		PreviousResponseID: in.previous, Conversation: conversation, Metadata: req.Metadata,
-		InstructionsSent: req.Instructions != nil, HistorySent: len(in.history) > 0}
+		InstructionsSent: req.Instructions != nil, HistorySent: len(in.history) > 0, Truncation: "disabled"}
+	keep := 0
+	if truncateAuto(req.Truncation) {
+		out.Truncation, keep = "auto", truncateKeep
+	}
 	// The history comes before the input's items, as a run's.
-	if out.Context, err = in.context(responsesHistoryText); err != nil {
+	if out.Context, err = in.context(responsesHistoryText, keep); err != nil {
 		return nil, err
 	}
 	if req.Instructions != nil {
@@ -139,6 +149,18 @@ func ParseResponses(body []byte) (*Responses, error) {
 		return nil, err
 	}
 	return out, nil
+}
+
+// truncateKeep is how many context messages (the instructions aside) a
+// request with truncation "auto" keeps, the latest: Hermes's 100.
+const truncateKeep = 100
+
+// truncateAuto reports whether a truncation parameter is "auto"; any
+// other value, of any type, is Hermes's default (no truncation).
+func truncateAuto(raw json.RawMessage) bool {
+	var s string
+	raw = bytes.TrimSpace(raw)
+	return len(raw) > 0 && raw[0] == '"' && json.Unmarshal(raw, &s) == nil && s == "auto"
 }
 
 // CarryInstructions makes text the request's instructions: its first

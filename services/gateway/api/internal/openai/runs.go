@@ -55,7 +55,7 @@ func ParseRun(body []byte) (*Run, error) {
 	}
 	// The history's content is read as Hermes's run reads it (runText);
 	// the input's messages as a Responses request's.
-	around, err := in.context(runText)
+	around, err := in.context(runText, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -119,9 +119,11 @@ func readInput(rawInput, rawHistory json.RawMessage, previousResponseID string) 
 
 // context is the input's context, oldest first: the history's messages,
 // then the input's other than its last user message. Every message is
-// read (a refused one refuses the request); then those without a role
-// the context has (contextRole) are dropped.
-func (in input) context(read historyText) ([]*eventsv1.ContextMessage, error) {
+// read (a refused one refuses the request) before, with keep > 0, only
+// the last keep are kept, as Hermes truncates its conversation_history
+// (entries it later drops count); then those without a role the
+// context has (contextRole) are dropped.
+func (in input) context(read historyText, keep int) ([]*eventsv1.ContextMessage, error) {
 	type entry struct{ role, text string }
 	all := make([]entry, 0, len(in.history)+len(in.msgs)-1)
 	for _, m := range in.history {
@@ -142,6 +144,9 @@ func (in input) context(read historyText) ([]*eventsv1.ContextMessage, error) {
 			return nil, err
 		}
 		all = append(all, entry{contextRole(m.role), text})
+	}
+	if keep > 0 && len(all) > keep {
+		all = all[len(all)-keep:]
 	}
 	var out []*eventsv1.ContextMessage
 	for _, m := range all {
