@@ -57,9 +57,13 @@ func (s *Service) createResponse(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	if previous != nil && !req.InstructionsSent {
+	if !req.InstructionsSent {
 		// As Hermes: the instructions of the response it continues.
-		req.CarryInstructions(previous.Instructions)
+		text, ok := s.continuedInstructions(w, r, identity, session, previous, req.HistorySent)
+		if !ok {
+			return
+		}
+		req.CarryInstructions(text)
 	}
 	t, ok := s.prepare(w, r, message{input: req.Input, session: session, user: req.User, stream: req.Stream, param: "input", received: received,
 		listsToolCalls: true})
@@ -234,6 +238,43 @@ func (s *Service) responseSession(w http.ResponseWriter, r *http.Request, identi
 		return "", nil, false
 	}
 	return session, previous, true
+}
+
+// continuedInstructions are the instructions of the response a request
+// without instructions of its own continues, as Hermes carries them
+// forward: those of the response it names (previous), or else those of
+// the latest response of the conversation it names (conversation, or
+// X-Session-Id, which names one the same way), as Hermes resolves a
+// conversation to its latest response; "" for none. A request that sent
+// a conversation_history continues no response: Hermes then reads none.
+// It answers the request itself (503) and returns false when the
+// response store cannot be read.
+func (s *Service) continuedInstructions(w http.ResponseWriter, r *http.Request, identity, session string,
+	previous *storedResponse, historySent bool) (string, bool) {
+	switch {
+	case previous != nil:
+		return previous.Instructions, true
+	case session == "" || historySent:
+		return "", true
+	}
+	ctx := r.Context()
+	head, _, err := s.responses.head(ctx, identity, session)
+	var rec storedResponse
+	found := false
+	if err == nil && head != "" {
+		rec, found, err = s.responses.get(ctx, head, identity)
+	}
+	if err != nil {
+		s.log.WarnContext(ctx, "read api conversation's latest response failed", "err", err)
+		writeUnavailable(w)
+		return "", false
+	}
+	if !found {
+		// A new conversation, or its latest response not kept (store:
+		// false, deleted, expired): nothing to carry.
+		return "", true
+	}
+	return rec.Instructions, true
 }
 
 // headClaim is a conversation's head this request moved to its response
@@ -768,7 +809,7 @@ func (s *Service) newResponse(t *turn, req *openai.Responses, received time.Time
 	o := &responseObject{
 		ID: "resp_" + t.suffix(), Object: "response", CreatedAt: received.Unix(), Status: "in_progress",
 		Model: s.modelOf(req), Output: []outputMessage{}, Store: req.Store, ParallelToolCalls: true, ToolChoice: "auto",
-		Tools: []struct{}{}, Truncation: "disabled", Metadata: req.Metadata, messageID: "msg_" + t.suffix(),
+		Tools: []struct{}{}, Truncation: req.Truncation, Metadata: req.Metadata, messageID: "msg_" + t.suffix(),
 	}
 	o.Text.Format.Type = "text"
 	if o.Metadata == nil {

@@ -388,6 +388,87 @@ func TestResponsesTakeConversationHistory(t *testing.T) {
 	}
 }
 
+// A request naming its conversation (conversation, or the X-Session-Id
+// header, which names one the same way) without instructions of its own
+// takes those of the conversation's latest response, as Hermes resolves
+// a conversation to its latest response and carries its instructions
+// forward (api_server.py, _handle_responses); its own, even "", replace
+// them. A conversation_history, a new conversation or a latest response
+// not kept (store: false) carries none.
+func TestResponsesCarryTheInstructionsOfTheirConversation(t *testing.T) {
+	t.Parallel()
+	b := newBus(t)
+	s := startService(t, b, nil)
+	r := startResponder(t, b)
+	for i, c := range []struct {
+		body, header, context string
+	}{
+		{`{"input":"one","conversation":"c-1","instructions":"be brief"}`, "", "system:be brief"},
+		{`{"input":"two","conversation":"c-1"}`, "", "system:be brief"},
+		{`{"input":"three","conversation":{"id":"c-1"},"instructions":null}`, "", "system:be brief"},
+		{`{"input":"four","conversation":"c-1","instructions":"be kind"}`, "", "system:be kind"},
+		{`{"input":"five","conversation":"c-1"}`, "", "system:be kind"},
+		{`{"input":"six","conversation":"c-1","conversation_history":[{"role":"user","content":"h"}]}`, "", "user:h"},
+		{`{"input":"seven","conversation":"c-1","instructions":""}`, "", ""},
+		{`{"input":"one","instructions":"be brief"}`, "c-2", "system:be brief"},
+		{`{"input":"two"}`, "c-2", "system:be brief"},
+		{`{"input":"one"}`, "c-3", ""},
+		{`{"input":"one","conversation":"c-4","instructions":"be brief","store":false}`, "", "system:be brief"},
+		{`{"input":"two","conversation":"c-4"}`, "", ""},
+	} {
+		var headers map[string]string
+		if c.header != "" {
+			headers = map[string]string{HeaderSession: c.header}
+		}
+		if res := do(t, http.MethodPost, "http://"+s.Addr()+"/v1/responses", testKey, c.body, headers); res.code != http.StatusOK {
+			t.Fatalf("%s: %d %s", c.body, res.code, res.body)
+		}
+		evs := r.received()
+		if len(evs) != i+1 {
+			t.Fatalf("%s: %d messages, want %d", c.body, len(evs), i+1)
+		}
+		var ctx []string
+		for _, m := range evs[i].GetContext() {
+			ctx = append(ctx, m.GetRole()+":"+m.GetContent())
+		}
+		if got := strings.Join(ctx, ","); got != c.context {
+			t.Errorf("%s (%s): context %q, want %q", c.body, c.header, got, c.context)
+		}
+	}
+}
+
+// truncation "auto" is taken, and the response says which it was: its
+// context is cut to the latest 100 messages as Hermes cuts it
+// (openai.TestResponsesTruncation), here 101 history entries.
+func TestResponsesTruncationAuto(t *testing.T) {
+	t.Parallel()
+	b := newBus(t)
+	s := startService(t, b, nil)
+	r := startResponder(t, b)
+	history := make([]string, 101)
+	for i := range history {
+		history[i] = fmt.Sprintf(`{"role":"user","content":"h%d"}`, i)
+	}
+	for i, c := range []struct{ truncation, want, first string }{
+		{`,"truncation":"auto"`, "auto", "h1"},
+		{`,"truncation":"disabled"`, "disabled", "h0"},
+		{``, "disabled", "h0"},
+	} {
+		res := do(t, http.MethodPost, "http://"+s.Addr()+"/v1/responses", testKey,
+			`{"input":"now","conversation_history":[`+strings.Join(history, ",")+`]`+c.truncation+`}`, nil)
+		var o struct {
+			Truncation string `json:"truncation"`
+		}
+		if res.code != http.StatusOK || json.Unmarshal(res.body, &o) != nil || o.Truncation != c.want {
+			t.Fatalf("%s: %d %s, want truncation %q", c.truncation, res.code, res.body, c.want)
+		}
+		evs := r.received()
+		if len(evs) != i+1 || evs[i].GetContext()[0].GetContent() != c.first {
+			t.Fatalf("%s: context from %v, want from %s", c.truncation, evs[i].GetContext()[0], c.first)
+		}
+	}
+}
+
 // A kept response is the client's to read and delete; store: false keeps
 // none; another client sees none.
 func TestResponsesAreKeptForTheirClient(t *testing.T) {

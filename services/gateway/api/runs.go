@@ -204,7 +204,9 @@ func (s *Service) forgetRun(r *http.Request, id string) {
 // body's session_id, else that of previous_response_id, else the
 // session header. It answers the request itself (400, 503) and returns
 // false when the run names none it can continue. With
-// previous_response_id it returns the record of that response too.
+// previous_response_id it returns the record of that response too (with
+// session_id as well, only when found: the run takes its instructions,
+// not its conversation).
 func (s *Service) runSession(w http.ResponseWriter, r *http.Request, identity string, req *openai.Run) (string, *storedResponse, bool) {
 	header, ok := sessionOf(w, r)
 	if !ok {
@@ -220,6 +222,20 @@ func (s *Service) runSession(w http.ResponseWriter, r *http.Request, identity st
 			return "", nil, false
 		}
 		session, param = req.SessionID, "session_id"
+		if req.PreviousResponseID != "" {
+			// As Hermes: the run goes on in the session it names, with the
+			// instructions of the response it names too; one not found is
+			// ignored, as Hermes's run ignores it.
+			rec, found, err := s.responses.get(r.Context(), req.PreviousResponseID, identity)
+			if err != nil {
+				s.log.WarnContext(r.Context(), "read api response failed", "err", err)
+				writeUnavailable(w)
+				return "", nil, false
+			}
+			if found {
+				previous = &rec
+			}
+		}
 	case req.PreviousResponseID != "":
 		rec, found, err := s.responses.get(r.Context(), req.PreviousResponseID, identity)
 		if err != nil {

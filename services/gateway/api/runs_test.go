@@ -1071,7 +1071,10 @@ func TestRunConversationHistoryWinsOverPreviousResponse(t *testing.T) {
 
 // A run continuing a response without instructions of its own takes
 // those the response was answered with, as Hermes's run does
-// (api_server.py, _handle_runs); its own, even "", replace them.
+// (api_server.py, _handle_runs); its own, even "", replace them. A run
+// naming its session_id too goes on in that session and takes them the
+// same; one whose response is not found, or that sends a
+// conversation_history, takes none (Hermes reads no response then).
 func TestRunCarriesTheInstructionsOfItsPreviousResponse(t *testing.T) {
 	t.Parallel()
 	b := newBus(t)
@@ -1084,13 +1087,18 @@ func TestRunCarriesTheInstructionsOfItsPreviousResponse(t *testing.T) {
 	if resp.code != http.StatusOK || json.Unmarshal(resp.body, &created) != nil {
 		t.Fatalf("response: %d %s", resp.code, resp.body)
 	}
+	previous := `,"previous_response_id":"` + created.ID + `"`
 	for i, c := range []struct{ instructions, context string }{
-		{"", "system:be brief"},
-		{`,"instructions":null`, "system:be brief"},
-		{`,"instructions":"be kind"`, "system:be kind"},
-		{`,"instructions":""`, ""},
+		{previous, "system:be brief"},
+		{previous + `,"instructions":null`, "system:be brief"},
+		{previous + `,"instructions":"be kind"`, "system:be kind"},
+		{previous + `,"instructions":""`, ""},
+		{previous + `,"session_id":"s-1"`, "system:be brief"},
+		{previous + `,"session_id":"s-1","instructions":"be kind"`, "system:be kind"},
+		{`,"previous_response_id":"resp_unknown","session_id":"s-1"`, ""},
+		{previous + `,"session_id":"s-1","conversation_history":[{"role":"user","content":"h"}]`, "user:h"},
 	} {
-		startRun(t, s, `{"input":"two","previous_response_id":"`+created.ID+`"`+c.instructions+`}`, nil)
+		startRun(t, s, `{"input":"two"`+c.instructions+`}`, nil)
 		var ev *eventsv1.MessageReceived
 		for range 200 {
 			if evs := r.received(); len(evs) == i+2 {

@@ -39,6 +39,9 @@ type responsesRequest struct {
 	// that keeps its own conversation, sent along instead of a
 	// previous_response_id.
 	ConversationHistory json.RawMessage `json:"conversation_history"`
+	// Truncation "auto" keeps the latest truncateKeep messages of the
+	// request's context, as Hermes; any other value is no truncation.
+	Truncation json.RawMessage `json:"truncation"`
 }
 
 // inputItem is one item of a Responses request's input array: a message
@@ -85,6 +88,13 @@ type Responses struct {
 	// Conversation names a conversation of the client's choosing.
 	Conversation string
 	Metadata     map[string]string
+	// HistorySent reports that the request sent a conversation_history:
+	// as Hermes, it then continues no kept response — neither its
+	// conversation nor its instructions.
+	HistorySent bool
+	// Truncation is "auto" when the request asked for its context to be
+	// cut to the latest truncateKeep messages, else "disabled".
+	Truncation string
 }
 
 // CodeUnsupportedContent is the code of an input item or content part of
@@ -121,30 +131,36 @@ func ParseResponses(body []byte) (*Responses, error) {
 	if err != nil {
 		return nil, err
 	}
-	msgs, last, history, previous := in.msgs, in.last, in.history, in.previous
 	out := &Responses{Model: req.Model, Stream: req.Stream, User: req.User, Store: req.Store == nil || *req.Store,
-		PreviousResponseID: previous, Conversation: conversation, Metadata: req.Metadata,
-		InstructionsSent: req.Instructions != nil}
+		PreviousResponseID: in.previous, Conversation: conversation, Metadata: req.Metadata,
+		InstructionsSent: req.Instructions != nil, HistorySent: len(in.history) > 0, Truncation: "disabled"}
+	keep := 0
+	if truncateAuto(req.Truncation) {
+		out.Truncation, keep = "auto", truncateKeep
+	}
+	// The history comes before the input's items, as a run's.
+	if out.Context, err = in.context(responsesHistoryText, keep); err != nil {
+		return nil, err
+	}
 	if req.Instructions != nil {
 		out.CarryInstructions(*req.Instructions)
 	}
-	// The history comes before the input's items, as a run's.
-	input := len(history) + last
-	for i, m := range append(history, msgs...) {
-		text, images, err := responseContent(m.content, m.param+".content")
-		if err != nil {
-			return nil, err
-		}
-		if i == input {
-			out.Text, out.Attachments = text, imageAttachments(images)
-			continue
-		}
-		out.Context = append(out.Context, &eventsv1.ContextMessage{Role: contextRole(m.role), Content: text})
-	}
-	if strings.TrimSpace(out.Text) == "" && len(out.Attachments) == 0 {
-		return nil, invalid(msgs[last].param, "the last user message is empty")
+	if out.Text, out.Attachments, err = in.text(); err != nil {
+		return nil, err
 	}
 	return out, nil
+}
+
+// truncateKeep is how many context messages (the instructions aside) a
+// request with truncation "auto" keeps, the latest: Hermes's 100.
+const truncateKeep = 100
+
+// truncateAuto reports whether a truncation parameter is "auto"; any
+// other value, of any type, is Hermes's default (no truncation).
+func truncateAuto(raw json.RawMessage) bool {
+	var s string
+	raw = bytes.TrimSpace(raw)
+	return len(raw) > 0 && raw[0] == '"' && json.Unmarshal(raw, &s) == nil && s == "auto"
 }
 
 // CarryInstructions makes text the request's instructions: its first
@@ -211,8 +227,9 @@ func checkMetadata(m map[string]string) error {
 	return nil
 }
 
-// message is one message of a Responses request's input.
+// message is one message of a request's input or conversation_history.
 type message struct {
+	// role is "" for a history entry whose role is not a string.
 	role    string
 	content json.RawMessage
 	param   string // where it is in the request, for errors

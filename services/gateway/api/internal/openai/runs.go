@@ -1,9 +1,7 @@
 package openai
 
 import (
-	"bytes"
 	"encoding/json"
-	"fmt"
 	"strings"
 
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
@@ -18,12 +16,6 @@ type runRequest struct {
 	SessionID           string          `json:"session_id"`
 	PreviousResponseID  string          `json:"previous_response_id"`
 	ConversationHistory json.RawMessage `json:"conversation_history"`
-}
-
-// historyEntry is one message of a run request's conversation_history.
-type historyEntry struct {
-	Role    string          `json:"role"`
-	Content json.RawMessage `json:"content"`
 }
 
 // Run is a validated run request: the newest user message of the input
@@ -56,27 +48,20 @@ func ParseRun(body []byte) (*Run, error) {
 	if err != nil {
 		return nil, err
 	}
-	msgs, last, history, previous := in.msgs, in.last, in.history, in.previous
-	out := &Run{Model: req.Model, SessionID: req.SessionID, PreviousResponseID: previous, InstructionsSent: req.Instructions != nil}
+	out := &Run{Model: req.Model, SessionID: req.SessionID, PreviousResponseID: in.previous, InstructionsSent: req.Instructions != nil}
 	if req.Instructions != nil && *req.Instructions != "" {
 		out.Instructions = *req.Instructions
 		out.Context = append(out.Context, &eventsv1.ContextMessage{Role: "system", Content: out.Instructions})
 	}
-	// The history's pictures are not carried: context is text.
-	input := len(history) + last
-	for i, m := range append(history, msgs...) {
-		text, images, err := responseContent(m.content, m.param+".content")
-		if err != nil {
-			return nil, err
-		}
-		if i == input {
-			out.Text, out.Attachments = text, imageAttachments(images)
-			continue
-		}
-		out.Context = append(out.Context, &eventsv1.ContextMessage{Role: contextRole(m.role), Content: text})
+	// The history's content is read as Hermes's run reads it (runText);
+	// the input's messages as a Responses request's.
+	around, err := in.context(runText, 0)
+	if err != nil {
+		return nil, err
 	}
-	if strings.TrimSpace(out.Text) == "" && len(out.Attachments) == 0 {
-		return nil, invalid(msgs[last].param, "the last user message is empty")
+	out.Context = append(out.Context, around...)
+	if out.Text, out.Attachments, err = in.text(); err != nil {
+		return nil, err
 	}
 	return out, nil
 }
@@ -132,35 +117,55 @@ func readInput(rawInput, rawHistory json.RawMessage, previousResponseID string) 
 	return in, nil
 }
 
-// historyMessages reads the conversation_history of a run or a
-// Responses request (Hermes takes it on both): an array of messages,
-// each with a role and a content.
-func historyMessages(raw json.RawMessage) ([]message, error) {
-	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
-		return nil, nil
-	}
-	var entries []json.RawMessage
-	if raw[0] != '[' || json.Unmarshal(raw, &entries) != nil {
-		return nil, invalid("conversation_history", "conversation_history must be an array of message objects")
-	}
-	if len(entries) > maxMessages {
-		return nil, invalid("conversation_history", "at most %d messages", maxMessages)
-	}
-	msgs := make([]message, 0, len(entries))
-	for i, e := range entries {
-		param := fmt.Sprintf("conversation_history[%d]", i)
-		var h historyEntry
-		e = bytes.TrimSpace(e)
-		if len(e) == 0 || e[0] != '{' || json.Unmarshal(e, &h) != nil || h.Role == "" || len(h.Content) == 0 {
-			return nil, invalid(param, "%s must have 'role' and 'content' fields", param)
+// context is the input's context, oldest first: the history's messages,
+// then the input's other than its last user message. Every message is
+// read (a refused one refuses the request) before, with keep > 0, only
+// the last keep are kept, as Hermes truncates its conversation_history
+// (entries it later drops count); then those without a role the
+// context has (contextRole) are dropped.
+func (in input) context(read historyText, keep int) ([]*eventsv1.ContextMessage, error) {
+	type entry struct{ role, text string }
+	all := make([]entry, 0, len(in.history)+len(in.msgs)-1)
+	for _, m := range in.history {
+		text, err := read(m.content, m.param+".content")
+		if err != nil {
+			return nil, err
 		}
-		switch h.Role {
-		case "user", "system", "developer", "assistant":
-		default:
-			return nil, invalid(param+".role", "unknown role %q", Clip(h.Role, maxRoleLen))
-		}
-		msgs = append(msgs, message{role: h.Role, content: h.Content, param: param})
+		all = append(all, entry{contextRole(m.role), text})
 	}
-	return msgs, nil
+	for i, m := range in.msgs {
+		if i == in.last {
+			continue
+		}
+		// The history's pictures, and the pictures of the input's other
+		// messages, are not carried: context is text.
+		text, _, err := responseContent(m.content, m.param+".content")
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, entry{contextRole(m.role), text})
+	}
+	if keep > 0 && len(all) > keep {
+		all = all[len(all)-keep:]
+	}
+	var out []*eventsv1.ContextMessage
+	for _, m := range all {
+		if m.role != "" {
+			out = append(out, &eventsv1.ContextMessage{Role: m.role, Content: m.text})
+		}
+	}
+	return out, nil
+}
+
+// text reads the input's last user message: its text and pictures.
+func (in input) text() (string, []*eventsv1.Attachment, error) {
+	m := in.msgs[in.last]
+	text, images, err := responseContent(m.content, m.param+".content")
+	if err != nil {
+		return "", nil, err
+	}
+	if strings.TrimSpace(text) == "" && len(images) == 0 {
+		return "", nil, invalid(m.param, "the last user message is empty")
+	}
+	return text, imageAttachments(images), nil
 }

@@ -36,8 +36,8 @@ func TestParseRun(t *testing.T) {
 		{name: "history not an array", body: `{"input":"x","conversation_history":{"role":"user"}}`, errParam: "conversation_history", errSubstr: "array"},
 		{name: "history entry without content", body: `{"input":"x","conversation_history":[{"role":"user"}]}`,
 			errParam: "conversation_history[0]", errSubstr: "'role' and 'content'"},
-		{name: "history role", body: `{"input":"x","conversation_history":[{"role":"tool","content":"r"}]}`,
-			errParam: "conversation_history[0].role", errSubstr: "unknown role"},
+		{name: "history roles the context has not", body: `{"input":"x","conversation_history":[{"role":"tool","content":"r"},{"role":"robot","content":"b"}]}`,
+			want: []string{"x"}},
 		{name: "not JSON", body: `{"input":`, errSubstr: "not valid JSON"},
 		{name: "two objects", body: `{"input":"a"} {}`, errSubstr: "after the JSON object"},
 	} {
@@ -79,6 +79,7 @@ func FuzzParseRun(f *testing.F) {
 		"{\"input\":\"bad \xff\xfe utf-8\",\"session_id\":\"\xc3\"}",
 		`{"input":[{"role":"user","content":[{"type":"input_image","image_url":"data:image/png;base64,iVBORw0KGgo="}]}]}`,
 		`{"input":[{"type":"function_call_output","output":"x"}]}`,
+		`{"input":"a","conversation_history":[{"role":"function","content":-0},{"role":null,"content":false},{"role":"user","content":null},{"role":"assistant","content":[[{"type":"text","text":"t"}],{"type":"input_file"}]}]}`,
 	} {
 		f.Add([]byte(s))
 	}

@@ -1,0 +1,187 @@
+package openai
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+)
+
+// Hermes's conversation_history (api_server.py, _handle_responses and
+// _handle_runs): the earlier messages of a client that keeps its
+// conversation itself, read as Hermes reads them.
+
+// historyEntry is one message of a conversation_history: its role and
+// content, any JSON (historyMessages).
+type historyEntry struct {
+	Role    json.RawMessage `json:"role"`
+	Content json.RawMessage `json:"content"`
+}
+
+// historyText reads the content of a conversation_history entry.
+type historyText func(raw json.RawMessage, param string) (string, error)
+
+// historyMessages reads the conversation_history of a run or a
+// Responses request (Hermes takes it on both). As Hermes's API server:
+// an empty or false value (null, [], "", 0, false, {}) is none; anything
+// else must be an array of objects with a role and a content, whatever
+// their values. Each entry is kept with its role, which the context
+// reads as Hermes's agent does (contextRole): a role other than system,
+// developer, user or assistant — a tool's or a function's result, a
+// role the agent does not know, a role that is not a string — is
+// dropped, not refused.
+func historyMessages(raw json.RawMessage) ([]message, error) {
+	raw = bytes.TrimSpace(raw)
+	if falsy(raw) {
+		return nil, nil
+	}
+	var entries []json.RawMessage
+	if raw[0] != '[' || json.Unmarshal(raw, &entries) != nil {
+		return nil, invalid("conversation_history", "conversation_history must be an array of message objects")
+	}
+	if len(entries) > maxMessages {
+		return nil, invalid("conversation_history", "at most %d messages", maxMessages)
+	}
+	msgs := make([]message, 0, len(entries))
+	for i, e := range entries {
+		param := fmt.Sprintf("conversation_history[%d]", i)
+		var h historyEntry
+		e = bytes.TrimSpace(e)
+		// A null value is a key that is there (Hermes: "role" in entry).
+		if len(e) == 0 || e[0] != '{' || json.Unmarshal(e, &h) != nil || len(h.Role) == 0 || len(h.Content) == 0 {
+			return nil, invalid(param, "%s must have 'role' and 'content' fields", param)
+		}
+		var role string
+		if h.Role[0] == '"' {
+			_ = json.Unmarshal(h.Role, &role)
+		}
+		msgs = append(msgs, message{role: role, content: h.Content, param: param})
+	}
+	return msgs, nil
+}
+
+// falsy reports whether raw, JSON, is a value Python holds false: null,
+// false, 0, "", [] or {} (or nothing).
+func falsy(raw json.RawMessage) bool {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 {
+		return true
+	}
+	switch raw[0] {
+	case 'n', 'f':
+		return bytes.Equal(raw, []byte("null")) || bytes.Equal(raw, []byte("false"))
+	case '"':
+		var s string
+		return json.Unmarshal(raw, &s) == nil && s == ""
+	case '[':
+		var a []json.RawMessage
+		return json.Unmarshal(raw, &a) == nil && len(a) == 0
+	case '{':
+		var o map[string]json.RawMessage
+		return json.Unmarshal(raw, &o) == nil && len(o) == 0
+	case 't':
+		return false
+	}
+	f, err := strconv.ParseFloat(string(raw), 64)
+	return err == nil && f == 0
+}
+
+// responsesHistoryText reads a Responses request's history entry's
+// content as Hermes's _normalize_multimodal_content: null is empty, a
+// string itself, an array its text and image parts (a part Hermes
+// refuses is refused alike), a number or a boolean its Python text
+// (pythonScalar). The pictures are checked but not carried: context is
+// text. An object, which Hermes gives the model as its Python text, is
+// refused: it is no content of any OpenAI message.
+func responsesHistoryText(raw json.RawMessage, param string) (string, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) > 0 && raw[0] != '"' && raw[0] != '[' && raw[0] != '{' && raw[0] != 'n' {
+		return pythonScalar(raw), nil
+	}
+	text, _, err := responseContent(raw, param)
+	return text, err
+}
+
+// runText reads a run's history entry's content as Hermes's run does,
+// with Python's str(): a string is itself, null "None", a number or a
+// boolean its Python text; nothing is refused. An array, of which
+// Hermes gives the model its Python text, is its text (nestedText): its
+// strings and text parts, its pictures skipped unchecked. An object is
+// refused, as by the Responses API.
+func runText(raw json.RawMessage, param string) (string, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 {
+		return "", nil
+	}
+	switch raw[0] {
+	case '"':
+		var s string
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return "", invalid(param, "content must be a string or an array of parts")
+		}
+		return s, nil
+	case '[':
+		return nestedText(raw, 1), nil
+	case '{':
+		return "", invalid(param, "content must be a string or an array of parts")
+	case 'n':
+		return "None", nil
+	}
+	return pythonScalar(raw), nil
+}
+
+// pythonScalar is the text Python's str() gives a JSON number or
+// boolean as its json module reads it: True or False; an integer in
+// its digits; any other number a float, in Python's shortest repr
+// (1.0, 1e+16, 1e-05, inf).
+func pythonScalar(raw json.RawMessage) string {
+	s := string(raw)
+	switch s {
+	case "true":
+		return "True"
+	case "false":
+		return "False"
+	}
+	if !strings.ContainsAny(s, ".eE") {
+		// An integer, exact: only "-0" is spelled otherwise.
+		if strings.TrimLeft(s, "-0") == "" {
+			return "0"
+		}
+		return s
+	}
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil && !math.IsInf(f, 0) {
+		return s
+	}
+	return pythonFloat(f)
+}
+
+// pythonFloat is Python's repr of a float: the shortest digits that
+// read back as f, in positional notation with at least one decimal
+// when its exponent is from -4 to 15, else in scientific notation with
+// a signed exponent of at least two digits.
+func pythonFloat(f float64) string {
+	switch {
+	case math.IsInf(f, 1):
+		return "inf"
+	case math.IsInf(f, -1):
+		return "-inf"
+	}
+	e := strconv.FormatFloat(f, 'e', -1, 64) // d.ddde±XX
+	mant, exps, _ := strings.Cut(e, "e")
+	exp, _ := strconv.Atoi(exps)
+	if exp < -4 || exp >= 16 {
+		sign := "+"
+		if exp < 0 {
+			sign, exp = "-", -exp
+		}
+		return fmt.Sprintf("%se%s%02d", mant, sign, exp)
+	}
+	s := strconv.FormatFloat(f, 'f', -1, 64)
+	if !strings.Contains(s, ".") {
+		s += ".0"
+	}
+	return s
+}

@@ -1,0 +1,162 @@
+package openai
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+)
+
+// conversation_history is read as Hermes's API server reads it
+// (api_server.py, _handle_responses and _handle_runs), then as its
+// agent takes the messages (run_agent.py, _sanitize_api_messages): every
+// entry needs a role and a content, whatever their values; a role
+// other than system, developer, user or assistant is dropped, a tool's
+// or a function's result included (the gateway's context carries no
+// tool call to answer); scalar content is its Python text; pictures
+// are checked as Hermes checks them on the Responses API and not
+// carried; a run reads content with Python's str() and refuses none of
+// it.
+func TestConversationHistoryAsHermes(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name, history string
+		// responses and run: the context, "role:content" joined by "|",
+		// or "error <param>" for a refusal.
+		responses, run string
+	}{
+		{"user and assistant", `[{"role":"user","content":"q"},{"role":"assistant","content":"a"}]`, "user:q|assistant:a", "user:q|assistant:a"},
+		{"system and developer", `[{"role":"system","content":"s"},{"role":"developer","content":"d"}]`, "system:s|system:d", "system:s|system:d"},
+		{"a tool's result", `[{"role":"user","content":"q"},{"role":"tool","content":"42","tool_call_id":"c1"}]`, "user:q", "user:q"},
+		{"a function's result", `[{"role":"function","name":"f","content":"42"},{"role":"assistant","content":"a"}]`, "assistant:a", "assistant:a"},
+		{"a role the agent does not know", `[{"role":"robot","content":"beep"},{"role":"User","content":"q"}]`, "", ""},
+		{"a role that is no string", `[{"role":5,"content":"a"},{"role":null,"content":"b"},{"role":"","content":"c"},{"role":["user"],"content":"d"}]`, "", ""},
+		{"no role", `[{"content":"a"}]`, "error conversation_history[0]", "error conversation_history[0]"},
+		{"no content", `[{"role":"user"}]`, "error conversation_history[0]", "error conversation_history[0]"},
+		{"null content", `[{"role":"user","content":null}]`, "user:", "user:None"},
+		{"an integer", `[{"role":"user","content":42},{"role":"user","content":-0},{"role":"user","content":123456789012345678901234567890}]`,
+			"user:42|user:0|user:123456789012345678901234567890", "user:42|user:0|user:123456789012345678901234567890"},
+		{"a float", `[{"role":"user","content":1.5},{"role":"user","content":2.0},{"role":"user","content":1e16},{"role":"user","content":1e15},{"role":"user","content":0.00001},{"role":"user","content":-0.0},{"role":"user","content":1e400}]`,
+			"user:1.5|user:2.0|user:1e+16|user:1000000000000000.0|user:1e-05|user:-0.0|user:inf",
+			"user:1.5|user:2.0|user:1e+16|user:1000000000000000.0|user:1e-05|user:-0.0|user:inf"},
+		{"a boolean", `[{"role":"user","content":true},{"role":"assistant","content":false}]`, "user:True|assistant:False", "user:True|assistant:False"},
+		{"an object", `[{"role":"user","content":{"text":"a"}}]`, "error conversation_history[0].content", "error conversation_history[0].content"},
+		{"text parts", `[{"role":"assistant","content":["a",{"type":"output_text","text":"b"},7,null]}]`, "assistant:a\nb", "assistant:a\nb"},
+		{"a picture", `[{"role":"user","content":[{"type":"input_text","text":"look"},{"type":"input_image","image_url":"https://x/a.png"}]},{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:image/png;base64,iVBORw0KGgo="}}]}]`,
+			"user:look|user:", "user:look|user:"},
+		{"a picture no provider fetches", `[{"role":"user","content":[{"type":"input_image","image_url":"ftp://x/a.png"}]}]`, "error conversation_history[0].content", "user:"},
+		{"a file", `[{"role":"user","content":[{"type":"input_file","file_id":"f"}]}]`, "error conversation_history[0].content[0].type", "user:"},
+		{"a false value is none", `""`, "", ""},
+		{"an empty object is none", `{}`, "", ""},
+		{"zero is none", `0`, "", ""},
+		{"false is none", `false`, "", ""},
+		{"an empty array is none", `[]`, "", ""},
+		{"a string", `"before"`, "error conversation_history", "error conversation_history"},
+		{"an object for the history", `{"role":"user","content":"a"}`, "error conversation_history", "error conversation_history"},
+		{"true", `true`, "error conversation_history", "error conversation_history"},
+		{"an entry that is no object", `["before"]`, "error conversation_history[0]", "error conversation_history[0]"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			for _, api := range []string{"responses", "run"} {
+				body := fmt.Sprintf(`{"input":"now","conversation_history":%s}`, c.history)
+				var in Input
+				var err error
+				want := c.responses
+				if api == "responses" {
+					var req *Responses
+					if req, err = ParseResponses([]byte(body)); req != nil {
+						in = req.Input
+					}
+				} else {
+					want = c.run
+					var req *Run
+					if req, err = ParseRun([]byte(body)); req != nil {
+						in = req.Input
+					}
+				}
+				var got string
+				if err != nil {
+					var inv *InvalidError
+					if !errors.As(err, &inv) {
+						t.Fatalf("%s: error %v", api, err)
+					}
+					got = "error " + inv.Param
+				} else {
+					var ctx []string
+					for _, m := range in.Context {
+						ctx = append(ctx, m.GetRole()+":"+m.GetContent())
+					}
+					got = strings.Join(ctx, "|")
+					if in.Text != "now" {
+						t.Errorf("%s: input %q", api, in.Text)
+					}
+				}
+				if got != want {
+					t.Errorf("%s: %q, want %q", api, got, want)
+				}
+			}
+		})
+	}
+}
+
+// A Responses request's truncation "auto" keeps the latest 100 messages
+// of its context — its history, then its input's earlier items — as
+// Hermes cuts its conversation_history, counting the entries it drops
+// later; the instructions stay. Any other value cuts nothing.
+func TestResponsesTruncation(t *testing.T) {
+	t.Parallel()
+	entries := func(n int, role string) []string {
+		out := make([]string, n)
+		for i := range out {
+			out[i] = fmt.Sprintf(`{"role":%q,"content":"%s%d"}`, role, role[:1], i)
+		}
+		return out
+	}
+	for _, c := range []struct {
+		name, truncation string
+		history          []string
+		items            int // the input's items before its last
+		// first and n: the first message kept after the instructions, and
+		// how many are.
+		first string
+		n     int
+		want  string
+	}{
+		{"auto, 150 entries", `"auto"`, entries(150, "user"), 0, "user:u50", 100, "auto"},
+		{"auto, 100 entries", `"auto"`, entries(100, "user"), 0, "user:u0", 100, "auto"},
+		{"auto, history and items", `"auto"`, entries(99, "user"), 3, "user:u2", 100, "auto"},
+		{"auto, a dropped entry counts", `"auto"`, append(entries(100, "user"), entries(1, "tool")...), 0, "user:u1", 99, "auto"},
+		{"disabled", `"disabled"`, entries(150, "user"), 0, "user:u0", 150, "disabled"},
+		{"not given", ``, entries(150, "user"), 0, "user:u0", 150, "disabled"},
+		{"another type", `{"type":"auto"}`, entries(150, "user"), 0, "user:u0", 150, "disabled"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			items := []string{}
+			for i := range c.items {
+				items = append(items, fmt.Sprintf(`{"role":"assistant","content":"i%d"}`, i))
+			}
+			items = append(items, `"now"`)
+			body := `{"instructions":"be brief","input":[` + strings.Join(items, ",") + `],"conversation_history":[` + strings.Join(c.history, ",") + `]`
+			if c.truncation != "" {
+				body += `,"truncation":` + c.truncation
+			}
+			req, err := ParseResponses([]byte(body + "}"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := req.Context
+			if len(ctx) == 0 || ctx[0].GetRole() != "system" || ctx[0].GetContent() != "be brief" {
+				t.Fatalf("context %v does not start with the instructions", ctx)
+			}
+			ctx = ctx[1:]
+			if len(ctx) != c.n || ctx[0].GetRole()+":"+ctx[0].GetContent() != c.first || req.Truncation != c.want {
+				t.Fatalf("%d messages from %s:%s, truncation %q; want %d from %s, %q", len(ctx), ctx[0].GetRole(), ctx[0].GetContent(), req.Truncation, c.n, c.first, c.want)
+			}
+			if c.items > 0 {
+				if last := ctx[len(ctx)-1]; last.GetContent() != fmt.Sprintf("i%d", c.items-1) {
+					t.Fatalf("last context message %v, want the input's last item before its message", last)
+				}
+			}
+		})
+	}
+}
