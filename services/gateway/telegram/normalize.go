@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"regexp"
 	"strconv"
 	"strings"
 	"unicode/utf16"
@@ -31,6 +32,25 @@ type gating struct {
 	// otherBotsToo is exclusive_bot_mentions off: a group message that
 	// names other bots and not this one follows the rules above too.
 	otherBotsToo bool
+	// patterns are the mention patterns (wake words): a group message
+	// whose text or caption matches one mentions the bot.
+	patterns []*regexp.Regexp
+}
+
+// wakes reports whether a mention pattern matches the message's text or
+// its caption (Hermes's _message_matches_mention_patterns).
+func (g gating) wakes(msg *models.Message) bool {
+	for _, text := range []string{msg.Text, msg.Caption} {
+		if text == "" {
+			continue
+		}
+		for _, re := range g.patterns {
+			if re.MatchString(text) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // outcome of normalizing one update.
@@ -175,6 +195,10 @@ func normalize(u *models.Update, me identity, g gating) (outcome, error) {
 	command, mentioned, forOther, otherBots := addressing(text, entities, me)
 	if forOther {
 		return outcome{skip: "command for another bot"}, nil
+	}
+	if src.ChatType == "group" && !mentioned && g.wakes(msg) {
+		// A wake word addresses this bot as an @mention does.
+		mentioned = true
 	}
 	if src.ChatType == "group" && otherBots && !mentioned && !g.otherBotsToo {
 		// As Hermes (exclusive bot mentions, on by default): a group

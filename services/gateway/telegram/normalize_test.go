@@ -177,6 +177,54 @@ func TestMessagesForOtherBots(t *testing.T) {
 	}
 }
 
+// TestMentionPatterns: as Hermes's mention_patterns, a group message
+// whose text or caption matches a wake word counts as a mention of the
+// bot (published under require_mention, marked mentioned); one that
+// matches none is still gated; a DM is published whatever it says.
+func TestMentionPatterns(t *testing.T) {
+	t.Parallel()
+	me := identity{id: testBotID, username: testUsername}
+	pats, err := mentionPatterns([]string{`\bchompy\b`, `^hey\s+team\b`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := gating{requireMention: true, patterns: pats}
+	message := func(chat obj, m obj) []byte {
+		m["message_id"], m["date"], m["chat"], m["from"] = 9, msgDate, chat, alice
+		raw, _ := json.Marshal(obj{"update_id": 77, "message": m})
+		return raw
+	}
+	photo := []obj{{"file_id": "p1", "file_unique_id": "u1", "width": 1, "height": 1}}
+	for _, c := range []struct {
+		name      string
+		raw       []byte
+		mentioned bool // published and marked mentioned; false: skipped
+	}{
+		{"wake word", message(group, obj{"text": "Chompy, what is the build status?"}), true},
+		{"second pattern", message(group, obj{"text": "HEY   team who is on call"}), true},
+		{"wake word in a caption", message(group, obj{"caption": "chompy look at this", "photo": photo}), true},
+		{"no wake word", message(group, obj{"text": "chompyness is a word?"}), false},
+		{"pattern anchored elsewhere", message(group, obj{"text": "well hey team"}), false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			out, err := parseUpdate(c.raw, me, g)
+			if err != nil {
+				t.Fatalf("parse: %v", err)
+			}
+			if c.mentioned != (out.ev != nil) || (out.ev != nil && !out.ev.GetMentioned()) {
+				t.Fatalf("got %v (skip %q), want published and mentioned %v", out.ev, out.skip, c.mentioned)
+			}
+		})
+	}
+	if out, _ := parseUpdate(message(dmChat, obj{"text": "no wake word here"}), me, g); out.ev == nil {
+		t.Fatal("a DM without a wake word was skipped")
+	}
+	// Without patterns (the default), a wake word is only text.
+	if out, _ := parseUpdate(message(group, obj{"text": "chompy, status?"}), me, gating{requireMention: true}); out.ev != nil {
+		t.Fatal("no mention patterns configured: a group message without a mention was published")
+	}
+}
+
 func TestMalformedUpdates(t *testing.T) {
 	t.Parallel()
 	me := identity{id: testBotID, username: testUsername}
@@ -196,8 +244,12 @@ func FuzzParseUpdate(f *testing.F) {
 		raw, _ := json.Marshal(c.update)
 		f.Add(raw)
 	}
+	pats, err := mentionPatterns([]string{`\bchompy\b`})
+	if err != nil {
+		f.Fatal(err)
+	}
 	f.Fuzz(func(t *testing.T, raw []byte) {
-		out, err := parseUpdate(raw, me, gating{requireMention: true})
+		out, err := parseUpdate(raw, me, gating{requireMention: true, patterns: pats})
 		// The query of a press that fails to decode is answered by the
 		// id read alone: read from any input, and the parser's own where
 		// the update decodes.
