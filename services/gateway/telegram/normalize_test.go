@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"google.golang.org/protobuf/encoding/prototext"
 	"google.golang.org/protobuf/proto"
@@ -225,6 +226,55 @@ func TestMentionPatterns(t *testing.T) {
 	}
 }
 
+// TestBotMentionStripped: as Hermes's _clean_bot_trigger_text, the
+// agent reads a message without "@<bot username>" (any case, with the
+// commas, colons, hyphens and spaces after it), in groups and DMs, in
+// text and captions; a text that is only the mention stays, and so does
+// a longer name ("@<username>2") or another bot's.
+func TestBotMentionStripped(t *testing.T) {
+	t.Parallel()
+	me := identity{id: testBotID, username: testUsername}
+	handle := "@" + testUsername
+	upper := "@" + strings.ToUpper(testUsername)
+	for _, c := range []struct {
+		in, want string
+	}{
+		{handle + " status?", "status?"},
+		{handle + ", summarize this", "summarize this"},
+		{upper + ":- go", "go"},
+		{"please " + handle + " look at this", "please look at this"},
+		{"ask " + handle, "ask"},
+		{handle + " /new", "/new"},
+		{handle, handle},
+		{handle + " ,", ","},
+		{handle + "2 hi", handle + "2 hi"},
+		{handle + "_x hi", handle + "_x hi"},
+		{"@other_bot hi", "@other_bot hi"},
+		{"mail foo" + handle + ".example", "mail foo.example"},
+		{handle + "\u00a0héllo " + handle + "\t", "héllo"},
+	} {
+		if got := stripBotMention(c.in, testUsername); got != c.want {
+			t.Errorf("stripBotMention(%q) = %q, want %q", c.in, got, c.want)
+		}
+	}
+	if got := stripBotMention(handle+" hi", ""); got != handle+" hi" {
+		t.Errorf("without a known username the text changed: %q", got)
+	}
+	// Through normalize: a DM, and a caption.
+	raw, _ := json.Marshal(obj{"update_id": 78, "message": obj{"message_id": 9, "date": msgDate, "chat": dmChat, "from": alice,
+		"text": handle + " hello"}})
+	if out, _ := parseUpdate(raw, me, gating{}); out.ev.GetText() != "hello" {
+		t.Errorf("DM text %q, want hello", out.ev.GetText())
+	}
+	raw, _ = json.Marshal(obj{"update_id": 79, "message": obj{"message_id": 9, "date": msgDate, "chat": group, "from": alice,
+		"caption": handle + ": what is this?", "caption_entities": []obj{{"type": "mention", "offset": 0, "length": len(handle)}},
+		"photo": []obj{{"file_id": "p1", "file_unique_id": "u1", "width": 1, "height": 1}}}})
+	out, _ := parseUpdate(raw, me, gating{requireMention: true})
+	if out.ev.GetText() != "what is this?" || !out.ev.GetMentioned() {
+		t.Errorf("caption event %v, want text %q and mentioned", out.ev, "what is this?")
+	}
+}
+
 func TestMalformedUpdates(t *testing.T) {
 	t.Parallel()
 	me := identity{id: testBotID, username: testUsername}
@@ -278,6 +328,21 @@ func FuzzParseUpdate(f *testing.F) {
 		// published; a failing publish would stall the poller).
 		if err := platform.CheckEvent(out.ev, "telegram", "", 1<<20); err != nil {
 			t.Fatalf("normalized event refused: %v", err)
+		}
+	})
+}
+
+// FuzzStripBotMention: taking the bot's mention out of any text never
+// panics, never lengthens it, keeps valid UTF-8 valid, and leaves a text
+// without an "@" as it is.
+func FuzzStripBotMention(f *testing.F) {
+	for _, s := range []string{"@" + testUsername + " hi", "a @" + strings.ToUpper(testUsername) + ",: b", "@" + testUsername, "x@" + testUsername + "é", "\xff@" + testUsername} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, text string) {
+		got := stripBotMention(text, testUsername)
+		if len(got) > len(text) || (utf8.ValidString(text) && !utf8.ValidString(got)) || (!strings.Contains(text, "@") && got != text) {
+			t.Fatalf("stripBotMention(%q) = %q", text, got)
 		}
 	})
 }
