@@ -280,6 +280,7 @@ var envAliases = map[string]string{
 	"TELEGRAM_REQUIRE_MENTION":        "gateways.telegram.require_mention",
 	"TELEGRAM_FREE_RESPONSE_CHATS":    "gateways.telegram.free_response_chats",
 	"TELEGRAM_EXCLUSIVE_BOT_MENTIONS": "gateways.telegram.exclusive_bot_mentions",
+	"TELEGRAM_MENTION_PATTERNS":       "gateways.telegram.mention_patterns",
 	// and for the processing reactions.
 	"TELEGRAM_REACTIONS": "gateways.telegram.reactions",
 	// Hermes's fallback for display.tool_progress.

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/switchboard-chat/switchboard/pkg/config"
+	"github.com/switchboard-chat/switchboard/services/gateway/telegram"
 )
 
 func TestChatGatewaysRegistered(t *testing.T) {
@@ -166,5 +167,29 @@ func TestSettingsOnByDefault(t *testing.T) {
 				t.Errorf("got %v, want %v", got, c.want)
 			}
 		})
+	}
+}
+
+// TestTelegramMentionPatternsVariable: Hermes's TELEGRAM_MENTION_PATTERNS
+// reaches the Telegram gateway, a JSON list whole though the loader
+// splits values on commas, and a pattern that does not compile stops the
+// gateway at start-up, saying which and why.
+func TestTelegramMentionPatternsVariable(t *testing.T) {
+	t.Parallel()
+	start := func(patterns string) error {
+		cfg := defaultConfig()
+		environ := []string{"TELEGRAM_BOT_TOKEN=123:abc", "TELEGRAM_MENTION_PATTERNS=" + patterns}
+		if _, err := config.Load(config.Options{Environ: environ, Aliases: envAliases}, cfg); err != nil {
+			return err
+		}
+		_, err := telegram.NewPlatform(cfg.Gateways.Telegram, nil, nil)
+		return err
+	}
+	if err := start(`["\\bchompy\\b", "^hey\\s+(team|all){1,2}"]`); err != nil {
+		t.Fatalf("good patterns: %v", err)
+	}
+	err := start(`["chompy", "(?<=hey )bot"]`)
+	if err == nil || !strings.Contains(err.Error(), `TELEGRAM_MENTION_PATTERNS): pattern "(?<=hey )bot" is not a regular expression`) {
+		t.Fatalf("a pattern Go cannot compile: %v", err)
 	}
 }

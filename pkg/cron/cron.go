@@ -262,7 +262,10 @@ type NewJob struct {
 // CheckDeliver validates a deliver target: origin, local, a platform
 // (its home channel, resolved when the job fires), platform:chat_id,
 // platform:chat_id:thread_id or platform:#name. "" becomes origin when
-// there is an origin chat, local otherwise.
+// there is an origin chat, local otherwise (Hermes's create_job). origin
+// without an origin chat (a job made over the API or by an admin) is
+// kept: as Hermes's, its runs go to the first platform's home channel
+// there is when they fire (the scheduler's route).
 func CheckDeliver(raw string, origin Origin) (string, error) {
 	d := strings.TrimSpace(raw)
 	switch strings.ToLower(d) {
@@ -272,9 +275,6 @@ func CheckDeliver(raw string, origin Origin) (string, error) {
 		}
 		return DeliverLocal, nil
 	case DeliverOrigin:
-		if origin.Platform == "" || origin.ChatID == "" {
-			return "", fmt.Errorf("%w: deliver 'origin' needs a chat to deliver to; this job has none: use local or platform:chat_id", ErrInvalid)
-		}
 		return DeliverOrigin, nil
 	case DeliverLocal:
 		return DeliverLocal, nil

@@ -76,7 +76,6 @@ func TestCreateRefuses(t *testing.T) {
 	cases := map[string]cron.NewJob{
 		"invalid schedule":     {Owner: "u", Prompt: "p", Schedule: "whenever", Origin: tg},
 		"the prompt is empty":  {Owner: "u", Prompt: "  ", Schedule: "1h", Origin: tg},
-		"needs a chat":         {Owner: "u", Prompt: "p", Schedule: "1h", Deliver: "origin"},
 		"not a platform name":  {Owner: "u", Prompt: "p", Schedule: "1h", Deliver: "Tele-gram!:1", Origin: tg},
 		"is not a target":      {Owner: "u", Prompt: "p", Schedule: "1h", Deliver: "telegram:1 2", Origin: tg},
 		"repeat must be":       {Owner: "u", Prompt: "p", Schedule: "1h", Repeat: -1, Origin: tg},
@@ -99,8 +98,10 @@ func TestCreateRefuses(t *testing.T) {
 	if j, err := s.Create(ctx, cron.NewJob{Owner: "u", Name: "night\x00ly \xff digest", Prompt: "p", Schedule: "1h", Origin: tg}); err != nil || j.Name != "nightly digest" {
 		t.Errorf("name with a NUL and a bad byte: %v %q", err, j.Name)
 	}
-	// Targets that parse are kept as typed, resolved when the job fires.
-	for _, d := range []string{"telegram", "telegram:-1001234567890:17585", "discord:#engineering", "local"} {
+	// Targets that parse are kept as typed, resolved when the job fires:
+	// origin too on a job with no origin chat (made over the API), whose
+	// runs go to a home channel, as Hermes's.
+	for _, d := range []string{"telegram", "telegram:-1001234567890:17585", "discord:#engineering", "local", "origin"} {
 		if j, err := s.Create(ctx, cron.NewJob{Owner: "u", Prompt: "p", Schedule: "1h", Deliver: d}); err != nil || j.Deliver != d {
 			t.Errorf("deliver %q: %v %q", d, err, j.Deliver)
 		}

@@ -830,7 +830,8 @@ func (s *Scheduler) run(ctx context.Context, j *cron.Job, due time.Time, eventID
 	return true, nil
 }
 
-// route is where a run's answer goes: the origin chat, nowhere (local),
+// route is where a run's answer goes: the origin chat (without one, a
+// home channel: homeRoute), nowhere (local),
 // or the deliver target resolved now (a home channel chosen since the
 // job was made counts). A bare platform that is the origin's is that
 // platform's home channel when it has one, else the origin chat (not a
@@ -844,7 +845,7 @@ func (s *Scheduler) route(ctx context.Context, j *cron.Job) (*eventsv1.ReplyRout
 		return &eventsv1.ReplyRoute{}, nil
 	case cron.DeliverOrigin:
 		if o.Platform == "" || o.ChatID == "" {
-			return nil, fmt.Errorf("%w: the job has no origin chat", outbox.ErrBadTarget)
+			return s.homeRoute(ctx, j)
 		}
 		return &eventsv1.ReplyRoute{Platform: o.Platform, Account: o.Account, ChatId: o.ChatID, ThreadId: o.ThreadID}, nil
 	}
@@ -858,6 +859,34 @@ func (s *Scheduler) route(ctx context.Context, j *cron.Job) (*eventsv1.ReplyRout
 		return nil, err
 	}
 	return &eventsv1.ReplyRoute{Platform: t.GetPlatform(), Account: t.GetAccount(), ChatId: t.GetChatId(), ThreadId: t.GetThreadId()}, nil
+}
+
+// HomeOrder is the order in which a job that delivers to its origin but
+// has none (made over the API or by an admin) looks for a home channel:
+// Hermes's (_HOME_TARGET_ENV_VARS, which its deliver=origin fallback
+// walks) for the platforms both have, then the platforms only
+// Switchboard has.
+var HomeOrder = []string{"matrix", "telegram", "discord", "slack", "signal", "mattermost", "sms", "email", "bluebubbles",
+	"whatsapp", "line", "google_chat", "teams"}
+
+// homeRoute is where a run of j, which delivers to its origin but has no
+// origin chat, answers: the home channel of the first platform of
+// HomeOrder that has one (configured, or chosen with /sethome), as
+// Hermes's deliver=origin fallback, rather than nowhere. None: the run
+// is blocked (ErrBadTarget), and the job says why.
+func (s *Scheduler) homeRoute(ctx context.Context, j *cron.Job) (*eventsv1.ReplyRoute, error) {
+	for _, p := range HomeOrder {
+		t, err := s.resolve(ctx, p)
+		if errors.Is(err, outbox.ErrBadTarget) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		s.log.Info("cron job delivers to its origin but has none; its run goes to a home channel", "job", j.ID, "platform", p)
+		return &eventsv1.ReplyRoute{Platform: t.GetPlatform(), Account: t.GetAccount(), ChatId: t.GetChatId(), ThreadId: t.GetThreadId()}, nil
+	}
+	return nil, fmt.Errorf("%w: the job has no origin chat, and no platform has a home channel (/sethome, or delivery.platforms.<platform>.home)", outbox.ErrBadTarget)
 }
 
 // SilentMarker in a run's answer suppresses its delivery (Hermes's).

@@ -19,6 +19,7 @@ import (
 	"github.com/switchboard-chat/switchboard/pkg/cron"
 	"github.com/switchboard-chat/switchboard/pkg/cron/scheduler"
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	"github.com/switchboard-chat/switchboard/pkg/logtest"
 	"github.com/switchboard-chat/switchboard/pkg/outbox"
 	"github.com/switchboard-chat/switchboard/pkg/pg/pgtest"
@@ -576,6 +577,69 @@ func TestDeliverToTheOriginsPlatform(t *testing.T) {
 		if routes[id] != w {
 			t.Errorf("job %s routed to %q, want %q", id, routes[id], w)
 		}
+	}
+}
+
+// TestDeliverToAHomeWithoutAnOrigin: as Hermes's deliver=origin
+// fallback, a job that delivers to its origin but has none (made over the
+// API) answers in the first home channel of Hermes's platform order
+// (telegram before discord), not nowhere; with no home channel at all its
+// run is blocked and says why. A job that says nothing delivers nowhere
+// (Hermes's create_job makes it local), and still runs.
+func TestDeliverToAHomeWithoutAnOrigin(t *testing.T) {
+	t.Parallel()
+	create := func(e *env, deliver string) cron.Job {
+		j, err := e.store.Create(context.Background(), cron.NewJob{Owner: "telegram:99", Prompt: "p", Schedule: "every 11m", Deliver: deliver})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return j
+	}
+	sched := func(e *env, homes map[string]string) *scheduler.Scheduler {
+		cfg := scheduler.DefaultConfig()
+		cfg.Timezone = "UTC"
+		s, err := scheduler.New(cfg, scheduler.Deps{DB: e.db, Bus: e.bus, Now: e.clock.Now,
+			Resolve: func(_ context.Context, raw string) (*deliveryv1.Target, error) {
+				t, _, err := outbox.ParseTarget(raw, func(p string) string { return homes[p] })
+				return t, err
+			}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+
+	e := newEnv(t)
+	evs := platformtest.InboundEvents(t, e.bus)
+	origin, unsaid := create(e, "origin"), create(e, "")
+	if unsaid.Deliver != cron.DeliverLocal {
+		t.Fatalf("deliver unsaid without an origin is %q, want local", unsaid.Deliver)
+	}
+	e.clock.Set(t0.Add(11 * time.Minute))
+	if n := tick(t, sched(e, map[string]string{"discord": "555", "telegram": "-100777:5"})); n != 2 {
+		t.Fatalf("fired %d, want 2", n)
+	}
+	routes := map[string]*eventsv1.ReplyRoute{}
+	for range 2 {
+		ev := platformtest.NextEvent(t, evs)
+		routes[strings.SplitN(ev.GetEventId(), "_", 2)[0]] = ev.GetReplyRoute()
+	}
+	if rr := routes[origin.ID]; rr.GetPlatform() != "telegram" || rr.GetChatId() != "-100777" || rr.GetThreadId() != "5" {
+		t.Errorf("origin job without an origin routed to %v, want telegram's home -100777:5", rr)
+	}
+	if rr := routes[unsaid.ID]; rr == nil || rr.GetPlatform() != "" {
+		t.Errorf("job with no deliver routed to %v, want nowhere", rr)
+	}
+
+	bare := newEnv(t)
+	blocked := create(bare, "origin")
+	bare.clock.Set(t0.Add(11 * time.Minute))
+	if n := tick(t, sched(bare, nil)); n != 0 {
+		t.Errorf("fired %d with no home channel anywhere, want 0", n)
+	}
+	got := bare.job(t, blocked.ID)
+	if got.LastStatus != "blocked_config" || !strings.Contains(got.LastError, "no platform has a home channel") {
+		t.Errorf("origin job without an origin nor a home: status %q error %q", got.LastStatus, got.LastError)
 	}
 }
 

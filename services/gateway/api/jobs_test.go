@@ -204,7 +204,9 @@ func TestJobsAPIRefusals(t *testing.T) {
 		{"repeat not a number", aliceKey, "POST", "/api/jobs", `{"name":"n","schedule":"every 1h","prompt":"p","repeat":"3"}`, nil, 400, "Repeat must be a positive integer"},
 		{"skills", aliceKey, "POST", "/api/jobs", `{"name":"n","schedule":"every 1h","prompt":"p","skills":["web"]}`, nil, 400, "skills is not supported"},
 		{"model", aliceKey, "POST", "/api/jobs", `{"name":"n","schedule":"every 1h","prompt":"p","model":"gpt"}`, nil, 400, "model is not supported"},
-		{"deliver origin: the API has no chat", aliceKey, "POST", "/api/jobs", `{"name":"n","schedule":"every 1h","prompt":"p","deliver":"origin"}`, nil, 400, "origin"},
+		// As Hermes's: a job with no origin chat delivering to its origin
+		// answers in a home channel when it runs.
+		{"deliver origin: the API has no chat", aliceKey, "POST", "/api/jobs", `{"name":"n","schedule":"every 1h","prompt":"p","deliver":"origin"}`, nil, 200, ""},
 		{"deliver a chat not allowed", aliceKey, "POST", "/api/jobs", `{"name":"n","schedule":"every 1h","prompt":"p","deliver":"telegram:123"}`, nil, 403, "agent.send_message_targets"},
 		{"deliver a channel name not allowed", aliceKey, "POST", "/api/jobs", `{"name":"n","schedule":"every 1h","prompt":"p","deliver":"slack:#ops"}`, nil, 403, "agent.send_message_targets"},
 		{"deliver not a target", aliceKey, "POST", "/api/jobs", `{"name":"n","schedule":"every 1h","prompt":"p","deliver":"telegram"}`, nil, 200, ""},
@@ -236,7 +238,7 @@ func TestJobsAPIRefusals(t *testing.T) {
 		t.Fatalf("bob's jobs: %d %s", r.status, r.raw)
 	}
 	jobs, err := store.List(context.Background(), "api:key:alice", true)
-	if err != nil || len(jobs) != 5 { // Mine, the one named like an id, and the three allowed deliveries
+	if err != nil || len(jobs) != 6 { // Mine, the one named like an id, and the four allowed deliveries
 		t.Fatalf("alice's jobs: %d, %v", len(jobs), err)
 	}
 	if j, _ := store.Resolve(context.Background(), "api:key:alice", id); j.Deliver != "local" || j.Name != "Mine" {

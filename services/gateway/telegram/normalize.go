@@ -4,9 +4,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"regexp"
 	"strconv"
 	"strings"
+	"unicode"
 	"unicode/utf16"
+	"unicode/utf8"
 
 	"github.com/go-telegram/bot/models"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -31,6 +34,25 @@ type gating struct {
 	// otherBotsToo is exclusive_bot_mentions off: a group message that
 	// names other bots and not this one follows the rules above too.
 	otherBotsToo bool
+	// patterns are the mention patterns (wake words): a group message
+	// whose text or caption matches one mentions the bot.
+	patterns []*regexp.Regexp
+}
+
+// wakes reports whether a mention pattern matches the message's text or
+// its caption (Hermes's _message_matches_mention_patterns).
+func (g gating) wakes(msg *models.Message) bool {
+	for _, text := range []string{msg.Text, msg.Caption} {
+		if text == "" {
+			continue
+		}
+		for _, re := range g.patterns {
+			if re.MatchString(text) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // outcome of normalizing one update.
@@ -176,6 +198,10 @@ func normalize(u *models.Update, me identity, g gating) (outcome, error) {
 	if forOther {
 		return outcome{skip: "command for another bot"}, nil
 	}
+	if src.ChatType == "group" && !mentioned && g.wakes(msg) {
+		// A wake word addresses this bot as an @mention does.
+		mentioned = true
+	}
 	if src.ChatType == "group" && otherBots && !mentioned && !g.otherBotsToo {
 		// As Hermes (exclusive bot mentions, on by default): a group
 		// message that names other bots ("@other_bot hi") and not this
@@ -186,6 +212,8 @@ func normalize(u *models.Update, me identity, g gating) (outcome, error) {
 	}
 	if command != "" {
 		text = command
+	} else {
+		text = stripBotMention(text, me.username)
 	}
 	ev.Text = text
 	replyToMe := ev.GetReplyTo().GetFromBot()
@@ -267,6 +295,59 @@ func addressing(text string, entities []models.MessageEntity, me identity) (comm
 		}
 	}
 	return command, mentioned, false, otherBots
+}
+
+// stripBotMention takes "@<username>" out of a message's text, with the
+// commas, colons, hyphens and spaces after it, as Hermes's
+// _clean_bot_trigger_text does: the agent reads "@my_bot, summarize
+// this" as "summarize this", and "@my_bot /new" as the command. The
+// name matches in any case, and only whole (not "@my_bot2"). A text that
+// is only the mention stays as it is; a command's text is left alone.
+func stripBotMention(text, username string) string {
+	if username == "" || !strings.Contains(text, "@") {
+		return text
+	}
+	at := "@" + username
+	var b strings.Builder
+	last := 0
+	for i := 0; i+len(at) <= len(text); {
+		if text[i] != '@' || !strings.EqualFold(text[i:i+len(at)], at) || wordAt(text, i+len(at)) {
+			i++
+			continue
+		}
+		b.WriteString(text[last:i])
+		j := i + len(at)
+		for j < len(text) && strings.IndexByte(",:-", text[j]) >= 0 {
+			j++
+		}
+		for j < len(text) {
+			r, size := utf8.DecodeRuneInString(text[j:])
+			if !unicode.IsSpace(r) {
+				break
+			}
+			j += size
+		}
+		i, last = j, j
+	}
+	if last == 0 {
+		return text
+	}
+	b.WriteString(text[last:])
+	if out := strings.TrimSpace(b.String()); out != "" {
+		return out
+	}
+	return text
+}
+
+// wordAt reports whether a word character (a letter, a digit or "_", as
+// a regular expression's \w in Python) starts at byte i of s: there the
+// name goes on, and "@" + name is not a mention of it.
+func wordAt(s string, i int) bool {
+	if i >= len(s) {
+		return false
+	}
+	r, _ := utf8.DecodeRuneInString(s[i:])
+	return r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r)
 }
 
 // botUsername reports whether name (without "@") can be a bot's username:

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"google.golang.org/protobuf/encoding/prototext"
 	"google.golang.org/protobuf/proto"
@@ -177,6 +178,103 @@ func TestMessagesForOtherBots(t *testing.T) {
 	}
 }
 
+// TestMentionPatterns: as Hermes's mention_patterns, a group message
+// whose text or caption matches a wake word counts as a mention of the
+// bot (published under require_mention, marked mentioned); one that
+// matches none is still gated; a DM is published whatever it says.
+func TestMentionPatterns(t *testing.T) {
+	t.Parallel()
+	me := identity{id: testBotID, username: testUsername}
+	pats, err := mentionPatterns([]string{`\bchompy\b`, `^hey\s+team\b`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := gating{requireMention: true, patterns: pats}
+	message := func(chat obj, m obj) []byte {
+		m["message_id"], m["date"], m["chat"], m["from"] = 9, msgDate, chat, alice
+		raw, _ := json.Marshal(obj{"update_id": 77, "message": m})
+		return raw
+	}
+	photo := []obj{{"file_id": "p1", "file_unique_id": "u1", "width": 1, "height": 1}}
+	for _, c := range []struct {
+		name      string
+		raw       []byte
+		mentioned bool // published and marked mentioned; false: skipped
+	}{
+		{"wake word", message(group, obj{"text": "Chompy, what is the build status?"}), true},
+		{"second pattern", message(group, obj{"text": "HEY   team who is on call"}), true},
+		{"wake word in a caption", message(group, obj{"caption": "chompy look at this", "photo": photo}), true},
+		{"no wake word", message(group, obj{"text": "chompyness is a word?"}), false},
+		{"pattern anchored elsewhere", message(group, obj{"text": "well hey team"}), false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			out, err := parseUpdate(c.raw, me, g)
+			if err != nil {
+				t.Fatalf("parse: %v", err)
+			}
+			if c.mentioned != (out.ev != nil) || (out.ev != nil && !out.ev.GetMentioned()) {
+				t.Fatalf("got %v (skip %q), want published and mentioned %v", out.ev, out.skip, c.mentioned)
+			}
+		})
+	}
+	if out, _ := parseUpdate(message(dmChat, obj{"text": "no wake word here"}), me, g); out.ev == nil {
+		t.Fatal("a DM without a wake word was skipped")
+	}
+	// Without patterns (the default), a wake word is only text.
+	if out, _ := parseUpdate(message(group, obj{"text": "chompy, status?"}), me, gating{requireMention: true}); out.ev != nil {
+		t.Fatal("no mention patterns configured: a group message without a mention was published")
+	}
+}
+
+// TestBotMentionStripped: as Hermes's _clean_bot_trigger_text, the
+// agent reads a message without "@<bot username>" (any case, with the
+// commas, colons, hyphens and spaces after it), in groups and DMs, in
+// text and captions; a text that is only the mention stays, and so does
+// a longer name ("@<username>2") or another bot's.
+func TestBotMentionStripped(t *testing.T) {
+	t.Parallel()
+	me := identity{id: testBotID, username: testUsername}
+	handle := "@" + testUsername
+	upper := "@" + strings.ToUpper(testUsername)
+	for _, c := range []struct {
+		in, want string
+	}{
+		{handle + " status?", "status?"},
+		{handle + ", summarize this", "summarize this"},
+		{upper + ":- go", "go"},
+		{"please " + handle + " look at this", "please look at this"},
+		{"ask " + handle, "ask"},
+		{handle + " /new", "/new"},
+		{handle, handle},
+		{handle + " ,", ","},
+		{handle + "2 hi", handle + "2 hi"},
+		{handle + "_x hi", handle + "_x hi"},
+		{"@other_bot hi", "@other_bot hi"},
+		{"mail foo" + handle + ".example", "mail foo.example"},
+		{handle + "\u00a0héllo " + handle + "\t", "héllo"},
+	} {
+		if got := stripBotMention(c.in, testUsername); got != c.want {
+			t.Errorf("stripBotMention(%q) = %q, want %q", c.in, got, c.want)
+		}
+	}
+	if got := stripBotMention(handle+" hi", ""); got != handle+" hi" {
+		t.Errorf("without a known username the text changed: %q", got)
+	}
+	// Through normalize: a DM, and a caption.
+	raw, _ := json.Marshal(obj{"update_id": 78, "message": obj{"message_id": 9, "date": msgDate, "chat": dmChat, "from": alice,
+		"text": handle + " hello"}})
+	if out, _ := parseUpdate(raw, me, gating{}); out.ev.GetText() != "hello" {
+		t.Errorf("DM text %q, want hello", out.ev.GetText())
+	}
+	raw, _ = json.Marshal(obj{"update_id": 79, "message": obj{"message_id": 9, "date": msgDate, "chat": group, "from": alice,
+		"caption": handle + ": what is this?", "caption_entities": []obj{{"type": "mention", "offset": 0, "length": len(handle)}},
+		"photo": []obj{{"file_id": "p1", "file_unique_id": "u1", "width": 1, "height": 1}}}})
+	out, _ := parseUpdate(raw, me, gating{requireMention: true})
+	if out.ev.GetText() != "what is this?" || !out.ev.GetMentioned() {
+		t.Errorf("caption event %v, want text %q and mentioned", out.ev, "what is this?")
+	}
+}
+
 func TestMalformedUpdates(t *testing.T) {
 	t.Parallel()
 	me := identity{id: testBotID, username: testUsername}
@@ -196,8 +294,12 @@ func FuzzParseUpdate(f *testing.F) {
 		raw, _ := json.Marshal(c.update)
 		f.Add(raw)
 	}
+	pats, err := mentionPatterns([]string{`\bchompy\b`})
+	if err != nil {
+		f.Fatal(err)
+	}
 	f.Fuzz(func(t *testing.T, raw []byte) {
-		out, err := parseUpdate(raw, me, gating{requireMention: true})
+		out, err := parseUpdate(raw, me, gating{requireMention: true, patterns: pats})
 		// The query of a press that fails to decode is answered by the
 		// id read alone: read from any input, and the parser's own where
 		// the update decodes.
@@ -226,6 +328,21 @@ func FuzzParseUpdate(f *testing.F) {
 		// published; a failing publish would stall the poller).
 		if err := platform.CheckEvent(out.ev, "telegram", "", 1<<20); err != nil {
 			t.Fatalf("normalized event refused: %v", err)
+		}
+	})
+}
+
+// FuzzStripBotMention: taking the bot's mention out of any text never
+// panics, never lengthens it, keeps valid UTF-8 valid, and leaves a text
+// without an "@" as it is.
+func FuzzStripBotMention(f *testing.F) {
+	for _, s := range []string{"@" + testUsername + " hi", "a @" + strings.ToUpper(testUsername) + ",: b", "@" + testUsername, "x@" + testUsername + "é", "\xff@" + testUsername} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, text string) {
+		got := stripBotMention(text, testUsername)
+		if len(got) > len(text) || (utf8.ValidString(text) && !utf8.ValidString(got)) || (!strings.Contains(text, "@") && got != text) {
+			t.Fatalf("stripBotMention(%q) = %q", text, got)
 		}
 	})
 }

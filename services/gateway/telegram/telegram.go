@@ -20,10 +20,12 @@ package telegram
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -78,6 +80,14 @@ type Config struct {
 	// say. Off, such a message follows those rules like any other
 	// (several bots that should all hear the group).
 	ExclusiveBotMentions bool `koanf:"exclusive_bot_mentions"`
+	// MentionPatterns (TELEGRAM_MENTION_PATTERNS: a JSON list, or
+	// newline- or comma-separated, as Hermes reads it) are wake words: a
+	// group message whose text or caption matches one of these
+	// case-insensitive regular expressions (Go's RE2 syntax) counts as a
+	// mention of the bot, as Hermes's mention_patterns. None by default.
+	// A pattern that does not compile stops the gateway with the reason
+	// (Hermes logs it and skips it).
+	MentionPatterns []string `koanf:"mention_patterns"`
 	// ReplyToMode: first (reply-thread only the first chunk), all, off.
 	ReplyToMode string `koanf:"reply_to_mode"`
 	// Reactions (TELEGRAM_REACTIONS, default false, as in Hermes): the
@@ -128,7 +138,42 @@ func (c Config) Validate() error {
 	if c.PressHold > maxPressHold {
 		return fmt.Errorf("gateways.telegram.press_hold %v: at most %v (the client shows a spinner until the press is answered)", c.PressHold, maxPressHold)
 	}
+	if _, err := mentionPatterns(c.MentionPatterns); err != nil {
+		return err
+	}
 	return nil
+}
+
+// mentionPatterns compiles the mention patterns, each case-insensitive:
+// a JSON list of strings, as Hermes reads TELEGRAM_MENTION_PATTERNS
+// first, else the patterns one a line or, as the environment loader
+// splits a value on its commas before this sees it, one between commas
+// (a pattern with a comma comes in a JSON list, or in the YAML list).
+// A JSON list the loader split comes back whole when its parts are
+// joined again.
+func mentionPatterns(raw []string) ([]*regexp.Regexp, error) {
+	var pats []string
+	joined := strings.TrimSpace(strings.Join(raw, ","))
+	if !strings.HasPrefix(joined, "[") || json.Unmarshal([]byte(joined), &pats) != nil {
+		pats = nil
+		for _, r := range raw {
+			for _, line := range strings.Split(r, "\n") {
+				pats = append(pats, strings.TrimSpace(line))
+			}
+		}
+	}
+	var out []*regexp.Regexp
+	for _, p := range pats {
+		if strings.TrimSpace(p) == "" {
+			continue
+		}
+		re, err := regexp.Compile("(?i)" + p)
+		if err != nil {
+			return nil, fmt.Errorf("gateways.telegram.mention_patterns (TELEGRAM_MENTION_PATTERNS): pattern %q is not a regular expression Go can compile (RE2 syntax: no look-around, no back-references): %w", p, err)
+		}
+		out = append(out, re)
+	}
+	return out, nil
 }
 
 // checkWebhookSecret applies Telegram's rules for a webhook's secret_token.
@@ -298,6 +343,10 @@ func NewPlatform(cfg Config, log *slog.Logger, hc *http.Client) (*Platform, erro
 		log = slog.Default()
 	}
 	id, _ := botID(cfg.BotToken)
+	patterns, _ := mentionPatterns(cfg.MentionPatterns) // Validate compiled them
+	if len(patterns) > 0 {
+		log.Info("telegram mention patterns loaded", "count", len(patterns))
+	}
 	if hc == nil {
 		hc = &http.Client{Timeout: cfg.PollTimeout + 30*time.Second}
 	}
@@ -312,7 +361,8 @@ func NewPlatform(cfg Config, log *slog.Logger, hc *http.Client) (*Platform, erro
 		life: life, endLife: endLife,
 		cfg: cfg, log: log.With("platform", "telegram"), api: api, http: hc, baseURL: base,
 		me: identity{id: id, username: strings.TrimPrefix(cfg.BotUsername, "@")}, username: strings.TrimPrefix(cfg.BotUsername, "@"),
-		gate:          gating{requireMention: cfg.RequireMention, freeChats: platform.IDSet(cfg.FreeResponseChats), otherBotsToo: !cfg.ExclusiveBotMentions},
+		gate: gating{requireMention: cfg.RequireMention, freeChats: platform.IDSet(cfg.FreeResponseChats), otherBotsToo: !cfg.ExclusiveBotMentions,
+			patterns: patterns},
 		webhookBounds: webhookBounds,
 	}, nil
 }
