@@ -642,10 +642,18 @@ func (p *Platform) sendMedia(ctx context.Context, req *deliveryv1.SendRequested)
 // channel's, or a DM's with dm_top_level_threads_as_sessions: normalize
 // keys that message by its own ts), whose answer then goes to the top
 // level, as Hermes's _resolve_thread_ts (the thread is the message
-// being answered).
+// being answered). With reply_in_thread on, an answer to a message
+// outside a thread whose session has none (a top-level DM with
+// dm_top_level_threads_as_sessions off: one session for the DM's top
+// level) goes to the thread of the message it answers, as Hermes's
+// _resolve_thread_ts falls back to reply_to: the session stays the
+// DM's, and a reply in that thread is keyed by it, as in Hermes.
 func (p *Platform) thread(t *deliveryv1.Target) string {
-	if !p.cfg.ReplyInThread && t.GetThreadId() == t.GetReplyToMessageId() {
+	switch {
+	case !p.cfg.ReplyInThread && t.GetThreadId() == t.GetReplyToMessageId():
 		return ""
+	case p.cfg.ReplyInThread && t.GetThreadId() == "":
+		return t.GetReplyToMessageId()
 	}
 	return t.GetThreadId()
 }
