@@ -91,6 +91,19 @@ type Platform interface {
 	Typing(ctx context.Context, req *deliveryv1.SendRequested) error
 }
 
+// TypingEnder is implemented by platforms whose typing indicator stays up
+// until it is taken down (Slack's assistant thread status, for two
+// minutes), where other platforms' lapse a few seconds after the last
+// request. The
+// Runner calls EndTyping once a turn's final request (its last message,
+// or the typing request that ends a turn without one) was carried out,
+// succeeded or not: the turn is over either way. Best effort: it is
+// bounded by endTypingTimeout, and its error is logged at debug and
+// counted, never put on the request's receipt.
+type TypingEnder interface {
+	EndTyping(ctx context.Context, req *deliveryv1.SendRequested) error
+}
+
 // SignInner is implemented by platforms that learn who they are (their
 // Account: the bot's user id) from the platform before they can run
 // (Mattermost's users/me, Slack's auth.test). The Runner calls SignIn

@@ -816,6 +816,7 @@ func (r *Runner) Execute(ctx context.Context, req *deliveryv1.SendRequested) *de
 	}, "platform", r.name, "op", opName, "key", key)
 	sendSeconds.WithLabelValues(r.name, opName).Observe(time.Since(start).Seconds())
 	r.react.observe(req, err)
+	r.endTyping(ctx, req)
 	receipt := &deliveryv1.SendReceipt{IdempotencyKey: key}
 	if err != nil {
 		class, after := classify(err)
@@ -981,6 +982,34 @@ func (r *Runner) perform(ctx context.Context, req *deliveryv1.SendRequested) (st
 	default:
 		return "", Permanent(fmt.Errorf("unknown send op %d", req.GetOp()))
 	}
+}
+
+// endTypingTimeout bounds a platform's EndTyping: the final receipt
+// waits for it, and the answer is out already.
+const endTypingTimeout = 2 * time.Second
+
+// endTyping takes the turn's typing indicator down (TypingEnder) after
+// req, when req ends a turn. A failure, a panic included, is logged and
+// counted and changes nothing else.
+func (r *Runner) endTyping(ctx context.Context, req *deliveryv1.SendRequested) {
+	e, ok := r.p.(TypingEnder)
+	if !ok || !req.GetFinal() || req.GetTurnId() == "" {
+		return // no indicator, or not a turn's end (a command's answer)
+	}
+	// The request's own time may be spent (a slow send): the end has a
+	// time of its own.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), endTypingTimeout)
+	defer cancel()
+	err := panics.Recover(r.log, "gateway_end_typing", func() error { return e.EndTyping(ctx, req) },
+		"platform", r.name, "turn_id", req.GetTurnId())
+	if err != nil {
+		class, _ := classify(err)
+		sendsTotal.WithLabelValues(r.name, "end_typing", classLabel(class)).Inc()
+		t := req.GetTarget()
+		r.log.Debug("end of typing failed", "chat_id", t.GetChatId(), "thread_id", t.GetThreadId(), "err", err)
+		return
+	}
+	sendsTotal.WithLabelValues(r.name, "end_typing", "ok").Inc()
 }
 
 func opLabel(op deliveryv1.SendOp) string {

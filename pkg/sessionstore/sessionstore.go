@@ -1371,8 +1371,34 @@ func nextInLineage(ctx context.Context, tx pgx.Tx, key, cur, title string, maxRu
 
 // History lists the key's conversations, newest first.
 func (s *Store) History(ctx context.Context, key string, limit int) ([]History, error) {
-	rows, err := s.db.Query(ctx, `SELECT session_id, title, started_at, ended_at, end_reason FROM session_history
+	return s.history(ctx, `SELECT session_id, title, started_at, ended_at, end_reason FROM session_history
 		WHERE session_key = $1 ORDER BY started_at DESC, session_id DESC LIMIT $2`, key, limit)
+}
+
+// ChatHistory lists the conversations of the chat whose session key
+// without a thread is rootKey: rootKey's and those of every thread of it
+// (rootKey:<thread>), as a Slack DM whose top-level messages each start
+// a conversation in their thread. A conversation two keys had (one
+// resumed in another thread) is listed once, with the title the key it
+// was started or resumed under last gives it, and when it began first:
+// newest first by that, so that a resume does not renumber the list.
+func (s *Store) ChatHistory(ctx context.Context, rootKey string, limit int) ([]History, error) {
+	return s.history(ctx, `SELECT session_id, title, began, ended_at, end_reason FROM (
+			SELECT DISTINCT ON (session_id) session_id, title, min(started_at) OVER (PARTITION BY session_id) AS began,
+				ended_at, end_reason FROM session_history
+			WHERE `+inChat+`
+			ORDER BY session_id, started_at DESC) h
+		ORDER BY began DESC, session_id DESC LIMIT $2`, rootKey, limit)
+}
+
+// inChat is the condition on session_history's session_key of the keys
+// of $1's chat (ChatHistory): $1, or one that starts with $1 and ":",
+// written as a range in byte order (";" follows ":") so that the index
+// in that order (migration 00147) finds them without reading the table.
+const inChat = `(session_key = $1 OR (session_key COLLATE "C" >= $1 || ':' AND session_key COLLATE "C" < $1 || ';'))`
+
+func (s *Store) history(ctx context.Context, query string, args ...any) ([]History, error) {
+	rows, err := s.db.Query(ctx, query, args...)
 	if err != nil {
 		return nil, fmt.Errorf("list session history: %w", err)
 	}
@@ -1398,6 +1424,21 @@ func (s *Store) History(ctx context.Context, key string, limit int) ([]History, 
 // memory flush of the conversation it switches away from (queueFlush),
 // as Hermes's /resume flushes it, in the same transaction.
 func (s *Store) Resume(ctx context.Context, key, name string, flush *eventsv1.MessageReceived) (Session, error) {
+	return s.resume(ctx, key, "", name, flush)
+}
+
+// ResumeInChat is Resume looking for the conversation among those of the
+// key's chat (ChatHistory of rootKey) rather than the key's own: one
+// another thread of the chat has, or had, joins the key's history. The
+// other thread keeps it too, as Hermes's /resume points a session at
+// any earlier conversation.
+func (s *Store) ResumeInChat(ctx context.Context, key, rootKey, name string, flush *eventsv1.MessageReceived) (Session, error) {
+	return s.resume(ctx, key, rootKey, name, flush)
+}
+
+// resume is Resume, among rootKey's chat's conversations when rootKey is
+// set (ResumeInChat).
+func (s *Store) resume(ctx context.Context, key, rootKey, name string, flush *eventsv1.MessageReceived) (Session, error) {
 	now := s.now()
 	var sess Session
 	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
@@ -1408,9 +1449,14 @@ func (s *Store) Resume(ctx context.Context, key, name string, flush *eventsv1.Me
 			}
 			return fmt.Errorf("lock session: %w", err)
 		}
+		find, among := `SELECT session_id, title FROM session_history WHERE session_key = $1 AND session_id <> $3
+			AND (lower(title) = lower($2) OR session_id = $2) ORDER BY started_at DESC LIMIT 1`, key
+		if rootKey != "" {
+			find, among = `SELECT session_id, title FROM session_history WHERE `+inChat+` AND session_id <> $3
+			AND (lower(title) = lower($2) OR session_id = $2) ORDER BY started_at DESC LIMIT 1`, rootKey
+		}
 		var id, title string
-		err := tx.QueryRow(ctx, `SELECT session_id, title FROM session_history WHERE session_key = $1 AND session_id <> $3
-			AND (lower(title) = lower($2) OR session_id = $2) ORDER BY started_at DESC LIMIT 1`, key, name, cur).Scan(&id, &title)
+		err := tx.QueryRow(ctx, find, among, name, cur).Scan(&id, &title)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return ErrNotFound
 		}
@@ -1421,7 +1467,10 @@ func (s *Store) Resume(ctx context.Context, key, name string, flush *eventsv1.Me
 			WHERE session_key = $1 AND session_id = $2 AND ended_at IS NULL`, key, cur, now); err != nil {
 			return fmt.Errorf("end session history: %w", err)
 		}
-		if _, err := tx.Exec(ctx, `UPDATE session_history SET ended_at = NULL, end_reason = '' WHERE session_key = $1 AND session_id = $2`, key, id); err != nil {
+		// The key's own conversation is reopened; another thread's joins
+		// its history, from now.
+		if _, err := tx.Exec(ctx, `INSERT INTO session_history (session_key, session_id, title, started_at) VALUES ($1, $2, $3, $4)
+			ON CONFLICT (session_key, session_id) DO UPDATE SET ended_at = NULL, end_reason = ''`, key, id, title, now); err != nil {
 			return fmt.Errorf("reopen session history: %w", err)
 		}
 		if _, err := tx.Exec(ctx, `DELETE FROM session_queue WHERE session_key = $1`, key); err != nil {

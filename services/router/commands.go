@@ -16,6 +16,7 @@ import (
 	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
 	"github.com/switchboard-chat/switchboard/pkg/goal"
 	"github.com/switchboard-chat/switchboard/pkg/redisx"
+	"github.com/switchboard-chat/switchboard/pkg/sessionkey"
 	"github.com/switchboard-chat/switchboard/pkg/sessionstore"
 )
 
@@ -616,7 +617,7 @@ func (s *Service) resume(ctx context.Context, st *sessionstore.Store, m *msgCtx,
 	}
 	if n, err := strconv.Atoi(name); err == nil && n >= 1 {
 		// A number counts in the /sessions list, on any of its pages.
-		hist, err := st.History(ctx, m.key, min(n, maxResumeNumber))
+		hist, err := s.conversations(ctx, st, m, min(n, maxResumeNumber))
 		if err != nil {
 			return "", 0, err
 		}
@@ -633,7 +634,13 @@ func (s *Service) resume(ctx context.Context, st *sessionstore.Store, m *msgCtx,
 	}
 	// As Hermes's /resume, a switch to another conversation flushes the
 	// memory of the one it leaves (flush.go), as a reset does.
-	resumed, err := st.Resume(ctx, m.key, name, s.flushFor(m))
+	var resumed sessionstore.Session
+	var err error
+	if root := s.chatRoot(m); root != "" {
+		resumed, err = st.ResumeInChat(ctx, m.key, root, name, s.flushFor(m))
+	} else {
+		resumed, err = st.Resume(ctx, m.key, name, s.flushFor(m))
+	}
 	if errors.Is(err, sessionstore.ErrNotFound) {
 		return "No earlier conversation is called that. /sessions lists them.", sess.Generation, nil
 	}
@@ -651,7 +658,7 @@ func (s *Service) resume(ctx context.Context, st *sessionstore.Store, m *msgCtx,
 // conversations, newest first, numbered as /resume counts them.
 func (s *Service) listSessions(ctx context.Context, m *msgCtx, sess sessionstore.Session, page int) error {
 	page = min(page, maxResumeNumber/sessionsListed)
-	hist, err := s.store.History(ctx, m.key, page*sessionsListed+1)
+	hist, err := s.conversations(ctx, s.store, m, page*sessionsListed+1)
 	if err != nil {
 		return err
 	}
@@ -678,6 +685,34 @@ func (s *Service) listSessions(ctx context.Context, m *msgCtx, sess sessionstore
 		fmt.Fprintf(&b, " Older: /sessions %d", page+1)
 	}
 	return s.notice(ctx, m, sess.Generation, b.String(), "command")
+}
+
+// conversations lists up to limit of the conversations /sessions shows
+// and /resume takes, newest first: the session key's, or in a Slack DM
+// the whole DM's (chatRoot).
+func (s *Service) conversations(ctx context.Context, st *sessionstore.Store, m *msgCtx, limit int) ([]sessionstore.History, error) {
+	if root := s.chatRoot(m); root != "" {
+		return st.ChatHistory(ctx, root, limit)
+	}
+	return st.History(ctx, m.key, limit)
+}
+
+// chatRoot is, for a Slack DM, its session key without a thread, whose
+// conversations and its threads' /sessions lists and /resume takes: with
+// dm_top_level_threads_as_sessions (on by default) each top-level DM is a
+// conversation of its own, in its thread, and its user would otherwise
+// see only the one of the thread they ask in. Hermes's /resume lists the
+// titled conversations of the whole platform, every user's, and resumes
+// any of them by title; a DM here is one user's (a group DM its members',
+// who see its threads), so the list stops at it. "" elsewhere: the key's
+// own conversations (a channel's keys hold other users' and threads').
+func (s *Service) chatRoot(m *msgCtx) string {
+	if m.platform != "slack" || !isDM(m.src) {
+		return ""
+	}
+	bare := proto.CloneOf(m.src)
+	bare.ThreadId = ""
+	return sessionkey.Build(bare, s.keyOpts)
 }
 
 // sessionsListed is how many conversations a page of /sessions lists;

@@ -266,7 +266,7 @@ func (p *Platform) Account() string { return p.id.Account }
 func (p *Platform) Capabilities() platform.Capabilities {
 	return platform.Capabilities{
 		MaxLength: 39000, Measure: platform.MeasureRunes,
-		CanSend: true, CanEdit: true, CanDelete: true, CanThread: true,
+		CanSend: true, CanEdit: true, CanDelete: true, CanThread: true, CanTyping: true,
 		CommandPrefix: "!",
 	}
 }
@@ -642,10 +642,18 @@ func (p *Platform) sendMedia(ctx context.Context, req *deliveryv1.SendRequested)
 // channel's, or a DM's with dm_top_level_threads_as_sessions: normalize
 // keys that message by its own ts), whose answer then goes to the top
 // level, as Hermes's _resolve_thread_ts (the thread is the message
-// being answered).
+// being answered). With reply_in_thread on, an answer to a message
+// outside a thread whose session has none (a top-level DM with
+// dm_top_level_threads_as_sessions off: one session for the DM's top
+// level) goes to the thread of the message it answers, as Hermes's
+// _resolve_thread_ts falls back to reply_to: the session stays the
+// DM's, and a reply in that thread is keyed by it, as in Hermes.
 func (p *Platform) thread(t *deliveryv1.Target) string {
-	if !p.cfg.ReplyInThread && t.GetThreadId() == t.GetReplyToMessageId() {
+	switch {
+	case !p.cfg.ReplyInThread && t.GetThreadId() == t.GetReplyToMessageId():
 		return ""
+	case p.cfg.ReplyInThread && t.GetThreadId() == "":
+		return t.GetReplyToMessageId()
 	}
 	return t.GetThreadId()
 }
@@ -685,9 +693,47 @@ func (p *Platform) Delete(ctx context.Context, req *deliveryv1.SendRequested) er
 	return nil
 }
 
-// Typing: Slack has no typing indicator for bots in the Web API.
-func (p *Platform) Typing(context.Context, *deliveryv1.SendRequested) error {
-	return platform.ErrUnsupported
+// statusThinking is the assistant status a thread shows while a turn
+// runs, Hermes's ("<app> is thinking...").
+const statusThinking = "is thinking..."
+
+// Typing shows the turn's thread that the agent works on it, as Hermes's
+// send_typing: the thread's assistant status (assistant.threads.setStatus,
+// scope chat:write or assistant:write), beside the app's name. Slack has
+// no other typing indicator for bots. The status needs a thread: a DM
+// answered at its top level (dm_top_level_threads_as_sessions off) shows
+// none, as in Hermes. It stays until the app replies in the thread or
+// the status is cleared (EndTyping), so delivery's repeated requests keep
+// it up after a streamed message cleared it (and past Slack's two-minute
+// timeout). Slack may refuse it (a thread it does not take, a token
+// without the scope): the error is logged at debug by the Runner and
+// the turn's replies go out as before.
+func (p *Platform) Typing(ctx context.Context, req *deliveryv1.SendRequested) error {
+	return p.setStatus(ctx, req.GetTarget(), statusThinking)
+}
+
+// EndTyping clears the status Typing set once the turn's final message
+// was sent, or the turn ended without one (platform.TypingEnder), as
+// Hermes's stop_typing: Slack clears it by itself only when the app
+// replies in the thread, not on the edit that ends a streamed answer,
+// an answer at the channel's top level (reply_in_thread off), or a turn
+// that said nothing.
+func (p *Platform) EndTyping(ctx context.Context, req *deliveryv1.SendRequested) error {
+	return p.setStatus(ctx, req.GetTarget(), "")
+}
+
+// setStatus sets the assistant status of t's thread ("" clears it);
+// without a thread there is none to set.
+func (p *Platform) setStatus(ctx context.Context, t *deliveryv1.Target, status string) error {
+	if t.GetThreadId() == "" {
+		return nil
+	}
+	err := p.api.SetAssistantThreadsStatusContext(ctx, slackapi.AssistantThreadsSetStatusParameters{
+		ChannelID: t.GetChatId(), ThreadTS: t.GetThreadId(), Status: status})
+	if err != nil {
+		return sendError("assistant.threads.setStatus", err)
+	}
+	return nil
 }
 
 // retryableCodes are Slack error codes worth retrying; every other error

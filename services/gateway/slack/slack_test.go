@@ -778,7 +778,14 @@ func TestDMTopLevelThreads(t *testing.T) {
 			key: "agent:main:slack:dm:T0WORKSPACE:D0DM:1700000001.000100", answerThread: "",
 			followUpTS: "1700000001.000100", followUpKey: "agent:main:slack:dm:T0WORKSPACE:D0DM:1700000001.000100",
 			secondKey: "agent:main:slack:dm:T0WORKSPACE:D0DM:1700000003.000100"},
+		// Off, the DM's top level is one session, and its answer goes to
+		// the thread of the message it answers, as Hermes's
+		// _resolve_thread_ts (reply_to); a reply there is that thread's.
 		{name: "off", set: func(c *Config) { c.DMTopLevelThreadsAsSessions = false },
+			key: "agent:main:slack:dm:T0WORKSPACE:D0DM", answerThread: "1700000001.000100",
+			followUpTS: "1700000001.000100", followUpKey: "agent:main:slack:dm:T0WORKSPACE:D0DM:1700000001.000100",
+			secondKey: "agent:main:slack:dm:T0WORKSPACE:D0DM"},
+		{name: "off, reply_in_thread off", set: func(c *Config) { c.DMTopLevelThreadsAsSessions, c.ReplyInThread = false, false },
 			key: "agent:main:slack:dm:T0WORKSPACE:D0DM", answerThread: "",
 			secondKey: "agent:main:slack:dm:T0WORKSPACE:D0DM"},
 	} {

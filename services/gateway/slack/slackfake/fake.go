@@ -1,6 +1,7 @@
 // Package slackfake is a local Slack for tests: the Web API methods the
 // gateway uses (auth.test, apps.connections.open, chat.postMessage,
-// chat.update, chat.delete, reactions.add, reactions.remove), a Socket Mode websocket that sends
+// chat.update, chat.delete, reactions.add, reactions.remove,
+// assistant.threads.setStatus), a Socket Mode websocket that sends
 // events_api and interactive envelopes and waits for envelope acks, the sending side of
 // the HTTP Events API (signed requests, retries with X-Slack-Retry-Num),
 // and files.slack.com: shared files served to the bot token, the sign-in
@@ -63,6 +64,16 @@ type Fake struct {
 	reactCalls  int
 	reactFail   int                // reactions.* answer this HTTP status (429, 500 …); 0: they succeed
 	uploads     map[string]*upload // file id → a file the bot is uploading
+	statuses    map[string]string  // channel/thread_ts → the thread's assistant status
+	statusCalls []StatusCall
+	statusFail  string        // assistant.threads.setStatus answers this error code; "": it succeeds
+	statusStall time.Duration // assistant.threads.setStatus answers this late
+}
+
+// StatusCall is one assistant.threads.setStatus call, as the bot made it
+// (refused ones included); Status "" clears the thread's status.
+type StatusCall struct {
+	Channel, ThreadTS, Status string
 }
 
 // upload is a file the bot uploads (files.getUploadURLExternal, the
@@ -146,6 +157,7 @@ func New(t testing.TB) *Fake {
 		files:     map[string]hostedFile{},
 		reactions: map[string][]string{},
 		uploads:   map[string]*upload{},
+		statuses:  map[string]string{},
 		nextTS:    1700000000,
 	}
 	mux := http.NewServeMux()
@@ -160,6 +172,7 @@ func New(t testing.TB) *Fake {
 	mux.HandleFunc("/api/files.info", f.fileInfo)
 	mux.HandleFunc("/api/reactions.add", f.react)
 	mux.HandleFunc("/api/reactions.remove", f.react)
+	mux.HandleFunc("/api/assistant.threads.setStatus", f.setStatus)
 	mux.HandleFunc("/link", f.link)
 	mux.HandleFunc("GET /files-pri/{file}/{name}", f.file)
 	mux.HandleFunc("GET /files-pri/{file}/download/{name}", f.file)
@@ -378,7 +391,93 @@ func (f *Fake) postMessage(w http.ResponseWriter, r *http.Request) {
 		m.Blocks = json.RawMessage(b)
 	}
 	f.messages[ch] = append(f.messages[ch], m)
+	if m.ThreadTS != "" {
+		// As Slack, the app's reply in a thread clears the thread's
+		// assistant status.
+		delete(f.statuses, ch+"/"+m.ThreadTS)
+	}
 	reply(w, map[string]any{"ok": true, "channel": ch, "ts": ts, "message": map[string]any{"type": "message", "text": p["text"], "ts": ts, "bot_id": f.BotID}})
+}
+
+// Status is the assistant status the thread thread_ts of channel shows
+// ("" for none): what assistant.threads.setStatus set last, unless the
+// bot replied in the thread since, which clears it as Slack does.
+func (f *Fake) Status(channel, threadTS string) string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.statuses[channel+"/"+threadTS]
+}
+
+// StatusCalls are the assistant.threads.setStatus calls so far, in order.
+func (f *Fake) StatusCalls() []StatusCall {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]StatusCall(nil), f.statusCalls...)
+}
+
+// FailStatus makes assistant.threads.setStatus answer Slack's error code
+// (missing_scope, as for a token without chat:write or assistant:write;
+// invalid_thread_ts, a thread Slack does not take; any other); "" lets
+// it succeed again.
+func (f *Fake) FailStatus(code string) {
+	f.mu.Lock()
+	f.statusFail = code
+	f.mu.Unlock()
+}
+
+// StallStatus makes assistant.threads.setStatus answer only after d (or
+// once its caller gave up), as a Slack that hangs on it; 0 answers at once.
+func (f *Fake) StallStatus(d time.Duration) {
+	f.mu.Lock()
+	f.statusStall = d
+	f.mu.Unlock()
+}
+
+// setStatus is assistant.threads.setStatus: channel_id and thread_ts name
+// the thread, status is shown beside the app's name there, and an empty
+// status clears it.
+func (f *Fake) setStatus(w http.ResponseWriter, r *http.Request) {
+	if token(r) != f.BotToken {
+		fail(w, "invalid_auth")
+		return
+	}
+	p := form(r)
+	ch, thread, status := p["channel_id"], p["thread_ts"], p["status"]
+	f.mu.Lock()
+	f.statusCalls = append(f.statusCalls, StatusCall{Channel: ch, ThreadTS: thread, Status: status})
+	stall := f.statusStall
+	f.mu.Unlock()
+	if stall > 0 {
+		t := time.NewTimer(stall)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-r.Context().Done():
+			return
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	switch {
+	case f.statusFail == "missing_scope":
+		reply(w, map[string]any{"ok": false, "error": "missing_scope", "needed": "assistant:write", "provided": "chat:write"})
+		return
+	case f.statusFail != "":
+		fail(w, f.statusFail)
+		return
+	case ch == "" || thread == "":
+		fail(w, "invalid_arguments")
+		return
+	case strings.HasPrefix(ch, "Cmissing"):
+		fail(w, "channel_not_found")
+		return
+	}
+	if status == "" {
+		delete(f.statuses, ch+"/"+thread)
+	} else {
+		f.statuses[ch+"/"+thread] = status
+	}
+	reply(w, map[string]any{"ok": true})
 }
 
 // uploadURL answers files.getUploadURLExternal: a file id and the URL
