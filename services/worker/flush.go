@@ -43,11 +43,11 @@ const (
 // has no reply target) and nothing is written to any transcript; the
 // turn is recorded decided (worker_turns), usage included. At most once:
 // a turn an earlier attempt began (it may have saved notes already),
-// or decided, is not run again. It is skipped, without a model call,
-// where the memory tool is off or an external agent runs the turns, and
-// for a conversation too short to hold anything (flushMinMessages). A
-// failed model call ends the flush (the reset goes on, as Hermes's
-// does).
+// booked or decided, is not run again. It is skipped, without a model
+// call, where the memory tool is off or an external agent runs the
+// turns, and for a conversation too short to hold anything
+// (flushMinMessages). A failed model call ends the flush (the reset goes
+// on, as Hermes's does).
 func (r *turnRun) memoryFlush(ctx context.Context) error {
 	if _, ok := r.s.tools.Get(flushTool); !ok || r.s.agent != nil {
 		r.log.Info("memory flush skipped: no memory tool")
@@ -57,9 +57,13 @@ func (r *turnRun) memoryFlush(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if ts.Final != nil || r.attempt > 1 {
+	if ts.Final != nil || ts.Booked || r.attempt > 1 {
+		// An earlier attempt's usage is booked with its final, or with
+		// the row BookUsage wrote when it ended without one (failed,
+		// stale, handed back): that row stands, since deciding the turn
+		// now would replace its counts with this attempt's none.
 		r.log.Info("memory flush skipped: an earlier attempt ran it")
-		r.usageRecorded = ts.Final != nil
+		r.usageRecorded = ts.Final != nil || ts.Booked
 		return r.flushed(ctx)
 	}
 	// As Hermes's len(history) < 4 over the whole transcript; a summary
