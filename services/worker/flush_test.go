@@ -401,3 +401,39 @@ func takeNoCompletions(t *testing.T, h *harness) func() {
 		}
 	}
 }
+
+// TestHandedBackMemoryFlushBooksItsUsage: a worker stopping gracefully
+// hands a running flush back to the bus, whose next delivery skips it
+// (at most once). What the flush's model calls used before the stop is
+// booked once, with the ended conversation: by the stopping worker, and
+// not again, nor over it, by the redelivery.
+func TestHandedBackMemoryFlushBooksItsUsage(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.setGeneration("s1", 1)
+	w1 := h.startWorker("w1", func(c *worker.Config, _ *worker.Deps) {
+		c.DrainTimeout = 50 * time.Millisecond
+	})
+	req, calls := flushStoppedMidway(t, h, w1, false)
+	h.startWorker("w2", nil)
+	c := h.waitCompleted(req.TurnId)
+	if c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_COMPLETED || c.GetWorkerId() != "w2" {
+		t.Fatalf("flush: %v by %s, want completed by the redelivery's w2", c.GetStatus(), c.GetWorkerId())
+	}
+	if n := calls.Load(); n != 2 {
+		t.Errorf("the flush called the model %d times, want the first attempt's 2", n)
+	}
+	if !c.GetUsageRecorded() {
+		t.Error("the redelivery handed the router usage to add to the session's row (the new conversation's)")
+	}
+	var sessionID string
+	var in, out int
+	if err := h.db.QueryRow(context.Background(), `SELECT session_id, input_tokens, output_tokens FROM worker_turns WHERE turn_id = $1`,
+		req.TurnId).Scan(&sessionID, &in, &out); err != nil {
+		t.Fatal(err)
+	}
+	if sessionID != "old" || in != flushCallUsage.InputTokens || out != flushCallUsage.OutputTokens {
+		t.Errorf("the flush's row: %d in, %d out with %q; want the stopped attempt's %d, %d with old", in, out, sessionID,
+			flushCallUsage.InputTokens, flushCallUsage.OutputTokens)
+	}
+}
