@@ -418,3 +418,65 @@ func TestResumeFlushesTheConversationItLeaves(t *testing.T) {
 		t.Fatalf("flushed conversations %v after /resume of the current one and bare /resume, want 2", got)
 	}
 }
+
+// TestStopAndNewLeaveTheMemoryFlushRunning: as Hermes's, whose flush
+// runs beside the chat where /stop finds no agent of the session and a
+// second /new only starts another flush, /stop and /new during the
+// flush of the conversation /new ended do not end it: it keeps the
+// session's lock, /stop says no task runs, and a message sent next
+// waits for the flush, then runs.
+func TestStopAndNewLeaveTheMemoryFlushRunning(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ cmd, want string }{
+		{"/stop", "No active task to stop."},
+		{"/new", "✨ New session started."},
+	} {
+		t.Run(tc.cmd, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			cfg := testConfig()
+			cfg.MemoryFlush = true
+			e.startRouter(cfg, nil, nil)
+			entered, release := make(chan string, 1), make(chan struct{})
+			w := e.startWorker(func(tr *turnsv1.TurnRequested) {
+				if tr.GetMemoryFlush() {
+					entered <- tr.GetTurnId()
+					<-release
+				}
+			})
+			var released sync.Once
+			unblock := func() { released.Do(func() { close(release) }) }
+			t.Cleanup(unblock)
+			key := "agent:main:telegram:dm:chat-alice"
+			e.publish(dm("alice", "hello"))
+			waitFor(t, "first turn", func() bool { turns, _ := w.snapshot(); return len(turns) == 1 })
+			waitFor(t, "first turn done", func() bool { return e.lockOf(key) == "" })
+			turns, _ := w.snapshot()
+			if _, err := e.db.Exec(context.Background(), `INSERT INTO worker_turns (turn_id, session_key, session_id, generation, status, started_at, updated_at)
+				VALUES ($1, $2, $3, $4, 'completed', now(), now())`, turns[0].TurnId, key, turns[0].SessionId, turns[0].Generation); err != nil {
+				t.Fatal(err)
+			}
+			e.ask("alice", "/new")
+			select {
+			case <-entered:
+			case <-time.After(30 * time.Second):
+				t.Fatal("no flush turn")
+			}
+			holder := e.lockOf(key)
+			if got := e.ask("alice", tc.cmd); got != tc.want {
+				t.Errorf("%s during the flush: %q, want %q", tc.cmd, got, tc.want)
+			}
+			if now := e.lockOf(key); now != holder {
+				t.Fatalf("%s during the flush: the session's lock is %q, want the flush's %q", tc.cmd, now, holder)
+			}
+			e.publish(dm("alice", "back again"))
+			ran := func() bool {
+				turns, _ := w.snapshot()
+				last := turns[len(turns)-1]
+				return len(last.GetInputs()) == 1 && last.GetInputs()[0].GetText() == "back again"
+			}
+			unblock()
+			waitFor(t, "the message's turn after the flush", ran)
+		})
+	}
+}
