@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
+	"maps"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -88,12 +90,15 @@ func (s *Service) flushRunning(ctx context.Context, key, owner string) bool {
 // waits for the memory flush flushTurn (or, when "", for whichever
 // flush holds the session's lock, if one does): to the user the wait is
 // the wait for the answer, up to the flush's bound (90 s), and a turn
-// shows typing from its start (the worker's Typing event). The
-// indicator is the flush's turn's in delivery (its turn id), started
-// here and ended by the flush's completion (flushTypingEnded) with the
-// target recorded for it; if the flush ended before the record was
-// written, its completion found none, and it is ended here. Best
-// effort, as typing is: m is queued and recorded handled already.
+// shows typing from its start (the worker's Typing event). Each chat
+// waiting has an indicator of its own (flushTypingID): delivery keeps
+// one per turn id, so chats of one session (a WhatsApp contact's
+// devices) sharing the flush's id showed it in the first alone. The
+// indicator is started here and ended by the flush's completion
+// (flushTypingEnded) with the chat recorded for it; if the flush ended
+// before the record was written, its completion found none, and it is
+// ended here. Best effort, as typing is: m is queued and recorded
+// handled already.
 func (s *Service) typingBehindFlush(ctx context.Context, m *msgCtx, flushTurn string) {
 	if !s.cfg.MemoryFlush || quietPlatform(m.platform) {
 		return
@@ -117,10 +122,14 @@ func (s *Service) typingBehindFlush(ctx context.Context, m *msgCtx, flushTurn st
 		if err != nil {
 			return fmt.Errorf("encode typing target: %w", err)
 		}
-		if err := s.rdb.Set(ctx, s.flushTypingKey(flushTurn), data, flushMarkTTL).Err(); err != nil {
+		id := flushTypingID(flushTurn, t)
+		pipe := s.rdb.TxPipeline()
+		pipe.HSet(ctx, s.flushTypingKey(flushTurn), id, data)
+		pipe.Expire(ctx, s.flushTypingKey(flushTurn), flushMarkTTL)
+		if _, err := pipe.Exec(ctx); err != nil {
 			return fmt.Errorf("record typing target: %w", err)
 		}
-		if err := s.publishFlushTyping(ctx, m.key, flushTurn, t, true, "flush-typing:"+flushTurn+":"+m.dedupeID); err != nil {
+		if err := s.publishFlushTyping(ctx, m.key, id, t, true, "flush-typing:"+flushTurn+":"+m.dedupeID); err != nil {
 			return err
 		}
 		// Its completion reads the record only once it let go of the
@@ -128,39 +137,76 @@ func (s *Service) typingBehindFlush(ctx context.Context, m *msgCtx, flushTurn st
 		if now, err := running(); err != nil || now == flushTurn {
 			return err
 		}
-		return s.publishFlushTyping(ctx, m.key, flushTurn, t, false, "flush-typing-off:"+flushTurn+":"+m.dedupeID)
+		return s.publishFlushTyping(ctx, m.key, id, t, false, "flush-typing-off:"+flushTurn+":"+m.dedupeID)
 	}()
 	if err != nil {
 		s.log.WarnContext(ctx, "typing while waiting for the memory flush", "session_key", m.key, "err", err)
 	}
 }
 
-// flushTypingEnded ends the typing indicator that messages waiting for
-// the memory flush ev completes were shown (typingBehindFlush), if any.
+// flushTypingID is the turn id of the typing indicator shown in chat t
+// while its messages wait for the memory flush flushTurn: the flush's
+// id and the chat's (its thread included), so that each chat has one
+// indicator, however many of its messages wait.
+func flushTypingID(flushTurn string, t *deliveryv1.Target) string {
+	h := fnv.New64a()
+	for _, part := range []string{t.GetPlatform(), t.GetAccount(), t.GetChatId(), t.GetThreadId()} {
+		h.Write([]byte(part))
+		h.Write([]byte{0})
+	}
+	return fmt.Sprintf("%s:typing:%016x", flushTurn, h.Sum64())
+}
+
+// flushTypingEnded ends the typing indicators that messages waiting for
+// the memory flush ev completes were shown (typingBehindFlush), if any:
+// one per chat, and the one a router of the release before recorded
+// under the flush's own id (legacyFlushTypingKey).
 func (s *Service) flushTypingEnded(ctx context.Context, ev *turnsv1.TurnCompleted) error {
 	if !s.cfg.MemoryFlush {
 		return nil
 	}
-	data, err := s.rdb.Get(ctx, s.flushTypingKey(ev.GetTurnId())).Bytes()
-	if errors.Is(err, redis.Nil) {
-		return nil
+	pipe := s.rdb.Pipeline()
+	legacy := pipe.Get(ctx, s.legacyFlushTypingKey(ev.GetTurnId()))
+	chats := pipe.HGetAll(ctx, s.flushTypingKey(ev.GetTurnId()))
+	_, _ = pipe.Exec(ctx) // each command's error is read below
+	if err := chats.Err(); err != nil {
+		return fmt.Errorf("read typing targets: %w", err)
 	}
-	if err != nil {
+	ends := map[string]string{}
+	maps.Copy(ends, chats.Val())
+	switch data, err := legacy.Result(); {
+	case err == nil:
+		ends[ev.GetTurnId()] = data
+	case !errors.Is(err, redis.Nil):
 		return fmt.Errorf("read typing target: %w", err)
 	}
-	t := &deliveryv1.Target{}
-	if err := proto.Unmarshal(data, t); err != nil {
-		return fmt.Errorf("decode typing target: %w", err)
+	for id, data := range ends {
+		t := &deliveryv1.Target{}
+		if err := proto.Unmarshal([]byte(data), t); err != nil {
+			return fmt.Errorf("decode typing target: %w", err)
+		}
+		if err := s.publishFlushTyping(ctx, ev.GetSessionKey(), id, t, false, "flush-typing-off:"+id); err != nil {
+			return err
+		}
 	}
-	return s.publishFlushTyping(ctx, ev.GetSessionKey(), ev.GetTurnId(), t, false, "flush-typing-off:"+ev.GetTurnId())
+	return nil
 }
 
-func (s *Service) flushTypingKey(turnID string) string { return s.prefix + "flushtyping:" + turnID }
+// flushTypingKey holds the chats shown typing while they wait for the
+// flush turnID: a hash of their typing ids (flushTypingID) to targets.
+func (s *Service) flushTypingKey(turnID string) string { return s.prefix + "flushtypings:" + turnID }
 
-// publishFlushTyping starts (active) or ends the typing indicator of
-// the memory flush turnID of key in chat t.
-func (s *Service) publishFlushTyping(ctx context.Context, key, turnID string, t *deliveryv1.Target, active bool, msgID string) error {
-	ev := &repliesv1.ReplyEvent{TurnId: turnID, SessionKey: key, Target: t, CreatedAt: timestamppb.New(s.now()),
+// legacyFlushTypingKey is where a router of the release before recorded
+// the one chat it showed typing, under the flush's own id.
+func (s *Service) legacyFlushTypingKey(turnID string) string {
+	return s.prefix + "flushtyping:" + turnID
+}
+
+// publishFlushTyping starts (active) or ends the typing indicator id
+// (flushTypingID) shown in chat t while it waits for a memory flush of
+// key.
+func (s *Service) publishFlushTyping(ctx context.Context, key, id string, t *deliveryv1.Target, active bool, msgID string) error {
+	ev := &repliesv1.ReplyEvent{TurnId: id, SessionKey: key, Target: t, CreatedAt: timestamppb.New(s.now()),
 		Body: &repliesv1.ReplyEvent_Typing{Typing: &repliesv1.Typing{Active: active}}}
 	if _, err := s.bus.Publish(ctx, s.topo.ReplySubject(key), msgID, ev); err != nil {
 		return fmt.Errorf("publish typing: %w", err)

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	repliesv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/replies/v1"
 	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
 	"github.com/switchboard-chat/switchboard/pkg/sessionstore"
@@ -256,17 +257,96 @@ func TestTypingWhileWaitingForTheMemoryFlush(t *testing.T) {
 	}
 }
 
-// typingOf is the Typing reply events of turn turnID, in their order.
+// typingOf is the Typing reply events of turn turnID, in their order:
+// of a memory flush, those of the indicators of the chats that wait for
+// it too (flushTypingID).
 func (e *env) typingOf(turnID string) []*repliesv1.ReplyEvent {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	var out []*repliesv1.ReplyEvent
 	for _, n := range e.notices {
-		if n.GetTurnId() == turnID && n.GetTyping() != nil {
+		if (n.GetTurnId() == turnID || strings.HasPrefix(n.GetTurnId(), turnID+":typing:")) && n.GetTyping() != nil {
 			out = append(out, n)
 		}
 	}
 	return out
+}
+
+// TestTypingInEveryChatWaitingForTheMemoryFlush: the chats of one
+// session (a WhatsApp contact writing from two devices, whose chat ids
+// differ but whose session is one) both wait for its memory flush, and
+// each shows typing until the flush ends, as the first does. Delivery
+// keeps one indicator per turn id: each chat's indicator has its own.
+func TestTypingInEveryChatWaitingForTheMemoryFlush(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	cfg := testConfig()
+	cfg.MemoryFlush = true
+	e.startRouter(cfg, nil, nil)
+	entered, release := make(chan string, 1), make(chan struct{})
+	w := e.startWorker(func(tr *turnsv1.TurnRequested) {
+		if tr.GetMemoryFlush() {
+			entered <- tr.GetTurnId()
+			<-release
+		}
+	})
+	var released sync.Once
+	unblock := func() { released.Do(func() { close(release) }) }
+	t.Cleanup(unblock)
+	phone, laptop := "15551234567:11@s.whatsapp.net", "15551234567:12@s.whatsapp.net"
+	wa := func(chat, text string) *eventsv1.MessageReceived {
+		id := nextEventID()
+		return &eventsv1.MessageReceived{EventId: id, MessageId: "m" + id, Text: text,
+			Source: &eventsv1.SessionSource{Platform: "whatsapp", Account: "bot1", ChatId: chat, ChatType: "dm", UserId: "alice", UserName: "alice"}}
+	}
+	key := "agent:main:whatsapp:dm:15551234567"
+	e.publish(wa(phone, "hello"))
+	waitFor(t, "first turn", func() bool { turns, _ := w.snapshot(); return len(turns) == 1 })
+	waitFor(t, "first turn done", func() bool { return e.lockOf(key) == "" })
+	turns, _ := w.snapshot()
+	if turns[0].GetSessionKey() != key {
+		t.Fatalf("session key %q, want %q", turns[0].GetSessionKey(), key)
+	}
+	if _, err := e.db.Exec(context.Background(), `INSERT INTO worker_turns (turn_id, session_key, session_id, generation, status, started_at, updated_at)
+		VALUES ($1, $2, $3, $4, 'completed', now(), now())`, turns[0].TurnId, key, turns[0].SessionId, turns[0].Generation); err != nil {
+		t.Fatal(err)
+	}
+	e.publish(wa(phone, "/new"))
+	var flush string
+	select {
+	case flush = <-entered:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no flush turn")
+	}
+	e.publish(wa(phone, "from the phone"))
+	e.publish(wa(laptop, "from the laptop"))
+	// The last typing event of each chat's indicator, by chat.
+	last := func() map[string]*repliesv1.ReplyEvent {
+		ids := map[string]string{}
+		out := map[string]*repliesv1.ReplyEvent{}
+		for _, ev := range e.typingOf(flush) {
+			chat := ev.GetTarget().GetChatId()
+			if id, ok := ids[chat]; ok && id != ev.GetTurnId() {
+				t.Fatalf("chat %s has two indicators: %s and %s", chat, id, ev.GetTurnId())
+			}
+			ids[chat] = ev.GetTurnId()
+			out[chat] = ev
+		}
+		return out
+	}
+	waitFor(t, "typing in both chats", func() bool {
+		l := last()
+		return l[phone].GetTyping().GetActive() && l[laptop].GetTyping().GetActive()
+	})
+	l := last()
+	if l[phone].GetTurnId() == l[laptop].GetTurnId() {
+		t.Fatalf("both chats' typing is indicator %s: delivery shows it in the first chat alone", l[phone].GetTurnId())
+	}
+	unblock()
+	waitFor(t, "the typing ended in both chats with the flush", func() bool {
+		l := last()
+		return len(l) == 2 && !l[phone].GetTyping().GetActive() && !l[laptop].GetTyping().GetActive()
+	})
 }
 
 // TestResumeFlushesTheConversationItLeaves: as Hermes's /resume, a
@@ -336,5 +416,67 @@ func TestResumeFlushesTheConversationItLeaves(t *testing.T) {
 	turn("still here")
 	if got := flushes(); len(got) != 2 {
 		t.Fatalf("flushed conversations %v after /resume of the current one and bare /resume, want 2", got)
+	}
+}
+
+// TestStopAndNewLeaveTheMemoryFlushRunning: as Hermes's, whose flush
+// runs beside the chat where /stop finds no agent of the session and a
+// second /new only starts another flush, /stop and /new during the
+// flush of the conversation /new ended do not end it: it keeps the
+// session's lock, /stop says no task runs, and a message sent next
+// waits for the flush, then runs.
+func TestStopAndNewLeaveTheMemoryFlushRunning(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ cmd, want string }{
+		{"/stop", "No active task to stop."},
+		{"/new", "✨ New session started."},
+	} {
+		t.Run(tc.cmd, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			cfg := testConfig()
+			cfg.MemoryFlush = true
+			e.startRouter(cfg, nil, nil)
+			entered, release := make(chan string, 1), make(chan struct{})
+			w := e.startWorker(func(tr *turnsv1.TurnRequested) {
+				if tr.GetMemoryFlush() {
+					entered <- tr.GetTurnId()
+					<-release
+				}
+			})
+			var released sync.Once
+			unblock := func() { released.Do(func() { close(release) }) }
+			t.Cleanup(unblock)
+			key := "agent:main:telegram:dm:chat-alice"
+			e.publish(dm("alice", "hello"))
+			waitFor(t, "first turn", func() bool { turns, _ := w.snapshot(); return len(turns) == 1 })
+			waitFor(t, "first turn done", func() bool { return e.lockOf(key) == "" })
+			turns, _ := w.snapshot()
+			if _, err := e.db.Exec(context.Background(), `INSERT INTO worker_turns (turn_id, session_key, session_id, generation, status, started_at, updated_at)
+				VALUES ($1, $2, $3, $4, 'completed', now(), now())`, turns[0].TurnId, key, turns[0].SessionId, turns[0].Generation); err != nil {
+				t.Fatal(err)
+			}
+			e.ask("alice", "/new")
+			select {
+			case <-entered:
+			case <-time.After(30 * time.Second):
+				t.Fatal("no flush turn")
+			}
+			holder := e.lockOf(key)
+			if got := e.ask("alice", tc.cmd); got != tc.want {
+				t.Errorf("%s during the flush: %q, want %q", tc.cmd, got, tc.want)
+			}
+			if now := e.lockOf(key); now != holder {
+				t.Fatalf("%s during the flush: the session's lock is %q, want the flush's %q", tc.cmd, now, holder)
+			}
+			e.publish(dm("alice", "back again"))
+			ran := func() bool {
+				turns, _ := w.snapshot()
+				last := turns[len(turns)-1]
+				return len(last.GetInputs()) == 1 && last.GetInputs()[0].GetText() == "back again"
+			}
+			unblock()
+			waitFor(t, "the message's turn after the flush", ran)
+		})
 	}
 }

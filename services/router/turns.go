@@ -367,10 +367,14 @@ func (s *Service) requestControl(ctx context.Context, req *turnsv1.TurnControlRe
 }
 
 // forceUnlock stops the running turn and frees the session at once; the
-// stopped worker's later writes are fenced by the generation.
+// stopped worker's later writes are fenced by the generation. A running
+// memory flush (flush.go) is no task of the user's and is left to end
+// (its owner is not reported): Hermes runs it beside the chat, where
+// /stop finds no agent of the session to stop and a second /new starts
+// another flush without ending the first.
 func (s *Service) forceUnlock(ctx context.Context, m *msgCtx) (owner string, err error) {
 	owner, err = s.locker.Owner(ctx, m.key)
-	if err != nil || owner == "" {
+	if err != nil || owner == "" || s.flushRunning(ctx, m.key, owner) {
 		return "", err
 	}
 	if err := s.control(ctx, m, controlStop, "", ""); err != nil {

@@ -43,11 +43,11 @@ const (
 // has no reply target) and nothing is written to any transcript; the
 // turn is recorded decided (worker_turns), usage included. At most once:
 // a turn an earlier attempt began (it may have saved notes already),
-// or decided, is not run again. It is skipped, without a model call,
-// where the memory tool is off or an external agent runs the turns, and
-// for a conversation too short to hold anything (flushMinMessages). A
-// failed model call ends the flush (the reset goes on, as Hermes's
-// does).
+// booked or decided, is not run again. It is skipped, without a model
+// call, where the memory tool is off or an external agent runs the
+// turns, and for a conversation too short to hold anything
+// (flushMinMessages). A failed model call ends the flush (the reset goes
+// on, as Hermes's does).
 func (r *turnRun) memoryFlush(ctx context.Context) error {
 	if _, ok := r.s.tools.Get(flushTool); !ok || r.s.agent != nil {
 		r.log.Info("memory flush skipped: no memory tool")
@@ -57,9 +57,13 @@ func (r *turnRun) memoryFlush(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if ts.Final != nil || r.attempt > 1 {
+	if ts.Final != nil || ts.Booked || r.attempt > 1 {
+		// An earlier attempt's usage is booked with its final, or with
+		// the row BookUsage wrote when it ended without one (failed,
+		// stale, handed back): that row stands, since deciding the turn
+		// now would replace its counts with this attempt's none.
 		r.log.Info("memory flush skipped: an earlier attempt ran it")
-		r.usageRecorded = ts.Final != nil
+		r.usageRecorded = ts.Final != nil || ts.Booked
 		return r.flushed(ctx)
 	}
 	// As Hermes's len(history) < 4 over the whole transcript; a summary
@@ -169,6 +173,12 @@ func (r *turnRun) toolSpecs() []llm.ToolSpec {
 // next attempt skips it (at most once) and lets the session go on; any
 // other failure completes it as failed, since a flush is not worth the
 // new conversation's wait for a retry.
+//
+// A flush handed back books what its model calls used first (the next
+// attempt, which skips it, spends nothing and keeps that row); one whose
+// usage cannot be booked (the database is down) is not handed back but
+// ends failed, its usage going to the router (bookFlushUsage), since no
+// later attempt could know it.
 func (r *turnRun) endFlush(ctx context.Context, err error) error {
 	switch {
 	case err == nil:
@@ -178,12 +188,21 @@ func (r *turnRun) endFlush(ctx context.Context, err error) error {
 		r.bookFlushUsage(ctx, store.StatusStale)
 		return r.complete(ctx, turnsv1.TurnStatus_TURN_STATUS_STALE, "superseded by a newer turn", true)
 	case ctx.Err() != nil && r.spent < r.s.cfg.MaxDeliver, pg.IsUnavailable(err) && r.spent < r.s.cfg.MaxDeliver:
-		r.log.Warn("memory flush handed back", "err", err)
-		return err
+		if !r.usedTokens() || r.bookFlushUsage(ctx, store.StatusInterrupted) {
+			r.log.Warn("memory flush handed back", "err", err)
+			r.handLockBack(ctx)
+			return err
+		}
 	}
 	r.log.Warn("memory flush failed", "err", err)
 	r.bookFlushUsage(ctx, store.StatusFailed)
 	return r.complete(ctx, turnsv1.TurnStatus_TURN_STATUS_FAILED, "memory flush failed", true)
+}
+
+// usedTokens reports whether the attempt's model calls used any tokens.
+func (r *turnRun) usedTokens() bool {
+	u := &r.usage
+	return u.GetInputTokens() > 0 || u.GetOutputTokens() > 0 || u.GetCacheReadTokens() > 0 || u.GetCacheWriteTokens() > 0
 }
 
 // bookFlushUsage books the usage of a flush that ends without a final
@@ -191,15 +210,17 @@ func (r *turnRun) endFlush(ctx context.Context, err error) error {
 // the router would add it to the session's row, which after the reset
 // counts the new conversation. Booked, it goes to the router as
 // recorded. Not booked (the database failed), it goes as before, to the
-// session's row: counted, if in the wrong conversation.
-func (r *turnRun) bookFlushUsage(ctx context.Context, status string) {
+// session's row: counted, if in the wrong conversation. It reports
+// whether the usage is recorded.
+func (r *turnRun) bookFlushUsage(ctx context.Context, status string) bool {
 	if r.usageRecorded {
-		return
+		return true
 	}
 	t := r.withUsage()
 	if err := r.s.store.BookUsage(context.WithoutCancel(ctx), t, status, r.model); err != nil {
 		r.log.Warn("memory flush usage not booked with its conversation", "err", err)
-		return
+		return false
 	}
 	r.usageRecorded = true
+	return true
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/switchboard-chat/switchboard/pkg/bus"
 	"github.com/switchboard-chat/switchboard/pkg/fakellm"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
@@ -264,5 +265,175 @@ func TestSupersededMemoryFlushBooksItsUsageWithTheEndedConversation(t *testing.T
 	if sessionID != "old" || in != c.GetUsage().GetInputTokens() || out != c.GetUsage().GetOutputTokens() {
 		t.Errorf("booked %d in, %d out with %q; want %d, %d with old", in, out, sessionID,
 			c.GetUsage().GetInputTokens(), c.GetUsage().GetOutputTokens())
+	}
+}
+
+// TestRedeliveredMemoryFlushKeepsItsBookedUsage: a flush that ended
+// without a final booked its usage with the ended conversation
+// (store.BookUsage); its completion failed to publish, so the bus
+// delivered it again. The redelivery skips the flush (at most once) and
+// must leave that booking as it is: deciding the turn over it recorded
+// the flush finished with the redelivery's usage, none, and the usage
+// the model spent was lost.
+func TestRedeliveredMemoryFlushKeepsItsBookedUsage(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.setGeneration("s1", 1)
+	// The stop below cuts the flush on its last attempt: it fails, and
+	// books its usage, instead of being handed back unbooked.
+	w1 := h.startWorker("w1", func(c *worker.Config, _ *worker.Deps) {
+		c.DrainTimeout = 50 * time.Millisecond
+		c.MaxDeliver = 1
+	})
+	req, calls := flushStoppedMidway(t, h, w1, true)
+	var status string
+	var in, out int
+	if err := h.db.QueryRow(context.Background(), `SELECT status, input_tokens, output_tokens FROM worker_turns WHERE turn_id = $1`,
+		req.TurnId).Scan(&status, &in, &out); err != nil {
+		t.Fatalf("the failed flush booked no usage: %v", err)
+	}
+	if status != "failed" || in != flushCallUsage.InputTokens || out != flushCallUsage.OutputTokens {
+		t.Fatalf("the failed flush booked %s, %d in, %d out; want failed, %d, %d", status, in, out,
+			flushCallUsage.InputTokens, flushCallUsage.OutputTokens)
+	}
+	h.startWorker("w2", nil)
+	c := h.waitCompleted(req.TurnId)
+	if c.GetWorkerId() != "w2" {
+		t.Fatalf("flush completed by %s, want the redelivery's w2", c.GetWorkerId())
+	}
+	if n := calls.Load(); n != 2 {
+		t.Errorf("the flush called the model %d times, want the first attempt's 2", n)
+	}
+	if !c.GetUsageRecorded() {
+		t.Error("the redelivery handed the router usage to add: the booked row counts the flush already")
+	}
+	if err := h.db.QueryRow(context.Background(), `SELECT input_tokens, output_tokens FROM worker_turns WHERE turn_id = $1`,
+		req.TurnId).Scan(&in, &out); err != nil {
+		t.Fatal(err)
+	}
+	if in != flushCallUsage.InputTokens || out != flushCallUsage.OutputTokens {
+		t.Errorf("after the redelivery the flush's row holds %d in, %d out; want the booked %d, %d", in, out,
+			flushCallUsage.InputTokens, flushCallUsage.OutputTokens)
+	}
+}
+
+// flushCallUsage is what the first model call of a flush
+// flushStoppedMidway runs reports.
+var flushCallUsage = fakellm.Usage{InputTokens: 1234, OutputTokens: 56}
+
+// flushStoppedMidway runs the memory flush of a conversation of two
+// turns under key s1 on w (started with a short drain timeout) and stops
+// w while the flush waits for its second model call, after a first that
+// called the memory tool and used flushCallUsage; with failCompletion,
+// the stopping worker's completion of the turn fails to publish (the
+// turn events stream takes no completions until w has stopped). It
+// returns the flush's turn and a count of the flush's model calls.
+func flushStoppedMidway(t *testing.T, h *harness, w *runningWorker, failCompletion bool) (*turnsv1.TurnRequested, *atomic.Int32) {
+	t.Helper()
+	alice := &eventsv1.SessionSource{Platform: "telegram", ChatId: "99", ChatType: "dm", UserId: "alice"}
+	old := turnOpts{sessionID: "old", origin: alice}
+	for _, text := range []string{"I only drink green tea", "and I live in Lisbon"} {
+		h.waitCompleted(h.requestTurn("s1", text, old).TurnId)
+	}
+	calls := &atomic.Int32{}
+	entered, release := make(chan struct{}, 4), make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	h.fake.SetScript(func(req *fakellm.Request) (fakellm.Reply, bool) {
+		flush := false
+		for _, m := range req.Messages {
+			flush = flush || m.Role == "user" && strings.Contains(m.Content, "about to be reset")
+		}
+		if !flush {
+			return fakellm.Reply{}, false
+		}
+		if calls.Add(1) == 1 {
+			u := flushCallUsage
+			return fakellm.Reply{Usage: &u, ToolCalls: []fakellm.ToolCall{{ID: "c1", Name: "memory",
+				Arguments: `{"action":"add","content":"drinks green tea only"}`}}}, true
+		}
+		entered <- struct{}{}
+		<-release // the worker stops here
+		return fakellm.Reply{Text: "done"}, true
+	})
+	req := h.requestTurn("s1", "", turnOpts{sessionID: "old", origin: alice, flush: true})
+	select {
+	case <-entered:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the flush never made its second model call")
+	}
+	var restore func()
+	if failCompletion {
+		restore = takeNoCompletions(t, h)
+	}
+	w.stop(t)
+	if restore != nil {
+		restore()
+	}
+	if h.completed(req.TurnId) != nil {
+		t.Fatal("the stopped worker's completion of the flush was published")
+	}
+	return req, calls
+}
+
+// takeNoCompletions makes the turn events stream take no completions
+// (their publish finds no stream) until the returned func restores it.
+func takeNoCompletions(t *testing.T, h *harness) func() {
+	t.Helper()
+	ctx := context.Background()
+	js, topo := h.bus.JetStream(), h.bus.Topology()
+	s, err := js.Stream(ctx, topo.Stream(bus.StreamTurnEvents))
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := info.Config
+	broken := cfg
+	broken.Subjects = []string{topo.Subject(bus.SubjectTurnStarted)}
+	if _, err := js.UpdateStream(ctx, broken); err != nil {
+		t.Fatal(err)
+	}
+	return func() {
+		if _, err := js.UpdateStream(ctx, cfg); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestHandedBackMemoryFlushBooksItsUsage: a worker stopping gracefully
+// hands a running flush back to the bus, whose next delivery skips it
+// (at most once). What the flush's model calls used before the stop is
+// booked once, with the ended conversation: by the stopping worker, and
+// not again, nor over it, by the redelivery.
+func TestHandedBackMemoryFlushBooksItsUsage(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.setGeneration("s1", 1)
+	w1 := h.startWorker("w1", func(c *worker.Config, _ *worker.Deps) {
+		c.DrainTimeout = 50 * time.Millisecond
+	})
+	req, calls := flushStoppedMidway(t, h, w1, false)
+	h.startWorker("w2", nil)
+	c := h.waitCompleted(req.TurnId)
+	if c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_COMPLETED || c.GetWorkerId() != "w2" {
+		t.Fatalf("flush: %v by %s, want completed by the redelivery's w2", c.GetStatus(), c.GetWorkerId())
+	}
+	if n := calls.Load(); n != 2 {
+		t.Errorf("the flush called the model %d times, want the first attempt's 2", n)
+	}
+	if !c.GetUsageRecorded() {
+		t.Error("the redelivery handed the router usage to add to the session's row (the new conversation's)")
+	}
+	var sessionID string
+	var in, out int
+	if err := h.db.QueryRow(context.Background(), `SELECT session_id, input_tokens, output_tokens FROM worker_turns WHERE turn_id = $1`,
+		req.TurnId).Scan(&sessionID, &in, &out); err != nil {
+		t.Fatal(err)
+	}
+	if sessionID != "old" || in != flushCallUsage.InputTokens || out != flushCallUsage.OutputTokens {
+		t.Errorf("the flush's row: %d in, %d out with %q; want the stopped attempt's %d, %d with old", in, out, sessionID,
+			flushCallUsage.InputTokens, flushCallUsage.OutputTokens)
 	}
 }

@@ -365,15 +365,7 @@ func (r *turnRun) run(ctx context.Context) error {
 		// back to the bus. The grant keeps the session while the turn
 		// waits for a worker again.
 		r.log.Info("turn handed back", "err", err)
-		grant := time.Duration(r.req.GetGrantTtlMs()) * time.Millisecond
-		if grant < r.ttl {
-			grant = r.ttl
-		}
-		hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-		if herr := r.s.locker.Swap(hctx, r.req.GetSessionKey(), r.holder, r.req.GetLockToken(), grant); herr != nil {
-			r.log.Warn("hand the session lock back", "err", herr)
-		}
-		cancel()
+		r.handLockBack(ctx)
 		return err
 	case err != nil && pg.IsUnavailable(err):
 		// Postgres is down: the consumer runs the turn again in place
@@ -445,6 +437,22 @@ func (r *turnRun) run(ctx context.Context) error {
 		}
 	}
 	return r.complete(ctx, statusOf(fin.Status), fin.ErrorCode, true)
+}
+
+// handLockBack gives the session lock of a turn handed back to the bus
+// back to the bare grant, so that the next attempt claims it at once
+// instead of waiting for this one's to expire. The grant keeps the
+// session while the turn waits for a worker again.
+func (r *turnRun) handLockBack(ctx context.Context) {
+	grant := time.Duration(r.req.GetGrantTtlMs()) * time.Millisecond
+	if grant < r.ttl {
+		grant = r.ttl
+	}
+	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	if err := r.s.locker.Swap(hctx, r.req.GetSessionKey(), r.holder, r.req.GetLockToken(), grant); err != nil {
+		r.log.Warn("hand the session lock back", "err", err)
+	}
 }
 
 // superseded reports whether err says the turn's fence refused a write:

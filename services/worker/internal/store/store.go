@@ -152,6 +152,11 @@ type Final struct {
 type TurnState struct {
 	// Final is set when an earlier attempt already decided the turn.
 	Final *Final
+	// Booked: an earlier attempt booked the turn's usage without
+	// deciding it (BookUsage: a memory flush that ended without a
+	// final). The row holds that usage; the turn's later attempts must
+	// not decide it over that row (Finish would replace its counts).
+	Booked bool
 	// Summary and History are the conversation so far (History holds the
 	// messages after the latest summary, oldest first, including steps an
 	// earlier attempt of this turn committed).
@@ -399,8 +404,11 @@ func (s *Store) BeginTurn(ctx context.Context, t Turn) (TurnState, error) {
 			&st.Summary, &prompted, &p.Signature, &p.Text); err != nil {
 			return fmt.Errorf("read turn: %w", err)
 		}
-		if decided && f.Kind != "" {
+		switch {
+		case decided && f.Kind != "":
 			st.Final = &f
+		case decided:
+			st.Booked = true
 		}
 		if prompted {
 			st.Prompt = &p
