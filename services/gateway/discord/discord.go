@@ -954,11 +954,18 @@ func (p *Platform) post(ctx context.Context, req *deliveryv1.SendRequested, dest
 // attempt is about to post piece part, and reports whether an earlier
 // attempt did so first: its message may exist, which the nonce makes
 // Discord answer with. False when the send keeps no records (no
-// idempotency key, or no receipts bucket).
+// idempotency key, or no receipts bucket). True when it keeps them but
+// the mark could not be written or read: the attempt may be a retry,
+// and taking it for the first would leave an earlier attempt's other
+// text (a stream update's) under a receipt that says this send's shows;
+// at worst a first attempt's message is edited to the same text.
 func retrying(ctx context.Context, part int) bool {
+	if _, records := platform.SendTag(ctx, part); !records {
+		return false
+	}
 	mine := strconv.FormatUint(rand.Uint64(), 36)
 	first, ok := platform.SendMark(ctx, "posting"+strconv.Itoa(part), mine)
-	return ok && first != mine
+	return !ok || first != mine
 }
 
 // overEarlier makes m, the message an earlier attempt of this send
