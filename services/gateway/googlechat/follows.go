@@ -164,13 +164,23 @@ func (p *Platform) rewriteFollows(ctx context.Context, sp, id, key string, rest 
 	}
 	for _, i := range todo {
 		name, err := p.writeFollow(ctx, sp, id, key, i+1, i < known, fs, outgoing{Text: rest[i], Thread: thread})
+		if name != "" && name != fs.name(sp, id, i+1) {
+			// Made under a name the note does not have (without its
+			// id): noted at once, before anything else can fail, or a
+			// later edit (another key, another requestId) would not
+			// find it and leave it showing this text.
+			fs.F[i].Name = name
+			if name == sp+"/messages/"+followID(id, i+1) {
+				fs.F[i].Name = ""
+			}
+			if serr := fs.save(ctx, id); serr != nil {
+				return errors.Join(err, serr)
+			}
+		}
 		if err != nil {
 			return err
 		}
-		fs.F[i] = follow{Sum: textSum(rest[i])}
-		if name != sp+"/messages/"+followID(id, i+1) {
-			fs.F[i].Name = name
-		}
+		fs.F[i].Sum = textSum(rest[i])
 	}
 	for i := len(rest); i < len(fs.F); i++ {
 		err := p.api.Do(ctx, http.MethodDelete, p.base+"/v1/"+fs.name(sp, id, i+1), nil, nil)

@@ -656,3 +656,41 @@ func TestFollowOnsAreNotedBeforeTheyAreMade(t *testing.T) {
 		t.Fatalf("the chat shows %d messages, want the final answer alone", len(got))
 	}
 }
+
+// A follow-on message made without its id (the id kept by one deleted
+// before) is noted by its name as soon as Chat made it: an edit whose
+// next follow-on is then refused for good leaves a note that names it,
+// so a later edit, shorter, deletes it rather than leave it showing the
+// stale rest of the answer.
+func TestAFollowOnMadeWithoutItsIDIsNotedAtOnce(t *testing.T) {
+	f := googlechatfake.New(t)
+	h := start(t, f, testConfig(f))
+	sp := "spaces/W1"
+	target := &deliveryv1.Target{Platform: PlatformName, ChatId: sp}
+	md := strings.TrimSuffix(strings.Repeat(">a quoted line\n", 273), "\n") // 4,094 characters, 4,367 converted
+	sent := sendReq(t, h.b, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, Target: target, Text: md, IdempotencyKey: "w1:send"})
+	id := sent.GetPlatformMessageId()
+	edit := func(text, key string) *deliveryv1.SendReceipt {
+		return sendReq(t, h.b, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_EDIT, Target: target, MessageId: id, Text: text, IdempotencyKey: key})
+	}
+	// The follow-on deleted: Chat keeps its id.
+	if rec := edit("short", "w1:short"); !rec.GetOk() || len(f.Texts(sp)) != 1 {
+		t.Fatalf("shorter edit: ok=%v %q, %d messages", rec.GetOk(), rec.GetError(), len(f.Texts(sp)))
+	}
+	// Three pieces: the first follow-on made without its id (its
+	// create with the id refused, then one without), the second's
+	// create refused for good.
+	f.Fail(googlechatfake.Failure{}, googlechatfake.Failure{}, googlechatfake.Failure{Status: http.StatusBadRequest})
+	if rec := edit(md+"\n"+md, "w1:longer"); rec.GetOk() || !strings.HasPrefix(rec.GetError(), bus.EditPartDone) {
+		t.Fatalf("longer edit: ok=%v %q, want done in part", rec.GetOk(), rec.GetError())
+	}
+	if n := len(f.Texts(sp)); n != 2 {
+		t.Fatalf("%d messages shown, want 2: the test does not make the follow-on without its id", n)
+	}
+	if rec := edit("the final answer", "w1:final"); !rec.GetOk() {
+		t.Fatalf("final edit: %s", rec.GetError())
+	}
+	if got := f.Texts(sp); len(got) != 1 || got[0] != "the final answer" {
+		t.Fatalf("the chat shows %d messages, want the final answer alone", len(got))
+	}
+}
