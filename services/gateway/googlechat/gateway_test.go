@@ -694,3 +694,30 @@ func TestAFollowOnMadeWithoutItsIDIsNotedAtOnce(t *testing.T) {
 		t.Fatalf("the chat shows %d messages, want the final answer alone", len(got))
 	}
 }
+
+// Deleting a message over the limit (a stream's surplus message, one a
+// refused edit moved below) deletes the follow-on messages its text goes
+// on in too: they would go on showing the rest of a text that is gone.
+func TestDeleteTakesTheFollowOnsWithIt(t *testing.T) {
+	f := googlechatfake.New(t)
+	h := start(t, f, testConfig(f))
+	sp := "spaces/D1"
+	target := &deliveryv1.Target{Platform: PlatformName, ChatId: sp}
+	md := strings.TrimSuffix(strings.Repeat(">a quoted line\n", 273), "\n") // 4,094 characters, 4,367 converted
+	sent := sendReq(t, h.b, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, Target: target, Text: md, IdempotencyKey: "d1:send"})
+	if n := len(f.Texts(sp)); !sent.GetOk() || n != 2 {
+		t.Fatalf("the send made %d messages (%s), want 2", n, sent.GetError())
+	}
+	// An edit makes one more follow-on.
+	if rec := sendReq(t, h.b, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_EDIT, Target: target, MessageId: sent.GetPlatformMessageId(),
+		Text: md + "\n" + md, IdempotencyKey: "d1:edit"}); !rec.GetOk() || len(f.Texts(sp)) != 3 {
+		t.Fatalf("edit: ok=%v %q, %d messages", rec.GetOk(), rec.GetError(), len(f.Texts(sp)))
+	}
+	rec := sendReq(t, h.b, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_DELETE, Target: target, MessageId: sent.GetPlatformMessageId(), IdempotencyKey: "d1:delete"})
+	if !rec.GetOk() {
+		t.Fatalf("delete: %s", rec.GetError())
+	}
+	if got := f.Texts(sp); len(got) != 0 {
+		t.Fatalf("%d messages left after the delete, want none", len(got))
+	}
+}
