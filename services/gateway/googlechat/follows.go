@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net/http"
 
+	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	"github.com/switchboard-chat/switchboard/pkg/platform"
 )
 
@@ -182,13 +183,23 @@ func (p *Platform) rewriteFollows(ctx context.Context, sp, id, key string, rest 
 		}
 		fs.F[i].Sum = textSum(rest[i])
 	}
+	keep := len(rest) // follow-ons the note keeps
 	for i := len(rest); i < len(fs.F); i++ {
 		err := p.api.Do(ctx, http.MethodDelete, p.base+"/v1/"+fs.name(sp, id, i+1), nil, nil)
-		if err != nil && !apiStatus(err, http.StatusNotFound) {
+		var se *platform.SendError
+		switch {
+		case err == nil || apiStatus(err, http.StatusNotFound):
+		case errors.As(err, &se) && se.Class == deliveryv1.ErrorClass_ERROR_CLASS_PERMANENT:
+			// The edit's text shows whole: no failure, which would
+			// tell the user the answer could not be sent. Kept in the
+			// note, for the next edit to delete.
+			p.log.Warn("google chat: a surplus follow-on message's delete refused; it is left", "message", id, "err", err)
+			keep = i + 1
+		default:
 			return fmt.Errorf("a surplus message after the edit of %s: %w", id, err)
 		}
 	}
-	fs.F = fs.F[:len(rest)]
+	fs.F = fs.F[:keep]
 	if err := fs.save(ctx, id); err != nil {
 		// Chat shows the edit; the note written before claims more than
 		// there is, which the next edit finds out.

@@ -532,9 +532,6 @@ func TestEditRefusedInPart(t *testing.T) {
 			f.FailOn(http.MethodPatch, googlechatfake.Failure{}, googlechatfake.Failure{Status: http.StatusForbidden})
 		}},
 		{"its create refused", md + "\n" + md, func() { f.Fail(googlechatfake.Failure{Status: http.StatusBadRequest}) }},
-		{"a surplus one's delete refused", "the final answer", func() {
-			f.FailOn(http.MethodDelete, googlechatfake.Failure{Status: http.StatusForbidden})
-		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			c.fail()
@@ -719,5 +716,35 @@ func TestDeleteTakesTheFollowOnsWithIt(t *testing.T) {
 	}
 	if got := f.Texts(sp); len(got) != 0 {
 		t.Fatalf("%d messages left after the delete, want none", len(got))
+	}
+}
+
+// An edit that shows its whole text but whose delete of a follow-on
+// message it no longer needs is refused for good is no failure: the
+// answer shows, and a "delivery failed" notice (what delivery sends
+// for an edit done in part) would tell the user it could not be sent.
+// The note keeps the follow-on, so the next edit deletes it.
+func TestARefusedSurplusDeleteIsNoFailure(t *testing.T) {
+	f := googlechatfake.New(t)
+	h := start(t, f, testConfig(f))
+	sp := "spaces/S1"
+	target := &deliveryv1.Target{Platform: PlatformName, ChatId: sp}
+	md := strings.TrimSuffix(strings.Repeat(">a quoted line\n", 273), "\n") // 4,094 characters, 4,367 converted
+	sent := sendReq(t, h.b, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, Target: target, Text: md, IdempotencyKey: "s1:send"})
+	edit := func(text, key string) *deliveryv1.SendReceipt {
+		return sendReq(t, h.b, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_EDIT, Target: target, MessageId: sent.GetPlatformMessageId(), Text: text, IdempotencyKey: key})
+	}
+	f.FailOn(http.MethodDelete, googlechatfake.Failure{Status: http.StatusForbidden})
+	if rec := edit("the final answer", "s1:final"); !rec.GetOk() {
+		t.Fatalf("the edit whose surplus delete was refused: %s, want ok", rec.GetError())
+	}
+	if got := f.Texts(sp); len(got) != 2 || got[0] != "the final answer" {
+		t.Fatalf("the chat shows %d messages, want the answer and the follow-on whose delete was refused", len(got))
+	}
+	if rec := edit("the final answer, again", "s1:again"); !rec.GetOk() {
+		t.Fatalf("the next edit: %s", rec.GetError())
+	}
+	if got := f.Texts(sp); len(got) != 1 {
+		t.Fatalf("the chat shows %d messages after the next edit, want 1", len(got))
 	}
 }
