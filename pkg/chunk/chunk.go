@@ -328,11 +328,16 @@ func cutPart(s string, m Measure, room int, reopen string) (body, sep, rest stri
 }
 
 // openers reports, of the byte positions of s up to end (the window a
-// part is cut in), those that are in a line that opens a fence or at its
-// newline; the part starts with reopen.
+// part is cut in), those that are in a line that opens a fence, at its
+// newline or in the blanks after it (the indent of the code's first
+// line, blank lines): a cut there too leaves the part ending in the
+// opening line; and those in a fence line that opens none before the
+// backtick after its run that makes it text, which a cut there leaves
+// as the part's last line, one that opens a fence; the part starts
+// with reopen.
 func openers(s string, end int, reopen string) func(int) bool {
 	st := scanFences(fenceState{}, reopen)
-	var lines [][2]int // from the line's start to its newline
+	var lines [][2]int // from the line's start to its newline or the last blank after it
 	for pos := 0; pos < end; {
 		nl := strings.IndexByte(s[pos:], '\n')
 		next := len(s)
@@ -340,7 +345,18 @@ func openers(s string, end int, reopen string) func(int) bool {
 			next = pos + nl + 1
 		}
 		if info, ok := fenceLine(s[pos:next]); ok && !st.open && opens(info) {
-			lines = append(lines, [2]int{pos, pos + nl})
+			last := pos + nl
+			if nl >= 0 {
+				for last+1 < len(s) && strings.IndexByte(" \t\r\n", s[last+1]) >= 0 {
+					last++
+				}
+			}
+			lines = append(lines, [2]int{pos, last})
+		} else if ok && !st.open {
+			// Backticks in its info make it text ("```npm i```"), but
+			// cut before the first of them its head opens a fence.
+			tick := next - len(info) + strings.IndexByte(info, '`')
+			lines = append(lines, [2]int{pos, tick - 1})
 		}
 		st = scanFences(st, s[pos:next])
 		pos = next

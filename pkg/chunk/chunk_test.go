@@ -136,6 +136,21 @@ func TestSplitLimit(t *testing.T) {
 			[]string{"```go\n" + strings.Repeat("y", 48) + "\n```\n(1/2)", "```go\n" + strings.Repeat("y", 12) + "\n```\n(2/2)"},
 		},
 		{
+			// A cut at the indent of the code's first line leaves the
+			// part ending in the opening line and blanks: an empty
+			// code block too.
+			"no cut in the blanks right after the line that opens a fence",
+			"a\n```go\n    " + strings.Repeat("y", 60) + "\n```",
+			l64,
+			[]string{"a (1/3)", "```go\n    " + strings.Repeat("y", 44) + "\n```\n(2/3)", "```go\n" + strings.Repeat("y", 16) + "\n```\n(3/3)"},
+		},
+		{
+			"no cut at a blank line right after the line that opens a fence",
+			"a\n```go\n\n" + strings.Repeat("y", 60) + "\n```",
+			l64,
+			[]string{"a (1/3)", "```go\n\n" + strings.Repeat("y", 47) + "\n```\n(2/3)", "```go\n" + strings.Repeat("y", 13) + "\n```\n(3/3)"},
+		},
+		{
 			"cut after a closed fence needs no reopen",
 			"```\nabc\n```\n" + line + "\n" + line,
 			l64,
@@ -336,8 +351,12 @@ func checkParts(t *testing.T, text string, l chunk.Limit, parts []chunk.Part) {
 		if open != (p.Close == "\n```") || (!open && p.Close != "") {
 			t.Errorf("part %d: close %q but open=%v", i, p.Close, open)
 		}
-		if last := p.Body[strings.LastIndexByte(p.Body, '\n')+1:]; p.Close != "" && p.Sep == "\n" && opensFence(last) {
-			if before, _ := fenceAfter(p.Reopen + strings.TrimSuffix(p.Body, last)); !before {
+		// The body's last line but blanks (an indent, blank lines)
+		// opens its fence: the part shows an empty code block. Only a
+		// hard cut may (an opening line longer than the part).
+		body := strings.TrimRight(p.Body, " \t\r\n")
+		if last := body[strings.LastIndexByte(body, '\n')+1:]; p.Close != "" && p.Sep != "" && opensFence(last) {
+			if before, _ := fenceAfter(p.Reopen + strings.TrimSuffix(body, last)); !before {
 				t.Errorf("part %d: cut right after the line that opens its fence, an empty code block: %q", i, p.String())
 			}
 		}
@@ -397,16 +416,30 @@ func closedBySep(sep string) bool {
 // cuttable reports whether body, the start of text, has a separator a
 // cut could take: a newline, or a space not followed by backticks that
 // would start a fence line after the cut (spaces, then ```); neither in
-// a line that opens a fence nor at its end, which would leave an empty
-// code block (outside: the part does not start in a fence).
+// a line that opens a fence nor at its end or in the blanks after it,
+// which would leave an empty code block (outside: the part does not
+// start in a fence).
 func cuttable(body, text string, outside bool) bool {
 	open := !outside
 	start := 0
+	blanks := false // after a line that opens a fence, before its code
 	for _, line := range strings.SplitAfter(body, "\n") {
 		opener := !open && opensFence(strings.TrimSuffix(line, "\n"))
+		// A line of text that starts like a fence ("```npm i```"):
+		// cut before the backtick after its run, its head opens one.
+		head := -1
+		if t := strings.TrimLeft(line, " "); !open && !opener && strings.HasPrefix(t, "```") {
+			info := strings.TrimLeft(t, "`")
+			head = start + len(line) - len(info) + strings.IndexByte(info, '`')
+		}
 		open, _ = fenceAfter(boolFence(open) + line)
 		for j := start; j < start+len(line); j++ {
-			if j == 0 || opener {
+			if opener {
+				blanks = true
+			} else if blanks && !strings.ContainsRune(" \t\r\n", rune(body[j])) {
+				blanks = false
+			}
+			if j == 0 || opener || blanks || j < head {
 				continue
 			}
 			switch body[j] {

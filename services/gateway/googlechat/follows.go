@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net/http"
 
+	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	"github.com/switchboard-chat/switchboard/pkg/platform"
 )
 
@@ -164,21 +165,41 @@ func (p *Platform) rewriteFollows(ctx context.Context, sp, id, key string, rest 
 	}
 	for _, i := range todo {
 		name, err := p.writeFollow(ctx, sp, id, key, i+1, i < known, fs, outgoing{Text: rest[i], Thread: thread})
+		if name != "" && name != fs.name(sp, id, i+1) {
+			// Made under a name the note does not have (without its
+			// id): noted at once, before anything else can fail, or a
+			// later edit (another key, another requestId) would not
+			// find it and leave it showing this text.
+			fs.F[i].Name = name
+			if name == sp+"/messages/"+followID(id, i+1) {
+				fs.F[i].Name = ""
+			}
+			if serr := fs.save(ctx, id); serr != nil {
+				return errors.Join(err, serr)
+			}
+		}
 		if err != nil {
 			return err
 		}
-		fs.F[i] = follow{Sum: textSum(rest[i])}
-		if name != sp+"/messages/"+followID(id, i+1) {
-			fs.F[i].Name = name
-		}
+		fs.F[i].Sum = textSum(rest[i])
 	}
+	keep := len(rest) // follow-ons the note keeps
 	for i := len(rest); i < len(fs.F); i++ {
 		err := p.api.Do(ctx, http.MethodDelete, p.base+"/v1/"+fs.name(sp, id, i+1), nil, nil)
-		if err != nil && !apiStatus(err, http.StatusNotFound) {
+		var se *platform.SendError
+		switch {
+		case err == nil || apiStatus(err, http.StatusNotFound):
+		case errors.As(err, &se) && se.Class == deliveryv1.ErrorClass_ERROR_CLASS_PERMANENT:
+			// The edit's text shows whole: no failure, which would
+			// tell the user the answer could not be sent. Kept in the
+			// note, for the next edit to delete.
+			p.log.Warn("google chat: a surplus follow-on message's delete refused; it is left", "message", id, "err", err)
+			keep = i + 1
+		default:
 			return fmt.Errorf("a surplus message after the edit of %s: %w", id, err)
 		}
 	}
-	fs.F = fs.F[:len(rest)]
+	fs.F = fs.F[:keep]
 	if err := fs.save(ctx, id); err != nil {
 		// Chat shows the edit; the note written before claims more than
 		// there is, which the next edit finds out.

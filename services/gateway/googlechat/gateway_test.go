@@ -532,9 +532,6 @@ func TestEditRefusedInPart(t *testing.T) {
 			f.FailOn(http.MethodPatch, googlechatfake.Failure{}, googlechatfake.Failure{Status: http.StatusForbidden})
 		}},
 		{"its create refused", md + "\n" + md, func() { f.Fail(googlechatfake.Failure{Status: http.StatusBadRequest}) }},
-		{"a surplus one's delete refused", "the final answer", func() {
-			f.FailOn(http.MethodDelete, googlechatfake.Failure{Status: http.StatusForbidden})
-		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			c.fail()
@@ -654,5 +651,100 @@ func TestFollowOnsAreNotedBeforeTheyAreMade(t *testing.T) {
 	}
 	if got := f.Texts(sp); len(got) != 1 || got[0] != "the final answer" {
 		t.Fatalf("the chat shows %d messages, want the final answer alone", len(got))
+	}
+}
+
+// A follow-on message made without its id (the id kept by one deleted
+// before) is noted by its name as soon as Chat made it: an edit whose
+// next follow-on is then refused for good leaves a note that names it,
+// so a later edit, shorter, deletes it rather than leave it showing the
+// stale rest of the answer.
+func TestAFollowOnMadeWithoutItsIDIsNotedAtOnce(t *testing.T) {
+	f := googlechatfake.New(t)
+	h := start(t, f, testConfig(f))
+	sp := "spaces/W1"
+	target := &deliveryv1.Target{Platform: PlatformName, ChatId: sp}
+	md := strings.TrimSuffix(strings.Repeat(">a quoted line\n", 273), "\n") // 4,094 characters, 4,367 converted
+	sent := sendReq(t, h.b, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, Target: target, Text: md, IdempotencyKey: "w1:send"})
+	id := sent.GetPlatformMessageId()
+	edit := func(text, key string) *deliveryv1.SendReceipt {
+		return sendReq(t, h.b, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_EDIT, Target: target, MessageId: id, Text: text, IdempotencyKey: key})
+	}
+	// The follow-on deleted: Chat keeps its id.
+	if rec := edit("short", "w1:short"); !rec.GetOk() || len(f.Texts(sp)) != 1 {
+		t.Fatalf("shorter edit: ok=%v %q, %d messages", rec.GetOk(), rec.GetError(), len(f.Texts(sp)))
+	}
+	// Three pieces: the first follow-on made without its id (its
+	// create with the id refused, then one without), the second's
+	// create refused for good.
+	f.Fail(googlechatfake.Failure{}, googlechatfake.Failure{}, googlechatfake.Failure{Status: http.StatusBadRequest})
+	if rec := edit(md+"\n"+md, "w1:longer"); rec.GetOk() || !strings.HasPrefix(rec.GetError(), bus.EditPartDone) {
+		t.Fatalf("longer edit: ok=%v %q, want done in part", rec.GetOk(), rec.GetError())
+	}
+	if n := len(f.Texts(sp)); n != 2 {
+		t.Fatalf("%d messages shown, want 2: the test does not make the follow-on without its id", n)
+	}
+	if rec := edit("the final answer", "w1:final"); !rec.GetOk() {
+		t.Fatalf("final edit: %s", rec.GetError())
+	}
+	if got := f.Texts(sp); len(got) != 1 || got[0] != "the final answer" {
+		t.Fatalf("the chat shows %d messages, want the final answer alone", len(got))
+	}
+}
+
+// Deleting a message over the limit (a stream's surplus message, one a
+// refused edit moved below) deletes the follow-on messages its text goes
+// on in too: they would go on showing the rest of a text that is gone.
+func TestDeleteTakesTheFollowOnsWithIt(t *testing.T) {
+	f := googlechatfake.New(t)
+	h := start(t, f, testConfig(f))
+	sp := "spaces/D1"
+	target := &deliveryv1.Target{Platform: PlatformName, ChatId: sp}
+	md := strings.TrimSuffix(strings.Repeat(">a quoted line\n", 273), "\n") // 4,094 characters, 4,367 converted
+	sent := sendReq(t, h.b, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, Target: target, Text: md, IdempotencyKey: "d1:send"})
+	if n := len(f.Texts(sp)); !sent.GetOk() || n != 2 {
+		t.Fatalf("the send made %d messages (%s), want 2", n, sent.GetError())
+	}
+	// An edit makes one more follow-on.
+	if rec := sendReq(t, h.b, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_EDIT, Target: target, MessageId: sent.GetPlatformMessageId(),
+		Text: md + "\n" + md, IdempotencyKey: "d1:edit"}); !rec.GetOk() || len(f.Texts(sp)) != 3 {
+		t.Fatalf("edit: ok=%v %q, %d messages", rec.GetOk(), rec.GetError(), len(f.Texts(sp)))
+	}
+	rec := sendReq(t, h.b, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_DELETE, Target: target, MessageId: sent.GetPlatformMessageId(), IdempotencyKey: "d1:delete"})
+	if !rec.GetOk() {
+		t.Fatalf("delete: %s", rec.GetError())
+	}
+	if got := f.Texts(sp); len(got) != 0 {
+		t.Fatalf("%d messages left after the delete, want none", len(got))
+	}
+}
+
+// An edit that shows its whole text but whose delete of a follow-on
+// message it no longer needs is refused for good is no failure: the
+// answer shows, and a "delivery failed" notice (what delivery sends
+// for an edit done in part) would tell the user it could not be sent.
+// The note keeps the follow-on, so the next edit deletes it.
+func TestARefusedSurplusDeleteIsNoFailure(t *testing.T) {
+	f := googlechatfake.New(t)
+	h := start(t, f, testConfig(f))
+	sp := "spaces/S1"
+	target := &deliveryv1.Target{Platform: PlatformName, ChatId: sp}
+	md := strings.TrimSuffix(strings.Repeat(">a quoted line\n", 273), "\n") // 4,094 characters, 4,367 converted
+	sent := sendReq(t, h.b, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, Target: target, Text: md, IdempotencyKey: "s1:send"})
+	edit := func(text, key string) *deliveryv1.SendReceipt {
+		return sendReq(t, h.b, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_EDIT, Target: target, MessageId: sent.GetPlatformMessageId(), Text: text, IdempotencyKey: key})
+	}
+	f.FailOn(http.MethodDelete, googlechatfake.Failure{Status: http.StatusForbidden})
+	if rec := edit("the final answer", "s1:final"); !rec.GetOk() {
+		t.Fatalf("the edit whose surplus delete was refused: %s, want ok", rec.GetError())
+	}
+	if got := f.Texts(sp); len(got) != 2 || got[0] != "the final answer" {
+		t.Fatalf("the chat shows %d messages, want the answer and the follow-on whose delete was refused", len(got))
+	}
+	if rec := edit("the final answer, again", "s1:again"); !rec.GetOk() {
+		t.Fatalf("the next edit: %s", rec.GetError())
+	}
+	if got := f.Texts(sp); len(got) != 1 {
+		t.Fatalf("the chat shows %d messages after the next edit, want 1", len(got))
 	}
 }

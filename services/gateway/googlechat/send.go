@@ -347,11 +347,26 @@ func apiStatus(err error, code int) bool {
 	return errors.As(err, &e) && e.HTTPStatus == code
 }
 
-// Delete removes one of the app's messages (messages.delete).
+// Delete removes one of the app's messages (messages.delete), and the
+// follow-on messages its text goes on in (its note's), which would go
+// on showing the rest of a text that is gone: those first, so that a
+// retry after a failure still knows them (the note outlives the
+// message) and finds the message to delete.
 func (p *Platform) Delete(ctx context.Context, req *deliveryv1.SendRequested) error {
 	id, err := message(req)
 	if err != nil {
 		return err
+	}
+	sp, _ := space(req.GetTarget())
+	fs, err := p.loadFollows(ctx, sp, id)
+	if err != nil {
+		return err
+	}
+	for i := len(fs.F); i >= 1; i-- {
+		err := p.api.Do(ctx, http.MethodDelete, p.base+"/v1/"+fs.name(sp, id, i), nil, nil)
+		if err != nil && !apiStatus(err, http.StatusNotFound) {
+			return fmt.Errorf("a follow-on message of %s: %w", id, err)
+		}
 	}
 	return p.api.Do(ctx, http.MethodDelete, p.base+"/v1/"+id, nil, nil)
 }
