@@ -216,6 +216,17 @@ func normalize(u *models.Update, me identity, g gating) (outcome, error) {
 		text = stripBotMention(text, me.username)
 	}
 	ev.Text = text
+	if text != msg.Caption && msg.Text == "" && msg.Caption != "" {
+		// The caption is the text, read without the bot's mention (or
+		// as the command): the worker names an attachment's caption
+		// that differs from the text, which would show the agent the
+		// caption a second time, mention and all.
+		for _, a := range ev.Attachments {
+			if a.Caption == msg.Caption {
+				a.Caption = text
+			}
+		}
+	}
 	replyToMe := ev.GetReplyTo().GetFromBot()
 	if src.ChatType == "group" {
 		ev.Mentioned = mentioned || replyToMe

@@ -273,6 +273,13 @@ func TestBotMentionStripped(t *testing.T) {
 	if out.ev.GetText() != "what is this?" || !out.ev.GetMentioned() {
 		t.Errorf("caption event %v, want text %q and mentioned", out.ev, "what is this?")
 	}
+	// The photo's caption is the text as the agent reads it: the worker
+	// names an attachment's caption that differs from the message's text
+	// ("[Attachment: image @bot: what is this?]"), so the agent read the
+	// caption twice, the mention in it.
+	if atts := out.ev.GetAttachments(); len(atts) != 1 || atts[0].GetCaption() != "what is this?" {
+		t.Errorf("caption event's attachments %v, want one captioned %q", atts, "what is this?")
+	}
 }
 
 func TestMalformedUpdates(t *testing.T) {

@@ -80,14 +80,14 @@ type Config struct {
 	// say. Off, such a message follows those rules like any other
 	// (several bots that should all hear the group).
 	ExclusiveBotMentions bool `koanf:"exclusive_bot_mentions"`
-	// MentionPatterns (TELEGRAM_MENTION_PATTERNS: a JSON list, or
-	// newline- or comma-separated, as Hermes reads it) are wake words: a
+	// MentionPatterns (TELEGRAM_MENTION_PATTERNS: a JSON list, or one
+	// a line, as Hermes reads it; a YAML list) are wake words: a
 	// group message whose text or caption matches one of these
 	// case-insensitive regular expressions (Go's RE2 syntax) counts as a
 	// mention of the bot, as Hermes's mention_patterns. None by default.
 	// A pattern that does not compile stops the gateway with the reason
 	// (Hermes logs it and skips it).
-	MentionPatterns []string `koanf:"mention_patterns"`
+	MentionPatterns Patterns `koanf:"mention_patterns"`
 	// ReplyToMode: first (reply-thread only the first chunk), all, off.
 	ReplyToMode string `koanf:"reply_to_mode"`
 	// Reactions (TELEGRAM_REACTIONS, default false, as in Hermes): the
@@ -144,22 +144,23 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// mentionPatterns compiles the mention patterns, each case-insensitive:
-// a JSON list of strings, as Hermes reads TELEGRAM_MENTION_PATTERNS
-// first, else the patterns one a line or, as the environment loader
-// splits a value on its commas before this sees it, one between commas
-// (a pattern with a comma comes in a JSON list, or in the YAML list).
-// A JSON list the loader split comes back whole when its parts are
-// joined again.
+// Patterns is a list of regular expressions that the environment (or a
+// YAML string) sets as one text, which mentionPatterns reads, where the
+// config loader splits a plain list's text on its commas: a comma is
+// part of a pattern ("a{1,3}", "[,:]"). A YAML list is a pattern an item.
+type Patterns []string
+
+// mentionPatterns compiles the mention patterns, each case-insensitive,
+// read as Hermes's _compile_mention_patterns: a list is a pattern an
+// item; one text (TELEGRAM_MENTION_PATTERNS) is a JSON list of patterns
+// (or a JSON string, one), else one pattern a line. Blank ones are
+// skipped.
 func mentionPatterns(raw []string) ([]*regexp.Regexp, error) {
-	var pats []string
-	joined := strings.TrimSpace(strings.Join(raw, ","))
-	if !strings.HasPrefix(joined, "[") || json.Unmarshal([]byte(joined), &pats) != nil {
-		pats = nil
-		for _, r := range raw {
-			for _, line := range strings.Split(r, "\n") {
-				pats = append(pats, strings.TrimSpace(line))
-			}
+	pats := raw
+	if len(raw) == 1 {
+		var err error
+		if pats, err = textPatterns(raw[0]); err != nil {
+			return nil, err
 		}
 	}
 	var out []*regexp.Regexp
@@ -174,6 +175,35 @@ func mentionPatterns(raw []string) ([]*regexp.Regexp, error) {
 		out = append(out, re)
 	}
 	return out, nil
+}
+
+// textPatterns reads one text of patterns as Hermes reads
+// TELEGRAM_MENTION_PATTERNS: a JSON list, or a JSON string, else one
+// pattern a line, trimmed.
+func textPatterns(text string) ([]string, error) {
+	text = strings.TrimSpace(text)
+	var v any
+	if json.Unmarshal([]byte(text), &v) == nil {
+		switch v := v.(type) {
+		case string:
+			return []string{v}, nil
+		case []any:
+			pats := make([]string, 0, len(v))
+			for _, p := range v {
+				s, ok := p.(string)
+				if !ok {
+					return nil, fmt.Errorf("gateways.telegram.mention_patterns (TELEGRAM_MENTION_PATTERNS): %v in the JSON list is not a pattern (a string)", p)
+				}
+				pats = append(pats, s)
+			}
+			return pats, nil
+		}
+	}
+	var pats []string
+	for _, line := range strings.Split(text, "\n") {
+		pats = append(pats, strings.TrimSpace(line))
+	}
+	return pats, nil
 }
 
 // checkWebhookSecret applies Telegram's rules for a webhook's secret_token.
