@@ -82,3 +82,74 @@ func TestTypingEndsWithTheTurn(t *testing.T) {
 		})
 	}
 }
+
+// heldTyping is an endingTyping whose typing call takes until release is
+// closed, and which notes when its typing calls return and its ends are
+// made, in order.
+type heldTyping struct {
+	*endingTyping
+	started chan struct{}
+	release chan struct{}
+	mu      sync.Mutex
+	events  []string
+}
+
+func (p *heldTyping) note(e string) {
+	p.mu.Lock()
+	p.events = append(p.events, e)
+	p.mu.Unlock()
+}
+
+func (p *heldTyping) Typing(ctx context.Context, req *deliveryv1.SendRequested) error {
+	close(p.started)
+	<-p.release
+	p.note("typing returned")
+	return nil
+}
+
+func (p *heldTyping) EndTyping(ctx context.Context, req *deliveryv1.SendRequested) error {
+	p.note("end")
+	return p.endingTyping.EndTyping(ctx, req)
+}
+
+// TestTypingEndsAfterTheTypingInFlight: the edit that ends a streamed
+// answer does not wait for the chat's typing call in flight (edits do
+// not), but the end of the indicator does, or a refresh that started
+// just before the edit (Slack's setStatus) would show the indicator
+// again after it was taken down, until the platform's own timeout (two
+// minutes on Slack).
+func TestTypingEndsAfterTheTypingInFlight(t *testing.T) {
+	t.Parallel()
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	mem := platformtest.NewMemory("bot-inflight", false)
+	p := &heldTyping{endingTyping: &endingTyping{Memory: mem, end: func(context.Context) error { return nil }},
+		started: make(chan struct{}), release: make(chan struct{})}
+	r, ctx := runRunner(t, p, b)
+	target := &deliveryv1.Target{Platform: "memory", ChatId: "chat"}
+	sent := r.Execute(ctx, &deliveryv1.SendRequested{IdempotencyKey: "inflight:t1:0", Op: deliveryv1.SendOp_SEND_OP_SEND,
+		TurnId: "t1", Text: "streamed", Target: target})
+	if !sent.GetOk() {
+		t.Fatalf("stream's message: %+v", sent)
+	}
+	typed := make(chan struct{})
+	go func() {
+		defer close(typed)
+		r.Execute(ctx, &deliveryv1.SendRequested{IdempotencyKey: "inflight:typing", Op: deliveryv1.SendOp_SEND_OP_TYPING,
+			TurnId: "t1", Target: target})
+	}()
+	<-p.started
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		close(p.release)
+	}()
+	if rec := r.Execute(ctx, &deliveryv1.SendRequested{IdempotencyKey: "inflight:t1:0:final", Op: deliveryv1.SendOp_SEND_OP_EDIT,
+		TurnId: "t1", Text: "the answer", MessageId: sent.GetPlatformMessageId(), Target: target, Final: true}); !rec.GetOk() {
+		t.Errorf("final edit: receipt %+v, want ok", rec)
+	}
+	<-typed
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if want := []string{"typing returned", "end"}; !slices.Equal(p.events, want) {
+		t.Errorf("events %q, want %q: the end before the typing call in flight returned", p.events, want)
+	}
+}

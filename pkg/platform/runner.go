@@ -1000,6 +1000,13 @@ func (r *Runner) endTyping(ctx context.Context, req *deliveryv1.SendRequested) {
 	// time of its own.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), endTypingTimeout)
 	defer cancel()
+	// A typing call of the chat still going (a refresh that started as
+	// the edit ending a streamed answer went: edits do not wait for it)
+	// would show the indicator again after the end, until the platform's
+	// own timeout: the end waits for it, for half its time at most.
+	if chat := req.GetTarget().GetChatId(); chat != "" {
+		_ = r.typing.hold(ctx, r.name, chat, endTypingTimeout/2)
+	}
 	err := panics.Recover(r.log, "gateway_end_typing", func() error { return e.EndTyping(ctx, req) },
 		"platform", r.name, "turn_id", req.GetTurnId())
 	if err != nil {

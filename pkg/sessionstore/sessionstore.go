@@ -1424,21 +1424,38 @@ func (s *Store) history(ctx context.Context, query string, args ...any) ([]Histo
 // memory flush of the conversation it switches away from (queueFlush),
 // as Hermes's /resume flushes it, in the same transaction.
 func (s *Store) Resume(ctx context.Context, key, name string, flush *eventsv1.MessageReceived) (Session, error) {
-	return s.resume(ctx, key, "", name, flush)
+	return s.resume(ctx, key, "", "", name, flush)
 }
 
 // ResumeInChat is Resume looking for the conversation among those of the
 // key's chat (ChatHistory of rootKey) rather than the key's own: one
-// another thread of the chat has, or had, joins the key's history. The
-// other thread keeps it too, as Hermes's /resume points a session at
-// any earlier conversation.
+// another thread of the chat had joins the key's history. One that
+// another key of the chat is on now is refused with a *HeldError, as
+// ResumeOwn's.
 func (s *Store) ResumeInChat(ctx context.Context, key, rootKey, name string, flush *eventsv1.MessageReceived) (Session, error) {
-	return s.resume(ctx, key, rootKey, name, flush)
+	return s.resume(ctx, key, rootKey, rootKey, name, flush)
 }
 
+// ResumeOwn is Resume refusing, with a *HeldError, a conversation of the
+// key's that another key of its chat (rootKey, or a thread of it) is on
+// now: one a Telegram topic took (/topic <session-id>) or another thread
+// resumed (ResumeInChat). Turns are locked per session key, so two keys
+// on one conversation could run two turns on it at once and interleave
+// its transcript.
+func (s *Store) ResumeOwn(ctx context.Context, key, rootKey, name string, flush *eventsv1.MessageReceived) (Session, error) {
+	return s.resume(ctx, key, "", rootKey, name, flush)
+}
+
+// HeldError: the conversation asked for is the current one of another
+// session key, Key, of the chat (ResumeInChat, ResumeOwn).
+type HeldError struct{ Key string }
+
+func (e *HeldError) Error() string { return "the conversation is the current one of " + e.Key }
+
 // resume is Resume, among rootKey's chat's conversations when rootKey is
-// set (ResumeInChat).
-func (s *Store) resume(ctx context.Context, key, rootKey, name string, flush *eventsv1.MessageReceived) (Session, error) {
+// set (ResumeInChat), refusing one another key of chatKey's chat is on
+// when chatKey is set.
+func (s *Store) resume(ctx context.Context, key, rootKey, chatKey, name string, flush *eventsv1.MessageReceived) (Session, error) {
 	now := s.now()
 	var sess Session
 	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
@@ -1462,6 +1479,11 @@ func (s *Store) resume(ctx context.Context, key, rootKey, name string, flush *ev
 		}
 		if err != nil {
 			return fmt.Errorf("find session to resume: %w", err)
+		}
+		if chatKey != "" {
+			if err := heldElsewhere(ctx, tx, key, chatKey, id); err != nil {
+				return err
+			}
 		}
 		if _, err := tx.Exec(ctx, `UPDATE session_history SET ended_at = $3, end_reason = 'switched'
 			WHERE session_key = $1 AND session_id = $2 AND ended_at IS NULL`, key, cur, now); err != nil {
@@ -1490,6 +1512,41 @@ func (s *Store) resume(ctx context.Context, key, rootKey, name string, flush *ev
 		return nil
 	})
 	return sess, err
+}
+
+// heldElsewhere returns a *HeldError when another key of chatKey's chat
+// (chatKey, or a thread of it) than key is on conversation id now. Every
+// key that was put on a conversation has its row in session_history,
+// which finds them by the chat (migration 00147's index) where sessions
+// has no index of its conversations. It first takes the conversation's
+// lock, which every switch to an earlier conversation (a resume, a
+// topic's bind) takes before it looks: two threads resuming one
+// conversation at once are taken in turn, and the second finds the
+// first on it.
+func heldElsewhere(ctx context.Context, tx pgx.Tx, key, chatKey, id string) error {
+	if err := lockConversation(ctx, tx, id); err != nil {
+		return err
+	}
+	var holder string
+	err := tx.QueryRow(ctx, `SELECT s.session_key FROM session_history h JOIN sessions s ON s.session_key = h.session_key
+		WHERE `+strings.ReplaceAll(inChat, "session_key", "h.session_key")+` AND h.session_id = $2 AND h.session_key <> $3
+		AND s.session_id = $2 LIMIT 1`, chatKey, id, key).Scan(&holder)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return nil
+	case err != nil:
+		return fmt.Errorf("find the conversation's other keys: %w", err)
+	}
+	return &HeldError{Key: holder}
+}
+
+// lockConversation takes the lock of conversation id for the rest of tx
+// (heldElsewhere).
+func lockConversation(ctx context.Context, tx pgx.Tx, id string) error {
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('session_id:' || $1, 0))`, id); err != nil {
+		return fmt.Errorf("lock the conversation: %w", err)
+	}
+	return nil
 }
 
 // List returns sessions ordered by key, optionally of one platform.

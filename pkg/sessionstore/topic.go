@@ -134,7 +134,11 @@ func (s *Store) BindTopic(ctx context.Context, rootKey, topicKey, threadID, user
 			}
 			return fmt.Errorf("lock session: %w", err)
 		}
-		// Serialise binds of one conversation: the unique binding row.
+		// Serialise binds of one conversation: the unique binding row;
+		// and with resumes of it (heldElsewhere): the conversation's lock.
+		if err := lockConversation(ctx, tx, sessionID); err != nil {
+			return err
+		}
 		if _, err := tx.Exec(ctx, `DELETE FROM telegram_topic_bindings b USING sessions s
 			WHERE b.session_key = s.session_key AND s.session_id <> b.session_id AND b.session_id = $1`, sessionID); err != nil {
 			return fmt.Errorf("drop stale topic binding: %w", err)

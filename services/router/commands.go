@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 	"unicode"
 	"unicode/utf8"
 
@@ -634,15 +635,25 @@ func (s *Service) resume(ctx context.Context, st *sessionstore.Store, m *msgCtx,
 	}
 	// As Hermes's /resume, a switch to another conversation flushes the
 	// memory of the one it leaves (flush.go), as a reset does.
+	// A conversation is one key's at a time: turns are locked per key,
+	// so two threads on one conversation would run two turns on it at
+	// once. One another thread of the chat is on is refused.
 	var resumed sessionstore.Session
 	var err error
-	if root := s.chatRoot(m); root != "" {
+	root, chat := s.chatRoot(m), s.dmRoot(m)
+	switch {
+	case root != "":
 		resumed, err = st.ResumeInChat(ctx, m.key, root, name, s.flushFor(m))
-	} else {
+	case chat != "":
+		resumed, err = st.ResumeOwn(ctx, m.key, chat, name, s.flushFor(m))
+	default:
 		resumed, err = st.Resume(ctx, m.key, name, s.flushFor(m))
 	}
 	if errors.Is(err, sessionstore.ErrNotFound) {
 		return "No earlier conversation is called that. /sessions lists them.", sess.Generation, nil
+	}
+	if held := (*sessionstore.HeldError)(nil); errors.As(err, &held) {
+		return heldAnswer(m.platform, chat, held.Key), sess.Generation, nil
 	}
 	if err != nil {
 		return "", 0, err
@@ -713,6 +724,48 @@ func (s *Service) chatRoot(m *msgCtx) string {
 	bare := proto.CloneOf(m.src)
 	bare.ThreadId = ""
 	return sessionkey.Build(bare, s.keyOpts)
+}
+
+// dmRoot is, in a DM, its session key without a thread (a Telegram
+// DM's, its topics' root): the keys a conversation of the DM's may be
+// on besides m's (one resumed in another thread, one a topic took), which
+// /resume must not put m's key on too. "" elsewhere: no conversation
+// moves between the keys of a group.
+func (s *Service) dmRoot(m *msgCtx) string {
+	if !isDM(m.src) {
+		return ""
+	}
+	if m.rootKey != "" {
+		return m.rootKey
+	}
+	bare := proto.CloneOf(m.src)
+	bare.ThreadId = ""
+	return sessionkey.Build(bare, s.keyOpts)
+}
+
+// heldAnswer refuses a /resume of a conversation that holder, another
+// key of the DM whose key without a thread is root, is on, saying where
+// it is open: the DM outside its threads, or the thread (a Slack
+// thread by when it began: its id is that time).
+func heldAnswer(platform, root, holder string) string {
+	where := "another chat"
+	switch thread := sessionstore.TopicThread(root, holder); {
+	case holder == root:
+		where = "this chat, outside its threads"
+		if platform == "telegram" {
+			where = "this chat, outside its topics"
+		}
+	case thread != "" && platform == "slack":
+		where = "another thread of this chat"
+		if sec, err := strconv.ParseFloat(thread, 64); err == nil && sec > 0 {
+			where = "the thread of this chat begun " + time.Unix(int64(sec), 0).UTC().Format("Jan 2, 15:04 MST")
+		}
+	case thread != "" && platform == "telegram":
+		where = "another topic of this chat"
+	case thread != "":
+		where = "another thread of this chat"
+	}
+	return "That conversation is open in " + where + ": continue it there, or send /new there to free it for this one."
 }
 
 // sessionsListed is how many conversations a page of /sessions lists;

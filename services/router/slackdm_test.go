@@ -81,26 +81,40 @@ func TestSlackDMSessionsSeeTheOtherThreads(t *testing.T) {
 		return sess
 	}
 	trip := session("1700000001.000100").ID
+	beach := session("1700000002.000100").ID
+	// The first thread is on Trip plans: a turn there and one here would
+	// run at once on one conversation (turns are locked per thread). The
+	// resume is refused, saying where it is open.
+	if got, want := ask("D1", "1700000002.000100", "bob", "/resume trip PLANS"),
+		"That conversation is open in the thread of this chat begun Nov 14, 22:13 UTC: continue it there, or send /new there to free it for this one."; got != want {
+		t.Fatalf("/resume of the conversation the first thread is on: %q, want %q", got, want)
+	}
+	if got := session("1700000002.000100").ID; got != beach {
+		t.Errorf("the second thread moved to %s, want it kept on %s", got, beach)
+	}
+	// Once the first thread left it, it comes here.
+	ask("D1", "1700000001.000100", "bob", "/new")
+	if got := session("1700000001.000100").ID; got == trip {
+		t.Fatalf("the first thread is on %s after /new", got)
+	}
 	if got := ask("D1", "1700000002.000100", "bob", "/resume trip PLANS"); got != "↩️ Resumed Trip plans." {
-		t.Fatalf("/resume of the first thread's conversation: %q", got)
+		t.Fatalf("/resume of the first thread's former conversation: %q", got)
 	}
 	if got := session("1700000002.000100"); got.ID != trip || got.Title != "Trip plans" {
 		t.Errorf("the second thread is on %s (%q), want the first thread's %s", got.ID, got.Title, trip)
 	}
-	if got := session("1700000001.000100").ID; got != trip {
-		t.Errorf("the first thread moved to %s, want it kept on %s", got, trip)
-	}
 
 	// A new thread counts in the DM's list, each conversation once and
-	// by when it began (a resume does not renumber it): itself first.
+	// by when it began (a resume does not renumber it): itself first,
+	// the first thread's new one next.
 	list = ask("D1", "1700000004.000100", "bob", "/sessions")
-	if !strings.Contains(list, "2. Beach day") || !strings.Contains(list, "3. Trip plans") || strings.Contains(list, "4.") {
+	if !strings.Contains(list, "3. Beach day") || !strings.Contains(list, "4. Trip plans") || strings.Contains(list, "5.") {
 		t.Errorf("/sessions in a new thread:\n%s", list)
 	}
-	if got := ask("D1", "1700000004.000100", "bob", "/resume 3"); got != "↩️ Resumed Trip plans." {
-		t.Errorf("/resume 3: %q", got)
+	if got := ask("D1", "1700000004.000100", "bob", "/resume 4"); !strings.HasPrefix(got, "That conversation is open in the thread of this chat begun Nov 14, 22:13 UTC") {
+		t.Errorf("/resume 4, the second thread's now: %q", got)
 	}
-	if got := ask("D1", "1700000004.000100", "bob", "/resume 2"); got != "↩️ Resumed Beach day." {
-		t.Errorf("/resume 2: %q", got)
+	if got := ask("D1", "1700000004.000100", "bob", "/resume 3"); got != "↩️ Resumed Beach day." {
+		t.Errorf("/resume 3, which no thread is on: %q", got)
 	}
 }
