@@ -165,9 +165,28 @@ func (s *Service) flushTypingEnded(ctx context.Context, ev *turnsv1.TurnComplete
 	if !s.cfg.MemoryFlush {
 		return nil
 	}
+	return s.endFlushTyping(ctx, ev.GetSessionKey(), ev.GetTurnId(), "")
+}
+
+// flushTypingDropped ends the typing indicators of the chats waiting
+// for the memory flush flushTurn of m's session when m (/stop, /new)
+// dropped their messages but left the flush running: nothing of theirs
+// is coming. The records stay, for the flush's completion to end the
+// indicators again; a message that waits for the flush from now on
+// shows typing anew. Best effort, as typing is.
+func (s *Service) flushTypingDropped(ctx context.Context, m *msgCtx, flushTurn string) {
+	if err := s.endFlushTyping(ctx, m.key, flushTurn, ":"+m.dedupeID); err != nil {
+		s.log.WarnContext(ctx, "end the typing of messages dropped while the memory flush runs", "session_key", m.key, "err", err)
+	}
+}
+
+// endFlushTyping ends the typing indicators recorded for the chats
+// waiting for the memory flush flushTurn of key, each with the message
+// id flush-typing-off:<indicator id><suffix>.
+func (s *Service) endFlushTyping(ctx context.Context, key, flushTurn, suffix string) error {
 	pipe := s.rdb.Pipeline()
-	legacy := pipe.Get(ctx, s.legacyFlushTypingKey(ev.GetTurnId()))
-	chats := pipe.HGetAll(ctx, s.flushTypingKey(ev.GetTurnId()))
+	legacy := pipe.Get(ctx, s.legacyFlushTypingKey(flushTurn))
+	chats := pipe.HGetAll(ctx, s.flushTypingKey(flushTurn))
 	_, _ = pipe.Exec(ctx) // each command's error is read below
 	if err := chats.Err(); err != nil {
 		return fmt.Errorf("read typing targets: %w", err)
@@ -176,7 +195,7 @@ func (s *Service) flushTypingEnded(ctx context.Context, ev *turnsv1.TurnComplete
 	maps.Copy(ends, chats.Val())
 	switch data, err := legacy.Result(); {
 	case err == nil:
-		ends[ev.GetTurnId()] = data
+		ends[flushTurn] = data
 	case !errors.Is(err, redis.Nil):
 		return fmt.Errorf("read typing target: %w", err)
 	}
@@ -185,7 +204,7 @@ func (s *Service) flushTypingEnded(ctx context.Context, ev *turnsv1.TurnComplete
 		if err := proto.Unmarshal([]byte(data), t); err != nil {
 			return fmt.Errorf("decode typing target: %w", err)
 		}
-		if err := s.publishFlushTyping(ctx, ev.GetSessionKey(), id, t, false, "flush-typing-off:"+id); err != nil {
+		if err := s.publishFlushTyping(ctx, key, id, t, false, "flush-typing-off:"+id+suffix); err != nil {
 			return err
 		}
 	}

@@ -480,3 +480,56 @@ func TestStopAndNewLeaveTheMemoryFlushRunning(t *testing.T) {
 		})
 	}
 }
+
+// TestStopAndNewEndTheTypingOfTheMessagesTheyDrop: a message waiting
+// for the memory flush shows typing; /stop and a second /new leave the
+// flush running but drop the message, so its chat stops showing typing
+// then, not when the flush ends.
+func TestStopAndNewEndTheTypingOfTheMessagesTheyDrop(t *testing.T) {
+	t.Parallel()
+	for _, cmd := range []string{"/stop", "/new"} {
+		t.Run(cmd, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			cfg := testConfig()
+			cfg.MemoryFlush = true
+			e.startRouter(cfg, nil, nil)
+			entered, release := make(chan string, 1), make(chan struct{})
+			w := e.startWorker(func(tr *turnsv1.TurnRequested) {
+				if tr.GetMemoryFlush() {
+					entered <- tr.GetTurnId()
+					<-release
+				}
+			})
+			var released sync.Once
+			unblock := func() { released.Do(func() { close(release) }) }
+			t.Cleanup(unblock)
+			key := "agent:main:telegram:dm:chat-alice"
+			e.publish(dm("alice", "hello"))
+			waitFor(t, "first turn", func() bool { turns, _ := w.snapshot(); return len(turns) == 1 })
+			waitFor(t, "first turn done", func() bool { return e.lockOf(key) == "" })
+			turns, _ := w.snapshot()
+			if _, err := e.db.Exec(context.Background(), `INSERT INTO worker_turns (turn_id, session_key, session_id, generation, status, started_at, updated_at)
+				VALUES ($1, $2, $3, $4, 'completed', now(), now())`, turns[0].TurnId, key, turns[0].SessionId, turns[0].Generation); err != nil {
+				t.Fatal(err)
+			}
+			e.ask("alice", "/new")
+			var flush string
+			select {
+			case flush = <-entered:
+			case <-time.After(30 * time.Second):
+				t.Fatal("no flush turn")
+			}
+			e.publish(dm("alice", "waiting"))
+			typing := func(active bool) func() bool {
+				return func() bool {
+					evs := e.typingOf(flush)
+					return len(evs) > 0 && evs[len(evs)-1].GetTyping().GetActive() == active
+				}
+			}
+			waitFor(t, "typing while the message waits", typing(true))
+			e.ask("alice", cmd)
+			waitFor(t, "the typing ended by "+cmd+" while the flush still runs", typing(false))
+		})
+	}
+}

@@ -374,8 +374,14 @@ func (s *Service) requestControl(ctx context.Context, req *turnsv1.TurnControlRe
 // another flush without ending the first.
 func (s *Service) forceUnlock(ctx context.Context, m *msgCtx) (owner string, err error) {
 	owner, err = s.locker.Owner(ctx, m.key)
-	if err != nil || owner == "" || s.flushRunning(ctx, m.key, owner) {
+	if err != nil || owner == "" {
 		return "", err
+	}
+	if s.flushRunning(ctx, m.key, owner) {
+		// The messages waiting for it were dropped (both callers drop
+		// the queue): their chats stop showing typing now.
+		s.flushTypingDropped(ctx, m, heldBy(owner))
+		return "", nil
 	}
 	if err := s.control(ctx, m, controlStop, "", ""); err != nil {
 		return owner, err
