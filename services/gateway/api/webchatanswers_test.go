@@ -550,3 +550,29 @@ func TestWebChatOtherTabsKeepWaitingForTheNewConversationsMessage(t *testing.T) 
 		t.Fatalf("kept %s (%v), want A's answer kept, nothing pending", got, err)
 	}
 }
+
+// TestWebChatPrintsKeptAnswersRendered: a reloaded transcript printed
+// (or saved as a PDF) shows every answer as Markdown, as on screen: the
+// answers never scrolled near printed as their text, marks and all.
+func TestWebChatPrintsKeptAnswersRendered(t *testing.T) {
+	browser, s, _ := keylessWebChat(t)
+	ctx, step := headless(t, browser)
+	eval := evaluator(t, ctx)
+	step("open", chromedp.Navigate("http://"+s.Addr()+"/"), chromedp.WaitVisible("#input"))
+	eval(`(() => {
+		const h = [];
+		for (let i = 0; i < 30; i++) {
+			h.push({ role: "user", content: "question " + i });
+			h.push({ role: "assistant", content: "**answer " + i + "**\n\n" + "- a line\n".repeat(30) });
+		}
+		localStorage.setItem("sb.history", JSON.stringify(h));
+		return "";
+	})()`)
+	step("reload", chromedp.Reload(), chromedp.WaitVisible("#input"))
+	if _, err := chromedp.Run(ctx, chromedp.PrintToPDF()); err != nil {
+		t.Fatalf("browser: print: %v", err)
+	}
+	if got := eval(`Array.from(document.querySelectorAll(".msg.assistant")).filter(m => !m.querySelector("strong")).length + " of " + document.querySelectorAll(".msg.assistant").length`); got != "0 of 30" {
+		t.Fatalf("%s answers printed unrendered", got)
+	}
+}

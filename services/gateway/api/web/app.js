@@ -377,6 +377,11 @@
     log.textContent = "";
   }
   showKept(history());
+  // A page printed (or saved as a PDF) shows every answer rendered, as
+  // on screen, not those never scrolled near as their text, marks and all.
+  window.addEventListener("beforeprint", function () {
+    Array.prototype.forEach.call(log.querySelectorAll(".msg[data-later]"), rendered);
+  });
 
   // current stops the answer on its way (an AbortController), if any;
   // currentSession is its conversation, currentKey its message's key
