@@ -503,3 +503,76 @@ func TestWebChatOtherTabsShowANewConversation(t *testing.T) {
 	}
 	pollA("the new chat in A", pageLog+` === ""`)
 }
+
+// TestWebChatOtherTabsKeepWaitingForTheNewConversationsMessage: a tab
+// that sent a message after another tab's /new went out (the message
+// the new conversation's first, pending) still shows its answer when
+// the /new's confirmation clears the tabs: it stopped waiting for it, as
+// for the old conversation's, and never showed it (nor kept it).
+func TestWebChatOtherTabsKeepWaitingForTheNewConversationsMessage(t *testing.T) {
+	browser, s, r := keylessWebChat(t)
+	newGate, laterGate := make(chan struct{}), make(chan struct{})
+	var newOnce, laterOnce sync.Once
+	openNew := func() { newOnce.Do(func() { close(newGate) }) }
+	openLater := func() { laterOnce.Do(func() { close(laterGate) }) }
+	defer openNew()
+	defer openLater()
+	r.mu.Lock()
+	r.answer = func(ev *eventsv1.MessageReceived, turn int) []string {
+		if ev.GetText() == "/new" {
+			<-newGate
+			return []string{newSessionStarted}
+		}
+		<-laterGate
+		return []string{"echo: " + ev.GetText()}
+	}
+	r.mu.Unlock()
+	tabA, stepA := headless(t, browser)
+	url := "http://" + s.Addr() + "/"
+	stepA("open tab A", chromedp.Navigate(url), chromedp.WaitVisible("#input"))
+	pollA := poller(t, tabA)
+	tabB, cancelB := chromedp.NewContext(tabA) // another tab of the same browser
+	defer cancelB()
+	pollB := poller(t, tabB)
+	if err := chromedp.Do(tabB, chromedp.Navigate(url), chromedp.WaitVisible("#input"), chromedp.SendKeys("#input", "/new"), chromedp.Click("#send")); err != nil {
+		t.Fatalf("browser: /new in tab B: %v", err)
+	}
+	platformtest.WaitFor(t, "the /new", func() bool { return len(r.received()) == 1 })
+	stepA("send in A", chromedp.SendKeys("#input", "first of the new"), chromedp.Click("#send"))
+	platformtest.WaitFor(t, "A's message", func() bool { return len(r.received()) == 2 })
+	pollB("A's message pending in B's view", `(localStorage.getItem("sb.pending") || "").includes("first of the new")`)
+	openNew()
+	pollB("B's answer to /new", `Array.from(document.querySelectorAll('.msg.assistant:not(.pending)')).some(m => m.textContent === "`+newSessionStarted+`")`)
+	pollA("the new conversation in A", `document.querySelector(".msg.assistant").textContent === "`+newSessionStarted+`"`)
+	openLater()
+	pollA("A's answer", `Array.from(document.querySelectorAll('.msg.assistant:not(.pending)')).some(m => m.textContent === "echo: first of the new") && !document.getElementById("send").disabled`)
+	if got, err := chromedp.Run(tabA, chromedp.Evaluate[string](`localStorage.getItem("sb.history") + " | pending: " + localStorage.getItem("sb.pending")`)); err != nil || !strings.Contains(got, `{"role":"assistant","content":"echo: first of the new"}]`) || !strings.HasSuffix(got, "pending: null") {
+		t.Fatalf("kept %s (%v), want A's answer kept, nothing pending", got, err)
+	}
+}
+
+// TestWebChatPrintsKeptAnswersRendered: a reloaded transcript printed
+// (or saved as a PDF) shows every answer as Markdown, as on screen: the
+// answers never scrolled near printed as their text, marks and all.
+func TestWebChatPrintsKeptAnswersRendered(t *testing.T) {
+	browser, s, _ := keylessWebChat(t)
+	ctx, step := headless(t, browser)
+	eval := evaluator(t, ctx)
+	step("open", chromedp.Navigate("http://"+s.Addr()+"/"), chromedp.WaitVisible("#input"))
+	eval(`(() => {
+		const h = [];
+		for (let i = 0; i < 30; i++) {
+			h.push({ role: "user", content: "question " + i });
+			h.push({ role: "assistant", content: "**answer " + i + "**\n\n" + "- a line\n".repeat(30) });
+		}
+		localStorage.setItem("sb.history", JSON.stringify(h));
+		return "";
+	})()`)
+	step("reload", chromedp.Reload(), chromedp.WaitVisible("#input"))
+	if _, err := chromedp.Run(ctx, chromedp.PrintToPDF()); err != nil {
+		t.Fatalf("browser: print: %v", err)
+	}
+	if got := eval(`Array.from(document.querySelectorAll(".msg.assistant")).filter(m => !m.querySelector("strong")).length + " of " + document.querySelectorAll(".msg.assistant").length`); got != "0 of 30" {
+		t.Fatalf("%s answers printed unrendered", got)
+	}
+}

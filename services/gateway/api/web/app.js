@@ -377,10 +377,16 @@
     log.textContent = "";
   }
   showKept(history());
+  // A page printed (or saved as a PDF) shows every answer rendered, as
+  // on screen, not those never scrolled near as their text, marks and all.
+  window.addEventListener("beforeprint", function () {
+    Array.prototype.forEach.call(log.querySelectorAll(".msg[data-later]"), rendered);
+  });
 
   // current stops the answer on its way (an AbortController), if any;
-  // currentSession is its conversation.
-  var current = null, currentSession = null;
+  // currentSession is its conversation, currentKey its message's key
+  // and currentOut its bubble.
+  var current = null, currentSession = null, currentKey = null, currentOut = null;
 
   // busy shows whether an answer is on its way: Send waits for it, and
   // Stop can end its turn.
@@ -430,12 +436,20 @@
   window.addEventListener("storage", function (e) {
     if (e.key !== "sb.cleared" && e.key !== null) return; // null: the storage was cleared
     // The answer on its way here is the old conversation's: no longer
-    // waited for, as New chat leaves it here.
-    if (current) { current.abort(); current = null; }
-    busy(false);
+    // waited for, as New chat leaves it here; unless its message is the
+    // pending one, sent since the new conversation began (after the
+    // /new, or after New chat before this event came): the new
+    // conversation's, still waited for and shown.
+    var q = pending();
+    if (current && !(q && q.key === currentKey)) { current.abort(); current = null; }
+    if (!current) busy(false);
     refused = null;
     clearLog();
     showKept(history());
+    if (current) {
+      log.appendChild(currentOut);
+      log.scrollTop = log.scrollHeight;
+    }
   });
   // refused is the message a 401 turned back, sent again with the key.
   var refused = null;
@@ -586,6 +600,8 @@
     var ctl = new AbortController();
     current = ctl;
     currentSession = p.session;
+    currentKey = p.key;
+    currentOut = out;
     busy(true);
     try {
       for (var attempt = 0; ; attempt++) {
