@@ -160,3 +160,40 @@ func TestResponsesTruncation(t *testing.T) {
 		})
 	}
 }
+
+// A text part's text that is a number or a boolean is its Python text,
+// as Hermes's _normalize_multimodal_content takes it (str(text)); a null
+// or empty text is no text; any other text (an object, an array) is
+// refused, naming the part's text. So on the Responses API's input and
+// in its conversation_history alike.
+func TestTextPartsOfNumbersAndBooleans(t *testing.T) {
+	t.Parallel()
+	parts := `[{"type":"input_text","text":5},{"type":"output_text","text":true},{"type":"text","text":2.0},` +
+		`{"type":"input_text","text":null},{"type":"input_text","text":""},{"type":"input_text"},{"type":"text","text":"b"}]`
+	for _, c := range []struct{ name, body, text, context, errParam string }{
+		{"input", `{"input":[{"role":"user","content":` + parts + `}]}`, "5\nTrue\n2.0\nb", "", ""},
+		{"history", `{"input":"now","conversation_history":[{"role":"assistant","content":` + parts + `}]}`, "now", "assistant:5\nTrue\n2.0\nb", ""},
+		{"an object", `{"input":[{"role":"user","content":[{"type":"input_text","text":{"a":1}}]}]}`, "", "", "input[0].content[0].text"},
+		{"an array in the history", `{"input":"now","conversation_history":[{"role":"user","content":[{"type":"text","text":["a"]}]}]}`,
+			"", "", "conversation_history[0].content[0].text"},
+	} {
+		req, err := ParseResponses([]byte(c.body))
+		if c.errParam != "" {
+			var inv *InvalidError
+			if !errors.As(err, &inv) || inv.Param != c.errParam || !strings.Contains(inv.Msg, "text") {
+				t.Errorf("%s: error %v, want one for %s", c.name, err, c.errParam)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		var ctx []string
+		for _, m := range req.Context {
+			ctx = append(ctx, m.GetRole()+":"+m.GetContent())
+		}
+		if req.Text != c.text || strings.Join(ctx, "|") != c.context {
+			t.Errorf("%s: text %q, context %q; want %q, %q", c.name, req.Text, ctx, c.text, c.context)
+		}
+	}
+}
