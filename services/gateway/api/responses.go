@@ -247,8 +247,9 @@ func (s *Service) responseSession(w http.ResponseWriter, r *http.Request, identi
 // or X-Session-Id, which names one the same way), as Hermes resolves a
 // conversation to its latest response stored; "" for none. A request that sent
 // a conversation_history continues no response: Hermes then reads none.
-// It answers the request itself (503) and returns false when the
-// response store cannot be read.
+// A retry of a request (its Idempotency-Key) takes those of its first
+// attempt. It answers the request itself (503) and returns false when
+// the response store cannot be read.
 func (s *Service) continuedInstructions(w http.ResponseWriter, r *http.Request, identity, session string,
 	previous *storedResponse, historySent bool) (string, bool) {
 	switch {
@@ -258,6 +259,20 @@ func (s *Service) continuedInstructions(w http.ResponseWriter, r *http.Request, 
 		return "", true
 	}
 	ctx := r.Context()
+	if key := r.Header.Get(HeaderIdempotencyKey); key != "" {
+		// A retry carries what its first attempt carried, which its
+		// response kept, whatever the conversation's latest is now.
+		id := "resp_" + strings.TrimPrefix(keyedID(identity, session, key), keyedPrefix)
+		rec, found, err := s.responses.get(ctx, id, identity)
+		if err != nil {
+			s.log.WarnContext(ctx, "read api response failed", "err", err)
+			writeUnavailable(w)
+			return "", false
+		}
+		if found {
+			return rec.Instructions, true
+		}
+	}
 	head, _, err := s.responses.headRecord(ctx, identity, session)
 	var rec storedResponse
 	found := false

@@ -462,6 +462,11 @@ func TestResponsesCarryInstructionsPastAResponseNotKept(t *testing.T) {
 		{`{"input":"two","conversation":"c-2","store":false}`, "k-2", "system:be brief"},
 		{`{"input":"two","conversation":"c-2","store":false}`, "k-2", ""},
 		{`{"input":"three","conversation":"c-2"}`, "", "system:be brief"},
+		// A retry after the conversation went on under other instructions.
+		{`{"input":"one","conversation":"c-4","instructions":"be brief"}`, "", "system:be brief"},
+		{`{"input":"two","conversation":"c-4"}`, "k-4", "system:be brief"},
+		{`{"input":"three","conversation":"c-4","instructions":"be kind"}`, "", "system:be kind"},
+		{`{"input":"two","conversation":"c-4"}`, "k-4", ""},
 	} {
 		var headers map[string]string
 		if c.key != "" {
