@@ -286,7 +286,7 @@ func TestConversationHead(t *testing.T) {
 		t.Fatalf("a head after the last was given back: moved %v, %v", moved, err)
 	}
 	// Moved on since the claim: left as it is.
-	if err := rs.setHead(ctx, "owner", "conv", "resp_e"); err != nil {
+	if err := rs.setHead(ctx, "owner", "conv", conversationHead{Response: "resp_e"}); err != nil {
 		t.Fatal(err)
 	}
 	s.giveBackHead(ctx, &headClaim{owner: "owner", session: "conv", from: "resp_a", to: "resp_d"})

@@ -77,7 +77,7 @@ func (s *Service) createResponse(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	o := s.newResponse(t, req, received)
-	h, ok := s.place(w, r, identity, session, previous, t)
+	h, ok := s.place(w, r, identity, session, previous, req.Store, t)
 	if !ok {
 		return
 	}
@@ -243,12 +243,13 @@ func (s *Service) responseSession(w http.ResponseWriter, r *http.Request, identi
 // continuedInstructions are the instructions of the response a request
 // without instructions of its own continues, as Hermes carries them
 // forward: those of the response it names (previous), or else those of
-// the latest response of the conversation it names (conversation, or
-// X-Session-Id, which names one the same way), as Hermes resolves a
-// conversation to its latest response; "" for none. A request that sent
+// the latest response kept of the conversation it names (conversation,
+// or X-Session-Id, which names one the same way), as Hermes resolves a
+// conversation to its latest response stored; "" for none. A request that sent
 // a conversation_history continues no response: Hermes then reads none.
-// It answers the request itself (503) and returns false when the
-// response store cannot be read.
+// A retry of a request (its Idempotency-Key) takes those of its first
+// attempt. It answers the request itself (503) and returns false when
+// the response store cannot be read.
 func (s *Service) continuedInstructions(w http.ResponseWriter, r *http.Request, identity, session string,
 	previous *storedResponse, historySent bool) (string, bool) {
 	switch {
@@ -258,11 +259,30 @@ func (s *Service) continuedInstructions(w http.ResponseWriter, r *http.Request, 
 		return "", true
 	}
 	ctx := r.Context()
-	head, _, err := s.responses.head(ctx, identity, session)
+	if key := r.Header.Get(HeaderIdempotencyKey); key != "" {
+		// A retry carries what its first attempt carried, which its
+		// response kept, whatever the conversation's latest is now.
+		id := "resp_" + strings.TrimPrefix(keyedID(identity, session, key), keyedPrefix)
+		rec, found, err := s.responses.get(ctx, id, identity)
+		if err != nil {
+			s.log.WarnContext(ctx, "read api response failed", "err", err)
+			writeUnavailable(w)
+			return "", false
+		}
+		if found {
+			return rec.Instructions, true
+		}
+	}
+	head, _, err := s.responses.headRecord(ctx, identity, session)
 	var rec storedResponse
 	found := false
-	if err == nil && head != "" {
-		rec, found, err = s.responses.get(ctx, head, identity)
+	if err == nil && head.Response != "" {
+		rec, found, err = s.responses.get(ctx, head.Response, identity)
+	}
+	if err == nil && !found && head.Kept != "" && head.Kept != head.Response {
+		// The latest response was not kept (store: false), or not yet
+		// (an attempt of this request): the one kept before it.
+		rec, found, err = s.responses.get(ctx, head.Kept, identity)
 	}
 	if err != nil {
 		s.log.WarnContext(ctx, "read api conversation's latest response failed", "err", err)
@@ -270,8 +290,8 @@ func (s *Service) continuedInstructions(w http.ResponseWriter, r *http.Request, 
 		return "", false
 	}
 	if !found {
-		// A new conversation, or its latest response not kept (store:
-		// false, deleted, expired): nothing to carry.
+		// A new conversation, or its latest response kept deleted or
+		// expired: nothing to carry.
 		return "", true
 	}
 	return rec.Instructions, true
@@ -299,16 +319,30 @@ type headClaim struct {
 // one, which is opened once. It answers the request itself (409, 503)
 // and returns false when the request cannot be placed; the claim is nil
 // unless the request moved a head from the response it continues.
-func (s *Service) place(w http.ResponseWriter, r *http.Request, identity, session string, previous *storedResponse, t *turn) (*headClaim, bool) {
+func (s *Service) place(w http.ResponseWriter, r *http.Request, identity, session string, previous *storedResponse, store bool, t *turn) (*headClaim, bool) {
 	ctx := r.Context()
 	id := "resp_" + t.suffix()
 	if previous == nil {
 		if session != "" {
 			// The latest response of the conversation now. Not reading the
-			// head first keeps the named conversation's path at one write;
-			// a head that cannot be written only means that a request
-			// continuing an earlier response may not branch off.
-			if err := s.responses.setHead(ctx, identity, session, id); err != nil {
+			// head first keeps the named conversation's path at one write
+			// when the response is kept; a head that cannot be read or
+			// written only means that a request continuing an earlier
+			// response may not branch off, or that a later request carries
+			// no instructions.
+			next := conversationHead{Response: id, Kept: id}
+			if !store {
+				// The latest kept stays the one before.
+				prior, _, err := s.responses.headRecord(ctx, identity, session)
+				if err != nil {
+					s.log.WarnContext(ctx, "read api conversation head failed", "err", err)
+				}
+				next.Kept = prior.Kept
+				if next.Kept == "" && prior.Response != id {
+					next.Kept = prior.Response // a record without Kept
+				}
+			}
+			if err := s.responses.setHead(ctx, identity, session, next); err != nil {
 				s.log.WarnContext(ctx, "record api conversation head failed", "err", err)
 			}
 		}
@@ -325,7 +359,13 @@ func (s *Service) place(w http.ResponseWriter, r *http.Request, identity, sessio
 		case id:
 			return nil, true
 		case "", previous.Response.ID:
-			moved, err := s.responses.advance(ctx, identity, previous.Session, rev, id)
+			// The response continued is kept: the latest kept if this
+			// one is not.
+			next := conversationHead{Response: id, Kept: id}
+			if !store {
+				next.Kept = previous.Response.ID
+			}
+			moved, err := s.responses.advanceTo(ctx, identity, previous.Session, rev, next)
 			if err != nil {
 				s.log.WarnContext(ctx, "record api conversation head failed", "err", err)
 				writeUnavailable(w)

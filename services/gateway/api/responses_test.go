@@ -437,6 +437,80 @@ func TestResponsesCarryTheInstructionsOfTheirConversation(t *testing.T) {
 	}
 }
 
+// A response not kept (store: false) leaves its conversation carrying
+// the instructions of the latest response kept, as Hermes, whose
+// conversation then still names that one: the next request without
+// instructions takes them, and a retry of the request not kept (the
+// same Idempotency-Key) carries what its first attempt carried and gets
+// its answer, not a refusal of the key.
+func TestResponsesCarryInstructionsPastAResponseNotKept(t *testing.T) {
+	t.Parallel()
+	b := newBus(t)
+	s := startService(t, b, nil)
+	r := startResponder(t, b)
+	url := "http://" + s.Addr() + "/v1/responses"
+	n := 0 // messages sent
+	for i, c := range []struct {
+		body, key, context string
+	}{
+		{`{"input":"one","conversation":"c-1","instructions":"be brief"}`, "", "system:be brief"},
+		{`{"input":"two","conversation":"c-1","store":false}`, "", "system:be brief"},
+		{`{"input":"three","conversation":"c-1"}`, "", "system:be brief"},
+		{`{"input":"four","conversation":"c-1","instructions":"be kind","store":false}`, "", "system:be kind"},
+		{`{"input":"five","conversation":"c-1"}`, "", "system:be brief"},
+		{`{"input":"one","conversation":"c-2","instructions":"be brief"}`, "", "system:be brief"},
+		{`{"input":"two","conversation":"c-2","store":false}`, "k-2", "system:be brief"},
+		{`{"input":"two","conversation":"c-2","store":false}`, "k-2", ""},
+		{`{"input":"three","conversation":"c-2"}`, "", "system:be brief"},
+		// A retry after the conversation went on under other instructions.
+		{`{"input":"one","conversation":"c-4","instructions":"be brief"}`, "", "system:be brief"},
+		{`{"input":"two","conversation":"c-4"}`, "k-4", "system:be brief"},
+		{`{"input":"three","conversation":"c-4","instructions":"be kind"}`, "", "system:be kind"},
+		{`{"input":"two","conversation":"c-4"}`, "k-4", ""},
+	} {
+		var headers map[string]string
+		if c.key != "" {
+			headers = map[string]string{HeaderIdempotencyKey: c.key}
+		}
+		res := do(t, http.MethodPost, url, testKey, c.body, headers)
+		if res.code != http.StatusOK {
+			t.Fatalf("%d %s: %d %s", i, c.body, res.code, res.body)
+		}
+		if c.context == "" {
+			continue // a retry: its message went out once
+		}
+		n++
+		evs := r.received()
+		if len(evs) != n {
+			t.Fatalf("%s: %d messages, want %d", c.body, len(evs), n)
+		}
+		var ctx []string
+		for _, m := range evs[n-1].GetContext() {
+			ctx = append(ctx, m.GetRole()+":"+m.GetContent())
+		}
+		if got := strings.Join(ctx, ","); got != c.context {
+			t.Errorf("%s: context %q, want %q", c.body, got, c.context)
+		}
+	}
+	// The same after a response not kept that continued one by its id.
+	header := map[string]string{HeaderSession: "c-3"}
+	res := do(t, http.MethodPost, url, testKey, `{"input":"one","instructions":"be brief"}`, header)
+	var first struct{ ID string }
+	if res.code != http.StatusOK || json.Unmarshal(res.body, &first) != nil {
+		t.Fatalf("%d %s", res.code, res.body)
+	}
+	if res := do(t, http.MethodPost, url, testKey, `{"input":"two","store":false,"previous_response_id":"`+first.ID+`"}`, nil); res.code != http.StatusOK {
+		t.Fatalf("%d %s", res.code, res.body)
+	}
+	if res := do(t, http.MethodPost, url, testKey, `{"input":"three"}`, header); res.code != http.StatusOK {
+		t.Fatalf("%d %s", res.code, res.body)
+	}
+	evs := r.received()
+	if ctx := evs[len(evs)-1].GetContext(); len(ctx) != 1 || ctx[0].GetContent() != "be brief" || evs[len(evs)-2].GetClientSessionId() != "c-3" {
+		t.Errorf("after a response not kept continuing one by its id: context %v", ctx)
+	}
+}
+
 // truncation "auto" is taken, and the response says which it was: its
 // context is cut to the latest 100 messages as Hermes cuts it
 // (openai.TestResponsesTruncation), here 101 history entries.

@@ -382,6 +382,12 @@ func (rs *responseStore) remove(ctx context.Context, id string) error {
 // conversationHead is the record of a conversation's head.
 type conversationHead struct {
 	Response string `json:"response"`
+	// Kept is the conversation's latest response kept (Response itself
+	// when it was, an earlier one after a request with store: false):
+	// the one whose instructions a request without carries on, as
+	// Hermes's conversation names its latest response stored. "" in a
+	// record written before it was.
+	Kept string `json:"kept,omitempty"`
 }
 
 // headKey is the KV key of the head of owner's conversation session
@@ -393,33 +399,45 @@ func headKey(owner, session string) string {
 // head returns the head of owner's conversation session and the
 // revision it was read at; rev is 0 when there is none.
 func (rs *responseStore) head(ctx context.Context, owner, session string) (id string, rev uint64, err error) {
+	h, rev, err := rs.headRecord(ctx, owner, session)
+	return h.Response, rev, err
+}
+
+// headRecord returns the head record of owner's conversation session
+// and the revision it was read at; rev is 0 when there is none.
+func (rs *responseStore) headRecord(ctx context.Context, owner, session string) (h conversationHead, rev uint64, err error) {
 	kv, err := rs.bucket(ctx)
 	if err != nil {
-		return "", 0, err
+		return conversationHead{}, 0, err
 	}
 	e, err := kv.Get(ctx, headKey(owner, session))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return "", 0, nil
+		return conversationHead{}, 0, nil
 	}
 	if err != nil {
-		return "", 0, fmt.Errorf("read conversation head: %w", err)
+		return conversationHead{}, 0, fmt.Errorf("read conversation head: %w", err)
 	}
-	var h conversationHead
 	if err := json.Unmarshal(e.Value(), &h); err != nil {
-		return "", 0, fmt.Errorf("decode conversation head: %w", err)
+		return conversationHead{}, 0, fmt.Errorf("decode conversation head: %w", err)
 	}
-	return h.Response, e.Revision(), nil
+	return h, e.Revision(), nil
 }
 
-// advance makes id the head of owner's conversation session if the head
-// is still as read at rev (0: there was none); moved reports that it
-// was written since, and nothing was written.
+// advance makes id, a kept response, the head of owner's conversation
+// session if the head is still as read at rev (0: there was none);
+// moved reports that it was written since, and nothing was written.
 func (rs *responseStore) advance(ctx context.Context, owner, session string, rev uint64, id string) (moved bool, err error) {
+	return rs.advanceTo(ctx, owner, session, rev, conversationHead{Response: id, Kept: id})
+}
+
+// advanceTo writes h as the head of owner's conversation session if the
+// head is still as read at rev, as advance.
+func (rs *responseStore) advanceTo(ctx context.Context, owner, session string, rev uint64, h conversationHead) (moved bool, err error) {
 	kv, err := rs.bucket(ctx)
 	if err != nil {
 		return false, err
 	}
-	data, _ := json.Marshal(conversationHead{Response: id})
+	data, _ := json.Marshal(h)
 	if rev == 0 {
 		_, err = kv.Create(ctx, headKey(owner, session), data)
 	} else {
@@ -434,14 +452,14 @@ func (rs *responseStore) advance(ctx context.Context, owner, session string, rev
 	return false, nil
 }
 
-// setHead makes id the head of owner's conversation session, whatever
+// setHead makes h the head of owner's conversation session, whatever
 // it was.
-func (rs *responseStore) setHead(ctx context.Context, owner, session, id string) error {
+func (rs *responseStore) setHead(ctx context.Context, owner, session string, h conversationHead) error {
 	kv, err := rs.bucket(ctx)
 	if err != nil {
 		return err
 	}
-	data, _ := json.Marshal(conversationHead{Response: id})
+	data, _ := json.Marshal(h)
 	if _, err := kv.Put(ctx, headKey(owner, session), data); err != nil {
 		return fmt.Errorf("write conversation head: %w", err)
 	}

@@ -83,6 +83,7 @@ func FuzzParseResponses(f *testing.F) {
 		"{\"input\":\"bad \xff utf-8\",\"user\":\"\xc3\",\"instructions\":\"\xfe\"}",
 		`{"input":[]}`, `{"input":""}`, `{"input":12}`, `null`, `{} {}`, `{"input":[{"role":"system","content":"s"}]}`,
 		`{"input":"a","truncation":"auto","conversation_history":[{"role":"tool","content":1.5e300},{"role":5,"content":null},{"role":"user","content":[true,{"type":"input_image","image_url":"https://x/y.png"}]}]}`,
+		`{"input":[{"role":"user","content":[{"type":"input_text","text":-0.0},{"type":"text","text":false},{"type":"output_text","text":[1]}]}]}`,
 		`{"input":"a","conversation_history":{}}`, `{"input":"a","conversation_history":0}`, `{"input":"a","conversation_history":[{"role":"user","content":{"a":1}}]}`,
 	} {
 		f.Add([]byte(s))

@@ -7,6 +7,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"unicode"
 )
 
 // Hermes's conversation_history (api_server.py, _handle_responses and
@@ -105,11 +106,11 @@ func responsesHistoryText(raw json.RawMessage, param string) (string, error) {
 }
 
 // runText reads a run's history entry's content as Hermes's run does,
-// with Python's str(): a string is itself, null "None", a number or a
-// boolean its Python text; nothing is refused. An array, of which
-// Hermes gives the model its Python text, is its text (nestedText): its
-// strings and text parts, its pictures skipped unchecked. An object is
-// refused, as by the Responses API.
+// with Python's str(): a string is itself, null "None", a number, a
+// boolean or an object its Python text (pythonRepr); nothing is
+// refused. An array, of which Hermes gives the model its Python text,
+// is its text (nestedText): its strings and text parts, its pictures
+// skipped unchecked.
 func runText(raw json.RawMessage, param string) (string, error) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 {
@@ -125,11 +126,133 @@ func runText(raw json.RawMessage, param string) (string, error) {
 	case '[':
 		return nestedText(raw, 1), nil
 	case '{':
-		return "", invalid(param, "content must be a string or an array of parts")
+		return pythonRepr(raw), nil
 	case 'n':
 		return "None", nil
 	}
 	return pythonScalar(raw), nil
+}
+
+// pythonRepr is Python's repr of a JSON value as its json module reads
+// it: an object a dict ({'k': v, ...}, its keys in the order they first
+// come, a repeated key's last value), an array a list, a string in
+// Python's quotes and escapes, null None, numbers and booleans as
+// pythonScalar. "" for what is not JSON.
+func pythonRepr(raw json.RawMessage) string {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var b strings.Builder
+	if writePythonRepr(&b, dec) != nil {
+		return ""
+	}
+	return b.String()
+}
+
+// writePythonRepr writes the repr of the next value of dec to b.
+func writePythonRepr(b *strings.Builder, dec *json.Decoder) error {
+	tok, err := dec.Token()
+	if err != nil {
+		return err
+	}
+	switch v := tok.(type) {
+	case json.Delim:
+		if v == '[' {
+			b.WriteByte('[')
+			for i := 0; dec.More(); i++ {
+				if i > 0 {
+					b.WriteString(", ")
+				}
+				if err := writePythonRepr(b, dec); err != nil {
+					return err
+				}
+			}
+			b.WriteByte(']')
+			_, err = dec.Token()
+			return err
+		}
+		// A dict: a repeated key keeps its place and takes the last value.
+		var keys []string
+		values := map[string]string{}
+		for dec.More() {
+			kt, err := dec.Token()
+			if err != nil {
+				return err
+			}
+			k, _ := kt.(string)
+			var vb strings.Builder
+			if err := writePythonRepr(&vb, dec); err != nil {
+				return err
+			}
+			if _, seen := values[k]; !seen {
+				keys = append(keys, k)
+			}
+			values[k] = vb.String()
+		}
+		b.WriteByte('{')
+		for i, k := range keys {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			b.WriteString(pythonStringRepr(k))
+			b.WriteString(": ")
+			b.WriteString(values[k])
+		}
+		b.WriteByte('}')
+		_, err = dec.Token()
+		return err
+	case string:
+		b.WriteString(pythonStringRepr(v))
+	case json.Number:
+		b.WriteString(pythonScalar(json.RawMessage(v)))
+	case bool:
+		if v {
+			b.WriteString("True")
+		} else {
+			b.WriteString("False")
+		}
+	case nil:
+		b.WriteString("None")
+	}
+	return nil
+}
+
+// pythonStringRepr is Python's repr of a string: in single quotes, or
+// in double quotes when it holds a single quote and no double one;
+// backslashes, its quote, tabs, newlines and carriage returns escaped,
+// other characters that are not printable as \xNN, \uNNNN or
+// \UNNNNNNNN.
+func pythonStringRepr(s string) string {
+	quote := '\''
+	if strings.ContainsRune(s, '\'') && !strings.ContainsRune(s, '"') {
+		quote = '"'
+	}
+	var b strings.Builder
+	b.WriteRune(quote)
+	for _, r := range s {
+		switch {
+		case r == quote || r == '\\':
+			b.WriteByte('\\')
+			b.WriteRune(r)
+		case r == '\t':
+			b.WriteString(`\t`)
+		case r == '\n':
+			b.WriteString(`\n`)
+		case r == '\r':
+			b.WriteString(`\r`)
+		case r < 0x20 || r == 0x7f:
+			fmt.Fprintf(&b, `\x%02x`, r)
+		case r < 0x7f || unicode.IsPrint(r):
+			b.WriteRune(r)
+		case r < 0x100:
+			fmt.Fprintf(&b, `\x%02x`, r)
+		case r < 0x10000:
+			fmt.Fprintf(&b, `\u%04x`, r)
+		default:
+			fmt.Fprintf(&b, `\U%08x`, r)
+		}
+	}
+	b.WriteRune(quote)
+	return b.String()
 }
 
 // pythonScalar is the text Python's str() gives a JSON number or

@@ -40,7 +40,7 @@ func TestConversationHistoryAsHermes(t *testing.T) {
 			"user:1.5|user:2.0|user:1e+16|user:1000000000000000.0|user:1e-05|user:-0.0|user:inf",
 			"user:1.5|user:2.0|user:1e+16|user:1000000000000000.0|user:1e-05|user:-0.0|user:inf"},
 		{"a boolean", `[{"role":"user","content":true},{"role":"assistant","content":false}]`, "user:True|assistant:False", "user:True|assistant:False"},
-		{"an object", `[{"role":"user","content":{"text":"a"}}]`, "error conversation_history[0].content", "error conversation_history[0].content"},
+		{"an object", `[{"role":"user","content":{"text":"a"}}]`, "error conversation_history[0].content", "user:{'text': 'a'}"},
 		{"text parts", `[{"role":"assistant","content":["a",{"type":"output_text","text":"b"},7,null]}]`, "assistant:a\nb", "assistant:a\nb"},
 		{"a picture", `[{"role":"user","content":[{"type":"input_text","text":"look"},{"type":"input_image","image_url":"https://x/a.png"}]},{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:image/png;base64,iVBORw0KGgo="}}]}]`,
 			"user:look|user:", "user:look|user:"},
@@ -158,5 +158,66 @@ func TestResponsesTruncation(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A text part's text that is a number or a boolean is its Python text,
+// as Hermes's _normalize_multimodal_content takes it (str(text)); a null
+// or empty text is no text; any other text (an object, an array) is
+// refused, naming the part's text. So on the Responses API's input and
+// in its conversation_history alike.
+func TestTextPartsOfNumbersAndBooleans(t *testing.T) {
+	t.Parallel()
+	parts := `[{"type":"input_text","text":5},{"type":"output_text","text":true},{"type":"text","text":2.0},` +
+		`{"type":"input_text","text":null},{"type":"input_text","text":""},{"type":"input_text"},{"type":"text","text":"b"}]`
+	for _, c := range []struct{ name, body, text, context, errParam string }{
+		{"input", `{"input":[{"role":"user","content":` + parts + `}]}`, "5\nTrue\n2.0\nb", "", ""},
+		{"history", `{"input":"now","conversation_history":[{"role":"assistant","content":` + parts + `}]}`, "now", "assistant:5\nTrue\n2.0\nb", ""},
+		{"an object", `{"input":[{"role":"user","content":[{"type":"input_text","text":{"a":1}}]}]}`, "", "", "input[0].content[0].text"},
+		{"an array in the history", `{"input":"now","conversation_history":[{"role":"user","content":[{"type":"text","text":["a"]}]}]}`,
+			"", "", "conversation_history[0].content[0].text"},
+	} {
+		req, err := ParseResponses([]byte(c.body))
+		if c.errParam != "" {
+			var inv *InvalidError
+			if !errors.As(err, &inv) || inv.Param != c.errParam || !strings.Contains(inv.Msg, "text") {
+				t.Errorf("%s: error %v, want one for %s", c.name, err, c.errParam)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		var ctx []string
+		for _, m := range req.Context {
+			ctx = append(ctx, m.GetRole()+":"+m.GetContent())
+		}
+		if req.Text != c.text || strings.Join(ctx, "|") != c.context {
+			t.Errorf("%s: text %q, context %q; want %q, %q", c.name, req.Text, ctx, c.text, c.context)
+		}
+	}
+}
+
+// A run's history entry whose content is an object is its Python text
+// (str(content)), as Hermes's run reads every content: nothing is
+// refused. The texts here are Python's own.
+func TestRunHistoryObjectIsItsPythonText(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ content, want string }{
+		{"{\"text\":\"a\"}", "{'text': 'a'}"},
+		{"{\"a\":1,\"b\":[true,null,2.0,1e16,[]],\"c\":{\"d\":\"it's\"},\"a\":-0}", "{'a': 0, 'b': [True, None, 2.0, 1e+16, []], 'c': {'d': \"it's\"}}"},
+		{"{\"q\":\"say \\\"hi\\\" it's\",\"n\":\"tab\\there\\u00e9\\u00a0\\u0001\\\\ \\u00ad \\u4e2d \\ud83d\\ude00 \\u2028\",\"e\":\"\"}", "{'q': 'say \"hi\" it\\'s', 'n': 'tab\\thereé\\xa0\\x01\\\\ \\xad 中 😀 \\u2028', 'e': ''}"},
+		{"{\"only\":\"say \\\"hi\\\"\"}", "{'only': 'say \"hi\"'}"},
+		{"{}", "{}"},
+		{"{\"k\":{\"type\":\"text\",\"text\":\"hi\"},\"x\":1e-7,\"y\":123456789012345678901234567890}", "{'k': {'type': 'text', 'text': 'hi'}, 'x': 1e-07, 'y': 123456789012345678901234567890}"},
+	} {
+		run, err := ParseRun([]byte(`{"input":"now","conversation_history":[{"role":"user","content":` + c.content + `}]}`))
+		if err != nil {
+			t.Errorf("%s: %v", c.content, err)
+			continue
+		}
+		if len(run.Context) != 1 || run.Context[0].GetContent() != c.want {
+			t.Errorf("%s: context %v, want %q", c.content, run.Context, c.want)
+		}
 	}
 }

@@ -56,7 +56,9 @@ type inputItem struct {
 // inputPart is one part of a Responses message's content.
 type inputPart struct {
 	Type string `json:"type"`
-	Text string `json:"text"`
+	// Text is any JSON: a text part's text is read as Hermes reads it
+	// (partText).
+	Text json.RawMessage `json:"text"`
 	// ImageURL is a string in the Responses API, an object {"url": …} in
 	// Chat Completions' image_url parts; both are taken.
 	ImageURL json.RawMessage `json:"image_url"`
@@ -314,7 +316,10 @@ func responseContent(raw json.RawMessage, param string) (string, []string, error
 	}
 	var texts, images []string
 	for i, item := range items {
-		p, ok, err := partOf(item, func(text string) inputPart { return inputPart{Type: "text", Text: text} })
+		p, ok, err := partOf(item, func(text string) inputPart {
+			raw, _ := json.Marshal(text)
+			return inputPart{Type: "text", Text: raw}
+		})
 		if err != nil {
 			return "", nil, invalid(param, "content parts must be objects with a type")
 		}
@@ -323,7 +328,13 @@ func responseContent(raw json.RawMessage, param string) (string, []string, error
 		}
 		switch p.Type {
 		case "input_text", "output_text", "text":
-			texts = append(texts, p.Text)
+			text, err := partText(p.Text)
+			if err != nil {
+				return "", nil, invalid(fmt.Sprintf("%s[%d].text", param, i), "%v", err)
+			}
+			if text != "" {
+				texts = append(texts, text)
+			}
 		case "refusal":
 			// An earlier answer's refusal: nothing to carry.
 		case "input_image", "image_url":
@@ -351,6 +362,29 @@ func responseContent(raw json.RawMessage, param string) (string, []string, error
 		return "", nil, invalid(param, "at most %d images per message", maxImages)
 	}
 	return strings.Join(texts, "\n"), images, nil
+}
+
+// partText reads a text part's text as Hermes's
+// _normalize_multimodal_content does: a string is itself, a number or a
+// boolean its Python text (str(text): 5, 2.0, True), null or "" no
+// text. An object or an array, which Hermes would give the model as its
+// Python text, is refused: it is no text of any OpenAI content part.
+func partText(raw json.RawMessage) (string, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
+		return "", nil
+	}
+	switch raw[0] {
+	case '"':
+		var s string
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return "", errors.New("the text of a text part must be a string")
+		}
+		return s, nil
+	case '{', '[':
+		return "", errors.New("the text of a text part must be a string")
+	}
+	return pythonScalar(raw), nil
 }
 
 // imageURLOf reads an image part's image_url: a string, or an object

@@ -79,6 +79,7 @@ func FuzzParseRun(f *testing.F) {
 		"{\"input\":\"bad \xff\xfe utf-8\",\"session_id\":\"\xc3\"}",
 		`{"input":[{"role":"user","content":[{"type":"input_image","image_url":"data:image/png;base64,iVBORw0KGgo="}]}]}`,
 		`{"input":[{"type":"function_call_output","output":"x"}]}`,
+		`{"input":"a","conversation_history":[{"role":"user","content":{"k":["it's",{"q":"\"\u00a0\ud83d\ude00"},1e-7,true,null],"k":{}}}]}`,
 		`{"input":"a","conversation_history":[{"role":"function","content":-0},{"role":null,"content":false},{"role":"user","content":null},{"role":"assistant","content":[[{"type":"text","text":"t"}],{"type":"input_file"}]}]}`,
 	} {
 		f.Add([]byte(s))
