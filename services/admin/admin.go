@@ -112,7 +112,8 @@ type Deps struct {
 	Skills func(context.Context) (jetstream.KeyValue, error)
 	// Bus opens the bus, on which a reset stops the session's running
 	// turn and answers the API requests whose waiting messages it drops;
-	// called by every reset. Nil: the running turn is only fenced off
+	// called by a reset only for those (an idle session's reset that
+	// drops none does without). Nil: the running turn is only fenced off
 	// and runs to its end, and those requests are left to their reply
 	// timeout.
 	Bus func(context.Context) (*bus.Bus, error)
@@ -405,8 +406,9 @@ func (s *Service) GetSession(ctx context.Context, req *adminv1.GetSessionRequest
 
 // ResetSession starts a new conversation under the key. It stops the
 // session's running turn, as the router's /new does: a stop control to
-// whichever turn runs there (stopTurn), and the new generation fences
-// off what the stopped turn still writes. The API requests whose waiting
+// whichever turn runs there (stopTurn), sent when one may run, and the
+// new generation fences off what the stopped turn still writes. An idle
+// session's reset needs no bus: it is done while NATS is down. The API requests whose waiting
 // messages it drops are answered with an "interrupted" error, as the
 // router's /new answers them. Both go out before the reset commits (a
 // turn start landing meanwhile waits for it and finds the queue
@@ -417,9 +419,23 @@ func (s *Service) ResetSession(ctx context.Context, req *adminv1.ResetSessionReq
 	if req.GetSessionKey() == "" {
 		return nil, status.Error(codes.InvalidArgument, "session_key is required")
 	}
+	// Whether a turn may run is read before the reset's transaction, not
+	// in it on a second connection of the pool (resets holding every
+	// connection would wait on each other for ever); the reset then sees,
+	// under its lock of the session row, whether a turn started since.
+	before, err := s.sessions.Get(ctx, req.GetSessionKey())
+	if err != nil {
+		return nil, err
+	}
+	mayRun, err := s.sessions.TurnMayRun(ctx, before)
+	if err != nil {
+		return nil, err
+	}
 	sess, err := s.sessions.ResetAnswering(ctx, req.GetSessionKey(), "admin", func(ctx context.Context, sess sessionstore.Session, dropped []sessionstore.Queued) error {
-		if err := s.stopTurn(ctx, sess); err != nil {
-			return err
+		if mayRun || sess.LastTurnID != before.LastTurnID {
+			if err := s.stopTurn(ctx, sess); err != nil {
+				return err
+			}
 		}
 		return s.answerDropped(ctx, sess, dropped)
 	})
@@ -432,12 +448,14 @@ func (s *Service) ResetSession(ctx context.Context, req *adminv1.ResetSessionReq
 	return &adminv1.ResetSessionResponse{Session: toProto(sess)}, nil
 }
 
-// stopTurn asks the worker running a turn of the session reset to sess,
-// if one runs, to stop it: the router's /new sends the same control
-// (services/router forceUnlock) to whichever turn runs for the session.
-// The worker ends the turn at once and lets go of the session's lock.
-// Without a bus (Deps.Bus nil) the turn is only fenced off by the new
-// generation and runs to its end.
+// stopTurn asks the worker running a turn of the session reset to sess
+// to stop it: the router's /new sends the same control (services/router
+// forceUnlock) to whichever turn runs for the session. The worker ends
+// the turn at once and lets go of the session's lock. ResetSession
+// calls it only when a turn may run (sessionstore TurnMayRun): an idle
+// session needs no stop, so its reset, a Postgres operation, is done
+// while NATS is down. Without a bus (Deps.Bus nil) the turn is only
+// fenced off by the new generation and runs to its end.
 func (s *Service) stopTurn(ctx context.Context, sess sessionstore.Session) error {
 	if s.bus == nil {
 		s.log.Warn("reset cannot stop a running turn (no bus): its writes are fenced off, it runs to its end", "session_key", sess.Key)

@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/nats-io/nats.go"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/switchboard-chat/switchboard/pkg/bus"
@@ -116,23 +118,54 @@ func TestResetSessionAnswersTheAPIRequestsItDrops(t *testing.T) {
 // only fencing the turn's writes off by the new generation: the turn
 // ends at once, its tools and model call cut short. When the stop
 // cannot go out (NATS unreachable) the reset fails and changes nothing.
+// A session with no turn that may run (none ever started, or its last
+// turn decided: the worker's worker_turns row) needs no stop: its reset
+// is a Postgres operation, done with NATS unreachable, and sends none.
 func TestResetSessionStopsTheRunningTurn(t *testing.T) {
 	t.Parallel()
 	b := bustest.New(t, bustest.EmbeddedURL(t))
+	up := func(context.Context) (*bus.Bus, error) { return b, nil }
+	down := func(context.Context) (*bus.Bus, error) { return nil, errors.New("nats: no servers available") }
 	for _, tt := range []struct {
 		name  string
+		turn  string // "", "running" or "decided": the session's last turn
 		bus   func(context.Context) (*bus.Bus, error)
-		reset bool // the reset is done, the turn stopped
+		reset bool // the reset is done
+		stop  bool // a stop went out
 	}{
-		{"stopped", func(context.Context) (*bus.Bus, error) { return b, nil }, true},
-		{"NATS unreachable", func(context.Context) (*bus.Bus, error) { return nil, errors.New("nats: no servers available") }, false},
+		{"running stopped", "running", up, true, true},
+		{"running NATS unreachable", "running", down, false, false},
+		{"decided", "decided", up, true, false},
+		{"decided NATS unreachable", "decided", down, true, false},
+		{"never a turn NATS unreachable", "", down, true, false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			ctx := context.Background()
 			db := pgtest.New(t)
 			store := sessionstore.New(db)
 			key := "agent:main:telegram:dm:" + tt.name
-			before, _, _, err := store.Arrive(ctx, key, "", &eventsv1.SessionSource{Platform: "telegram", ChatId: tt.name, ChatType: "dm", UserId: "u"}, "tg-1")
+			src := &eventsv1.SessionSource{Platform: "telegram", ChatId: tt.name, ChatType: "dm", UserId: "u"}
+			if _, _, _, err := store.Arrive(ctx, key, "", src, "tg-1"); err != nil {
+				t.Fatal(err)
+			}
+			if tt.turn != "" {
+				// The router starts a turn of the message, as it does.
+				if _, err := store.Enqueue(ctx, key, 1, true, &eventsv1.MessageReceived{EventId: "tg-1", MessageId: "m1", Text: "hi", Source: src}, 10); err != nil {
+					t.Fatal(err)
+				}
+				started, err := store.StartTurn(ctx, key, "turn-1", 8, 0, func(context.Context, sessionstore.Turn) error { return nil })
+				if err != nil || !started {
+					t.Fatalf("start turn: %v, started %v", err, started)
+				}
+			}
+			if tt.turn == "decided" {
+				// As the worker's Finish records the turn's final.
+				if _, err := db.Exec(ctx, `INSERT INTO worker_turns (turn_id, session_key, session_id, generation, status, final_kind, final_text)
+					SELECT 'turn-1', session_key, session_id, generation, 'completed', 'text', 'hello' FROM sessions WHERE session_key = $1`, key); err != nil {
+					t.Fatal(err)
+				}
+			}
+			before, err := store.Get(ctx, key)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -140,30 +173,41 @@ func TestResetSessionStopsTheRunningTurn(t *testing.T) {
 			controls := listen(t, b, b.Topology().ControlSubject(key), func() *turnsv1.TurnControlRequested { return &turnsv1.TurnControlRequested{} })
 
 			c, authed := serve(t, ctx, Config{}, Deps{DB: db, Bus: tt.bus})
-			reset, err := c.ResetSession(authed, &adminv1.ResetSessionRequest{SessionKey: key})
-			if (err == nil) != tt.reset {
-				t.Fatalf("reset: %v, want done %v", err, tt.reset)
+			reset, resetErr := c.ResetSession(authed, &adminv1.ResetSessionRequest{SessionKey: key})
+			if (resetErr == nil) != tt.reset {
+				t.Fatalf("reset: %v, want done %v", resetErr, tt.reset)
 			}
 			after, err := store.Get(ctx, key)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if !tt.reset {
+				if status.Code(resetErr) != codes.Unavailable {
+					t.Errorf("reset: %v, want Unavailable", resetErr)
+				}
 				if after.ID != before.ID || after.Generation != before.Generation {
 					t.Errorf("a failed reset left session %s gen %d, want %s gen %d", after.ID, after.Generation, before.ID, before.Generation)
 				}
 				return
 			}
-			if reset.GetSession().GetGeneration() != before.Generation+1 {
-				t.Errorf("reset to generation %d, want %d", reset.GetSession().GetGeneration(), before.Generation+1)
+			if reset.GetSession().GetGeneration() != before.Generation+1 || after.ID == before.ID {
+				t.Errorf("reset to %s generation %d, want a new conversation at %d", after.ID, reset.GetSession().GetGeneration(), before.Generation+1)
 			}
-			// A control round trip after the reset: the stop, published
+			// A control round trip after the reset: a stop, published
 			// before it, has reached the subscription by then.
 			if err := b.Conn().Flush(); err != nil {
 				t.Fatal(err)
 			}
-			waitFor(t, "the stop", func() bool { return len(controls()) > 0 })
+			if tt.stop {
+				waitFor(t, "the stop", func() bool { return len(controls()) > 0 })
+			}
 			got := controls()
+			if !tt.stop {
+				if len(got) != 0 {
+					t.Errorf("controls %v to a session with no turn that may run, want none", got)
+				}
+				return
+			}
 			if len(got) != 1 || got[0].GetAction() != turnsv1.ControlAction_CONTROL_ACTION_STOP || got[0].GetSessionKey() != key || got[0].GetTurnId() != "" {
 				t.Errorf("controls %v, want one stop of the session's running turn", got)
 			}
