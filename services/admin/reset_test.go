@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"google.golang.org/grpc/codes"
@@ -19,6 +20,8 @@ import (
 	repliesv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/replies/v1"
 	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
 	"github.com/switchboard-chat/switchboard/pkg/pg/pgtest"
+	"github.com/switchboard-chat/switchboard/pkg/redisx"
+	"github.com/switchboard-chat/switchboard/pkg/redisx/redistest"
 	"github.com/switchboard-chat/switchboard/pkg/sessionstore"
 )
 
@@ -169,10 +172,19 @@ func TestResetSessionStopsTheRunningTurn(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			// As a worker running the session's turn listens.
+			// As a worker running the session's turn listens, and holds
+			// its lock.
 			controls := listen(t, b, b.Topology().ControlSubject(key), func() *turnsv1.TurnControlRequested { return &turnsv1.TurnControlRequested{} })
+			rdb, prefix := redistest.New(t)
+			locks := redisx.NewLocker(rdb, prefix)
+			if tt.turn == "running" {
+				if err := rdb.Set(ctx, locks.Key(key), "turn-1-token", time.Minute).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			openLocks := func(context.Context) (SessionLocks, error) { return locks, nil }
 
-			c, authed := serve(t, ctx, Config{}, Deps{DB: db, Bus: tt.bus})
+			c, authed := serve(t, ctx, Config{}, Deps{DB: db, Bus: tt.bus, Locks: openLocks})
 			reset, resetErr := c.ResetSession(authed, &adminv1.ResetSessionRequest{SessionKey: key})
 			if (resetErr == nil) != tt.reset {
 				t.Fatalf("reset: %v, want done %v", resetErr, tt.reset)
@@ -188,7 +200,16 @@ func TestResetSessionStopsTheRunningTurn(t *testing.T) {
 				if after.ID != before.ID || after.Generation != before.Generation {
 					t.Errorf("a failed reset left session %s gen %d, want %s gen %d", after.ID, after.Generation, before.ID, before.Generation)
 				}
+				if owner, err := locks.Owner(ctx, key); err != nil || owner != "turn-1-token" {
+					t.Errorf("a failed reset left the lock to %q (%v), want the turn's", owner, err)
+				}
 				return
+			}
+			// The stopped turn's lock is let go, as the router's /new
+			// lets it go: a message sent while the turn winds down
+			// starts a turn of the new conversation, no busy answer.
+			if owner, err := locks.Owner(ctx, key); err != nil || owner != "" {
+				t.Errorf("after the reset the lock is %q (%v), want free", owner, err)
 			}
 			if reset.GetSession().GetGeneration() != before.Generation+1 || after.ID == before.ID {
 				t.Errorf("reset to %s generation %d, want a new conversation at %d", after.ID, reset.GetSession().GetGeneration(), before.Generation+1)
