@@ -38,7 +38,7 @@ func startAdmin(ctx context.Context, a *app) (func(context.Context) error, error
 	deps := admin.Deps{Log: a.log, DB: db, Token: os.Getenv("SWITCHBOARD_ADMIN_TOKEN"), Health: a.health,
 		Deliveries: &outbox.Admin{Store: outbox.New(db), TTL: a.cfg.Delivery.TTL}, Pruner: pruner, Forgetter: pruner,
 		Pause: buckets.opener(estop.Open), Approvals: buckets.opener(approvalmode.Open), Skills: buckets.opener(skill.OpenBucket),
-		Bus: buckets.openBus}
+		Bus: buckets.openBus, Locks: pruner.locks}
 	cfg := a.cfg.Admin
 	// GetApprovalMode shows approvals.mode while no one has set one.
 	cfg.ApprovalsMode = a.cfg.Approvals.Mode
@@ -58,8 +58,8 @@ func startAdmin(ctx context.Context, a *app) (func(context.Context) error, error
 }
 
 // lazyPruner opens Redis (the session locks a prune or a forget must
-// respect) on the first call, so the admin API otherwise runs, and
-// stays ready, without it.
+// respect, and a reset lets go of) on the first call, so the admin API
+// otherwise runs, and stays ready, without it.
 type lazyPruner struct {
 	a       *app
 	db      *pgxpool.Pool
@@ -82,6 +82,17 @@ func (p *lazyPruner) Forget(ctx context.Context, u userdata.User, dryRun bool) (
 		return retention.Erasure{}, err
 	}
 	return s.Forget(ctx, u, dryRun)
+}
+
+// locks is Deps.Locks: the session locks, on the same Redis connection,
+// for a reset to let go of the lock of the turn it stops.
+func (p *lazyPruner) locks(ctx context.Context) (admin.SessionLocks, error) {
+	if _, err := p.open(ctx); err != nil {
+		return nil, err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return redisx.NewLocker(p.rdb, p.a.cfg.Redis.Prefix), nil
 }
 
 func (p *lazyPruner) open(ctx context.Context) (*retention.Sweeper, error) {

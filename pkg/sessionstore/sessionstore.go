@@ -555,6 +555,27 @@ func (s *Store) LastTurnEnd(ctx context.Context, key, sessionID string) (time.Ti
 	return at, nil
 }
 
+// TurnMayRun reports whether the last turn started for sess
+// (sess.LastTurnID) may still run: one was started and its worker has
+// recorded no end of it in worker_turns (a final, or a memory flush's
+// usage booked without one; the worker writes the row only as the turn
+// ends, and it stays). A turn published and not yet taken, or running,
+// has no row; so has one a later generation fenced off before it could
+// record its end (a /new or /stop that stopped it), which therefore
+// counts as one that may run: the answer errs towards a turn running.
+// A turn started since sess was read is not seen: a caller compares
+// LastTurnID under the session row's lock, which turn starts take.
+func (s *Store) TurnMayRun(ctx context.Context, sess Session) (bool, error) {
+	if sess.LastTurnID == "" {
+		return false, nil
+	}
+	var ended bool
+	if err := s.db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM worker_turns WHERE turn_id = $1)`, sess.LastTurnID).Scan(&ended); err != nil {
+		return false, fmt.Errorf("read last turn: %w", err)
+	}
+	return !ended, nil
+}
+
 // Stop fences the running turn (next generation) and drops the waiting
 // messages, steering the turn has not given to the model with them; it
 // returns the new generation and the messages dropped, in their queue

@@ -76,6 +76,13 @@ type Deliveries interface {
 	PurgeDeliveries(context.Context, *adminv1.PurgeDeliveriesRequest) (*adminv1.PurgeDeliveriesResponse, error)
 }
 
+// SessionLocks reads and lets go of the session locks
+// (redisx.Locker implements it).
+type SessionLocks interface {
+	Owner(ctx context.Context, name string) (string, error)
+	Release(ctx context.Context, name, token string) error
+}
+
 // Pruner deletes idle sessions (pkg/retention implements it). Nil
 // answers Unimplemented.
 type Pruner interface {
@@ -112,10 +119,15 @@ type Deps struct {
 	Skills func(context.Context) (jetstream.KeyValue, error)
 	// Bus opens the bus, on which a reset stops the session's running
 	// turn and answers the API requests whose waiting messages it drops;
-	// called by every reset. Nil: the running turn is only fenced off
+	// called by a reset only for those (an idle session's reset that
+	// drops none does without). Nil: the running turn is only fenced off
 	// and runs to its end, and those requests are left to their reply
 	// timeout.
 	Bus func(context.Context) (*bus.Bus, error)
+	// Locks opens the session locks (redisx.Locker under redis.prefix,
+	// the router's), called by a reset that stops a running turn.
+	// Nil: the stopped turn keeps the lock until it has wound down.
+	Locks func(context.Context) (SessionLocks, error)
 	// Health drives the gRPC health service; nil reports SERVING.
 	Health *telemetry.Health
 }
@@ -134,6 +146,7 @@ type Service struct {
 	approvals  func(context.Context) (jetstream.KeyValue, error)
 	skills     func(context.Context) (jetstream.KeyValue, error)
 	bus        func(context.Context) (*bus.Bus, error)
+	locks      func(context.Context) (SessionLocks, error)
 	// approvalsDefault is cfg.ApprovalsMode, read.
 	approvalsDefault approvalmode.Mode
 	health           *telemetry.Health
@@ -169,7 +182,7 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	s := &Service{
 		cfg: cfg, log: log.With("service", "admin"), db: deps.DB, tokenSum: sha256.Sum256([]byte(deps.Token)),
 		deliveries: deps.Deliveries, pruner: deps.Pruner, forgetter: deps.Forgetter, pause: deps.Pause, health: deps.Health,
-		approvals: deps.Approvals, skills: deps.Skills, bus: deps.Bus, approvalsDefault: approvalsDefault,
+		approvals: deps.Approvals, skills: deps.Skills, bus: deps.Bus, locks: deps.Locks, approvalsDefault: approvalsDefault,
 		sessions: sessionstore.New(deps.DB), pairing: pairing.NewStore(deps.DB),
 		toolApprovals: toolapproval.NewStore(deps.DB),
 		hs:            health.NewServer(),
@@ -405,10 +418,12 @@ func (s *Service) GetSession(ctx context.Context, req *adminv1.GetSessionRequest
 
 // ResetSession starts a new conversation under the key. It stops the
 // session's running turn, as the router's /new does: a stop control to
-// whichever turn runs there (stopTurn), and the new generation fences
-// off what the stopped turn still writes. The API requests whose waiting
-// messages it drops are answered with an "interrupted" error, as the
-// router's /new answers them. Both go out before the reset commits (a
+// whichever turn runs there (stopTurn), sent when one may run, and the
+// new generation fences off what the stopped turn still writes; the
+// stopped turn's session lock is let go, as /new lets it go. An idle
+// session's reset needs no bus: it is done while NATS is down. The API
+// requests whose waiting messages it drops are answered with an
+// "interrupted" error, as the router's /new answers them. Both go out before the reset commits (a
 // turn start landing meanwhile waits for it and finds the queue
 // dropped): a stop or an answer that cannot go out fails the reset,
 // which then leaves the session as it was; a stop that went out before
@@ -417,14 +432,37 @@ func (s *Service) ResetSession(ctx context.Context, req *adminv1.ResetSessionReq
 	if req.GetSessionKey() == "" {
 		return nil, status.Error(codes.InvalidArgument, "session_key is required")
 	}
+	// Whether a turn may run is read before the reset's transaction, not
+	// in it on a second connection of the pool (resets holding every
+	// connection would wait on each other for ever); the reset then sees,
+	// under its lock of the session row, whether a turn started since.
+	before, err := s.sessions.Get(ctx, req.GetSessionKey())
+	if err != nil {
+		return nil, err
+	}
+	mayRun, err := s.sessions.TurnMayRun(ctx, before)
+	if err != nil {
+		return nil, err
+	}
+	var unlock func(context.Context)
 	sess, err := s.sessions.ResetAnswering(ctx, req.GetSessionKey(), "admin", func(ctx context.Context, sess sessionstore.Session, dropped []sessionstore.Queued) error {
-		if err := s.stopTurn(ctx, sess); err != nil {
-			return err
+		unlock = nil // a retried transaction's
+		if mayRun || sess.LastTurnID != before.LastTurnID {
+			var err error
+			if unlock, err = s.stopTurn(ctx, sess); err != nil {
+				return err
+			}
 		}
 		return s.answerDropped(ctx, sess, dropped)
 	})
 	if err != nil {
 		return nil, err
+	}
+	if unlock != nil {
+		// After the commit: the new generation fences the stopped turn
+		// off before a turn of the new conversation can take the lock,
+		// so the two never write as one conversation's.
+		unlock(ctx)
 	}
 	if err := s.audit(ctx, "session.reset", req.GetSessionKey(), map[string]any{"session_id": sess.ID, "generation": sess.Generation}); err != nil {
 		return nil, err
@@ -432,26 +470,71 @@ func (s *Service) ResetSession(ctx context.Context, req *adminv1.ResetSessionReq
 	return &adminv1.ResetSessionResponse{Session: toProto(sess)}, nil
 }
 
-// stopTurn asks the worker running a turn of the session reset to sess,
-// if one runs, to stop it: the router's /new sends the same control
-// (services/router forceUnlock) to whichever turn runs for the session.
-// The worker ends the turn at once and lets go of the session's lock.
-// Without a bus (Deps.Bus nil) the turn is only fenced off by the new
-// generation and runs to its end.
-func (s *Service) stopTurn(ctx context.Context, sess sessionstore.Session) error {
+// stopTurn asks the worker running a turn of the session reset to sess
+// to stop it, and returns what lets go of the turn's session lock (nil
+// when no lock is to go), as the router's /new lets it go (services/router
+// forceUnlock), for after the reset commits: a message sent while the
+// stopped turn winds down starts a turn of the new conversation at once,
+// instead of being queued behind the stopped turn with a busy answer
+// (the stopped turn's writes are fenced off by the new generation, and
+// its release of the lock finds it gone). ResetSession
+// calls it only when a turn may run (sessionstore TurnMayRun): an idle
+// session needs no stop, so its reset, a Postgres operation, is done
+// while NATS is down. Without a bus (Deps.Bus nil) the turn is only
+// fenced off by the new generation and runs to its end.
+func (s *Service) stopTurn(ctx context.Context, sess sessionstore.Session) (unlock func(context.Context), err error) {
 	if s.bus == nil {
 		s.log.Warn("reset cannot stop a running turn (no bus): its writes are fenced off, it runs to its end", "session_key", sess.Key)
-		return nil
+		return nil, nil
 	}
 	b, err := s.bus(ctx)
 	if err != nil {
-		return status.Errorf(codes.Unavailable, "stop the session's running turn: %v", err)
+		return nil, status.Errorf(codes.Unavailable, "stop the session's running turn: %v", err)
 	}
+	locks, owner := s.lockOwner(ctx, sess.Key)
 	msg := &turnsv1.TurnControlRequested{SessionKey: sess.Key, Action: turnsv1.ControlAction_CONTROL_ACTION_STOP, EventId: "admin-reset:" + sess.ID}
 	if err := b.PublishCore(ctx, b.Topology().ControlSubject(sess.Key), msg); err != nil {
-		return status.Errorf(codes.Unavailable, "stop the session's running turn: %v", err)
+		return nil, status.Errorf(codes.Unavailable, "stop the session's running turn: %v", err)
 	}
-	return nil
+	if owner == "" {
+		return nil, nil
+	}
+	return func(ctx context.Context) {
+		// Compare-and-delete with the token read before the stop: a
+		// turn that took the lock since keeps it.
+		if err := locks.Release(ctx, sess.Key, owner); err != nil {
+			s.log.Debug("reset: release the stopped turn's lock", "session_key", sess.Key, "err", err)
+		}
+	}, nil
+}
+
+// lockTimeout bounds a reset's wait for Redis, where the session locks
+// are: without it the reset goes on, and the stopped turn keeps its lock
+// until it has wound down.
+const lockTimeout = 5 * time.Second
+
+// lockOwner returns the session locks and the token holding key's lock
+// ("" when it is free or cannot be read), read before the stop goes out
+// so that only the stopped turn's lock is let go. Best effort, as the
+// router's: without Redis (Deps.Locks nil, or Redis unreachable) the
+// reset is done and the stopped turn lets go of the lock as it ends.
+func (s *Service) lockOwner(ctx context.Context, key string) (SessionLocks, string) {
+	if s.locks == nil {
+		return nil, ""
+	}
+	ctx, cancel := context.WithTimeout(ctx, lockTimeout)
+	defer cancel()
+	locks, err := s.locks(ctx)
+	if err != nil {
+		s.log.Warn("reset cannot let go of the stopped turn's lock (no Redis): a message before it ends is queued behind it", "session_key", key, "err", err)
+		return nil, ""
+	}
+	owner, err := locks.Owner(ctx, key)
+	if err != nil {
+		s.log.Warn("reset cannot let go of the stopped turn's lock: a message before it ends is queued behind it", "session_key", key, "err", err)
+		return nil, ""
+	}
+	return locks, owner
 }
 
 // resetDroppedText explains an API request whose waiting message an

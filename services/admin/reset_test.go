@@ -6,8 +6,11 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/switchboard-chat/switchboard/pkg/bus"
@@ -17,6 +20,8 @@ import (
 	repliesv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/replies/v1"
 	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
 	"github.com/switchboard-chat/switchboard/pkg/pg/pgtest"
+	"github.com/switchboard-chat/switchboard/pkg/redisx"
+	"github.com/switchboard-chat/switchboard/pkg/redisx/redistest"
 	"github.com/switchboard-chat/switchboard/pkg/sessionstore"
 )
 
@@ -116,54 +121,114 @@ func TestResetSessionAnswersTheAPIRequestsItDrops(t *testing.T) {
 // only fencing the turn's writes off by the new generation: the turn
 // ends at once, its tools and model call cut short. When the stop
 // cannot go out (NATS unreachable) the reset fails and changes nothing.
+// A session with no turn that may run (none ever started, or its last
+// turn decided: the worker's worker_turns row) needs no stop: its reset
+// is a Postgres operation, done with NATS unreachable, and sends none.
 func TestResetSessionStopsTheRunningTurn(t *testing.T) {
 	t.Parallel()
 	b := bustest.New(t, bustest.EmbeddedURL(t))
+	up := func(context.Context) (*bus.Bus, error) { return b, nil }
+	down := func(context.Context) (*bus.Bus, error) { return nil, errors.New("nats: no servers available") }
 	for _, tt := range []struct {
 		name  string
+		turn  string // "", "running" or "decided": the session's last turn
 		bus   func(context.Context) (*bus.Bus, error)
-		reset bool // the reset is done, the turn stopped
+		reset bool // the reset is done
+		stop  bool // a stop went out
 	}{
-		{"stopped", func(context.Context) (*bus.Bus, error) { return b, nil }, true},
-		{"NATS unreachable", func(context.Context) (*bus.Bus, error) { return nil, errors.New("nats: no servers available") }, false},
+		{"running stopped", "running", up, true, true},
+		{"running NATS unreachable", "running", down, false, false},
+		{"decided", "decided", up, true, false},
+		{"decided NATS unreachable", "decided", down, true, false},
+		{"never a turn NATS unreachable", "", down, true, false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			ctx := context.Background()
 			db := pgtest.New(t)
 			store := sessionstore.New(db)
 			key := "agent:main:telegram:dm:" + tt.name
-			before, _, _, err := store.Arrive(ctx, key, "", &eventsv1.SessionSource{Platform: "telegram", ChatId: tt.name, ChatType: "dm", UserId: "u"}, "tg-1")
+			src := &eventsv1.SessionSource{Platform: "telegram", ChatId: tt.name, ChatType: "dm", UserId: "u"}
+			if _, _, _, err := store.Arrive(ctx, key, "", src, "tg-1"); err != nil {
+				t.Fatal(err)
+			}
+			if tt.turn != "" {
+				// The router starts a turn of the message, as it does.
+				if _, err := store.Enqueue(ctx, key, 1, true, &eventsv1.MessageReceived{EventId: "tg-1", MessageId: "m1", Text: "hi", Source: src}, 10); err != nil {
+					t.Fatal(err)
+				}
+				started, err := store.StartTurn(ctx, key, "turn-1", 8, 0, func(context.Context, sessionstore.Turn) error { return nil })
+				if err != nil || !started {
+					t.Fatalf("start turn: %v, started %v", err, started)
+				}
+			}
+			if tt.turn == "decided" {
+				// As the worker's Finish records the turn's final.
+				if _, err := db.Exec(ctx, `INSERT INTO worker_turns (turn_id, session_key, session_id, generation, status, final_kind, final_text)
+					SELECT 'turn-1', session_key, session_id, generation, 'completed', 'text', 'hello' FROM sessions WHERE session_key = $1`, key); err != nil {
+					t.Fatal(err)
+				}
+			}
+			before, err := store.Get(ctx, key)
 			if err != nil {
 				t.Fatal(err)
 			}
-			// As a worker running the session's turn listens.
+			// As a worker running the session's turn listens, and holds
+			// its lock.
 			controls := listen(t, b, b.Topology().ControlSubject(key), func() *turnsv1.TurnControlRequested { return &turnsv1.TurnControlRequested{} })
+			rdb, prefix := redistest.New(t)
+			locks := redisx.NewLocker(rdb, prefix)
+			if tt.turn == "running" {
+				if err := rdb.Set(ctx, locks.Key(key), "turn-1-token", time.Minute).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			openLocks := func(context.Context) (SessionLocks, error) { return locks, nil }
 
-			c, authed := serve(t, ctx, Config{}, Deps{DB: db, Bus: tt.bus})
-			reset, err := c.ResetSession(authed, &adminv1.ResetSessionRequest{SessionKey: key})
-			if (err == nil) != tt.reset {
-				t.Fatalf("reset: %v, want done %v", err, tt.reset)
+			c, authed := serve(t, ctx, Config{}, Deps{DB: db, Bus: tt.bus, Locks: openLocks})
+			reset, resetErr := c.ResetSession(authed, &adminv1.ResetSessionRequest{SessionKey: key})
+			if (resetErr == nil) != tt.reset {
+				t.Fatalf("reset: %v, want done %v", resetErr, tt.reset)
 			}
 			after, err := store.Get(ctx, key)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if !tt.reset {
+				if status.Code(resetErr) != codes.Unavailable {
+					t.Errorf("reset: %v, want Unavailable", resetErr)
+				}
 				if after.ID != before.ID || after.Generation != before.Generation {
 					t.Errorf("a failed reset left session %s gen %d, want %s gen %d", after.ID, after.Generation, before.ID, before.Generation)
 				}
+				if owner, err := locks.Owner(ctx, key); err != nil || owner != "turn-1-token" {
+					t.Errorf("a failed reset left the lock to %q (%v), want the turn's", owner, err)
+				}
 				return
 			}
-			if reset.GetSession().GetGeneration() != before.Generation+1 {
-				t.Errorf("reset to generation %d, want %d", reset.GetSession().GetGeneration(), before.Generation+1)
+			// The stopped turn's lock is let go, as the router's /new
+			// lets it go: a message sent while the turn winds down
+			// starts a turn of the new conversation, no busy answer.
+			if owner, err := locks.Owner(ctx, key); err != nil || owner != "" {
+				t.Errorf("after the reset the lock is %q (%v), want free", owner, err)
 			}
-			// A control round trip after the reset: the stop, published
+			if reset.GetSession().GetGeneration() != before.Generation+1 || after.ID == before.ID {
+				t.Errorf("reset to %s generation %d, want a new conversation at %d", after.ID, reset.GetSession().GetGeneration(), before.Generation+1)
+			}
+			// A control round trip after the reset: a stop, published
 			// before it, has reached the subscription by then.
 			if err := b.Conn().Flush(); err != nil {
 				t.Fatal(err)
 			}
-			waitFor(t, "the stop", func() bool { return len(controls()) > 0 })
+			if tt.stop {
+				waitFor(t, "the stop", func() bool { return len(controls()) > 0 })
+			}
 			got := controls()
+			if !tt.stop {
+				if len(got) != 0 {
+					t.Errorf("controls %v to a session with no turn that may run, want none", got)
+				}
+				return
+			}
 			if len(got) != 1 || got[0].GetAction() != turnsv1.ControlAction_CONTROL_ACTION_STOP || got[0].GetSessionKey() != key || got[0].GetTurnId() != "" {
 				t.Errorf("controls %v, want one stop of the session's running turn", got)
 			}
