@@ -425,6 +425,68 @@ func TestWebChatParsesLongRunsOfMarks(t *testing.T) {
 	}
 }
 
+// TestWebChatParsesLongLinesOfAddresses: a line of many bare addresses
+// that are no address ("http://[" again and again, 512 KB) shows as
+// text, whole, and a valid one after them as a link; an address with
+// long runs of punctuation in it and after it links up to its last
+// character that is not punctuation, the rest text; bare addresses
+// and links in an ordinary line show as before (http and https only,
+// the sentence's punctuation left out, each link opening apart). Each
+// "http://" of such a line had the rest of the line taken for its
+// address and parsed again (64 KB took seconds, 256 KB a minute), and
+// the punctuation ending an address was looked for from each character
+// of a run of it.
+func TestWebChatParsesLongLinesOfAddresses(t *testing.T) {
+	const n = 65536
+	paragraphs := []string{
+		strings.Repeat("http://[", n) + "http://example.com/end",
+		"http://a/" + strings.Repeat(".", 2*n) + "x" + strings.Repeat(".", 2*n) + " end",
+		"See [t](https://example.com/t) http://example.com/a_(b), https://example.com/x?y=1#z. (http://example.com/p) " +
+			"http://[::1]:8080/ok http://host:port/x/**bold** http://[http://example.com/q \"https://example.com/quoted\" " +
+			"http://example.com/<script> javascript:alert(1) ftp://example.com/f wordhttp://example.com/w https:////example.com/slashes",
+	}
+	text := strings.Join(paragraphs, "\n\n")
+	_, step, eval, poll := openWebChat(t, func(r *responder) {
+		r.answer = func(*eventsv1.MessageReceived, int) []string {
+			var pieces []string
+			for rest := text; rest != ""; {
+				k := min(len(rest), 20000)
+				pieces = append(pieces, rest[:k])
+				rest = rest[k:]
+			}
+			return pieces
+		}
+	})
+	step("send", chromedp.SendKeys("#input", "addresses"), chromedp.Click("#send"))
+	poll("the answer", `document.querySelectorAll('.msg.assistant:not(.pending)').length >= 1`)
+	// Each paragraph: its text's length, its links (text>href, a long
+	// one's start and length, and whether each opens apart, without the
+	// page), and its bold text.
+	got := eval(`Array.from(document.querySelectorAll('.msg.assistant .md > p')).map(p => {
+		const short = t => t.length > 100 ? t.slice(0, 12) + "…(" + t.length + ")" : t;
+		const links = Array.from(p.querySelectorAll("a")).map(a => short(a.textContent) + ">" + short(a.getAttribute("href")) + (a.target === "_blank" && a.rel === "noopener noreferrer nofollow" ? "" : " (opens in the page)"));
+		return p.textContent.length + " [" + links.join(" ") + "] " + Array.from(p.querySelectorAll("strong")).map(e => e.textContent).join(",");
+	}).join(" | ")`)
+	ordinary := []string{
+		"t>https://example.com/t",
+		"http://example.com/a_(b)>http://example.com/a_(b)",
+		"https://example.com/x?y=1#z>https://example.com/x?y=1#z",
+		"http://example.com/p>http://example.com/p",
+		"http://[::1]:8080/ok>http://[::1]:8080/ok",
+		"http://example.com/q>http://example.com/q",
+		"https://example.com/quoted>https://example.com/quoted",
+		"http://example.com/>http://example.com/",
+		"https:////example.com/slashes>https://example.com/slashes",
+	}
+	want := fmt.Sprintf("%d [http://example.com/end>http://example.com/end] "+
+		" | %d [http://a/...…(%[3]d)>http://a/...…(%[3]d)] "+
+		" | %d [%s] bold",
+		8*n+22, len(paragraphs[1]), len("http://a/")+2*n+1, len(paragraphs[2])-len("[](https://example.com/t)")-4, strings.Join(ordinary, " "))
+	if got != want {
+		t.Fatalf("paragraphs\n%s\nwant\n%s", got, want)
+	}
+}
+
 // TestWebChatKeepsTheStreamedPartAtMostOnceASecond: the part of an
 // answer streamed so far is written to the storage (for a reload) at
 // most once a second while it streams, and still written: it was

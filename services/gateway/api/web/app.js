@@ -74,7 +74,10 @@
   // a long run of them ("****…") is not parsed again at each of its
   // levels (as markdown-it bounds its nesting).
   var NEST = 20;
-  var BARE = /https?:\/\/[^\s<>"'`]+/y;
+  // A bare address is "http(s)://" and what follows it up to a space, a
+  // quote or <> (its run), less the punctuation that ends the run (the
+  // sentence's), but for one ")" when the address has a "(".
+  var BARE = /https?:\/\//y, RUN_END = /[\s<>"'`]/g, TRAILING = ".,;:!?'\")]";
   function isSpace(c) { return c === undefined || /\s/.test(c); }
   function isWord(c) { return c !== undefined && /[\p{L}\p{N}_]/u.test(c); }
   // runAt is the length of the run of c at s[i].
@@ -129,6 +132,45 @@
       var k = s.indexOf(c, from);
       return k < 0 ? s.length : k;
     }
+    // run: the run of the last bare address looked at ({ end, cut: where
+    // it ends less its trailing punctuation, paren: its last "(" before
+    // cut or -1, dead }). Every address that starts in a run ends where
+    // it ends, so the run is found once for all of them.
+    var run = null;
+    // bareAt is the bare address at s[i] ({ text, href }), or null. An
+    // address is invalid for what follows its "//" up to the first of
+    // "/?#\\" (its host and port: nothing after them makes an address
+    // invalid), so that is all that is parsed of one unless it is valid:
+    // a line of invalid ones ("http://[" again and again) had the rest
+    // of the line parsed again for each, a minute for 256 KB.
+    function bareAt(i) {
+      BARE.lastIndex = i;
+      if (!BARE.test(s)) return null;
+      var from = BARE.lastIndex;
+      if (!run || i >= run.end) run = bareRun(i);
+      if (run.end <= from || run.dead) return null;
+      var end = run.cut;
+      if (s[end] === ")" && run.paren >= i) end++;
+      var k = from;
+      while (k < end && (s[k] === "/" || s[k] === "\\")) k++; // "http:///x" is "http://x"
+      while (k < end && "/?#\\".indexOf(s[k]) < 0) k++;
+      if (!safeURL(s.slice(i, Math.min(k + 1, end)))) return null;
+      var text = s.slice(i, end), href = safeURL(text);
+      // An address with a valid host is valid (the URL standard fails
+      // none for its path, query or fragment); were one invalid after
+      // all, the rest of its run is text rather than parsed again whole
+      // for each address in it.
+      if (!href) run.dead = true;
+      return href ? { text: text, href: href } : null;
+    }
+    // bareRun is the run of the bare address at s[from].
+    function bareRun(from) {
+      RUN_END.lastIndex = from;
+      var m = RUN_END.exec(s), end = m ? m.index : s.length, cut = end, paren = -1;
+      while (cut > from && TRAILING.indexOf(s[cut - 1]) >= 0) cut--;
+      for (var k = cut - 1; k >= from && paren < 0; k--) if (s[k] === "(") paren = k;
+      return { end: end, cut: cut, paren: paren, dead: false };
+    }
     // dead: per delimiter, closing's places that close nothing after
     // them; noTick: per length of a run of backticks, the place from
     // which no run of that length follows (nor from any later place).
@@ -170,19 +212,11 @@
         i += m.all.length;
         continue;
       }
-      if (c === "h" && !inLink && !isWord(s[i - 1])) {
-        BARE.lastIndex = i;
-        if ((m = BARE.exec(s))) {
-          var u = m[0].replace(/[.,;:!?'")\]]+$/, "");
-          if (u.indexOf("(") >= 0 && m[0].charAt(u.length) === ")") u += ")";
-          var bare = safeURL(u);
-          if (bare) {
-            put(null);
-            link(bare, host).textContent = u;
-            i += u.length;
-            continue;
-          }
-        }
+      if (c === "h" && !inLink && !isWord(s[i - 1]) && (m = bareAt(i))) {
+        put(null);
+        link(m.href, host).textContent = m.text;
+        i += m.text.length;
+        continue;
       }
       if (c === "*" || c === "_") {
         var d = s[i + 1] === c ? c + c : c;
