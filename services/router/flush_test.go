@@ -200,35 +200,13 @@ func TestTypingWhileWaitingForTheMemoryFlush(t *testing.T) {
 			cfg.SessionReset.Mode, cfg.SessionReset.IdleMinutes = ResetIdle, 60
 			cfg.MemoryFlush = true
 			clock := e.startRouterOnClock(cfg, time.Now())
-			entered, release := make(chan string, 1), make(chan struct{})
-			w := e.startWorker(func(tr *turnsv1.TurnRequested) {
-				if tr.GetMemoryFlush() {
-					entered <- tr.GetTurnId()
-					<-release
-				}
-			})
-			// A failed wait must not leave the flush blocked: the worker's
-			// cleanup would wait for it until the test binary's timeout.
-			var released sync.Once
-			unblock := func() { released.Do(func() { close(release) }) }
-			t.Cleanup(unblock)
+			w, entered, unblock := e.holdMemoryFlushes(t)
 			key := "agent:main:telegram:dm:chat-alice"
 			e.publish(dm("alice", "hello"))
-			waitFor(t, "first turn", func() bool { turns, _ := w.snapshot(); return len(turns) == 1 })
-			waitFor(t, "first turn done", func() bool { return e.lockOf(key) == "" })
-			turns, _ := w.snapshot()
-			if _, err := e.db.Exec(context.Background(), `INSERT INTO worker_turns (turn_id, session_key, session_id, generation, status, started_at, updated_at)
-				VALUES ($1, $2, $3, $4, 'completed', $5, $5)`, turns[0].TurnId, key, turns[0].SessionId, turns[0].Generation, clock.Now()); err != nil {
-				t.Fatal(err)
-			}
+			e.firstTurnDecided(t, w, key, clock.Now())
 			tc.end(e, func() { clock.advance(61 * time.Minute) })
 			e.publish(dm("alice", "back again"))
-			var flush string
-			select {
-			case flush = <-entered:
-			case <-time.After(30 * time.Second):
-				t.Fatal("no flush turn")
-			}
+			flush := flushEntered(t, entered)
 			typing := func(active bool) func() bool {
 				return func() bool {
 					for _, ev := range e.typingOf(flush) {
@@ -254,6 +232,55 @@ func TestTypingWhileWaitingForTheMemoryFlush(t *testing.T) {
 				t.Errorf("the flush's last typing event starts the indicator again")
 			}
 		})
+	}
+}
+
+// holdMemoryFlushes starts a worker that holds every memory flush turn
+// until unblock is called (or the test ends: a failed wait must not
+// leave a flush blocked, or the worker's cleanup would wait for it until
+// the test binary's timeout), and tells each flush's turn id on entered.
+func (e *env) holdMemoryFlushes(t *testing.T) (w *worker, entered <-chan string, unblock func()) {
+	t.Helper()
+	in, release := make(chan string, 1), make(chan struct{})
+	w = e.startWorker(func(tr *turnsv1.TurnRequested) {
+		if tr.GetMemoryFlush() {
+			in <- tr.GetTurnId()
+			<-release
+		}
+	})
+	var released sync.Once
+	unblock = func() { released.Do(func() { close(release) }) }
+	t.Cleanup(unblock)
+	return w, in, unblock
+}
+
+// firstTurnDecided waits for w's first turn, of session key, to end and
+// records it decided at at in worker_turns, as the worker does, so the
+// conversation counts as having had a turn (what a memory flush needs).
+func (e *env) firstTurnDecided(t *testing.T, w *worker, key string, at time.Time) {
+	t.Helper()
+	waitFor(t, "first turn", func() bool { turns, _ := w.snapshot(); return len(turns) == 1 })
+	waitFor(t, "first turn done", func() bool { return e.lockOf(key) == "" })
+	turns, _ := w.snapshot()
+	if turns[0].GetSessionKey() != key {
+		t.Fatalf("session key %q, want %q", turns[0].GetSessionKey(), key)
+	}
+	if _, err := e.db.Exec(context.Background(), `INSERT INTO worker_turns (turn_id, session_key, session_id, generation, status, started_at, updated_at)
+		VALUES ($1, $2, $3, $4, 'completed', $5, $5)`, turns[0].TurnId, key, turns[0].SessionId, turns[0].Generation, at); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// flushEntered is the turn id of the next memory flush a worker of
+// holdMemoryFlushes holds.
+func flushEntered(t *testing.T, entered <-chan string) string {
+	t.Helper()
+	select {
+	case id := <-entered:
+		return id
+	case <-time.After(30 * time.Second):
+		t.Fatal("no flush turn")
+		return ""
 	}
 }
 
@@ -283,16 +310,7 @@ func TestTypingInEveryChatWaitingForTheMemoryFlush(t *testing.T) {
 	cfg := testConfig()
 	cfg.MemoryFlush = true
 	e.startRouter(cfg, nil, nil)
-	entered, release := make(chan string, 1), make(chan struct{})
-	w := e.startWorker(func(tr *turnsv1.TurnRequested) {
-		if tr.GetMemoryFlush() {
-			entered <- tr.GetTurnId()
-			<-release
-		}
-	})
-	var released sync.Once
-	unblock := func() { released.Do(func() { close(release) }) }
-	t.Cleanup(unblock)
+	w, entered, unblock := e.holdMemoryFlushes(t)
 	phone, laptop := "15551234567:11@s.whatsapp.net", "15551234567:12@s.whatsapp.net"
 	wa := func(chat, text string) *eventsv1.MessageReceived {
 		id := nextEventID()
@@ -301,23 +319,9 @@ func TestTypingInEveryChatWaitingForTheMemoryFlush(t *testing.T) {
 	}
 	key := "agent:main:whatsapp:dm:15551234567"
 	e.publish(wa(phone, "hello"))
-	waitFor(t, "first turn", func() bool { turns, _ := w.snapshot(); return len(turns) == 1 })
-	waitFor(t, "first turn done", func() bool { return e.lockOf(key) == "" })
-	turns, _ := w.snapshot()
-	if turns[0].GetSessionKey() != key {
-		t.Fatalf("session key %q, want %q", turns[0].GetSessionKey(), key)
-	}
-	if _, err := e.db.Exec(context.Background(), `INSERT INTO worker_turns (turn_id, session_key, session_id, generation, status, started_at, updated_at)
-		VALUES ($1, $2, $3, $4, 'completed', now(), now())`, turns[0].TurnId, key, turns[0].SessionId, turns[0].Generation); err != nil {
-		t.Fatal(err)
-	}
+	e.firstTurnDecided(t, w, key, time.Now())
 	e.publish(wa(phone, "/new"))
-	var flush string
-	select {
-	case flush = <-entered:
-	case <-time.After(30 * time.Second):
-		t.Fatal("no flush turn")
-	}
+	flush := flushEntered(t, entered)
 	e.publish(wa(phone, "from the phone"))
 	e.publish(wa(laptop, "from the laptop"))
 	// The last typing event of each chat's indicator, by chat.
@@ -437,31 +441,12 @@ func TestStopAndNewLeaveTheMemoryFlushRunning(t *testing.T) {
 			cfg := testConfig()
 			cfg.MemoryFlush = true
 			e.startRouter(cfg, nil, nil)
-			entered, release := make(chan string, 1), make(chan struct{})
-			w := e.startWorker(func(tr *turnsv1.TurnRequested) {
-				if tr.GetMemoryFlush() {
-					entered <- tr.GetTurnId()
-					<-release
-				}
-			})
-			var released sync.Once
-			unblock := func() { released.Do(func() { close(release) }) }
-			t.Cleanup(unblock)
+			w, entered, unblock := e.holdMemoryFlushes(t)
 			key := "agent:main:telegram:dm:chat-alice"
 			e.publish(dm("alice", "hello"))
-			waitFor(t, "first turn", func() bool { turns, _ := w.snapshot(); return len(turns) == 1 })
-			waitFor(t, "first turn done", func() bool { return e.lockOf(key) == "" })
-			turns, _ := w.snapshot()
-			if _, err := e.db.Exec(context.Background(), `INSERT INTO worker_turns (turn_id, session_key, session_id, generation, status, started_at, updated_at)
-				VALUES ($1, $2, $3, $4, 'completed', now(), now())`, turns[0].TurnId, key, turns[0].SessionId, turns[0].Generation); err != nil {
-				t.Fatal(err)
-			}
+			e.firstTurnDecided(t, w, key, time.Now())
 			e.ask("alice", "/new")
-			select {
-			case <-entered:
-			case <-time.After(30 * time.Second):
-				t.Fatal("no flush turn")
-			}
+			flushEntered(t, entered)
 			holder := e.lockOf(key)
 			if got := e.ask("alice", tc.cmd); got != tc.want {
 				t.Errorf("%s during the flush: %q, want %q", tc.cmd, got, tc.want)
@@ -494,32 +479,12 @@ func TestStopAndNewEndTheTypingOfTheMessagesTheyDrop(t *testing.T) {
 			cfg := testConfig()
 			cfg.MemoryFlush = true
 			e.startRouter(cfg, nil, nil)
-			entered, release := make(chan string, 1), make(chan struct{})
-			w := e.startWorker(func(tr *turnsv1.TurnRequested) {
-				if tr.GetMemoryFlush() {
-					entered <- tr.GetTurnId()
-					<-release
-				}
-			})
-			var released sync.Once
-			unblock := func() { released.Do(func() { close(release) }) }
-			t.Cleanup(unblock)
+			w, entered, _ := e.holdMemoryFlushes(t)
 			key := "agent:main:telegram:dm:chat-alice"
 			e.publish(dm("alice", "hello"))
-			waitFor(t, "first turn", func() bool { turns, _ := w.snapshot(); return len(turns) == 1 })
-			waitFor(t, "first turn done", func() bool { return e.lockOf(key) == "" })
-			turns, _ := w.snapshot()
-			if _, err := e.db.Exec(context.Background(), `INSERT INTO worker_turns (turn_id, session_key, session_id, generation, status, started_at, updated_at)
-				VALUES ($1, $2, $3, $4, 'completed', now(), now())`, turns[0].TurnId, key, turns[0].SessionId, turns[0].Generation); err != nil {
-				t.Fatal(err)
-			}
+			e.firstTurnDecided(t, w, key, time.Now())
 			e.ask("alice", "/new")
-			var flush string
-			select {
-			case flush = <-entered:
-			case <-time.After(30 * time.Second):
-				t.Fatal("no flush turn")
-			}
+			flush := flushEntered(t, entered)
 			e.publish(dm("alice", "waiting"))
 			typing := func(active bool) func() bool {
 				return func() bool {
