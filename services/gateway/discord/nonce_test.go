@@ -10,6 +10,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/switchboard-chat/switchboard/pkg/bus"
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	"github.com/switchboard-chat/switchboard/pkg/platform"
@@ -145,76 +146,55 @@ func TestNonceNeedsNoRecord(t *testing.T) {
 // A stream's message whose send lost its answer is asked for again by
 // the final, under the same key, with the whole answer: Discord answers
 // with the message the stream update made, which is then edited to show
-// the answer rather than left with the stale text and its cursor.
+// the answer rather than left with the stale text and its cursor. So
+// too when the gateway's records cannot be written (the receipts bucket
+// is gone): the attempt cannot tell by its mark whether it is the
+// first, and edits the message rather than leave it stale under a
+// receipt that says the answer is shown.
 func TestRetryWithOtherTextEditsTheEarlierMessage(t *testing.T) {
 	t.Parallel()
-	f := newFake(t)
-	b, _ := run(t, f, Config{})
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	send := func(req *deliveryv1.SendRequested) *deliveryv1.SendReceipt {
-		t.Helper()
-		r := &deliveryv1.SendReceipt{}
-		if err := b.Request(ctx, b.Topology().SendSubject("discord"), req, r); err != nil {
-			t.Fatal(err)
-		}
-		return r
-	}
-	update := &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: "turn-stream:0:m0", TurnId: "turn-stream", Text: "the whole ▉",
-		Target: &deliveryv1.Target{Platform: "discord", ChatId: channel}}
-	f.LoseCreateAnswerAfter(0)
-	if r := send(update); r.GetOk() {
-		t.Fatalf("stream update with its answer lost: receipt %v, want a failure", r)
-	}
-	final := proto.Clone(update).(*deliveryv1.SendRequested)
-	final.Text, final.Final = "the whole answer", true
-	r := send(final)
-	if !r.GetOk() {
-		t.Fatalf("final: receipt %v, want ok", r)
-	}
-	ms := f.Messages(channel)
-	if len(ms) != 1 || ms[0].Content != "the whole answer" || ms[0].Edits != 1 || r.GetPlatformMessageId() != ms[0].ID {
-		t.Fatalf("chat shows %+v, receipt names %q; want the one message, edited to the answer", ms, r.GetPlatformMessageId())
-	}
-}
-
-// The final asking again for a stream update's lost message, under the
-// same key, while the gateway's records cannot be written (the receipts
-// bucket is gone): the attempt cannot tell by its mark whether it is
-// the first, so the message Discord finds by the nonce, with the
-// update's text, is still edited to the answer rather than left stale
-// under a receipt that says the answer is shown.
-func TestRetryWhoseMarkFailedEditsTheEarlierMessage(t *testing.T) {
-	t.Parallel()
-	f := newFake(t)
-	b, _ := run(t, f, Config{})
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	send := func(req *deliveryv1.SendRequested) *deliveryv1.SendReceipt {
-		t.Helper()
-		r := &deliveryv1.SendReceipt{}
-		if err := b.Request(ctx, b.Topology().SendSubject("discord"), req, r); err != nil {
-			t.Fatal(err)
-		}
-		return r
-	}
-	update := &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: "turn-nomark:0:m0", TurnId: "turn-nomark", Text: "the whole ▉",
-		Target: &deliveryv1.Target{Platform: "discord", ChatId: channel}}
-	f.LoseCreateAnswerAfter(0)
-	if r := send(update); r.GetOk() {
-		t.Fatalf("stream update with its answer lost: receipt %v, want a failure", r)
-	}
-	if err := b.JetStream().DeleteKeyValue(ctx, b.Topology().Stream(platform.BucketReceipts)); err != nil {
-		t.Fatal(err)
-	}
-	final := proto.Clone(update).(*deliveryv1.SendRequested)
-	final.Text, final.Final = "the whole answer", true
-	r := send(final)
-	if !r.GetOk() {
-		t.Fatalf("final: receipt %v, want ok", r)
-	}
-	ms := f.Messages(channel)
-	if len(ms) != 1 || ms[0].Content != "the whole answer" || r.GetPlatformMessageId() != ms[0].ID {
-		t.Fatalf("chat shows %+v, receipt names %q; want the one message, edited to the answer", ms, r.GetPlatformMessageId())
+	for _, tc := range []struct {
+		name    string
+		between func(ctx context.Context, b *bus.Bus) error
+	}{
+		{"its mark written", func(context.Context, *bus.Bus) error { return nil }},
+		{"its mark failed", func(ctx context.Context, b *bus.Bus) error {
+			return b.JetStream().DeleteKeyValue(ctx, b.Topology().Stream(platform.BucketReceipts))
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFake(t)
+			b, _ := run(t, f, Config{})
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			send := func(req *deliveryv1.SendRequested) *deliveryv1.SendReceipt {
+				t.Helper()
+				r := &deliveryv1.SendReceipt{}
+				if err := b.Request(ctx, b.Topology().SendSubject("discord"), req, r); err != nil {
+					t.Fatal(err)
+				}
+				return r
+			}
+			update := &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: "turn-stream:0:m0", TurnId: "turn-stream", Text: "the whole ▉",
+				Target: &deliveryv1.Target{Platform: "discord", ChatId: channel}}
+			f.LoseCreateAnswerAfter(0)
+			if r := send(update); r.GetOk() {
+				t.Fatalf("stream update with its answer lost: receipt %v, want a failure", r)
+			}
+			if err := tc.between(ctx, b); err != nil {
+				t.Fatal(err)
+			}
+			final := proto.Clone(update).(*deliveryv1.SendRequested)
+			final.Text, final.Final = "the whole answer", true
+			r := send(final)
+			if !r.GetOk() {
+				t.Fatalf("final: receipt %v, want ok", r)
+			}
+			ms := f.Messages(channel)
+			if len(ms) != 1 || ms[0].Content != "the whole answer" || ms[0].Edits != 1 || r.GetPlatformMessageId() != ms[0].ID {
+				t.Fatalf("chat shows %+v, receipt names %q; want the one message, edited to the answer", ms, r.GetPlatformMessageId())
+			}
+		})
 	}
 }
