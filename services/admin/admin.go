@@ -45,6 +45,7 @@ import (
 	"github.com/switchboard-chat/switchboard/pkg/loopback"
 	"github.com/switchboard-chat/switchboard/pkg/pairing"
 	"github.com/switchboard-chat/switchboard/pkg/panics"
+	"github.com/switchboard-chat/switchboard/pkg/redisx"
 	"github.com/switchboard-chat/switchboard/pkg/retention"
 	"github.com/switchboard-chat/switchboard/pkg/sessionkey"
 	"github.com/switchboard-chat/switchboard/pkg/sessionstore"
@@ -496,7 +497,13 @@ func (s *Service) stopTurn(ctx context.Context, sess sessionstore.Session) (unlo
 	if err := b.PublishCore(ctx, b.Topology().ControlSubject(sess.Key), msg); err != nil {
 		return nil, status.Errorf(codes.Unavailable, "stop the session's running turn: %v", err)
 	}
-	if owner == "" {
+	if owner == "" || redisx.GrantOf(owner) != sess.LastTurnID {
+		// Only the lock of the turn stopped, sess.LastTurnID (a turn's
+		// id is its grant): another grant read under the reset's lock of
+		// the session row is a router's for a message whose start waits
+		// for the reset, a turn of the new conversation. Let go, it
+		// would run with no lock, and a turn started beside it would
+		// fence it off.
 		return nil, nil
 	}
 	return func(ctx context.Context) {

@@ -133,14 +133,22 @@ func TestResetSessionStopsTheRunningTurn(t *testing.T) {
 		name  string
 		turn  string // "", "running" or "decided": the session's last turn
 		bus   func(context.Context) (*bus.Bus, error)
-		reset bool // the reset is done
-		stop  bool // a stop went out
+		reset bool   // the reset is done
+		stop  bool   // a stop went out
+		lock  string // the session lock's value before the reset
+		kept  bool   // the reset leaves the lock as it was
 	}{
-		{"running stopped", "running", up, true, true},
-		{"running NATS unreachable", "running", down, false, false},
-		{"decided", "decided", up, true, false},
-		{"decided NATS unreachable", "decided", down, true, false},
-		{"never a turn NATS unreachable", "", down, true, false},
+		{"running stopped", "running", up, true, true, redisx.Holder("turn-1", "worker-1"), false},
+		{"running not yet claimed stopped", "running", up, true, true, "turn-1", false},
+		{"running NATS unreachable", "running", down, false, false, redisx.Holder("turn-1", "worker-1"), true},
+		// The last turn was stopped (fenced off, no worker_turns row: it
+		// may run) and a router holds a new grant for a message whose
+		// start waits for the reset's lock of the session row: that
+		// turn of the new conversation keeps its lock.
+		{"new turn's grant kept", "running", up, true, true, "turn-2", true},
+		{"decided", "decided", up, true, false, "", true},
+		{"decided NATS unreachable", "decided", down, true, false, "", true},
+		{"never a turn NATS unreachable", "", down, true, false, "", true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			ctx := context.Background()
@@ -177,8 +185,8 @@ func TestResetSessionStopsTheRunningTurn(t *testing.T) {
 			controls := listen(t, b, b.Topology().ControlSubject(key), func() *turnsv1.TurnControlRequested { return &turnsv1.TurnControlRequested{} })
 			rdb, prefix := redistest.New(t)
 			locks := redisx.NewLocker(rdb, prefix)
-			if tt.turn == "running" {
-				if err := rdb.Set(ctx, locks.Key(key), "turn-1-token", time.Minute).Err(); err != nil {
+			if tt.lock != "" {
+				if err := rdb.Set(ctx, locks.Key(key), tt.lock, time.Minute).Err(); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -200,16 +208,21 @@ func TestResetSessionStopsTheRunningTurn(t *testing.T) {
 				if after.ID != before.ID || after.Generation != before.Generation {
 					t.Errorf("a failed reset left session %s gen %d, want %s gen %d", after.ID, after.Generation, before.ID, before.Generation)
 				}
-				if owner, err := locks.Owner(ctx, key); err != nil || owner != "turn-1-token" {
-					t.Errorf("a failed reset left the lock to %q (%v), want the turn's", owner, err)
+				if owner, err := locks.Owner(ctx, key); err != nil || owner != tt.lock {
+					t.Errorf("a failed reset left the lock to %q (%v), want the turn's %q", owner, err, tt.lock)
 				}
 				return
 			}
 			// The stopped turn's lock is let go, as the router's /new
 			// lets it go: a message sent while the turn winds down
 			// starts a turn of the new conversation, no busy answer.
-			if owner, err := locks.Owner(ctx, key); err != nil || owner != "" {
-				t.Errorf("after the reset the lock is %q (%v), want free", owner, err)
+			// Only its lock: a grant of another turn is kept.
+			want := ""
+			if tt.kept {
+				want = tt.lock
+			}
+			if owner, err := locks.Owner(ctx, key); err != nil || owner != want {
+				t.Errorf("after the reset the lock is %q (%v), want %q", owner, err, want)
 			}
 			if reset.GetSession().GetGeneration() != before.Generation+1 || after.ID == before.ID {
 				t.Errorf("reset to %s generation %d, want a new conversation at %d", after.ID, reset.GetSession().GetGeneration(), before.Generation+1)
