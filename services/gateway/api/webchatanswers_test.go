@@ -323,15 +323,7 @@ func TestWebChatShowsALinkWithoutText(t *testing.T) {
 func TestWebChatShowsUnclosedEmphasisAsText(t *testing.T) {
 	text := strings.Repeat("*a ", 6800) + "*a"
 	_, step, eval, poll := openWebChat(t, func(r *responder) {
-		r.answer = func(*eventsv1.MessageReceived, int) []string {
-			var pieces []string
-			for rest := text; rest != ""; {
-				n := min(len(rest), 12) // four openers a piece, as a model streams them
-				pieces = append(pieces, rest[:n])
-				rest = rest[n:]
-			}
-			return pieces
-		}
+		r.answer = answerInPieces(text, 12) // four openers a piece, as a model streams them
 	})
 	step("send", chromedp.SendKeys("#input", "stars"), chromedp.Click("#send"))
 	poll("the answer", `document.querySelectorAll('.msg.assistant:not(.pending)').length >= 1`)
@@ -399,15 +391,7 @@ func TestWebChatParsesLongRunsOfMarks(t *testing.T) {
 	}
 	text := strings.Join(paragraphs, "\n\n")
 	_, step, eval, poll := openWebChat(t, func(r *responder) {
-		r.answer = func(*eventsv1.MessageReceived, int) []string {
-			var pieces []string
-			for rest := text; rest != ""; {
-				k := min(len(rest), 20000)
-				pieces = append(pieces, rest[:k])
-				rest = rest[k:]
-			}
-			return pieces
-		}
+		r.answer = answerInPieces(text, 20000)
 	})
 	step("send", chromedp.SendKeys("#input", "marks"), chromedp.Click("#send"))
 	poll("the answer", `document.querySelectorAll('.msg.assistant:not(.pending)').length >= 1`)
@@ -447,15 +431,7 @@ func TestWebChatParsesLongLinesOfAddresses(t *testing.T) {
 	}
 	text := strings.Join(paragraphs, "\n\n")
 	_, step, eval, poll := openWebChat(t, func(r *responder) {
-		r.answer = func(*eventsv1.MessageReceived, int) []string {
-			var pieces []string
-			for rest := text; rest != ""; {
-				k := min(len(rest), 20000)
-				pieces = append(pieces, rest[:k])
-				rest = rest[k:]
-			}
-			return pieces
-		}
+		r.answer = answerInPieces(text, 20000)
 	})
 	step("send", chromedp.SendKeys("#input", "addresses"), chromedp.Click("#send"))
 	poll("the answer", `document.querySelectorAll('.msg.assistant:not(.pending)').length >= 1`)
@@ -636,5 +612,19 @@ func TestWebChatPrintsKeptAnswersRendered(t *testing.T) {
 	}
 	if got := eval(`Array.from(document.querySelectorAll(".msg.assistant")).filter(m => !m.querySelector("strong")).length + " of " + document.querySelectorAll(".msg.assistant").length`); got != "0 of 30" {
 		t.Fatalf("%s answers printed unrendered", got)
+	}
+}
+
+// answerInPieces answers every turn with text streamed in pieces of at
+// most size bytes, as a model streams a long answer.
+func answerInPieces(text string, size int) func(*eventsv1.MessageReceived, int) []string {
+	return func(*eventsv1.MessageReceived, int) []string {
+		var pieces []string
+		for rest := text; rest != ""; {
+			n := min(len(rest), size)
+			pieces = append(pieces, rest[:n])
+			rest = rest[n:]
+		}
+		return pieces
 	}
 }
