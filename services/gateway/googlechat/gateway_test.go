@@ -376,7 +376,7 @@ func TestBotMessages(t *testing.T) {
 func TestConvertedTextOverTheLimit(t *testing.T) {
 	f, p := newPlatform(t)
 	ctx := context.Background()
-	md := strings.TrimSuffix(strings.Repeat(">a quoted line\n", 273), "\n") // 4,094 characters
+	md := quotedOverLimit
 	link := "https://example.com/cat.png"
 	for i, c := range []struct {
 		name  string
@@ -428,7 +428,7 @@ func TestEditOverTheLimit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	md := strings.TrimSuffix(strings.Repeat(">a quoted line\n", 273), "\n") // 4,094 characters, 4,367 converted
+	md := quotedOverLimit
 	longer := md + "\n>one line more"
 	for _, text := range []string{md, md, longer} {
 		if err := p.Edit(ctx, &deliveryv1.SendRequested{Target: target, MessageId: id, Text: text}); err != nil {
@@ -460,7 +460,7 @@ func TestEditRewritesASplitSend(t *testing.T) {
 	ctx := context.Background()
 	sp, th := "spaces/E2", "spaces/E2/threads/t1"
 	target := &deliveryv1.Target{Platform: PlatformName, ChatId: sp, ThreadId: th}
-	md := strings.TrimSuffix(strings.Repeat(">a quoted line\n", 273), "\n") // 4,094 characters, 4,367 converted
+	md := quotedOverLimit
 	id, err := p.Send(ctx, &deliveryv1.SendRequested{Target: target, Text: md, IdempotencyKey: "split-send"})
 	if err != nil {
 		t.Fatal(err)
@@ -518,7 +518,7 @@ func TestEditRefusedInPart(t *testing.T) {
 	h := start(t, f, testConfig(f))
 	sp, th := "spaces/E3", "spaces/E3/threads/t1"
 	target := &deliveryv1.Target{Platform: PlatformName, ChatId: sp, ThreadId: th}
-	md := strings.TrimSuffix(strings.Repeat(">a quoted line\n", 273), "\n") // 4,094 characters, 4,367 converted
+	md := quotedOverLimit
 	sent := sendReq(t, h.b, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, Target: target, Text: md, IdempotencyKey: "part:send"})
 	if !sent.GetOk() {
 		t.Fatalf("send: %v", sent.GetError())
@@ -588,7 +588,7 @@ func TestEditsAskForNoFollowOn(t *testing.T) {
 	t.Run("a split message", func(t *testing.T) {
 		sp := "spaces/N2"
 		target := &deliveryv1.Target{Platform: PlatformName, ChatId: sp}
-		md := strings.TrimSuffix(strings.Repeat(">a quoted line\n", 273), "\n") // 4,094 characters, 4,367 converted
+		md := quotedOverLimit
 		sent := sendReq(t, h.b, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, Target: target, Text: md, IdempotencyKey: "n2:send"})
 		id := sent.GetPlatformMessageId()
 		for _, c := range []struct {
@@ -630,7 +630,7 @@ func TestFollowOnsAreNotedBeforeTheyAreMade(t *testing.T) {
 	h := start(t, f, testConfig(f))
 	sp := "spaces/C1"
 	target := &deliveryv1.Target{Platform: PlatformName, ChatId: sp}
-	md := strings.TrimSuffix(strings.Repeat(">a quoted line\n", 273), "\n") // 4,094 characters, 4,367 converted
+	md := quotedOverLimit
 	sent := sendReq(t, h.b, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, Target: target, Text: md, IdempotencyKey: "c1:send"})
 	if n := len(f.Texts(sp)); !sent.GetOk() || n != 2 {
 		t.Fatalf("the send made %d messages (%s), want 2", n, sent.GetError())
@@ -664,7 +664,7 @@ func TestAFollowOnMadeWithoutItsIDIsNotedAtOnce(t *testing.T) {
 	h := start(t, f, testConfig(f))
 	sp := "spaces/W1"
 	target := &deliveryv1.Target{Platform: PlatformName, ChatId: sp}
-	md := strings.TrimSuffix(strings.Repeat(">a quoted line\n", 273), "\n") // 4,094 characters, 4,367 converted
+	md := quotedOverLimit
 	sent := sendReq(t, h.b, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, Target: target, Text: md, IdempotencyKey: "w1:send"})
 	id := sent.GetPlatformMessageId()
 	edit := func(text, key string) *deliveryv1.SendReceipt {
@@ -700,7 +700,7 @@ func TestDeleteTakesTheFollowOnsWithIt(t *testing.T) {
 	h := start(t, f, testConfig(f))
 	sp := "spaces/D1"
 	target := &deliveryv1.Target{Platform: PlatformName, ChatId: sp}
-	md := strings.TrimSuffix(strings.Repeat(">a quoted line\n", 273), "\n") // 4,094 characters, 4,367 converted
+	md := quotedOverLimit
 	sent := sendReq(t, h.b, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, Target: target, Text: md, IdempotencyKey: "d1:send"})
 	if n := len(f.Texts(sp)); !sent.GetOk() || n != 2 {
 		t.Fatalf("the send made %d messages (%s), want 2", n, sent.GetError())
@@ -729,7 +729,7 @@ func TestARefusedSurplusDeleteIsNoFailure(t *testing.T) {
 	h := start(t, f, testConfig(f))
 	sp := "spaces/S1"
 	target := &deliveryv1.Target{Platform: PlatformName, ChatId: sp}
-	md := strings.TrimSuffix(strings.Repeat(">a quoted line\n", 273), "\n") // 4,094 characters, 4,367 converted
+	md := quotedOverLimit
 	sent := sendReq(t, h.b, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, Target: target, Text: md, IdempotencyKey: "s1:send"})
 	edit := func(text, key string) *deliveryv1.SendReceipt {
 		return sendReq(t, h.b, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_EDIT, Target: target, MessageId: sent.GetPlatformMessageId(), Text: text, IdempotencyKey: key})
@@ -748,3 +748,8 @@ func TestARefusedSurplusDeleteIsNoFailure(t *testing.T) {
 		t.Fatalf("the chat shows %d messages after the next edit, want 1", len(got))
 	}
 }
+
+// quotedOverLimit is Markdown of 4,094 characters, under Chat's limit of
+// 4,096, whose conversion (one character more a line) is 4,367,
+// over it: its message goes on in a follow-on message.
+var quotedOverLimit = strings.TrimSuffix(strings.Repeat(">a quoted line\n", 273), "\n")
