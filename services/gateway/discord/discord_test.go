@@ -450,14 +450,7 @@ func TestSends(t *testing.T) {
 	b, _ := run(t, f, Config{})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	send := func(req *deliveryv1.SendRequested) *deliveryv1.SendReceipt {
-		t.Helper()
-		r := &deliveryv1.SendReceipt{}
-		if err := b.Request(ctx, b.Topology().SendSubject("discord"), req, r); err != nil {
-			t.Fatal(err)
-		}
-		return r
-	}
+	send := sendOf(ctx, t, b)
 	f.RateLimitNext(250 * time.Millisecond)
 	req := &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: "k1", Text: "hi",
 		Target: &deliveryv1.Target{Platform: "discord", ChatId: channel, ReplyToMessageId: "700000000000000001"}}
@@ -754,5 +747,18 @@ func TestLongMediaSend(t *testing.T) {
 	}
 	if len(ms) != 2 || ms[0].ReplyTo != "700000000000000001" || ms[1].ReplyTo != "" || len(ms[0].Files) != 0 || len(ms[1].Files) != 1 || !bytes.Equal(ms[1].Files[0].Data, img) {
 		t.Fatalf("posted %+v, want two messages, the first replying, the file with the last", ms)
+	}
+}
+
+// sendOf asks the gateway b runs for sends, as delivery does, and returns
+// their receipts.
+func sendOf(ctx context.Context, t *testing.T, b *bus.Bus) func(*deliveryv1.SendRequested) *deliveryv1.SendReceipt {
+	return func(req *deliveryv1.SendRequested) *deliveryv1.SendReceipt {
+		t.Helper()
+		r := &deliveryv1.SendReceipt{}
+		if err := b.Request(ctx, b.Topology().SendSubject("discord"), req, r); err != nil {
+			t.Fatal(err)
+		}
+		return r
 	}
 }

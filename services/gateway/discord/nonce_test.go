@@ -168,14 +168,7 @@ func TestRetryWithOtherTextEditsTheEarlierMessage(t *testing.T) {
 			b, _ := run(t, f, Config{})
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
-			send := func(req *deliveryv1.SendRequested) *deliveryv1.SendReceipt {
-				t.Helper()
-				r := &deliveryv1.SendReceipt{}
-				if err := b.Request(ctx, b.Topology().SendSubject("discord"), req, r); err != nil {
-					t.Fatal(err)
-				}
-				return r
-			}
+			send := sendOf(ctx, t, b)
 			update := &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: "turn-stream:0:m0", TurnId: "turn-stream", Text: "the whole ▉",
 				Target: &deliveryv1.Target{Platform: "discord", ChatId: channel}}
 			f.LoseCreateAnswerAfter(0)

@@ -49,14 +49,7 @@ func TestReactions(t *testing.T) {
 			b, _ := run(t, f, cfg)
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
-			send := func(req *deliveryv1.SendRequested) *deliveryv1.SendReceipt {
-				t.Helper()
-				r := &deliveryv1.SendReceipt{}
-				if err := b.Request(ctx, b.Topology().SendSubject("discord"), req, r); err != nil {
-					t.Fatal(err)
-				}
-				return r
-			}
+			send := sendOf(ctx, t, b)
 			msg, turn := f.NewID(), fmt.Sprintf("turn-%d", i)
 			target := &deliveryv1.Target{Platform: "discord", ChatId: channel, ReplyToMessageId: msg}
 			if tc.thread {
