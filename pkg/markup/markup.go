@@ -70,9 +70,51 @@ var slackEntities = strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;")
 var Slack = Dialect{
 	escape:  slackEscape,
 	literal: slackEscape,
-	code:    slackEntities.Replace,
+	code:    func(s string) string { return breakFences(slackEntities.Replace(s)) },
 	link:    slackLink,
-	fence:   func(_, body string) string { return "```\n" + slackEntities.Replace(body) + "\n```" },
+	fence:   func(_, body string) string { return "```\n" + breakFences(slackEntities.Replace(body)) + "\n```" },
+}
+
+// Slack and WhatsApp show a code block without a language: a fence's
+// info string ("```go") is dropped, or it would show as the code's
+// first line. (Hermes's format_message keeps it, for both: its Slack
+// and WhatsApp users see "go" atop the code; gateway/platforms/slack.py
+// and whatsapp.py, format_message.)
+//
+// Neither has an escape for a backtick, and both end a code block at
+// the next "```" wherever it stands, where CommonMark ends it only at a
+// line of backticks alone: a line of code such as "```go" or
+// "``` foo", or a string "```" in code, would end the block there and
+// show the rest as formatted text. breakFences keeps any three
+// backticks of code from standing together with a zero-width space
+// (U+200B) after every second of a run, which shows nothing.
+
+// zeroWidthSpace parts backticks that would otherwise make a fence.
+const zeroWidthSpace = "\u200b"
+
+// breakFences puts a zero-width space after every second backtick of a
+// run of three or more in code, so that none reads as a fence.
+func breakFences(code string) string {
+	if !strings.Contains(code, "```") {
+		return code
+	}
+	var b strings.Builder
+	run := 0
+	for i := 0; i < len(code); i++ {
+		c := code[i]
+		if c != '`' {
+			run = 0
+			b.WriteByte(c)
+			continue
+		}
+		if run == 2 {
+			b.WriteString(zeroWidthSpace)
+			run = 0
+		}
+		run++
+		b.WriteByte(c)
+	}
+	return b.String()
 }
 
 // slackLink writes <url|text> for a web or mail address only: in Slack's
@@ -102,9 +144,9 @@ func slackLink(text, url string) string {
 var WhatsApp = Dialect{
 	escape:  func(b *strings.Builder, c byte) { b.WriteByte(c) },
 	literal: func(b *strings.Builder, c byte) { b.WriteByte(c) },
-	code:    func(s string) string { return s },
+	code:    breakFences,
 	link:    textLink,
-	fence:   func(_, body string) string { return "```\n" + body + "\n```" },
+	fence:   func(_, body string) string { return "```\n" + breakFences(body) + "\n```" },
 	quote:   "> ",
 }
 

@@ -217,14 +217,63 @@ func TestClosingFence(t *testing.T) {
 		want    string
 	}{
 		{"closed with blanks after", WhatsApp, "```\ncode\n```  \nafter", "```\ncode\n```\nafter"},
-		{"text after the backticks", WhatsApp, "```\ncode\n```  foo\nmore\n```\nafter", "```\ncode\n```  foo\nmore\n```\nafter"},
-		{"an info string", Slack, "```\na\n```go\nb\n```", "```\na\n```go\nb\n```"},
+		// Shown as code on WhatsApp and Slack too: its backticks are
+		// parted (TestCodeBlockWithBackticks).
+		{"text after the backticks", WhatsApp, "```\ncode\n```  foo\nmore\n```\nafter", "```\ncode\n``\u200b`  foo\nmore\n```\nafter"},
+		{"an info string", Slack, "```\na\n```go\nb\n```", "```\na\n``\u200b`go\nb\n```"},
 		{"unclosed", Plain, "```\ncode\n``` not a fence", "code\n``` not a fence"},
 		{"telegram", Telegram, "```\nx\n``` y\n```", "```\nx\n\\`\\`\\` y\n```"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			if got := c.dialect.Convert(c.in); got != c.want {
 				t.Errorf("Convert(%q) =\n%q, want\n%q", c.in, got, c.want)
+			}
+		})
+	}
+}
+
+// Slack and WhatsApp show a code block without a language, so a
+// fence's info string is dropped rather than shown as the code's first
+// line (Hermes keeps it). Neither has an escape for a backtick, and
+// both end a block at the next "```" wherever it stands: a line of the
+// code such as "``` foo" or "```go" (CommonMark's code: a closing fence
+// takes no info string), or "```" inside a line of code, would end the
+// block there and show the rest as formatted text. Every run of three
+// backticks or more in code is parted by a zero-width space, which
+// shows nothing, so the block shows whole, as the Markdown reads.
+func TestCodeBlockWithBackticks(t *testing.T) {
+	t.Parallel()
+	const zw = "\u200b"
+	for _, c := range []struct {
+		name, in, want string
+	}{
+		{"an info string", "```go\nfmt.Println(1)\n```", "```\nfmt.Println(1)\n```"},
+		{"an info string after blanks", "``` python\nprint(1)\n```", "```\nprint(1)\n```"},
+		{"an info string with attributes", "```js title=\"a.js\"\nf()\n```", "```\nf()\n```"},
+		{"a reopened block's language", "```go\nb := 2\n```\ntext", "```\nb := 2\n```\ntext"},
+		{"a fence with text in the code", "```\na\n``` foo\nb\n```\nafter", "```\na\n``" + zw + "` foo\nb\n```\nafter"},
+		{"a fence with a language in the code", "```md\nExample:\n```go\nx := 1\n```", "```\nExample:\n``" + zw + "`go\nx := 1\n```"},
+		{"backticks inside a line", "```py\ns = '```'\n```", "```\ns = '``" + zw + "`'\n```"},
+		{"a long run", "```\n`````x\n```", "```\n``" + zw + "``" + zw + "`x\n```"},
+		{"two backticks stay", "```\n``x``\n```", "```\n``x``\n```"},
+		{"inline code holding a fence", "run ```` a```b ````", "run `a``" + zw + "`b`"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			for _, d := range []struct {
+				name    string
+				dialect Dialect
+			}{{"slack", Slack}, {"whatsapp", WhatsApp}} {
+				got := d.dialect.Convert(c.in)
+				if got != c.want {
+					t.Errorf("%s: Convert(%q) =\n%q, want\n%q", d.name, c.in, got, c.want)
+				}
+				// As the platform reads it: every "```" left is a line
+				// of its own, the block's opening or closing fence.
+				for _, line := range strings.Split(got, "\n") {
+					if strings.Contains(line, "```") && line != "```" {
+						t.Errorf("%s: line %q of %q ends or opens a block where the Markdown does not", d.name, line, got)
+					}
+				}
 			}
 		})
 	}

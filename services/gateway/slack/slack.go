@@ -195,6 +195,8 @@ type Platform struct {
 	// store holds the attachments a send refers to by bytes_ref (nil:
 	// attachments are off).
 	store *attachment.Store
+	// readWarned is set once a read-back was refused and said so.
+	readWarned atomic.Bool
 
 	eventsAddr atomic.Value // string
 }
@@ -525,17 +527,35 @@ func rendered(req *deliveryv1.SendRequested) string {
 
 // Send posts a message; a target thread id becomes thread_ts.
 func (p *Platform) Send(ctx context.Context, req *deliveryv1.SendRequested) (string, error) {
-	t := req.GetTarget()
 	if len(req.GetAttachments()) > 0 {
 		return p.sendMedia(ctx, req)
 	}
+	return p.sendText(ctx, req, 0)
+}
+
+// sendText posts req's text as piece part of its send (chat.postMessage).
+// A keyed send's message carries its piece's marker (sendMarker) in its
+// metadata, and an attempt that may follow one whose answer was lost
+// reads the bot's messages back first: a message an earlier attempt
+// posted is taken for this one, edited to this send's text when it shows
+// another (a stream update whose answer was lost, the final now sending
+// the whole answer under the same key), instead of the answer being
+// posted twice. A read Slack refuses (no history scope) leaves it to
+// post, as without the read.
+func (p *Platform) sendText(ctx context.Context, req *deliveryv1.SendRequested, part int) (string, error) {
+	t := req.GetTarget()
 	if req.GetText() == "" {
 		return "", platform.Permanent(errors.New("slack message without text"))
 	}
-	opts := []slackapi.MsgOption{text(req)}
+	body := rendered(req)
+	opts := []slackapi.MsgOption{slackapi.MsgOptionText(body, false)}
 	// Buttons only in Socket Mode: over HTTP the gateway serves no
 	// interactivity endpoint, so a press could not reach it.
-	if blocks := approvalBlocks(req.GetApproval(), rendered(req)); blocks != nil && p.cfg.AppToken != "" {
+	blocks := approvalBlocks(req.GetApproval(), body)
+	if p.cfg.AppToken == "" {
+		blocks = nil
+	}
+	if blocks != nil {
 		// The text stays as the notification's fallback.
 		opts = append(opts, slackapi.MsgOptionBlocks(blocks...))
 	}
@@ -550,6 +570,30 @@ func (p *Platform) Send(ctx context.Context, req *deliveryv1.SendRequested) (str
 	}
 	if thread != "" {
 		opts = append(opts, slackapi.MsgOptionTS(thread))
+	}
+	if marker := sendMarker(req.GetIdempotencyKey(), part); marker != "" {
+		opts = append(opts, metadata(marker))
+		if since, retry := earlier(ctx, part, time.Now()); retry {
+			m, err := p.findSent(ctx, t.GetChatId(), thread, since, marker)
+			switch {
+			case errors.Is(err, errReadRefused):
+				p.readRefusedOnce(err)
+			case err != nil:
+				return "", err
+			case m != nil:
+				if m.Text != body {
+					_, _, _, err := p.api.UpdateMessageContext(ctx, t.GetChatId(), m.Timestamp, slackapi.MsgOptionText(body, false), slackapi.MsgOptionBlocks(blocks...))
+					if err != nil {
+						return "", sendError("chat.update (the message an earlier attempt posted)", err)
+					}
+					p.log.Info("slack message posted by an earlier attempt edited to this send's text", "chat_id", t.GetChatId(), "ts", m.Timestamp)
+				}
+				if thread == "" {
+					p.followThread(ctx, t, m.Timestamp)
+				}
+				return m.Timestamp, nil
+			}
+		}
 	}
 	_, ts, err := p.api.PostMessageContext(ctx, t.GetChatId(), opts...)
 	if err != nil {
@@ -591,11 +635,11 @@ func (p *Platform) sendMedia(ctx context.Context, req *deliveryv1.SendRequested)
 			return n + i
 		}
 		id, err := platform.SendPieces(ctx, pieces, part, func(ctx context.Context, i int, piece string) (string, error) {
-			msg := &deliveryv1.SendRequested{Target: t, Text: piece, Format: req.GetFormat()}
+			msg := &deliveryv1.SendRequested{Target: t, Text: piece, Format: req.GetFormat(), IdempotencyKey: req.GetIdempotencyKey()}
 			if i == len(pieces)-1 {
 				msg.Approval = req.GetApproval()
 			}
-			return p.Send(ctx, msg)
+			return p.sendText(ctx, msg, part(i))
 		})
 		if err != nil {
 			return "", err
@@ -604,9 +648,9 @@ func (p *Platform) sendMedia(ctx context.Context, req *deliveryv1.SendRequested)
 	} else if text != "" {
 		id, sent := platform.SentPart(ctx, 0)
 		if !sent {
-			msg := &deliveryv1.SendRequested{Target: t, Text: text, Format: req.GetFormat(), Approval: req.GetApproval()}
+			msg := &deliveryv1.SendRequested{Target: t, Text: text, Format: req.GetFormat(), Approval: req.GetApproval(), IdempotencyKey: req.GetIdempotencyKey()}
 			var err error
-			if id, err = p.Send(ctx, msg); err != nil {
+			if id, err = p.sendText(ctx, msg, 0); err != nil {
 				return "", err
 			}
 			platform.RecordPart(ctx, 0, id)

@@ -165,7 +165,11 @@ func gatewayWith(t *testing.T, fake *slackfake.Fake, cfg Config, opts platform.O
 	b := bustest.New(t, bustest.EmbeddedURL(t))
 	cfg.BotToken, cfg.APIBaseURL = fake.BotToken, fake.APIURL()
 	opts.Backoff = platform.Schedule(10 * time.Millisecond)
-	s, err := New(cfg, Deps{Log: slog.New(slog.DiscardHandler), Bus: b, Runner: opts})
+	log := opts.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	s, err := New(cfg, Deps{Log: log, Bus: b, Runner: opts})
 	if err != nil {
 		t.Fatal(err)
 	}

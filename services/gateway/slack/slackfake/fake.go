@@ -1,7 +1,9 @@
 // Package slackfake is a local Slack for tests: the Web API methods the
 // gateway uses (auth.test, apps.connections.open, chat.postMessage,
 // chat.update, chat.delete, reactions.add, reactions.remove,
-// assistant.threads.setStatus), a Socket Mode websocket that sends
+// assistant.threads.setStatus, and conversations.history and
+// conversations.replies over the bot's own messages, their metadata
+// included), a Socket Mode websocket that sends
 // events_api and interactive envelopes and waits for envelope acks, the sending side of
 // the HTTP Events API (signed requests, retries with X-Slack-Retry-Num),
 // and files.slack.com: shared files served to the bot token, the sign-in
@@ -50,7 +52,11 @@ type Fake struct {
 	cur         *socket
 	connected   chan struct{} // closed and replaced on each new connection
 	messages    map[string][]*Message
-	nextTS      int64
+	lastTS      int64         // the last message's ts, in microseconds
+	loseAnswer  bool          // a chat.postMessage's answer is lost (the message is made, the connection closed) …
+	loseSkip    int           // … once this many more posts were answered
+	historyFail string        // conversations.history and .replies answer this error code; "": they succeed
+	reads       []string      // the conversations.history and .replies calls, as "method channel"
 	rateLimit   time.Duration // the next chat.postMessage answers 429 with this Retry-After
 	rateSkip    int           // posts that go through before rateLimit applies
 	envelopeSeq atomic.Int64
@@ -111,6 +117,11 @@ type Message struct {
 	// Files are the files the bot shared with the message (an upload's
 	// completion; Text is its initial comment).
 	Files []SharedFile
+	// Metadata is the message's metadata as posted (chat.postMessage's
+	// metadata: event_type and event_payload), nil for none. Slack
+	// shows it to no one; conversations.history and .replies return it
+	// with include_all_metadata. chat.update without metadata keeps it.
+	Metadata json.RawMessage
 }
 
 // Buttons are the buttons of a message's actions blocks, in order.
@@ -158,7 +169,6 @@ func New(t testing.TB) *Fake {
 		reactions: map[string][]string{},
 		uploads:   map[string]*upload{},
 		statuses:  map[string]string{},
-		nextTS:    1700000000,
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/api/auth.test", f.authTest)
@@ -173,6 +183,8 @@ func New(t testing.TB) *Fake {
 	mux.HandleFunc("/api/reactions.add", f.react)
 	mux.HandleFunc("/api/reactions.remove", f.react)
 	mux.HandleFunc("/api/assistant.threads.setStatus", f.setStatus)
+	mux.HandleFunc("/api/conversations.history", f.history)
+	mux.HandleFunc("/api/conversations.replies", f.replies)
 	mux.HandleFunc("/link", f.link)
 	mux.HandleFunc("GET /files-pri/{file}/{name}", f.file)
 	mux.HandleFunc("GET /files-pri/{file}/download/{name}", f.file)
@@ -380,9 +392,7 @@ func (f *Fake) postMessage(w http.ResponseWriter, r *http.Request) {
 		fail(w, "msg_too_long")
 		return
 	}
-	f.nextTS++
-	ts := fmt.Sprintf("%d.%06d", f.nextTS, f.nextTS%1000000)
-	m := &Message{Channel: ch, TS: ts, ThreadTS: p["thread_ts"], Text: p["text"]}
+	m := &Message{Channel: ch, ThreadTS: p["thread_ts"], Text: p["text"]}
 	if b := p["blocks"]; b != "" && b != "[]" {
 		if !json.Valid([]byte(b)) {
 			fail(w, "invalid_blocks")
@@ -390,13 +400,208 @@ func (f *Fake) postMessage(w http.ResponseWriter, r *http.Request) {
 		}
 		m.Blocks = json.RawMessage(b)
 	}
+	if md := p["metadata"]; md != "" {
+		var meta struct {
+			EventType    string         `json:"event_type"`
+			EventPayload map[string]any `json:"event_payload"`
+		}
+		if json.Unmarshal([]byte(md), &meta) != nil || meta.EventType == "" || meta.EventPayload == nil {
+			fail(w, "invalid_metadata_format")
+			return
+		}
+		m.Metadata = json.RawMessage(md)
+	}
+	m.TS = f.newTS()
 	f.messages[ch] = append(f.messages[ch], m)
 	if m.ThreadTS != "" {
 		// As Slack, the app's reply in a thread clears the thread's
 		// assistant status.
 		delete(f.statuses, ch+"/"+m.ThreadTS)
 	}
+	if f.loseAnswer {
+		if f.loseSkip == 0 {
+			f.loseAnswer = false
+			hangUp(w)
+			return
+		}
+		f.loseSkip--
+	}
+	ts := m.TS
 	reply(w, map[string]any{"ok": true, "channel": ch, "ts": ts, "message": map[string]any{"type": "message", "text": p["text"], "ts": ts, "bot_id": f.BotID}})
+}
+
+// newTS is a new message ts, as Slack makes them: the time it was
+// made, in seconds with six decimals, later than every earlier one.
+// Called with f.mu held.
+func (f *Fake) newTS() string {
+	us := max(time.Now().UnixMicro(), f.lastTS+1)
+	f.lastTS = us
+	return fmt.Sprintf("%d.%06d", us/1e6, us%1e6)
+}
+
+// hangUp closes the request's connection without an answer.
+func hangUp(w http.ResponseWriter) {
+	if c, _, err := http.NewResponseController(w).Hijack(); err == nil {
+		_ = c.Close()
+		return
+	}
+	panic(http.ErrAbortHandler)
+}
+
+// LosePostAnswerAfter lets the next n chat.postMessage calls that Slack
+// carries out be answered and makes the one after them lose its answer:
+// the message is made, and the connection closes before the response
+// is written, as a connection reset after the request went through.
+func (f *Fake) LosePostAnswerAfter(n int) {
+	f.mu.Lock()
+	f.loseAnswer, f.loseSkip = true, n
+	f.mu.Unlock()
+}
+
+// FailHistory makes conversations.history and conversations.replies
+// answer Slack's error code (missing_scope, as for a token without the
+// history scopes; not_in_channel; ratelimited; any other); "" lets
+// them succeed again.
+func (f *Fake) FailHistory(code string) {
+	f.mu.Lock()
+	f.historyFail = code
+	f.mu.Unlock()
+}
+
+// Reads are the conversations.history and conversations.replies calls so
+// far, in order, each as "<method> <channel>".
+func (f *Fake) Reads() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.reads...)
+}
+
+// readPage is how many messages one history page holds when the call
+// names no limit (Slack's default).
+const readPage = 100
+
+// read answers conversations.history (thread "": the channel's top
+// level, newest first) and conversations.replies (the thread's parent
+// and replies, oldest first) over the bot's messages, as Slack does:
+// oldest and latest bound the ts (inclusive only with inclusive=1),
+// limit and cursor page, and a message's metadata is returned only with
+// include_all_metadata=1.
+func (f *Fake) read(w http.ResponseWriter, r *http.Request, method string) {
+	if token(r) != f.BotToken {
+		fail(w, "invalid_auth")
+		return
+	}
+	p := form(r)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	ch := p["channel"]
+	f.reads = append(f.reads, method+" "+ch)
+	if f.historyFail != "" {
+		if f.historyFail == "missing_scope" {
+			reply(w, map[string]any{"ok": false, "error": "missing_scope", "needed": "channels:history,groups:history,im:history,mpim:history",
+				"provided": "chat:write,reactions:write"})
+			return
+		}
+		fail(w, f.historyFail)
+		return
+	}
+	if ch == "" || strings.HasPrefix(ch, "Cmissing") {
+		fail(w, "channel_not_found")
+		return
+	}
+	thread := p["ts"]
+	if method == "conversations.replies" && thread == "" {
+		fail(w, "invalid_arguments")
+		return
+	}
+	inclusive := p["inclusive"] == "1" || p["inclusive"] == "true"
+	within := func(ts string) bool {
+		t, err := strconv.ParseFloat(ts, 64)
+		if err != nil {
+			return false
+		}
+		if s := p["oldest"]; s != "" {
+			o, _ := strconv.ParseFloat(s, 64)
+			if t < o || t == o && !inclusive {
+				return false
+			}
+		}
+		if s := p["latest"]; s != "" {
+			l, _ := strconv.ParseFloat(s, 64)
+			if t > l || t == l && !inclusive {
+				return false
+			}
+		}
+		return true
+	}
+	var list []*Message
+	found := false
+	for _, m := range f.messages[ch] {
+		if m.Deleted {
+			continue
+		}
+		var in bool
+		if method == "conversations.replies" {
+			in = m.TS == thread || m.ThreadTS == thread
+			found = found || in
+		} else {
+			in = m.ThreadTS == "" || m.ThreadTS == m.TS
+		}
+		if in && within(m.TS) {
+			list = append(list, m)
+		}
+	}
+	if method == "conversations.replies" && !found {
+		fail(w, "thread_not_found")
+		return
+	}
+	if method == "conversations.history" {
+		slices.Reverse(list)
+	}
+	limit := readPage
+	if n, err := strconv.Atoi(p["limit"]); err == nil && n > 0 {
+		limit = min(n, 999)
+	}
+	start := 0
+	if c := p["cursor"]; c != "" {
+		n, err := strconv.Atoi(strings.TrimPrefix(c, "next:"))
+		if err != nil || n < 0 || n > len(list) {
+			fail(w, "invalid_cursor")
+			return
+		}
+		start = n
+	}
+	end := min(start+limit, len(list))
+	out := []map[string]any{}
+	for _, m := range list[start:end] {
+		msg := map[string]any{"type": "message", "ts": m.TS, "text": m.Text, "user": f.BotUserID, "bot_id": f.BotID, "app_id": f.AppID}
+		if m.ThreadTS != "" {
+			msg["thread_ts"] = m.ThreadTS
+		}
+		if m.Blocks != nil {
+			msg["blocks"] = m.Blocks
+		}
+		if m.Edits > 0 {
+			msg["edited"] = map[string]any{"user": f.BotUserID, "ts": m.TS}
+		}
+		if m.Metadata != nil && (p["include_all_metadata"] == "1" || p["include_all_metadata"] == "true") {
+			msg["metadata"] = m.Metadata
+		}
+		out = append(out, msg)
+	}
+	answer := map[string]any{"ok": true, "messages": out, "has_more": end < len(list)}
+	if end < len(list) {
+		answer["response_metadata"] = map[string]any{"next_cursor": "next:" + strconv.Itoa(end)}
+	}
+	reply(w, answer)
+}
+
+func (f *Fake) history(w http.ResponseWriter, r *http.Request) {
+	f.read(w, r, "conversations.history")
+}
+
+func (f *Fake) replies(w http.ResponseWriter, r *http.Request) {
+	f.read(w, r, "conversations.replies")
 }
 
 // Status is the assistant status the thread thread_ts of channel shows
@@ -562,9 +767,7 @@ func (f *Fake) completeUpload(w http.ResponseWriter, r *http.Request) {
 		out = append(out, map[string]any{"id": fl.ID, "title": fl.Title})
 	}
 	if ch != "" {
-		f.nextTS++
-		ts := fmt.Sprintf("%d.%06d", f.nextTS, f.nextTS%1000000)
-		f.messages[ch] = append(f.messages[ch], &Message{Channel: ch, TS: ts, ThreadTS: p["thread_ts"], Text: p["initial_comment"], Files: shared})
+		f.messages[ch] = append(f.messages[ch], &Message{Channel: ch, TS: f.newTS(), ThreadTS: p["thread_ts"], Text: p["initial_comment"], Files: shared})
 	}
 	reply(w, map[string]any{"ok": true, "files": out})
 }
@@ -833,8 +1036,7 @@ func (f *Fake) Press(ctx context.Context, channel, ts, user, userName, value str
 	if m != nil {
 		msg = *m
 	}
-	f.nextTS++
-	actionTS := fmt.Sprintf("%d.%06d", f.nextTS, f.nextTS%1000000)
+	actionTS := f.newTS()
 	f.mu.Unlock()
 	if m == nil {
 		return nil, fmt.Errorf("no message %s in %s", ts, channel)
