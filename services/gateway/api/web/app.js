@@ -244,11 +244,19 @@
   // one, still streaming, runs to the end), lists (nested by indent) and
   // headings (shown bold).
   function renderMarkdown(host, text) {
+    markdownSteps(host, text)(0);
+  }
+  // markdownSteps is renderMarkdown in steps: it returns step, which
+  // renders text's lines into host until the time (performance.now())
+  // until, if any, has come (a line at least, a block's line at most
+  // after it), and says whether the whole text is in.
+  function markdownSteps(host, text) {
     host.textContent = "";
     var lines = text.split("\n");
     var para = null; // { into, lines }: the text block being read
     var lists = []; // open lists, outermost first: { indent, ordered, node, item }
     var blank = false;
+    var i = 0;
     function flush() {
       if (!para) return;
       var into = para.into;
@@ -257,7 +265,16 @@
       inline(into, para.lines.join("\n"));
       para = null;
     }
-    for (var i = 0; i < lines.length; i++) {
+    return function step(until) {
+      for (var from = i; i < lines.length; i++) {
+        if (until && i > from && performance.now() >= until) return false;
+        block();
+      }
+      flush();
+      return true;
+    };
+    // block reads the line at i, and the fence's lines after it.
+    function block() {
       var line = lines[i], m;
       if ((m = /^([ \t]*)(`{3,}|~{3,})(.*)$/.exec(line)) && !(m[2][0] === "`" && m[3].indexOf("`") >= 0)) {
         // A fence (indented too: a list item's code), its lines without
@@ -273,9 +290,9 @@
         var pre = host.appendChild(el("pre"));
         pre.appendChild(el("code")).textContent = code.join("\n");
         blank = false;
-        continue;
+        return;
       }
-      if (!line.trim()) { flush(); blank = true; continue; }
+      if (!line.trim()) { flush(); blank = true; return; }
       if ((m = /^(\s*)(?:([-*+])|(\d{1,9})[.)])\s+(.*)$/.exec(line))) {
         flush();
         var indent = m[1].replace(/\t/g, "    ").length, ordered = !m[2];
@@ -294,14 +311,14 @@
         top.item = top.node.appendChild(el("li"));
         para = { into: top.item, lines: [m[4]] };
         blank = false;
-        continue;
+        return;
       }
       if ((m = /^ {0,3}#{1,6}\s+(.*?)(\s+#+)?\s*$/.exec(line))) {
         flush();
         lists = [];
         inline(host.appendChild(el("p", "heading")).appendChild(el("strong")), m[1]);
         blank = false;
-        continue;
+        return;
       }
       if (lists.length && (!blank || /^\s/.test(line))) {
         // The list item's text goes on (or, after a blank, its next paragraph).
@@ -315,7 +332,6 @@
       }
       blank = false;
     }
-    flush();
   }
 
   // atEnd: the log is scrolled to its end (near enough), so what comes
@@ -361,17 +377,66 @@
   // Markdown is rendered when it comes near the screen (those on it,
   // the newest, before the page first shows), and shows its text as
   // written until then. Rendering every kept answer made a reload with
-  // a full storage take seconds (20 s under load).
+  // a full storage take seconds (20 s under load). After the first
+  // frame the others are rendered in the background, newest first, in
+  // slices of at most SLICE ms of idle time (a long answer over several
+  // of them, a block of lines at a time, into a copy that replaces its
+  // text once whole), so that soon every answer shows rendered (found
+  // by the browser's search as it shows, the scrollbar exact) without
+  // holding up what the reader types or scrolls.
   var later = typeof IntersectionObserver === "function" ? new IntersectionObserver(function (seen) {
     seen.forEach(function (x) { if (x.isIntersecting) rendered(x.target); });
   }, { root: log, rootMargin: "100% 0px" }) : null;
+  var SLICE = 8;
+  // waiting: the kept answers still to be rendered in the background,
+  // newest first; slow: the one being rendered ({ d, host, step }).
+  var waiting = [], slow = null, sliceAsked = false;
   // rendered renders the kept answer of d, if it waits for it.
   function rendered(d) {
     if (d.raw == null) return;
+    var host = el("div", "md");
+    renderMarkdown(host, d.raw);
+    replaceText(d, host);
+  }
+  // replaceText shows host, d's answer rendered, in place of its text;
+  // a reader at the log's end stays there.
+  function replaceText(d, host) {
     if (later) later.unobserve(d);
-    renderMarkdown(d.md, d.raw);
+    var follow = atEnd();
+    d.replaceChild(host, d.md);
+    d.md = host;
     d.raw = null;
     delete d.dataset.later;
+    if (follow) log.scrollTop = log.scrollHeight;
+  }
+  function askSlice() {
+    if (sliceAsked || !waiting.length && !slow) return;
+    sliceAsked = true;
+    if (typeof requestIdleCallback === "function") requestIdleCallback(slice, { timeout: 200 });
+    else setTimeout(slice, 0);
+  }
+  // slice renders waiting answers for SLICE ms at most (less when the
+  // browser's idle time is shorter), and asks for the next slice.
+  function slice(idle) {
+    sliceAsked = false;
+    var span = SLICE;
+    if (idle && !idle.didTimeout) span = Math.max(1, Math.min(SLICE, idle.timeRemaining()));
+    var until = performance.now() + span;
+    do {
+      if (slow && slow.d.raw == null) slow = null; // rendered as it came near the screen
+      if (!slow) {
+        var d = waiting.shift();
+        if (!d) return;
+        if (d.raw == null) continue;
+        var host = el("div", "md");
+        slow = { d: d, host: host, step: markdownSteps(host, d.raw) };
+      }
+      if (slow.step(until)) {
+        replaceText(slow.d, slow.host);
+        slow = null;
+      }
+    } while (performance.now() < until);
+    askSlice();
   }
   // showKept adds the kept messages of h to the log, which it scrolls to
   // its end.
@@ -404,10 +469,15 @@
       if (d.raw == null) return;
       if (later) later.observe(d); else rendered(d);
     });
+    waiting = all.filter(function (d) { return d.raw != null; }).reverse();
+    // After the first frame: the page shows first.
+    requestAnimationFrame(function () { setTimeout(askSlice, 0); });
   }
   // clearLog empties the log (and what waits to be rendered in it).
   function clearLog() {
     if (later) later.disconnect();
+    waiting = [];
+    slow = null;
     log.textContent = "";
   }
   showKept(history());
