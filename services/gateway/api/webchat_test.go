@@ -319,7 +319,7 @@ func TestWebChatShowsATurnThatTimedOut(t *testing.T) {
 	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`document.querySelectorAll('.msg.error').length >= 1`)); err != nil {
 		t.Fatalf("browser: the failure: %v", err)
 	}
-	got, err := chromedp.Run(ctx, chromedp.Evaluate[string](pageLog+` + " | pending: " + localStorage.getItem("sb.pending")`))
+	got, err := chromedp.Run(ctx, chromedp.Evaluate[string](pageLog+` + " | pending: " + `+pendingRecords))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -327,6 +327,10 @@ func TestWebChatShowsATurnThatTimedOut(t *testing.T) {
 		t.Fatalf("page %q, want %q", got, want)
 	}
 }
+
+// pendingRecords is the page's pending messages' records (each of its
+// own, sb.pending.<key>), joined by ",", or "null" for none.
+const pendingRecords = `(Object.keys(localStorage).filter(k => k.startsWith("sb.pending.")).map(k => localStorage.getItem(k)).join(",") || "null")`
 
 // pageLog is the page's bubbles, "<class>: <text>" joined by " | ".
 const pageLog = `Array.from(document.querySelectorAll('.msg')).map(m => m.className + ": " + m.textContent).join(" | ")`
@@ -464,7 +468,7 @@ func TestWebChatTwoTabs(t *testing.T) {
 	if _, err := chromedp.Run(tabB, chromedp.Poll[bool](`Array.from(document.querySelectorAll('.msg.assistant:not(.pending)')).some(m => m.textContent === "echo: from B")`)); err != nil {
 		t.Fatalf("browser: B's answer after its reload: %v", err)
 	}
-	if _, err := chromedp.Run(tabA, chromedp.Poll[bool](`localStorage.getItem("sb.pending") === null`)); err != nil {
+	if _, err := chromedp.Run(tabA, chromedp.Poll[bool](pendingRecords+` === "null"`)); err != nil {
 		t.Fatalf("browser: tab A sees nothing pending: %v", err)
 	}
 	stepA("reload A", chromedp.Reload(), chromedp.WaitVisible("#input"))
@@ -700,7 +704,7 @@ func TestWebChatStopsTheAnswer(t *testing.T) {
 	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`document.querySelectorAll('.msg.error').length >= 1 && !document.getElementById("send").disabled && document.getElementById("stop").hidden`)); err != nil {
 		t.Fatalf("browser: the stopped answer's end: %v\n%s", err, eval(pageLog))
 	}
-	if p := eval(`String(localStorage.getItem("sb.pending"))`); p != "null" {
+	if p := eval(pendingRecords); p != "null" {
 		t.Errorf("the stopped message is still pending: %s", p)
 	}
 	step("reload", chromedp.Reload(), chromedp.WaitVisible("#input"))

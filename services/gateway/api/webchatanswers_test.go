@@ -576,7 +576,7 @@ func TestWebChatKeepsTheStreamedPartAtMostOnceASecond(t *testing.T) {
 		window.partWrites = [];
 		const set = Storage.prototype.setItem;
 		Storage.prototype.setItem = function (k, v) {
-			if ((k === "sb.pending" || k === "sb.part") && v.includes('"shown"')) window.partWrites.push([performance.now(), JSON.parse(v).shown]);
+			if ((k.startsWith("sb.pending") || k.startsWith("sb.part")) && v.includes('"shown"')) window.partWrites.push([performance.now(), JSON.parse(v).shown]);
 			return set.apply(this, arguments);
 		};
 		return "";
@@ -669,13 +669,13 @@ func TestWebChatOtherTabsKeepWaitingForTheNewConversationsMessage(t *testing.T) 
 	platformtest.WaitFor(t, "the /new", func() bool { return len(r.received()) == 1 })
 	stepA("send in A", chromedp.SendKeys("#input", "first of the new"), chromedp.Click("#send"))
 	platformtest.WaitFor(t, "A's message", func() bool { return len(r.received()) == 2 })
-	pollB("A's message pending in B's view", `(localStorage.getItem("sb.pending") || "").includes("first of the new")`)
+	pollB("A's message pending in B's view", pendingRecords+`.includes("first of the new")`)
 	openNew()
 	pollB("B's answer to /new", `Array.from(document.querySelectorAll('.msg.assistant:not(.pending)')).some(m => m.textContent === "`+newSessionStarted+`")`)
 	pollA("the new conversation in A", `document.querySelector(".msg.assistant").textContent === "`+newSessionStarted+`"`)
 	openLater()
 	pollA("A's answer", `Array.from(document.querySelectorAll('.msg.assistant:not(.pending)')).some(m => m.textContent === "echo: first of the new") && !document.getElementById("send").disabled`)
-	if got, err := chromedp.Run(tabA, chromedp.Evaluate[string](`localStorage.getItem("sb.history") + " | pending: " + localStorage.getItem("sb.pending")`)); err != nil || !strings.Contains(got, `{"role":"assistant","content":"echo: first of the new"}]`) || !strings.HasSuffix(got, "pending: null") {
+	if got, err := chromedp.Run(tabA, chromedp.Evaluate[string](`localStorage.getItem("sb.history") + " | pending: " + `+pendingRecords)); err != nil || !strings.Contains(got, `{"role":"assistant","content":"echo: first of the new"}]`) || !strings.HasSuffix(got, "pending: null") {
 		t.Fatalf("kept %s (%v), want A's answer kept, nothing pending", got, err)
 	}
 }
@@ -717,5 +717,68 @@ func answerInPieces(text string, size int) func(*eventsv1.MessageReceived, int) 
 			rest = rest[n:]
 		}
 		return pieces
+	}
+}
+
+// TestWebChatKeepsEachTabsPendingMessage: two tabs that each sent a
+// message keep both pending, each in a record of its own, and each
+// tab, reloaded before its answer came, asks again for its own message
+// and shows its answer, which the transcript keeps once. One record for
+// all (finding 27) kept the message sent last: the first tab, reloaded,
+// asked for the other tab's message, and its own answer was lost.
+func TestWebChatKeepsEachTabsPendingMessage(t *testing.T) {
+	browser, s, r := keylessWebChat(t)
+	release := r.hold()
+	defer release()
+	gateB := make(chan struct{})
+	var openB sync.Once
+	releaseB := func() { openB.Do(func() { close(gateB) }) }
+	defer releaseB()
+	r.mu.Lock()
+	r.answer = func(ev *eventsv1.MessageReceived, turn int) []string {
+		if ev.GetText() == "from B" {
+			<-gateB // after A's answer is kept: the two tabs' writes of the transcript do not race
+		}
+		return []string{"echo: " + ev.GetText()}
+	}
+	r.mu.Unlock()
+	tabA, stepA := headless(t, browser)
+	url := "http://" + s.Addr() + "/"
+	stepA("open tab A", chromedp.Navigate(url), chromedp.WaitVisible("#input"))
+	pollA := poller(t, tabA)
+	tabB, cancelB := chromedp.NewContext(tabA) // another tab of the same browser
+	defer cancelB()
+	pollB := poller(t, tabB)
+	stepB := func(what string, actions ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		if err := chromedp.Do(tabB, actions...); err != nil {
+			t.Fatalf("browser tab B: %s: %v", what, err)
+		}
+	}
+	stepB("open tab B", chromedp.Navigate(url), chromedp.WaitVisible("#input"))
+	stepA("send in A", chromedp.SendKeys("#input", "from A"), chromedp.Click("#send"))
+	platformtest.WaitFor(t, "A's message", func() bool { return len(r.received()) == 1 })
+	stepB("send in B", chromedp.SendKeys("#input", "from B"), chromedp.Click("#send"))
+	platformtest.WaitFor(t, "B's message", func() bool { return len(r.received()) == 2 })
+	pollA("both pending in A's view", pendingRecords+`.includes("from A") && `+pendingRecords+`.includes("from B")`)
+	stepA("reload A before its answer", chromedp.Reload(), chromedp.WaitVisible("#input"))
+	stepB("reload B before its answer", chromedp.Reload(), chromedp.WaitVisible("#input"))
+	release()
+	const answered = `Array.from(document.querySelectorAll('.msg.assistant:not(.pending)')).map(m => m.textContent).join(",")`
+	pollA("A's answer", answered+` === "echo: from A" && !document.getElementById("send").disabled`)
+	pollB("A's answer kept, in B's view", `(localStorage.getItem("sb.history") || "").includes("echo: from A")`)
+	releaseB()
+	pollB("B's answer", answered+` === "echo: from B" && !document.getElementById("send").disabled`)
+	pollA("nothing pending", pendingRecords+` === "null"`)
+	stepA("reload A", chromedp.Reload(), chromedp.WaitVisible("#input"))
+	got, err := chromedp.Run(tabA, chromedp.Evaluate[string](`JSON.parse(localStorage.getItem("sb.history")).map(m => m.content).sort().join(" | ")`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "echo: from A | echo: from B | from A | from B"; got != want {
+		t.Fatalf("kept transcript %q, want %q", got, want)
+	}
+	if n := len(r.received()); n != 2 {
+		t.Fatalf("%d messages published, want 2", n)
 	}
 }

@@ -488,9 +488,9 @@
   });
 
   // current stops the answer on its way (an AbortController), if any;
-  // currentSession is its conversation, currentKey its message's key
+  // currentSession is its conversation, currentP its pending message
   // and currentOut its bubble.
-  var current = null, currentSession = null, currentKey = null, currentOut = null;
+  var current = null, currentSession = null, currentP = null, currentOut = null;
 
   // busy shows whether an answer is on its way: Send waits for it, and
   // Stop can end its turn.
@@ -523,29 +523,34 @@
     // waited for (its turn runs on), nor written into the new one.
     if (current) { current.abort(); current = null; }
     busy(false);
+    var old = store.getItem("sb.session");
     store.removeItem("sb.session");
     store.removeItem("sb.history");
-    store.removeItem("sb.pending");
-    store.removeItem("sb.part");
+    // The old conversation's messages are no longer waited for, here
+    // or in another tab.
+    pendings().forEach(function (q) { if (q.session === old) done(q); });
     refused = null;
     clearLog();
-    cleared();
+    cleared(Date.now());
     input.focus();
   });
   // cleared tells the page's other tabs that this one started a new
-  // conversation (New chat, or a /new its answer confirmed): each
-  // shows it at once (storage event), not its old transcript until
-  // reloaded.
-  function cleared() { store.setItem("sb.cleared", newKey()); }
+  // conversation (New chat, or a /new its answer confirmed) at the
+  // time at (a message sent before it is the old conversation's, one
+  // sent since the new one's): each shows it at once (storage event),
+  // not its old transcript until reloaded.
+  function cleared(at) { store.setItem("sb.cleared", JSON.stringify({ id: newKey(), at: at })); }
   window.addEventListener("storage", function (e) {
     if (e.key !== "sb.cleared" && e.key !== null) return; // null: the storage was cleared
     // The answer on its way here is the old conversation's: no longer
-    // waited for, as New chat leaves it here; unless its message is the
-    // pending one, sent since the new conversation began (after the
-    // /new, or after New chat before this event came): the new
-    // conversation's, still waited for and shown.
-    var q = pending();
-    if (current && !(q && q.key === currentKey)) { current.abort(); current = null; }
+    // waited for, as New chat leaves it here; unless its message was
+    // sent since the new conversation began (after the /new, or after
+    // New chat before this event came), in it: the new conversation's,
+    // still waited for and shown.
+    var c = null;
+    try { c = JSON.parse(store.getItem("sb.cleared")); } catch (err) { /* the storage was cleared */ }
+    var ours = currentP && c && currentP.session === store.getItem("sb.session") && currentP.at > c.at;
+    if (current && !ours) { current.abort(); current = null; }
     if (!current) busy(false);
     refused = null;
     clearLog();
@@ -614,40 +619,72 @@
   // it is sent again with the same key, and the gateway answers it once
   // (the turn is not run again, the answer not lost).
   function newKey() { return newSessionId().replace("web-", "msg-"); }
-  function pending() {
-    try { return JSON.parse(store.getItem("sb.pending") || "null"); } catch (e) { return null; }
+  // Each pending message has a record of its own (sb.pending.<key>,
+  // the part of its answer shown so far sb.part.<key>), with the tab
+  // that sent it and when: two tabs sending at once keep both. One
+  // record for all let the second tab's message take the first's
+  // place, and a reload lost the first (its answer never shown nor
+  // kept).
+  var PENDING = "sb.pending.", PART = "sb.part.";
+  // tab names this tab, and its reloads (sessionStorage): a reload asks
+  // again for the answers its tab waited for, not another open tab's.
+  var tab = (function () {
+    try {
+      var t = sessionStorage.getItem("sb.tab");
+      if (!t) { t = newKey().replace("msg-", "tab-"); sessionStorage.setItem("sb.tab", t); }
+      return t;
+    } catch (e) { return newKey().replace("msg-", "tab-"); }
+  })();
+  // While the tab is open it holds a lock of its name (Web Locks,
+  // where the browser has them): a tab that finds no holder of a
+  // pending message's tab takes the message on (its tab was closed
+  // before the answer came).
+  if (navigator.locks) navigator.locks.request("sb.tab." + tab, function () { return new Promise(function () {}); });
+  function record(name) {
+    try { return JSON.parse(store.getItem(name) || "null"); } catch (e) { return null; }
   }
-  // done ends p's pending record, unless a message sent since (in
-  // another tab) has taken its place.
+  // pendings is the pending messages, the first sent first.
+  function pendings() {
+    var all = [];
+    for (var i = 0; i < store.length; i++) {
+      var k = store.key(i), p = k && k.indexOf(PENDING) === 0 ? record(k) : null;
+      if (p && p.key) all.push(p);
+    }
+    return all.sort(function (a, b) { return (a.at || 0) - (b.at || 0); });
+  }
+  // done ends p's pending record and the part kept of its answer.
   function done(p) {
-    var q = pending();
-    if (q && q.key === p.key) store.removeItem("sb.pending");
-    if ((keptPart() || {}).key === p.key) store.removeItem("sb.part");
+    store.removeItem(PENDING + p.key);
+    store.removeItem(PART + p.key);
+  }
+  // taken ends p's pending record and says whether this tab is to keep
+  // its answer in the transcript: not when the record was gone (the
+  // answer was kept by another tab that asked for it too, or the
+  // conversation was left).
+  function taken(p) {
+    var was = p.unkept || store.getItem(PENDING + p.key) != null;
+    done(p);
+    return was;
   }
   // The part of the answer on its way shown so far is kept beside its
-  // pending message (sb.part, with the message's key), so that a reload
-  // shows it until the answer comes: a retry of the message is given
-  // the answer as it is sent, not the text streamed before. It is
-  // written as the page goes (a reload: nothing shown is lost) and, for
-  // a page that ends without going (a crash), at most once a second as
-  // it streams: each write goes to every open tab of the page, and was
-  // one of the whole pending message (a picture's megabytes) four
-  // times a second.
+  // pending message (sb.part.<key>), so that a reload shows it until
+  // the answer comes: a retry of the message is given the answer as it
+  // is sent, not the text streamed before. It is written as the page
+  // goes (a reload: nothing shown is lost) and, for a page that ends
+  // without going (a crash), at most once a second as it streams: each
+  // write goes to every open tab of the page, and was one of the whole
+  // pending message (a picture's megabytes) four times a second.
   var PART_EVERY = 1000;
   var part = null, partTimer = 0, partWritten = 0;
-  function keptPart() {
-    try { return JSON.parse(store.getItem("sb.part") || "null"); } catch (e) { return null; }
-  }
   function keepPart() {
     clearTimeout(partTimer);
     partTimer = 0;
     if (!part || part.kept) return;
     part.kept = true;
-    var q = pending();
-    if (!q || q.key !== part.p.key) return; // another message's place now
+    if (store.getItem(PENDING + part.p.key) == null) return; // no longer pending
     partWritten = Date.now();
     try {
-      store.setItem("sb.part", JSON.stringify({ key: q.key, shown: part.text, tools: part.tools }));
+      store.setItem(PART + part.p.key, JSON.stringify({ shown: part.text, tools: part.tools }));
     } catch (e) { /* full: the answer shows when it comes */ }
   }
   function showPart(p, text, tools) {
@@ -677,7 +714,7 @@
       if (text) content.unshift({ type: "text", text: text });
     }
     var p = {
-      key: newKey(), session: session(),
+      key: newKey(), session: session(), tab: tab, at: Date.now(),
       body: JSON.stringify({ model: "switchboard", stream: true, messages: [{ role: "user", content: content }] })
     };
     // /new (or /reset, its alias, with or without a title) starts a new
@@ -686,8 +723,7 @@
     // Another answer (reserved for admins; not read as a command) left
     // the conversation as it was, and the transcript with it.
     if (/^\/(new|reset)(@\S*)?(\s|$)/i.test(text)) p.reset = true;
-    store.removeItem("sb.part"); // the message before's: this one takes its place
-    try { store.setItem("sb.pending", JSON.stringify(p)); } catch (e) { /* too big to keep (a picture): sent once */ }
+    try { store.setItem(PENDING + p.key, JSON.stringify(p)); } catch (e) { p.unkept = true; /* too big to keep (a picture): sent once */ }
     await ask(p);
   }
 
@@ -704,7 +740,7 @@
     var ctl = new AbortController();
     current = ctl;
     currentSession = p.session;
-    currentKey = p.key;
+    currentP = p;
     currentOut = out;
     busy(true);
     try {
@@ -786,7 +822,7 @@
         }
         if (ctl.signal.aborted) return;
         if (answer != null) {
-          done(p);
+          var mine = taken(p);
           // The turn ended, its tool calls with it: a retry (after a
           // reload, a lost connection) is not told the end of a call it
           // did not see start.
@@ -796,19 +832,22 @@
           }
           // The transcript as it is now: another tab may have added to
           // it since the question went out, or started a new chat.
-          if (store.getItem("sb.session") === p.session) {
+          if (mine && store.getItem("sb.session") === p.session) {
             var h = history(), renewed = p.reset && NEW_STARTED.test(answer);
             if (renewed) {
-              // The conversation shown ended: its answer starts the new one.
+              // The conversation shown ended: its answer starts the new
+              // one. The messages sent before the /new were the old
+              // one's (stopped or dropped with it).
               h = [];
               clearLog();
               log.appendChild(out);
+              pendings().forEach(function (q) { if (q.session === p.session && q.at < p.at) done(q); });
             }
             var a = { role: "assistant", content: answer };
             if (tools.length) a.tools = keptTools(tools);
             h.push(a);
             saveHistory(h);
-            if (renewed) cleared();
+            if (renewed) cleared(p.at);
           }
           return;
         }
@@ -825,11 +864,11 @@
     } catch (err) {
       if (ctl.signal.aborted) return; // New chat: nothing to show or keep
       if (!err.keep) {
-        done(p);
+        var ended = taken(p);
         if (shown || tools.length) {
           // The part of the answer that was shown stays, marked.
           stopped(out);
-          if (store.getItem("sb.session") === p.session) {
+          if (ended && store.getItem("sb.session") === p.session) {
             var kept = history();
             kept.push({ role: "assistant", content: shown, stopped: true, tools: keptTools(tools) });
             saveHistory(kept);
@@ -893,18 +932,35 @@
     }
   }
 
-  // A message whose answer a reload (or a lost connection) cut off gets
-  // it now.
-  var left = pending();
-  if (left && left.session === store.getItem("sb.session")) {
-    var shown = keptPart();
-    if (shown && shown.key === left.key) {
-      left.shown = shown.shown;
-      left.tools = shown.tools;
+  // The messages whose answers a reload (or a lost connection) cut off
+  // get them now, one after another: this tab's, and those of tabs
+  // closed since (no one holds their lock); not another open tab's,
+  // which waits for its own. Another conversation's are no longer
+  // waited for.
+  (function () {
+    var now = store.getItem("sb.session"), mine = [], others = [];
+    pendings().forEach(function (p) {
+      if (p.session !== now) done(p);
+      else (p.tab === tab ? mine : others).push(p);
+    });
+    if (!others.length) { resume(mine); return; }
+    if (!navigator.locks) { resume(mine.concat(others)); return; } // as before: any tab's
+    navigator.locks.query().then(function (locks) {
+      var open = {};
+      locks.held.concat(locks.pending).forEach(function (l) { open[l.name] = true; });
+      resume(mine.concat(others.filter(function (p) { return !open["sb.tab." + p.tab]; })).sort(function (a, b) { return a.at - b.at; }));
+    }, function () { resume(mine); });
+  })();
+  async function resume(list) {
+    for (var i = 0; i < list.length; i++) {
+      var p = list[i];
+      if (store.getItem(PENDING + p.key) == null || p.session !== store.getItem("sb.session")) continue;
+      var kept = record(PART + p.key);
+      if (kept) {
+        p.shown = kept.shown;
+        p.tools = kept.tools;
+      }
+      await ask(p);
     }
-    ask(left);
-  } else {
-    store.removeItem("sb.pending");
-    store.removeItem("sb.part");
   }
 })();
