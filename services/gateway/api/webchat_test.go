@@ -488,7 +488,7 @@ func TestWebChatTwoTabs(t *testing.T) {
 // started a new chat is not written into the new chat's transcript, nor
 // shown: the tab shows the new chat at once (TestWebChatOtherTabsShowANewConversation)
 // and, as New chat pressed in it, no longer waits for the old
-// conversation's answer.
+// conversation's answer, which it says.
 func TestWebChatNewChatInAnotherTab(t *testing.T) {
 	browser, s, r := keylessWebChat(t)
 	release := r.hold()
@@ -507,7 +507,7 @@ func TestWebChatNewChatInAnotherTab(t *testing.T) {
 	if err := chromedp.Do(tabB, chromedp.Click("#new")); err != nil {
 		t.Fatalf("browser: New chat in tab B: %v", err)
 	}
-	if _, err := chromedp.Run(tabA, chromedp.Poll[bool](`localStorage.getItem("sb.session") === null && document.querySelectorAll(".msg").length === 0 && !document.getElementById("send").disabled`)); err != nil {
+	if _, err := chromedp.Run(tabA, chromedp.Poll[bool](`localStorage.getItem("sb.session") === null && `+pageLog+` === "msg notice: `+leftBehind("old question")+`" && !document.getElementById("send").disabled`)); err != nil {
 		t.Fatalf("browser: tab A shows the new chat: %v", err)
 	}
 	release()
@@ -520,7 +520,7 @@ func TestWebChatNewChatInAnotherTab(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := `msg user: new question | msg assistant: echo: new question (turn 1) | kept: [{"role":"user","content":"new question"},{"role":"assistant","content":"echo: new question (turn 1)"}]`; got != want {
+	if want := `msg notice: ` + leftBehind("old question") + ` | msg user: new question | msg assistant: echo: new question (turn 1) | kept: [{"role":"user","content":"new question"},{"role":"assistant","content":"echo: new question (turn 1)"}]`; got != want {
 		t.Fatalf("the new chat %s, want %s", got, want)
 	}
 }
@@ -755,4 +755,10 @@ func TestWebChatWaitsOutARateLimit(t *testing.T) {
 	if n := len(r.received()); n != 1 {
 		t.Fatalf("%d messages published, want 1", n)
 	}
+}
+
+// leftBehind is what a tab says when another tab's new conversation
+// left the answer to its question behind.
+func leftBehind(question string) string {
+	return "A new conversation was started in another tab: the answer to “" + question + "” stays with the old conversation and is not shown here."
 }

@@ -782,3 +782,55 @@ func TestWebChatKeepsEachTabsPendingMessage(t *testing.T) {
 		t.Fatalf("%d messages published, want 2", n)
 	}
 }
+
+// TestWebChatTellsATabWhoseAnswerAnotherTabsNewLeft: a /new typed in one
+// tab (as New chat pressed there) ends the conversation another tab
+// waits for an answer in; that tab shows the new conversation and says
+// that the answer to its question stays with the old one, rather than
+// its question and the answer on its way vanishing without a word. It
+// waits for it no longer, and a reload does not ask for it again.
+func TestWebChatTellsATabWhoseAnswerAnotherTabsNewLeft(t *testing.T) {
+	browser, s, r := keylessWebChat(t)
+	gate := make(chan struct{})
+	var opened sync.Once
+	open := func() { opened.Do(func() { close(gate) }) }
+	defer open()
+	r.mu.Lock()
+	r.answer = func(ev *eventsv1.MessageReceived, turn int) []string {
+		if ev.GetText() == "/new" {
+			return []string{newSessionStarted}
+		}
+		<-gate
+		return []string{"echo: " + ev.GetText()}
+	}
+	r.mu.Unlock()
+	tabA, stepA := headless(t, browser)
+	url := "http://" + s.Addr() + "/"
+	stepA("open tab A", chromedp.Navigate(url), chromedp.WaitVisible("#input"))
+	pollA := poller(t, tabA)
+	tabB, cancelB := chromedp.NewContext(tabA) // another tab of the same browser
+	defer cancelB()
+	pollB := poller(t, tabB)
+	if err := chromedp.Do(tabB, chromedp.Navigate(url), chromedp.WaitVisible("#input")); err != nil {
+		t.Fatalf("browser: open tab B: %v", err)
+	}
+	stepA("send in A", chromedp.SendKeys("#input", "a long question"), chromedp.Click("#send"))
+	platformtest.WaitFor(t, "A's message", func() bool { return len(r.received()) == 1 })
+	if err := chromedp.Do(tabB, chromedp.SendKeys("#input", "/new"), chromedp.Click("#send")); err != nil {
+		t.Fatalf("browser: /new in tab B: %v", err)
+	}
+	pollB("B's answer to /new", pageLog+` === "msg assistant: `+newSessionStarted+`"`)
+	want := "msg assistant: " + newSessionStarted + " | msg notice: " + leftBehind("a long question")
+	pollA("the new conversation in A, and what it left", pageLog+` === "`+want+`" && !document.getElementById("send").disabled`)
+	if got, err := chromedp.Run(tabA, chromedp.Evaluate[string](pendingRecords)); err != nil || got != "null" {
+		t.Fatalf("pending %s (%v), want nothing", got, err)
+	}
+	open()
+	stepA("reload A", chromedp.Reload(), chromedp.WaitVisible("#input"))
+	if got, err := chromedp.Run(tabA, chromedp.Evaluate[string](pageLog)); err != nil || got != "msg assistant: "+newSessionStarted {
+		t.Fatalf("A after a reload %q (%v), want the new conversation alone", got, err)
+	}
+	if n := len(r.received()); n != 2 {
+		t.Fatalf("%d messages published, want the question and the /new", n)
+	}
+}

@@ -550,7 +550,8 @@
     var c = null;
     try { c = JSON.parse(store.getItem("sb.cleared")); } catch (err) { /* the storage was cleared */ }
     var ours = currentP && c && currentP.session === store.getItem("sb.session") && currentP.at > c.at;
-    if (current && !ours) { current.abort(); current = null; }
+    var left = current && !ours ? currentP : null;
+    if (left) { current.abort(); current = null; }
     if (!current) busy(false);
     refused = null;
     clearLog();
@@ -558,6 +559,14 @@
     if (current) {
       log.appendChild(currentOut);
       log.scrollTop = log.scrollHeight;
+    }
+    // The tab is told of the answer it no longer waits for, which went
+    // from the screen with its question: it vanished without a word.
+    // (A typed /new stopped its turn; New chat left it running in the
+    // old conversation, which this page no longer shows.)
+    if (left) {
+      bubble("notice", "A new conversation was started in another tab: the answer to " +
+        (left.asked ? "“" + (left.asked.length > 80 ? left.asked.slice(0, 79) + "…" : left.asked) + "”" : "your message") + " stays with the old conversation and is not shown here.");
     }
   });
   // refused is the message a 401 turned back, sent again with the key.
@@ -714,7 +723,7 @@
       if (text) content.unshift({ type: "text", text: text });
     }
     var p = {
-      key: newKey(), session: session(), tab: tab, at: Date.now(),
+      key: newKey(), session: session(), tab: tab, at: Date.now(), asked: shown,
       body: JSON.stringify({ model: "switchboard", stream: true, messages: [{ role: "user", content: content }] })
     };
     // /new (or /reset, its alias, with or without a title) starts a new
