@@ -834,3 +834,30 @@ func TestWebChatTellsATabWhoseAnswerAnotherTabsNewLeft(t *testing.T) {
 		t.Fatalf("%d messages published, want the question and the /new", n)
 	}
 }
+
+// TestWebChatTakesOnThePendingRecordOfTheReleaseBefore: a message left
+// pending in the one record the page kept before (sb.pending, its
+// answer's part in sb.part) when the gateway was upgraded is asked for
+// again after the reload, in this tab's record, not lost.
+func TestWebChatTakesOnThePendingRecordOfTheReleaseBefore(t *testing.T) {
+	r, step, eval, poll := openWebChat(t, func(r *responder) {
+		r.answer = func(ev *eventsv1.MessageReceived, turn int) []string { return []string{"echo: " + ev.GetText()} }
+	})
+	eval(`(() => {
+		localStorage.setItem("sb.session", "web-0123456789abcdef01234567");
+		localStorage.setItem("sb.history", JSON.stringify([{ role: "user", content: "before the upgrade" }]));
+		localStorage.setItem("sb.pending", JSON.stringify({ key: "msg-0123456789abcdef01234567", session: "web-0123456789abcdef01234567",
+			body: JSON.stringify({ model: "switchboard", stream: true, messages: [{ role: "user", content: "before the upgrade" }] }) }));
+		localStorage.setItem("sb.part", JSON.stringify({ key: "msg-0123456789abcdef01234567", shown: "the part shown" }));
+		return "";
+	})()`)
+	step("reload", chromedp.Reload(), chromedp.WaitVisible("#input"))
+	poll("the answer", `document.querySelectorAll('.msg.assistant:not(.pending)').length >= 1`)
+	if got, want := eval(pageLog+` + " | pending: " + `+pendingRecords+` + " | old: " + localStorage.getItem("sb.pending") + " " + localStorage.getItem("sb.part")`),
+		"msg user: before the upgrade | msg assistant: echo: before the upgrade | pending: null | old: null null"; got != want {
+		t.Fatalf("page %q, want %q", got, want)
+	}
+	if got := r.received(); len(got) != 1 || got[0].GetSource().GetChatId() != "web-0123456789abcdef01234567" {
+		t.Fatalf("published %v, want the pending message in its conversation", got)
+	}
+}

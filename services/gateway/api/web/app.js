@@ -947,6 +947,19 @@
   // which waits for its own. Another conversation's are no longer
   // waited for.
   (function () {
+    // The one record of the release before (sb.pending, sb.part), this
+    // tab's now.
+    var legacy = record("sb.pending"), legacyPart = record("sb.part");
+    if (legacy && legacy.key) {
+      legacy.tab = tab;
+      legacy.at = 0;
+      try {
+        store.setItem(PENDING + legacy.key, JSON.stringify(legacy));
+        if (legacyPart && legacyPart.key === legacy.key) store.setItem(PART + legacy.key, JSON.stringify(legacyPart));
+      } catch (e) { /* full: as a message too big to keep */ }
+    }
+    store.removeItem("sb.pending");
+    store.removeItem("sb.part");
     var now = store.getItem("sb.session"), mine = [], others = [];
     pendings().forEach(function (p) {
       if (p.session !== now) done(p);
