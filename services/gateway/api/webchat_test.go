@@ -319,7 +319,7 @@ func TestWebChatShowsATurnThatTimedOut(t *testing.T) {
 	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`document.querySelectorAll('.msg.error').length >= 1`)); err != nil {
 		t.Fatalf("browser: the failure: %v", err)
 	}
-	got, err := chromedp.Run(ctx, chromedp.Evaluate[string](pageLog+` + " | pending: " + localStorage.getItem("sb.pending")`))
+	got, err := chromedp.Run(ctx, chromedp.Evaluate[string](pageLog+` + " | pending: " + `+pendingRecords))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -327,6 +327,10 @@ func TestWebChatShowsATurnThatTimedOut(t *testing.T) {
 		t.Fatalf("page %q, want %q", got, want)
 	}
 }
+
+// pendingRecords is the page's pending messages' records (each of its
+// own, sb.pending.<key>), joined by ",", or "null" for none.
+const pendingRecords = `(Object.keys(localStorage).filter(k => k.startsWith("sb.pending.")).map(k => localStorage.getItem(k)).join(",") || "null")`
 
 // pageLog is the page's bubbles, "<class>: <text>" joined by " | ".
 const pageLog = `Array.from(document.querySelectorAll('.msg')).map(m => m.className + ": " + m.textContent).join(" | ")`
@@ -464,7 +468,7 @@ func TestWebChatTwoTabs(t *testing.T) {
 	if _, err := chromedp.Run(tabB, chromedp.Poll[bool](`Array.from(document.querySelectorAll('.msg.assistant:not(.pending)')).some(m => m.textContent === "echo: from B")`)); err != nil {
 		t.Fatalf("browser: B's answer after its reload: %v", err)
 	}
-	if _, err := chromedp.Run(tabA, chromedp.Poll[bool](`localStorage.getItem("sb.pending") === null`)); err != nil {
+	if _, err := chromedp.Run(tabA, chromedp.Poll[bool](pendingRecords+` === "null"`)); err != nil {
 		t.Fatalf("browser: tab A sees nothing pending: %v", err)
 	}
 	stepA("reload A", chromedp.Reload(), chromedp.WaitVisible("#input"))
@@ -484,7 +488,7 @@ func TestWebChatTwoTabs(t *testing.T) {
 // started a new chat is not written into the new chat's transcript, nor
 // shown: the tab shows the new chat at once (TestWebChatOtherTabsShowANewConversation)
 // and, as New chat pressed in it, no longer waits for the old
-// conversation's answer.
+// conversation's answer, which it says.
 func TestWebChatNewChatInAnotherTab(t *testing.T) {
 	browser, s, r := keylessWebChat(t)
 	release := r.hold()
@@ -503,7 +507,7 @@ func TestWebChatNewChatInAnotherTab(t *testing.T) {
 	if err := chromedp.Do(tabB, chromedp.Click("#new")); err != nil {
 		t.Fatalf("browser: New chat in tab B: %v", err)
 	}
-	if _, err := chromedp.Run(tabA, chromedp.Poll[bool](`localStorage.getItem("sb.session") === null && document.querySelectorAll(".msg").length === 0 && !document.getElementById("send").disabled`)); err != nil {
+	if _, err := chromedp.Run(tabA, chromedp.Poll[bool](`localStorage.getItem("sb.session") === null && `+pageLog+` === "msg notice: `+leftBehind("old question")+`" && !document.getElementById("send").disabled`)); err != nil {
 		t.Fatalf("browser: tab A shows the new chat: %v", err)
 	}
 	release()
@@ -516,7 +520,7 @@ func TestWebChatNewChatInAnotherTab(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := `msg user: new question | msg assistant: echo: new question (turn 1) | kept: [{"role":"user","content":"new question"},{"role":"assistant","content":"echo: new question (turn 1)"}]`; got != want {
+	if want := `msg notice: ` + leftBehind("old question") + ` | msg user: new question | msg assistant: echo: new question (turn 1) | kept: [{"role":"user","content":"new question"},{"role":"assistant","content":"echo: new question (turn 1)"}]`; got != want {
 		t.Fatalf("the new chat %s, want %s", got, want)
 	}
 }
@@ -700,7 +704,7 @@ func TestWebChatStopsTheAnswer(t *testing.T) {
 	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`document.querySelectorAll('.msg.error').length >= 1 && !document.getElementById("send").disabled && document.getElementById("stop").hidden`)); err != nil {
 		t.Fatalf("browser: the stopped answer's end: %v\n%s", err, eval(pageLog))
 	}
-	if p := eval(`String(localStorage.getItem("sb.pending"))`); p != "null" {
+	if p := eval(pendingRecords); p != "null" {
 		t.Errorf("the stopped message is still pending: %s", p)
 	}
 	step("reload", chromedp.Reload(), chromedp.WaitVisible("#input"))
@@ -751,4 +755,10 @@ func TestWebChatWaitsOutARateLimit(t *testing.T) {
 	if n := len(r.received()); n != 1 {
 		t.Fatalf("%d messages published, want 1", n)
 	}
+}
+
+// leftBehind is what a tab says when another tab's new conversation
+// left the answer to its question behind.
+func leftBehind(question string) string {
+	return "A new conversation was started in another tab: the answer to “" + question + "” stays with the old conversation and is not shown here."
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
@@ -338,11 +339,15 @@ func TestWebChatShowsUnclosedEmphasisAsText(t *testing.T) {
 
 // TestWebChatRendersKeptAnswersWhenSeen: a reload shows a long kept
 // transcript with the answers on screen (the newest) rendered as
-// Markdown at once and the others as they come near the screen; every
-// kept answer was rendered before the page showed, which took seconds
-// for a full storage.
+// Markdown in its first frame and the others as they come near the
+// screen, or in the background after it; every kept answer was rendered
+// before the page showed, which took seconds for a full storage.
 func TestWebChatRendersKeptAnswersWhenSeen(t *testing.T) {
-	_, step, eval, poll := openWebChat(t, nil)
+	browser, s, _ := keylessWebChat(t)
+	ctx, step := headless(t, browser)
+	eval, poll := evaluator(t, ctx), poller(t, ctx)
+	traceRendering(t, ctx)
+	step("open", chromedp.Navigate("http://"+s.Addr()+"/"), chromedp.WaitVisible("#input"))
 	eval(`(() => {
 		const h = [];
 		for (let i = 0; i < 60; i++) {
@@ -353,24 +358,110 @@ func TestWebChatRendersKeptAnswersWhenSeen(t *testing.T) {
 		return "";
 	})()`)
 	step("reload", chromedp.Reload(), chromedp.WaitVisible("#input"))
-	// answer i's bold text ("" while it waits to be rendered) and its
-	// count of list items.
-	answer := func(i int) string {
-		return fmt.Sprintf(`(m => (m.querySelector("strong") || {}).textContent + " " + m.querySelectorAll("li").length)(document.querySelectorAll(".msg.assistant")[%d])`, i)
-	}
-	if got := eval(answer(59)); got != "answer 59 30" {
-		t.Fatalf("the newest answer, on screen, shows %q", got)
-	}
-	if got := eval(answer(0)); got != "undefined 0" {
-		t.Errorf("the oldest answer, far off screen, rendered already (%q)", got)
-	}
-	if got := eval(`String(document.querySelectorAll(".msg.assistant")[0].textContent.startsWith("**answer 0**"))`); got != "true" {
-		t.Errorf("the oldest answer does not show its text while it waits")
+	poll("the first frame", `!!window.sbTrace.firstFrame`)
+	// The newest answer's bold text and count of list items, and the
+	// oldest's ("undefined 0" while it waits to be rendered) and the
+	// start of its text, in the page's first frame.
+	if got, want := eval(`(f => f.newest + " | " + f.oldest + " | " + f.oldestText)(window.sbTrace.firstFrame)`), "answer 59 30 | undefined 0 | **answer 0**"; got != want {
+		t.Fatalf("the first frame shows %q, want %q", got, want)
 	}
 	eval(`String(document.getElementById("log").scrollTop = 0)`) // the reader goes back to the start
-	poll("the oldest answer rendered", answer(0)+` === "answer 0 30"`)
+	poll("the oldest answer rendered", `(m => (m.querySelector("strong") || {}).textContent + " " + m.querySelectorAll("li").length)(document.querySelectorAll(".msg.assistant")[0]) === "answer 0 30"`)
 	if got := eval(`String(document.querySelectorAll(".msg.assistant").length)`); got != "60" {
 		t.Fatalf("%s answers shown, want 60", got)
+	}
+}
+
+// traceRendering has every page of ctx record, in window.sbTrace, its
+// first frame (firstFrame: when, its count of answers and of those not
+// rendered yet, the newest's and the oldest's bold text and count of
+// list items, and the oldest's first 12 characters), the longest task after it
+// (longest, ms; 0 when none took 50 ms), when the last answer waiting
+// was rendered (done), and how many answers waited when a key was
+// typed in the box (typed).
+func traceRendering(t *testing.T, ctx context.Context) {
+	t.Helper()
+	const script = `(() => {
+		const unrendered = () => document.querySelectorAll(".msg.assistant[data-later]").length;
+		const shape = m => m ? (m.querySelector("strong") || {}).textContent + " " + m.querySelectorAll("li").length : "none";
+		const trace = window.sbTrace = { longest: 0, typed: -1 };
+		document.addEventListener("DOMContentLoaded", () => requestAnimationFrame(() => {
+			const a = document.querySelectorAll(".msg.assistant");
+			trace.firstFrame = { at: performance.now(), answers: a.length, unrendered: unrendered(), newest: shape(a[a.length - 1]), oldest: shape(a[0]), oldestText: a.length ? a[0].textContent.slice(0, 12) : "" };
+		}));
+		new PerformanceObserver(l => l.getEntries().forEach(e => {
+			if (trace.firstFrame && e.startTime >= trace.firstFrame.at) trace.longest = Math.max(trace.longest, e.duration);
+		})).observe({ type: "longtask" });
+		new MutationObserver(() => {
+			if (trace.firstFrame && !trace.done && !unrendered()) trace.done = performance.now();
+		}).observe(document, { subtree: true, attributes: true, attributeFilter: ["data-later"] });
+		document.addEventListener("input", () => { trace.typed = unrendered(); }, true);
+	})()`
+	if _, err := chromedp.Call(ctx, page.AddScriptToEvaluateOnNewDocument, page.AddScriptToEvaluateOnNewDocumentParams{Source: script}); err != nil {
+		t.Fatalf("browser: trace the rendering: %v", err)
+	}
+}
+
+// TestWebChatRendersEveryKeptAnswerAfterAReload: shortly after a reload
+// every kept answer shows rendered, with no scrolling, so that the
+// browser's search finds them as they show and the scrollbar is exact:
+// those never scrolled near showed their Markdown's marks, and were
+// laid out as an estimate. The first frame still shows the newest
+// rendered alone; the rest is rendered in the background in slices,
+// between which the page takes what is typed (a key typed at once is
+// taken while answers still wait), and no task of it runs long beside
+// the whole (each answer's blocks over several slices). The reader
+// stays at the log's end.
+func TestWebChatRendersEveryKeptAnswerAfterAReload(t *testing.T) {
+	const answers = 12
+	browser, s, _ := keylessWebChat(t)
+	ctx, step := headless(t, browser)
+	eval, poll := evaluator(t, ctx), poller(t, ctx)
+	traceRendering(t, ctx)
+	step("open", chromedp.Navigate("http://"+s.Addr()+"/"), chromedp.WaitVisible("#input"))
+	// Long answers (some 30 KB each) of paragraphs, lists and code.
+	eval(fmt.Sprintf(`(() => {
+		const h = [];
+		const block = "A paragraph with **bold**, *italic* and a [link](https://example.com/x) in it.\n\n- an item with `+"`code`"+`\n- another\n\n";
+		for (let i = 0; i < %d; i++) {
+			h.push({ role: "user", content: "question " + i });
+			h.push({ role: "assistant", content: "**answer " + i + "**\n\n" + block.repeat(250) + "`+"```"+`\ncode\n`+"```"+`" });
+		}
+		localStorage.setItem("sb.history", JSON.stringify(h));
+		return "";
+	})()`, answers))
+	step("reload", chromedp.Reload(), chromedp.WaitVisible("#input"))
+	poll("the first frame", `!!window.sbTrace.firstFrame`)
+	step("type at once", chromedp.SendKeys("#input", "x"))
+	first := eval(`(f => f.answers + " answers, " + f.unrendered + " not rendered, the newest " + f.newest)(window.sbTrace.firstFrame)`)
+	var shown, waited int
+	if _, err := fmt.Sscanf(first, "%d answers, %d not rendered", &shown, &waited); err != nil || shown != answers || waited < answers/2 ||
+		!strings.HasSuffix(first, fmt.Sprintf("the newest answer %d 500", answers-1)) {
+		t.Fatalf("first frame: %s (%v); want the newest rendered, most others not yet", first, err)
+	}
+	if typed := eval(`String(window.sbTrace.typed)`); typed == "-1" || typed == "0" {
+		t.Errorf("the key typed at once was taken with %s answers waiting: want it taken between the slices, while answers wait", typed)
+	}
+	// A minute: on a loaded machine the browser gets little of the CPU.
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`document.querySelectorAll(".msg.assistant[data-later]").length === 0 && !!window.sbTrace.done`, chromedp.WithPollingTimeout(time.Minute))); err != nil {
+		t.Fatalf("browser: every answer rendered: %v (%s answers waiting)", err, eval(`String(document.querySelectorAll(".msg.assistant[data-later]").length)`))
+	}
+	got := eval(`(() => {
+		const log = document.getElementById("log");
+		const a = Array.from(document.querySelectorAll(".msg.assistant"));
+		const bold = a.filter((m, i) => (m.querySelector("p strong") || {}).textContent === "answer " + i).length;
+		return bold + " rendered, marks shown: " + log.textContent.includes("**") + ", at the end: " + (log.scrollHeight - log.scrollTop - log.clientHeight < 40) + ", input: " + document.getElementById("input").value;
+	})()`)
+	if want := fmt.Sprintf("%d rendered, marks shown: false, at the end: true, input: x", answers); got != want {
+		t.Fatalf("after the background rendering: %s, want %s", got, want)
+	}
+	longest, span := eval(`String(Math.round(window.sbTrace.longest))`), eval(`String(Math.round(window.sbTrace.done - window.sbTrace.firstFrame.at))`)
+	var l, sp int
+	fmt.Sscan(longest, &l)
+	fmt.Sscan(span, &sp)
+	t.Logf("rendered in %d ms after the first frame, longest task %d ms", sp, l)
+	if l*3 > sp {
+		t.Errorf("a task of %d ms in a rendering of %d ms: want it done in slices", l, sp)
 	}
 }
 
@@ -485,7 +576,7 @@ func TestWebChatKeepsTheStreamedPartAtMostOnceASecond(t *testing.T) {
 		window.partWrites = [];
 		const set = Storage.prototype.setItem;
 		Storage.prototype.setItem = function (k, v) {
-			if ((k === "sb.pending" || k === "sb.part") && v.includes('"shown"')) window.partWrites.push([performance.now(), JSON.parse(v).shown]);
+			if ((k.startsWith("sb.pending") || k.startsWith("sb.part")) && v.includes('"shown"')) window.partWrites.push([performance.now(), JSON.parse(v).shown]);
 			return set.apply(this, arguments);
 		};
 		return "";
@@ -578,13 +669,13 @@ func TestWebChatOtherTabsKeepWaitingForTheNewConversationsMessage(t *testing.T) 
 	platformtest.WaitFor(t, "the /new", func() bool { return len(r.received()) == 1 })
 	stepA("send in A", chromedp.SendKeys("#input", "first of the new"), chromedp.Click("#send"))
 	platformtest.WaitFor(t, "A's message", func() bool { return len(r.received()) == 2 })
-	pollB("A's message pending in B's view", `(localStorage.getItem("sb.pending") || "").includes("first of the new")`)
+	pollB("A's message pending in B's view", pendingRecords+`.includes("first of the new")`)
 	openNew()
 	pollB("B's answer to /new", `Array.from(document.querySelectorAll('.msg.assistant:not(.pending)')).some(m => m.textContent === "`+newSessionStarted+`")`)
 	pollA("the new conversation in A", `document.querySelector(".msg.assistant").textContent === "`+newSessionStarted+`"`)
 	openLater()
 	pollA("A's answer", `Array.from(document.querySelectorAll('.msg.assistant:not(.pending)')).some(m => m.textContent === "echo: first of the new") && !document.getElementById("send").disabled`)
-	if got, err := chromedp.Run(tabA, chromedp.Evaluate[string](`localStorage.getItem("sb.history") + " | pending: " + localStorage.getItem("sb.pending")`)); err != nil || !strings.Contains(got, `{"role":"assistant","content":"echo: first of the new"}]`) || !strings.HasSuffix(got, "pending: null") {
+	if got, err := chromedp.Run(tabA, chromedp.Evaluate[string](`localStorage.getItem("sb.history") + " | pending: " + `+pendingRecords)); err != nil || !strings.Contains(got, `{"role":"assistant","content":"echo: first of the new"}]`) || !strings.HasSuffix(got, "pending: null") {
 		t.Fatalf("kept %s (%v), want A's answer kept, nothing pending", got, err)
 	}
 }
@@ -626,5 +717,147 @@ func answerInPieces(text string, size int) func(*eventsv1.MessageReceived, int) 
 			rest = rest[n:]
 		}
 		return pieces
+	}
+}
+
+// TestWebChatKeepsEachTabsPendingMessage: two tabs that each sent a
+// message keep both pending, each in a record of its own, and each
+// tab, reloaded before its answer came, asks again for its own message
+// and shows its answer, which the transcript keeps once. One record for
+// all (finding 27) kept the message sent last: the first tab, reloaded,
+// asked for the other tab's message, and its own answer was lost.
+func TestWebChatKeepsEachTabsPendingMessage(t *testing.T) {
+	browser, s, r := keylessWebChat(t)
+	release := r.hold()
+	defer release()
+	gateB := make(chan struct{})
+	var openB sync.Once
+	releaseB := func() { openB.Do(func() { close(gateB) }) }
+	defer releaseB()
+	r.mu.Lock()
+	r.answer = func(ev *eventsv1.MessageReceived, turn int) []string {
+		if ev.GetText() == "from B" {
+			<-gateB // after A's answer is kept: the two tabs' writes of the transcript do not race
+		}
+		return []string{"echo: " + ev.GetText()}
+	}
+	r.mu.Unlock()
+	tabA, stepA := headless(t, browser)
+	url := "http://" + s.Addr() + "/"
+	stepA("open tab A", chromedp.Navigate(url), chromedp.WaitVisible("#input"))
+	pollA := poller(t, tabA)
+	tabB, cancelB := chromedp.NewContext(tabA) // another tab of the same browser
+	defer cancelB()
+	pollB := poller(t, tabB)
+	stepB := func(what string, actions ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		if err := chromedp.Do(tabB, actions...); err != nil {
+			t.Fatalf("browser tab B: %s: %v", what, err)
+		}
+	}
+	stepB("open tab B", chromedp.Navigate(url), chromedp.WaitVisible("#input"))
+	stepA("send in A", chromedp.SendKeys("#input", "from A"), chromedp.Click("#send"))
+	platformtest.WaitFor(t, "A's message", func() bool { return len(r.received()) == 1 })
+	stepB("send in B", chromedp.SendKeys("#input", "from B"), chromedp.Click("#send"))
+	platformtest.WaitFor(t, "B's message", func() bool { return len(r.received()) == 2 })
+	pollA("both pending in A's view", pendingRecords+`.includes("from A") && `+pendingRecords+`.includes("from B")`)
+	stepA("reload A before its answer", chromedp.Reload(), chromedp.WaitVisible("#input"))
+	stepB("reload B before its answer", chromedp.Reload(), chromedp.WaitVisible("#input"))
+	release()
+	const answered = `Array.from(document.querySelectorAll('.msg.assistant:not(.pending)')).map(m => m.textContent).join(",")`
+	pollA("A's answer", answered+` === "echo: from A" && !document.getElementById("send").disabled`)
+	pollB("A's answer kept, in B's view", `(localStorage.getItem("sb.history") || "").includes("echo: from A")`)
+	releaseB()
+	pollB("B's answer", answered+` === "echo: from B" && !document.getElementById("send").disabled`)
+	pollA("nothing pending", pendingRecords+` === "null"`)
+	stepA("reload A", chromedp.Reload(), chromedp.WaitVisible("#input"))
+	got, err := chromedp.Run(tabA, chromedp.Evaluate[string](`JSON.parse(localStorage.getItem("sb.history")).map(m => m.content).sort().join(" | ")`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "echo: from A | echo: from B | from A | from B"; got != want {
+		t.Fatalf("kept transcript %q, want %q", got, want)
+	}
+	if n := len(r.received()); n != 2 {
+		t.Fatalf("%d messages published, want 2", n)
+	}
+}
+
+// TestWebChatTellsATabWhoseAnswerAnotherTabsNewLeft: a /new typed in one
+// tab (as New chat pressed there) ends the conversation another tab
+// waits for an answer in; that tab shows the new conversation and says
+// that the answer to its question stays with the old one, rather than
+// its question and the answer on its way vanishing without a word. It
+// waits for it no longer, and a reload does not ask for it again.
+func TestWebChatTellsATabWhoseAnswerAnotherTabsNewLeft(t *testing.T) {
+	browser, s, r := keylessWebChat(t)
+	gate := make(chan struct{})
+	var opened sync.Once
+	open := func() { opened.Do(func() { close(gate) }) }
+	defer open()
+	r.mu.Lock()
+	r.answer = func(ev *eventsv1.MessageReceived, turn int) []string {
+		if ev.GetText() == "/new" {
+			return []string{newSessionStarted}
+		}
+		<-gate
+		return []string{"echo: " + ev.GetText()}
+	}
+	r.mu.Unlock()
+	tabA, stepA := headless(t, browser)
+	url := "http://" + s.Addr() + "/"
+	stepA("open tab A", chromedp.Navigate(url), chromedp.WaitVisible("#input"))
+	pollA := poller(t, tabA)
+	tabB, cancelB := chromedp.NewContext(tabA) // another tab of the same browser
+	defer cancelB()
+	pollB := poller(t, tabB)
+	if err := chromedp.Do(tabB, chromedp.Navigate(url), chromedp.WaitVisible("#input")); err != nil {
+		t.Fatalf("browser: open tab B: %v", err)
+	}
+	stepA("send in A", chromedp.SendKeys("#input", "a long question"), chromedp.Click("#send"))
+	platformtest.WaitFor(t, "A's message", func() bool { return len(r.received()) == 1 })
+	if err := chromedp.Do(tabB, chromedp.SendKeys("#input", "/new"), chromedp.Click("#send")); err != nil {
+		t.Fatalf("browser: /new in tab B: %v", err)
+	}
+	pollB("B's answer to /new", pageLog+` === "msg assistant: `+newSessionStarted+`"`)
+	want := "msg assistant: " + newSessionStarted + " | msg notice: " + leftBehind("a long question")
+	pollA("the new conversation in A, and what it left", pageLog+` === "`+want+`" && !document.getElementById("send").disabled`)
+	if got, err := chromedp.Run(tabA, chromedp.Evaluate[string](pendingRecords)); err != nil || got != "null" {
+		t.Fatalf("pending %s (%v), want nothing", got, err)
+	}
+	open()
+	stepA("reload A", chromedp.Reload(), chromedp.WaitVisible("#input"))
+	if got, err := chromedp.Run(tabA, chromedp.Evaluate[string](pageLog)); err != nil || got != "msg assistant: "+newSessionStarted {
+		t.Fatalf("A after a reload %q (%v), want the new conversation alone", got, err)
+	}
+	if n := len(r.received()); n != 2 {
+		t.Fatalf("%d messages published, want the question and the /new", n)
+	}
+}
+
+// TestWebChatTakesOnThePendingRecordOfTheReleaseBefore: a message left
+// pending in the one record the page kept before (sb.pending, its
+// answer's part in sb.part) when the gateway was upgraded is asked for
+// again after the reload, in this tab's record, not lost.
+func TestWebChatTakesOnThePendingRecordOfTheReleaseBefore(t *testing.T) {
+	r, step, eval, poll := openWebChat(t, func(r *responder) {
+		r.answer = func(ev *eventsv1.MessageReceived, turn int) []string { return []string{"echo: " + ev.GetText()} }
+	})
+	eval(`(() => {
+		localStorage.setItem("sb.session", "web-0123456789abcdef01234567");
+		localStorage.setItem("sb.history", JSON.stringify([{ role: "user", content: "before the upgrade" }]));
+		localStorage.setItem("sb.pending", JSON.stringify({ key: "msg-0123456789abcdef01234567", session: "web-0123456789abcdef01234567",
+			body: JSON.stringify({ model: "switchboard", stream: true, messages: [{ role: "user", content: "before the upgrade" }] }) }));
+		localStorage.setItem("sb.part", JSON.stringify({ key: "msg-0123456789abcdef01234567", shown: "the part shown" }));
+		return "";
+	})()`)
+	step("reload", chromedp.Reload(), chromedp.WaitVisible("#input"))
+	poll("the answer", `document.querySelectorAll('.msg.assistant:not(.pending)').length >= 1`)
+	if got, want := eval(pageLog+` + " | pending: " + `+pendingRecords+` + " | old: " + localStorage.getItem("sb.pending") + " " + localStorage.getItem("sb.part")`),
+		"msg user: before the upgrade | msg assistant: echo: before the upgrade | pending: null | old: null null"; got != want {
+		t.Fatalf("page %q, want %q", got, want)
+	}
+	if got := r.received(); len(got) != 1 || got[0].GetSource().GetChatId() != "web-0123456789abcdef01234567" {
+		t.Fatalf("published %v, want the pending message in its conversation", got)
 	}
 }

@@ -244,11 +244,19 @@
   // one, still streaming, runs to the end), lists (nested by indent) and
   // headings (shown bold).
   function renderMarkdown(host, text) {
+    markdownSteps(host, text)(0);
+  }
+  // markdownSteps is renderMarkdown in steps: it returns step, which
+  // renders text's lines into host until the time (performance.now())
+  // until, if any, has come (a line at least, a block's line at most
+  // after it), and says whether the whole text is in.
+  function markdownSteps(host, text) {
     host.textContent = "";
     var lines = text.split("\n");
     var para = null; // { into, lines }: the text block being read
     var lists = []; // open lists, outermost first: { indent, ordered, node, item }
     var blank = false;
+    var i = 0;
     function flush() {
       if (!para) return;
       var into = para.into;
@@ -257,7 +265,16 @@
       inline(into, para.lines.join("\n"));
       para = null;
     }
-    for (var i = 0; i < lines.length; i++) {
+    return function step(until) {
+      for (var from = i; i < lines.length; i++) {
+        if (until && i > from && performance.now() >= until) return false;
+        block();
+      }
+      flush();
+      return true;
+    };
+    // block reads the line at i, and the fence's lines after it.
+    function block() {
       var line = lines[i], m;
       if ((m = /^([ \t]*)(`{3,}|~{3,})(.*)$/.exec(line)) && !(m[2][0] === "`" && m[3].indexOf("`") >= 0)) {
         // A fence (indented too: a list item's code), its lines without
@@ -273,9 +290,9 @@
         var pre = host.appendChild(el("pre"));
         pre.appendChild(el("code")).textContent = code.join("\n");
         blank = false;
-        continue;
+        return;
       }
-      if (!line.trim()) { flush(); blank = true; continue; }
+      if (!line.trim()) { flush(); blank = true; return; }
       if ((m = /^(\s*)(?:([-*+])|(\d{1,9})[.)])\s+(.*)$/.exec(line))) {
         flush();
         var indent = m[1].replace(/\t/g, "    ").length, ordered = !m[2];
@@ -294,14 +311,14 @@
         top.item = top.node.appendChild(el("li"));
         para = { into: top.item, lines: [m[4]] };
         blank = false;
-        continue;
+        return;
       }
       if ((m = /^ {0,3}#{1,6}\s+(.*?)(\s+#+)?\s*$/.exec(line))) {
         flush();
         lists = [];
         inline(host.appendChild(el("p", "heading")).appendChild(el("strong")), m[1]);
         blank = false;
-        continue;
+        return;
       }
       if (lists.length && (!blank || /^\s/.test(line))) {
         // The list item's text goes on (or, after a blank, its next paragraph).
@@ -315,7 +332,6 @@
       }
       blank = false;
     }
-    flush();
   }
 
   // atEnd: the log is scrolled to its end (near enough), so what comes
@@ -361,17 +377,66 @@
   // Markdown is rendered when it comes near the screen (those on it,
   // the newest, before the page first shows), and shows its text as
   // written until then. Rendering every kept answer made a reload with
-  // a full storage take seconds (20 s under load).
+  // a full storage take seconds (20 s under load). After the first
+  // frame the others are rendered in the background, newest first, in
+  // slices of at most SLICE ms of idle time (a long answer over several
+  // of them, a block of lines at a time, into a copy that replaces its
+  // text once whole), so that soon every answer shows rendered (found
+  // by the browser's search as it shows, the scrollbar exact) without
+  // holding up what the reader types or scrolls.
   var later = typeof IntersectionObserver === "function" ? new IntersectionObserver(function (seen) {
     seen.forEach(function (x) { if (x.isIntersecting) rendered(x.target); });
   }, { root: log, rootMargin: "100% 0px" }) : null;
+  var SLICE = 8;
+  // waiting: the kept answers still to be rendered in the background,
+  // newest first; slow: the one being rendered ({ d, host, step }).
+  var waiting = [], slow = null, sliceAsked = false;
   // rendered renders the kept answer of d, if it waits for it.
   function rendered(d) {
     if (d.raw == null) return;
+    var host = el("div", "md");
+    renderMarkdown(host, d.raw);
+    replaceText(d, host);
+  }
+  // replaceText shows host, d's answer rendered, in place of its text;
+  // a reader at the log's end stays there.
+  function replaceText(d, host) {
     if (later) later.unobserve(d);
-    renderMarkdown(d.md, d.raw);
+    var follow = atEnd();
+    d.replaceChild(host, d.md);
+    d.md = host;
     d.raw = null;
     delete d.dataset.later;
+    if (follow) log.scrollTop = log.scrollHeight;
+  }
+  function askSlice() {
+    if (sliceAsked || !waiting.length && !slow) return;
+    sliceAsked = true;
+    if (typeof requestIdleCallback === "function") requestIdleCallback(slice, { timeout: 200 });
+    else setTimeout(slice, 0);
+  }
+  // slice renders waiting answers for SLICE ms at most (less when the
+  // browser's idle time is shorter), and asks for the next slice.
+  function slice(idle) {
+    sliceAsked = false;
+    var span = SLICE;
+    if (idle && !idle.didTimeout) span = Math.max(1, Math.min(SLICE, idle.timeRemaining()));
+    var until = performance.now() + span;
+    do {
+      if (slow && slow.d.raw == null) slow = null; // rendered as it came near the screen
+      if (!slow) {
+        var d = waiting.shift();
+        if (!d) return;
+        if (d.raw == null) continue;
+        var host = el("div", "md");
+        slow = { d: d, host: host, step: markdownSteps(host, d.raw) };
+      }
+      if (slow.step(until)) {
+        replaceText(slow.d, slow.host);
+        slow = null;
+      }
+    } while (performance.now() < until);
+    askSlice();
   }
   // showKept adds the kept messages of h to the log, which it scrolls to
   // its end.
@@ -404,10 +469,15 @@
       if (d.raw == null) return;
       if (later) later.observe(d); else rendered(d);
     });
+    waiting = all.filter(function (d) { return d.raw != null; }).reverse();
+    // After the first frame: the page shows first.
+    requestAnimationFrame(function () { setTimeout(askSlice, 0); });
   }
   // clearLog empties the log (and what waits to be rendered in it).
   function clearLog() {
     if (later) later.disconnect();
+    waiting = [];
+    slow = null;
     log.textContent = "";
   }
   showKept(history());
@@ -418,9 +488,9 @@
   });
 
   // current stops the answer on its way (an AbortController), if any;
-  // currentSession is its conversation, currentKey its message's key
+  // currentSession is its conversation, currentP its pending message
   // and currentOut its bubble.
-  var current = null, currentSession = null, currentKey = null, currentOut = null;
+  var current = null, currentSession = null, currentP = null, currentOut = null;
 
   // busy shows whether an answer is on its way: Send waits for it, and
   // Stop can end its turn.
@@ -453,29 +523,35 @@
     // waited for (its turn runs on), nor written into the new one.
     if (current) { current.abort(); current = null; }
     busy(false);
+    var old = store.getItem("sb.session");
     store.removeItem("sb.session");
     store.removeItem("sb.history");
-    store.removeItem("sb.pending");
-    store.removeItem("sb.part");
+    // The old conversation's messages are no longer waited for, here
+    // or in another tab.
+    pendings().forEach(function (q) { if (q.session === old) done(q); });
     refused = null;
     clearLog();
-    cleared();
+    cleared(Date.now());
     input.focus();
   });
   // cleared tells the page's other tabs that this one started a new
-  // conversation (New chat, or a /new its answer confirmed): each
-  // shows it at once (storage event), not its old transcript until
-  // reloaded.
-  function cleared() { store.setItem("sb.cleared", newKey()); }
+  // conversation (New chat, or a /new its answer confirmed) at the
+  // time at (a message sent before it is the old conversation's, one
+  // sent since the new one's): each shows it at once (storage event),
+  // not its old transcript until reloaded.
+  function cleared(at) { store.setItem("sb.cleared", JSON.stringify({ id: newKey(), at: at })); }
   window.addEventListener("storage", function (e) {
     if (e.key !== "sb.cleared" && e.key !== null) return; // null: the storage was cleared
     // The answer on its way here is the old conversation's: no longer
-    // waited for, as New chat leaves it here; unless its message is the
-    // pending one, sent since the new conversation began (after the
-    // /new, or after New chat before this event came): the new
-    // conversation's, still waited for and shown.
-    var q = pending();
-    if (current && !(q && q.key === currentKey)) { current.abort(); current = null; }
+    // waited for, as New chat leaves it here; unless its message was
+    // sent since the new conversation began (after the /new, or after
+    // New chat before this event came), in it: the new conversation's,
+    // still waited for and shown.
+    var c = null;
+    try { c = JSON.parse(store.getItem("sb.cleared")); } catch (err) { /* the storage was cleared */ }
+    var ours = currentP && c && currentP.session === store.getItem("sb.session") && currentP.at > c.at;
+    var left = current && !ours ? currentP : null;
+    if (left) { current.abort(); current = null; }
     if (!current) busy(false);
     refused = null;
     clearLog();
@@ -483,6 +559,14 @@
     if (current) {
       log.appendChild(currentOut);
       log.scrollTop = log.scrollHeight;
+    }
+    // The tab is told of the answer it no longer waits for, which went
+    // from the screen with its question: it vanished without a word.
+    // (A typed /new stopped its turn; New chat left it running in the
+    // old conversation, which this page no longer shows.)
+    if (left) {
+      bubble("notice", "A new conversation was started in another tab: the answer to " +
+        (left.asked ? "“" + (left.asked.length > 80 ? left.asked.slice(0, 79) + "…" : left.asked) + "”" : "your message") + " stays with the old conversation and is not shown here.");
     }
   });
   // refused is the message a 401 turned back, sent again with the key.
@@ -544,40 +628,72 @@
   // it is sent again with the same key, and the gateway answers it once
   // (the turn is not run again, the answer not lost).
   function newKey() { return newSessionId().replace("web-", "msg-"); }
-  function pending() {
-    try { return JSON.parse(store.getItem("sb.pending") || "null"); } catch (e) { return null; }
+  // Each pending message has a record of its own (sb.pending.<key>,
+  // the part of its answer shown so far sb.part.<key>), with the tab
+  // that sent it and when: two tabs sending at once keep both. One
+  // record for all let the second tab's message take the first's
+  // place, and a reload lost the first (its answer never shown nor
+  // kept).
+  var PENDING = "sb.pending.", PART = "sb.part.";
+  // tab names this tab, and its reloads (sessionStorage): a reload asks
+  // again for the answers its tab waited for, not another open tab's.
+  var tab = (function () {
+    try {
+      var t = sessionStorage.getItem("sb.tab");
+      if (!t) { t = newKey().replace("msg-", "tab-"); sessionStorage.setItem("sb.tab", t); }
+      return t;
+    } catch (e) { return newKey().replace("msg-", "tab-"); }
+  })();
+  // While the tab is open it holds a lock of its name (Web Locks,
+  // where the browser has them): a tab that finds no holder of a
+  // pending message's tab takes the message on (its tab was closed
+  // before the answer came).
+  if (navigator.locks) navigator.locks.request("sb.tab." + tab, function () { return new Promise(function () {}); });
+  function record(name) {
+    try { return JSON.parse(store.getItem(name) || "null"); } catch (e) { return null; }
   }
-  // done ends p's pending record, unless a message sent since (in
-  // another tab) has taken its place.
+  // pendings is the pending messages, the first sent first.
+  function pendings() {
+    var all = [];
+    for (var i = 0; i < store.length; i++) {
+      var k = store.key(i), p = k && k.indexOf(PENDING) === 0 ? record(k) : null;
+      if (p && p.key) all.push(p);
+    }
+    return all.sort(function (a, b) { return (a.at || 0) - (b.at || 0); });
+  }
+  // done ends p's pending record and the part kept of its answer.
   function done(p) {
-    var q = pending();
-    if (q && q.key === p.key) store.removeItem("sb.pending");
-    if ((keptPart() || {}).key === p.key) store.removeItem("sb.part");
+    store.removeItem(PENDING + p.key);
+    store.removeItem(PART + p.key);
+  }
+  // taken ends p's pending record and says whether this tab is to keep
+  // its answer in the transcript: not when the record was gone (the
+  // answer was kept by another tab that asked for it too, or the
+  // conversation was left).
+  function taken(p) {
+    var was = p.unkept || store.getItem(PENDING + p.key) != null;
+    done(p);
+    return was;
   }
   // The part of the answer on its way shown so far is kept beside its
-  // pending message (sb.part, with the message's key), so that a reload
-  // shows it until the answer comes: a retry of the message is given
-  // the answer as it is sent, not the text streamed before. It is
-  // written as the page goes (a reload: nothing shown is lost) and, for
-  // a page that ends without going (a crash), at most once a second as
-  // it streams: each write goes to every open tab of the page, and was
-  // one of the whole pending message (a picture's megabytes) four
-  // times a second.
+  // pending message (sb.part.<key>), so that a reload shows it until
+  // the answer comes: a retry of the message is given the answer as it
+  // is sent, not the text streamed before. It is written as the page
+  // goes (a reload: nothing shown is lost) and, for a page that ends
+  // without going (a crash), at most once a second as it streams: each
+  // write goes to every open tab of the page, and was one of the whole
+  // pending message (a picture's megabytes) four times a second.
   var PART_EVERY = 1000;
   var part = null, partTimer = 0, partWritten = 0;
-  function keptPart() {
-    try { return JSON.parse(store.getItem("sb.part") || "null"); } catch (e) { return null; }
-  }
   function keepPart() {
     clearTimeout(partTimer);
     partTimer = 0;
     if (!part || part.kept) return;
     part.kept = true;
-    var q = pending();
-    if (!q || q.key !== part.p.key) return; // another message's place now
+    if (store.getItem(PENDING + part.p.key) == null) return; // no longer pending
     partWritten = Date.now();
     try {
-      store.setItem("sb.part", JSON.stringify({ key: q.key, shown: part.text, tools: part.tools }));
+      store.setItem(PART + part.p.key, JSON.stringify({ shown: part.text, tools: part.tools }));
     } catch (e) { /* full: the answer shows when it comes */ }
   }
   function showPart(p, text, tools) {
@@ -607,7 +723,7 @@
       if (text) content.unshift({ type: "text", text: text });
     }
     var p = {
-      key: newKey(), session: session(),
+      key: newKey(), session: session(), tab: tab, at: Date.now(), asked: shown,
       body: JSON.stringify({ model: "switchboard", stream: true, messages: [{ role: "user", content: content }] })
     };
     // /new (or /reset, its alias, with or without a title) starts a new
@@ -616,8 +732,7 @@
     // Another answer (reserved for admins; not read as a command) left
     // the conversation as it was, and the transcript with it.
     if (/^\/(new|reset)(@\S*)?(\s|$)/i.test(text)) p.reset = true;
-    store.removeItem("sb.part"); // the message before's: this one takes its place
-    try { store.setItem("sb.pending", JSON.stringify(p)); } catch (e) { /* too big to keep (a picture): sent once */ }
+    try { store.setItem(PENDING + p.key, JSON.stringify(p)); } catch (e) { p.unkept = true; /* too big to keep (a picture): sent once */ }
     await ask(p);
   }
 
@@ -634,7 +749,7 @@
     var ctl = new AbortController();
     current = ctl;
     currentSession = p.session;
-    currentKey = p.key;
+    currentP = p;
     currentOut = out;
     busy(true);
     try {
@@ -716,7 +831,7 @@
         }
         if (ctl.signal.aborted) return;
         if (answer != null) {
-          done(p);
+          var mine = taken(p);
           // The turn ended, its tool calls with it: a retry (after a
           // reload, a lost connection) is not told the end of a call it
           // did not see start.
@@ -726,19 +841,22 @@
           }
           // The transcript as it is now: another tab may have added to
           // it since the question went out, or started a new chat.
-          if (store.getItem("sb.session") === p.session) {
+          if (mine && store.getItem("sb.session") === p.session) {
             var h = history(), renewed = p.reset && NEW_STARTED.test(answer);
             if (renewed) {
-              // The conversation shown ended: its answer starts the new one.
+              // The conversation shown ended: its answer starts the new
+              // one. The messages sent before the /new were the old
+              // one's (stopped or dropped with it).
               h = [];
               clearLog();
               log.appendChild(out);
+              pendings().forEach(function (q) { if (q.session === p.session && q.at < p.at) done(q); });
             }
             var a = { role: "assistant", content: answer };
             if (tools.length) a.tools = keptTools(tools);
             h.push(a);
             saveHistory(h);
-            if (renewed) cleared();
+            if (renewed) cleared(p.at);
           }
           return;
         }
@@ -755,11 +873,11 @@
     } catch (err) {
       if (ctl.signal.aborted) return; // New chat: nothing to show or keep
       if (!err.keep) {
-        done(p);
+        var ended = taken(p);
         if (shown || tools.length) {
           // The part of the answer that was shown stays, marked.
           stopped(out);
-          if (store.getItem("sb.session") === p.session) {
+          if (ended && store.getItem("sb.session") === p.session) {
             var kept = history();
             kept.push({ role: "assistant", content: shown, stopped: true, tools: keptTools(tools) });
             saveHistory(kept);
@@ -823,18 +941,48 @@
     }
   }
 
-  // A message whose answer a reload (or a lost connection) cut off gets
-  // it now.
-  var left = pending();
-  if (left && left.session === store.getItem("sb.session")) {
-    var shown = keptPart();
-    if (shown && shown.key === left.key) {
-      left.shown = shown.shown;
-      left.tools = shown.tools;
+  // The messages whose answers a reload (or a lost connection) cut off
+  // get them now, one after another: this tab's, and those of tabs
+  // closed since (no one holds their lock); not another open tab's,
+  // which waits for its own. Another conversation's are no longer
+  // waited for.
+  (function () {
+    // The one record of the release before (sb.pending, sb.part), this
+    // tab's now.
+    var legacy = record("sb.pending"), legacyPart = record("sb.part");
+    if (legacy && legacy.key) {
+      legacy.tab = tab;
+      legacy.at = 0;
+      try {
+        store.setItem(PENDING + legacy.key, JSON.stringify(legacy));
+        if (legacyPart && legacyPart.key === legacy.key) store.setItem(PART + legacy.key, JSON.stringify(legacyPart));
+      } catch (e) { /* full: as a message too big to keep */ }
     }
-    ask(left);
-  } else {
     store.removeItem("sb.pending");
     store.removeItem("sb.part");
+    var now = store.getItem("sb.session"), mine = [], others = [];
+    pendings().forEach(function (p) {
+      if (p.session !== now) done(p);
+      else (p.tab === tab ? mine : others).push(p);
+    });
+    if (!others.length) { resume(mine); return; }
+    if (!navigator.locks) { resume(mine.concat(others)); return; } // as before: any tab's
+    navigator.locks.query().then(function (locks) {
+      var open = {};
+      locks.held.concat(locks.pending).forEach(function (l) { open[l.name] = true; });
+      resume(mine.concat(others.filter(function (p) { return !open["sb.tab." + p.tab]; })).sort(function (a, b) { return a.at - b.at; }));
+    }, function () { resume(mine); });
+  })();
+  async function resume(list) {
+    for (var i = 0; i < list.length; i++) {
+      var p = list[i];
+      if (store.getItem(PENDING + p.key) == null || p.session !== store.getItem("sb.session")) continue;
+      var kept = record(PART + p.key);
+      if (kept) {
+        p.shown = kept.shown;
+        p.tools = kept.tools;
+      }
+      await ask(p);
+    }
   }
 })();
