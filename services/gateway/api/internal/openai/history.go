@@ -133,6 +133,27 @@ func runText(raw json.RawMessage, param string) (string, error) {
 	return pythonScalar(raw), nil
 }
 
+// pythonText is the text Python's str() gives a JSON value as its json
+// module reads it: a string itself, null None, an object or an array its
+// repr (pythonRepr), a number or a boolean pythonScalar.
+func pythonText(raw json.RawMessage) string {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 {
+		return ""
+	}
+	switch raw[0] {
+	case '"':
+		var s string
+		_ = json.Unmarshal(raw, &s)
+		return s
+	case 'n':
+		return "None"
+	case '{', '[':
+		return pythonRepr(raw)
+	}
+	return pythonScalar(raw)
+}
+
 // pythonRepr is Python's repr of a JSON value as its json module reads
 // it: an object a dict ({'k': v, ...}, its keys in the order they first
 // come, a repeated key's last value), an array a list, a string in
