@@ -98,6 +98,14 @@ func (s *Service) createRun(w http.ResponseWriter, r *http.Request) {
 	}
 	defer t.close()
 	t.id, t.ev.EventId, t.ev.MessageId = id, id, id
+	if previous != nil && previous.Session != session && previous.Turn != "" {
+		// session_id with previous_response_id: as Hermes's _handle_runs,
+		// the run takes that response's conversation (its stored
+		// conversation_history) and goes on in the session it names,
+		// which the router opens as a copy of that conversation up to the
+		// response's answer. A session that exists already keeps its own.
+		t.ev.ForkFrom = &eventsv1.ForkFrom{SessionKey: previous.SessionKey, TurnId: previous.Turn}
+	}
 	if !s.checkEvent(w, r, t) {
 		return
 	}
@@ -206,7 +214,7 @@ func (s *Service) forgetRun(r *http.Request, id string) {
 // false when the run names none it can continue. With
 // previous_response_id it returns the record of that response too (with
 // session_id as well, only when found: the run takes its instructions,
-// not its conversation).
+// and its conversation when the session is a new one: createRun).
 func (s *Service) runSession(w http.ResponseWriter, r *http.Request, identity string, req *openai.Run) (string, *storedResponse, bool) {
 	header, ok := sessionOf(w, r)
 	if !ok {
@@ -224,8 +232,8 @@ func (s *Service) runSession(w http.ResponseWriter, r *http.Request, identity st
 		session, param = req.SessionID, "session_id"
 		if req.PreviousResponseID != "" {
 			// As Hermes: the run goes on in the session it names, with the
-			// instructions of the response it names too; one not found is
-			// ignored, as Hermes's run ignores it.
+			// instructions and the conversation of the response it names
+			// too; one not found is ignored, as Hermes's run ignores it.
 			rec, found, err := s.responses.get(r.Context(), req.PreviousResponseID, identity)
 			if err != nil {
 				s.log.WarnContext(r.Context(), "read api response failed", "err", err)

@@ -1120,6 +1120,62 @@ func TestRunCarriesTheInstructionsOfItsPreviousResponse(t *testing.T) {
 	}
 }
 
+// A run naming both session_id and previous_response_id takes the
+// conversation of that response, as Hermes's _handle_runs takes the
+// stored response's conversation_history (and instructions) while the
+// run goes on in the session it names: the run's session, when another,
+// opens as a copy of that conversation up to the response's answer
+// (fork_from). In the response's own conversation, with a history of
+// its own, or with a response not found, nothing is copied.
+func TestRunWithSessionTakesTheConversationOfItsPreviousResponse(t *testing.T) {
+	t.Parallel()
+	b := newBus(t)
+	s := startService(t, b, nil)
+	r := startResponder(t, b)
+	resp := do(t, http.MethodPost, "http://"+s.Addr()+"/v1/responses", testKey, `{"input":"one","instructions":"be brief"}`, nil)
+	var created struct {
+		ID string `json:"id"`
+	}
+	if resp.code != http.StatusOK || json.Unmarshal(resp.body, &created) != nil {
+		t.Fatalf("response: %d %s", resp.code, resp.body)
+	}
+	first := r.received()[0]
+	own := resp.header.Get(HeaderSession)
+	fork := &eventsv1.ForkFrom{SessionKey: "agent:main:api:dm:" + first.GetSource().GetChatId(), TurnId: "turn-" + first.GetEventId()}
+	previous := `,"previous_response_id":"` + created.ID + `"`
+	for _, c := range []struct {
+		name, body string
+		fork       *eventsv1.ForkFrom
+	}{
+		{"another session", previous + `,"session_id":"s-other"`, fork},
+		{"another session and instructions", previous + `,"session_id":"s-kind","instructions":"be kind"`, fork},
+		{"the response's own session", previous + `,"session_id":"` + own + `"`, nil},
+		{"no session", previous, nil},
+		{"a history of its own", previous + `,"session_id":"s-history","conversation_history":[{"role":"user","content":"h"}]`, nil},
+		{"a response not found", `,"previous_response_id":"resp_unknown","session_id":"s-unknown"`, nil},
+	} {
+		id, _ := startRun(t, s, `{"input":"two"`+c.body+`}`, nil)
+		var ev *eventsv1.MessageReceived
+		for range 200 {
+			for _, e := range r.received() {
+				if e.GetEventId() == id {
+					ev = e
+				}
+			}
+			if ev != nil {
+				break
+			}
+			time.Sleep(25 * time.Millisecond)
+		}
+		if ev == nil {
+			t.Fatalf("%s: the run's message was not published", c.name)
+		}
+		if !proto.Equal(ev.GetForkFrom(), c.fork) {
+			t.Errorf("%s: fork_from %v, want %v", c.name, ev.GetForkFrom(), c.fork)
+		}
+	}
+}
+
 // The errors of the runs API: Hermes's codes in OpenAI's error body.
 func TestRunErrors(t *testing.T) {
 	t.Parallel()

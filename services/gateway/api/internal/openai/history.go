@@ -14,21 +14,14 @@ import (
 // _handle_runs): the earlier messages of a client that keeps its
 // conversation itself, read as Hermes reads them.
 
-// historyEntry is one message of a conversation_history: its role and
-// content, any JSON (historyMessages).
-type historyEntry struct {
-	Role    json.RawMessage `json:"role"`
-	Content json.RawMessage `json:"content"`
-}
-
 // historyText reads the content of a conversation_history entry.
 type historyText func(raw json.RawMessage, param string) (string, error)
 
 // historyMessages reads the conversation_history of a run or a
 // Responses request (Hermes takes it on both). As Hermes's API server:
 // an empty or false value (null, [], "", 0, false, {}) is none; anything
-// else must be an array of objects with a role and a content, whatever
-// their values. Each entry is kept with its role, which the context
+// else must be an array of objects with a "role" and a "content" (so
+// spelled), whatever their values. Each entry is kept with its role, which the context
 // reads as Hermes's agent does (contextRole): a role other than system,
 // developer, user or assistant — a tool's or a function's result, a
 // role the agent does not know, a role that is not a string — is
@@ -48,17 +41,25 @@ func historyMessages(raw json.RawMessage) ([]message, error) {
 	msgs := make([]message, 0, len(entries))
 	for i, e := range entries {
 		param := fmt.Sprintf("conversation_history[%d]", i)
-		var h historyEntry
+		// The fields as spelled, as Hermes looks them up in the entry's
+		// dict: a struct would take "Role" or "CONTENT" for them too. A
+		// null value is a key that is there (Hermes: "role" in entry); a
+		// repeated key's last value counts, as in Python.
+		var h map[string]json.RawMessage
 		e = bytes.TrimSpace(e)
-		// A null value is a key that is there (Hermes: "role" in entry).
-		if len(e) == 0 || e[0] != '{' || json.Unmarshal(e, &h) != nil || len(h.Role) == 0 || len(h.Content) == 0 {
+		if len(e) == 0 || e[0] != '{' || json.Unmarshal(e, &h) != nil {
+			return nil, invalid(param, "%s must have 'role' and 'content' fields", param)
+		}
+		roleOf, hasRole := h["role"]
+		content, hasContent := h["content"]
+		if !hasRole || !hasContent {
 			return nil, invalid(param, "%s must have 'role' and 'content' fields", param)
 		}
 		var role string
-		if h.Role[0] == '"' {
-			_ = json.Unmarshal(h.Role, &role)
+		if roleOf = bytes.TrimSpace(roleOf); len(roleOf) > 0 && roleOf[0] == '"' {
+			_ = json.Unmarshal(roleOf, &role)
 		}
-		msgs = append(msgs, message{role: role, content: h.Content, param: param})
+		msgs = append(msgs, message{role: role, content: content, param: param})
 	}
 	return msgs, nil
 }
@@ -131,6 +132,27 @@ func runText(raw json.RawMessage, param string) (string, error) {
 		return "None", nil
 	}
 	return pythonScalar(raw), nil
+}
+
+// pythonText is the text Python's str() gives a JSON value as its json
+// module reads it: a string itself, null None, an object or an array its
+// repr (pythonRepr), a number or a boolean pythonScalar.
+func pythonText(raw json.RawMessage) string {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 {
+		return ""
+	}
+	switch raw[0] {
+	case '"':
+		var s string
+		_ = json.Unmarshal(raw, &s)
+		return s
+	case 'n':
+		return "None"
+	case '{', '[':
+		return pythonRepr(raw)
+	}
+	return pythonScalar(raw)
 }
 
 // pythonRepr is Python's repr of a JSON value as its json module reads

@@ -99,6 +99,66 @@ func TestConversationHistoryAsHermes(t *testing.T) {
 	}
 }
 
+// A conversation_history entry's fields are "role" and "content" as
+// spelled, as Hermes's API server looks them up in the entry's dict
+// ("role" not in entry): "Role" or "CONTENT" is another key, so an entry
+// with only those is refused on both endpoints, and one beside the right
+// key changes nothing.
+func TestConversationHistoryFieldNamesAsSpelled(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ name, history, want string }{
+		{"a role in another case", `[{"Role":"user","content":"q"}]`, "error conversation_history[0]"},
+		{"a content in another case", `[{"role":"user","Content":"q"}]`, "error conversation_history[0]"},
+		{"both in capitals", `[{"ROLE":"user","CONTENT":"q"}]`, "error conversation_history[0]"},
+		{"other cases beside the fields", `[{"role":"user","content":"q","Role":"system","CONTENT":"x"},{"Content":"y","content":"a","role":"assistant"}]`,
+			"user:q|assistant:a"},
+		{"the last of a repeated field", `[{"role":"system","content":"x","role":"user","content":"q"}]`, "user:q"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			body := []byte(fmt.Sprintf(`{"input":"now","conversation_history":%s}`, c.history))
+			resp, respErr := ParseResponses(body)
+			run, runErr := ParseRun(body)
+			for api, got := range map[string]struct {
+				in  *Input
+				err error
+			}{"responses": {inputOf(resp), respErr}, "run": {inputOfRun(run), runErr}} {
+				var text string
+				if got.err != nil {
+					var inv *InvalidError
+					if !errors.As(got.err, &inv) {
+						t.Fatalf("%s: error %v", api, got.err)
+					}
+					text = "error " + inv.Param
+				} else {
+					var ctx []string
+					for _, m := range got.in.Context {
+						ctx = append(ctx, m.GetRole()+":"+m.GetContent())
+					}
+					text = strings.Join(ctx, "|")
+				}
+				if text != c.want {
+					t.Errorf("%s: %q, want %q", api, text, c.want)
+				}
+			}
+		})
+	}
+}
+
+func inputOf(r *Responses) *Input {
+	if r == nil {
+		return nil
+	}
+	return &r.Input
+}
+
+func inputOfRun(r *Run) *Input {
+	if r == nil {
+		return nil
+	}
+	return &r.Input
+}
+
 // A Responses request's truncation "auto" keeps the latest 100 messages
 // of its context — its history, then its input's earlier items — as
 // Hermes cuts its conversation_history, counting the entries it drops

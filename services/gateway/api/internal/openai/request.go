@@ -86,14 +86,6 @@ type chatMessage struct {
 	Name    string          `json:"name"`
 }
 
-type contentPart struct {
-	Type     string `json:"type"`
-	Text     string `json:"text"`
-	ImageURL *struct {
-		URL string `json:"url"`
-	} `json:"image_url"`
-}
-
 // Input is what a request asks the agent: the newest user message (its
 // text and pictures) and the messages around it, oldest first.
 type Input struct {
@@ -194,18 +186,25 @@ func Parse(body []byte) (*Chat, error) {
 		param := fmt.Sprintf("messages[%d].content", i)
 		var text string
 		var images []string
-		var err error
-		if m.Role == "user" || m.Role == "assistant" {
-			// What the conversation says is taken as Hermes takes it: text
-			// and pictures; a part of another kind (a file, audio) is
-			// refused rather than dropped, or the agent would answer
-			// without what the client sent.
-			text, images, err = responseContent(m.Content, param)
-		} else if text, images, err = content(m.Content); err != nil {
-			err = imageError(param, err)
-		}
-		if err != nil {
-			return nil, err
+		switch m.Role {
+		case "user", "assistant":
+			// What the conversation says is taken as Hermes takes it
+			// (_normalize_multimodal_content): text and pictures; a part of
+			// another kind (a file, audio) is refused rather than dropped,
+			// or the agent would answer without what the client sent.
+			var err error
+			if text, images, err = responseContent(m.Content, param); err != nil {
+				return nil, err
+			}
+		case "system", "developer":
+			// As Hermes reads a system message: for its text only, nothing
+			// refused (chatText).
+			text = chatText(m.Content)
+		default:
+			// A tool's or a function's result, of the client's own tool
+			// loop: Hermes's chat completions never read it, and the
+			// context has no place for it.
+			continue
 		}
 		if i == last {
 			out.Text, out.Attachments = text, imageAttachments(images)
@@ -233,64 +232,21 @@ func decode(body []byte, v any) error {
 	return nil
 }
 
-// content reads the content of a message that is not the conversation's
-// (system, developer, tool): a string, null, or an array of parts, where
-// parts of other kinds than text and pictures are skipped and a nested
-// array is read for its text (nestedText).
-func content(raw json.RawMessage) (string, []string, error) {
+// chatText is the text of a chat completion's system (or developer)
+// message, as Hermes's _normalize_chat_content reads it
+// (gateway/platforms/api_server.py): a string is itself, null nothing,
+// an array the text of its parts (nestedText), and any other value its
+// Python text (pythonText: 5, True, an object's repr). Nothing is
+// refused: a picture or a part of another kind is skipped unchecked.
+func chatText(raw json.RawMessage) string {
 	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
-		return "", nil, nil
+	switch {
+	case len(raw) == 0 || bytes.Equal(raw, []byte("null")):
+		return ""
+	case raw[0] == '[':
+		return nestedText(raw, 0)
 	}
-	switch raw[0] {
-	case '"':
-		var s string
-		if err := json.Unmarshal(raw, &s); err != nil {
-			return "", nil, errors.New("content must be a string or an array of parts")
-		}
-		return s, nil, nil
-	case '[':
-		var items []json.RawMessage
-		if err := json.Unmarshal(raw, &items); err != nil {
-			return "", nil, errors.New("content must be a string or an array of parts")
-		}
-		var texts, images []string
-		for _, item := range items {
-			if item = bytes.TrimSpace(item); len(item) > 0 && item[0] == '[' {
-				// As Hermes reads a system message: a nested array for its
-				// text.
-				if text := nestedText(item, 1); text != "" {
-					texts = append(texts, text)
-				}
-				continue
-			}
-			p, ok, err := partOf(item, func(text string) contentPart { return contentPart{Type: "text", Text: text} })
-			if err != nil {
-				return "", nil, errors.New("content parts must be objects with a type")
-			}
-			if !ok {
-				continue
-			}
-			switch p.Type {
-			case "text", "input_text", "output_text":
-				texts = append(texts, p.Text)
-			case "image_url":
-				if p.ImageURL == nil {
-					continue
-				}
-				if err := image(p.ImageURL.URL); err != nil {
-					return "", nil, err
-				}
-				images = append(images, p.ImageURL.URL)
-			}
-		}
-		if len(images) > maxImages {
-			return "", nil, fmt.Errorf("at most %d images per message", maxImages)
-		}
-		return strings.Join(texts, "\n"), images, nil
-	default:
-		return "", nil, errors.New("content must be a string or an array of parts")
-	}
+	return pythonText(raw)
 }
 
 // maxContentDepth is how deep nested content arrays are read, as
@@ -299,9 +255,12 @@ const maxContentDepth = 10
 
 // nestedText is the text of a content array nested depth levels in a
 // message's content, as Hermes's _normalize_chat_content reads it
-// (gateway/platforms/api_server.py:96-121): its strings, its text parts
-// and the text of the arrays in it, joined by line breaks; anything else
-// is skipped, and nothing deeper than maxContentDepth is read.
+// (gateway/platforms/api_server.py): its non-empty strings, the text of
+// its text parts (a part's "type", exactly so named, is text, input_text
+// or output_text in any case and spacing) when Python holds it true, as
+// Python's str() gives it (pythonText: 5, True, an object's repr), and
+// the text of the arrays in it, joined by line breaks; anything else is
+// skipped, and nothing deeper than maxContentDepth is read.
 func nestedText(raw json.RawMessage, depth int) string {
 	if depth > maxContentDepth {
 		return ""
@@ -321,12 +280,11 @@ func nestedText(raw json.RawMessage, depth int) string {
 		case '"':
 			_ = json.Unmarshal(item, &text)
 		case '{':
-			var p contentPart
-			if json.Unmarshal(item, &p) == nil {
-				switch strings.ToLower(strings.TrimSpace(p.Type)) {
-				case "text", "input_text", "output_text":
-					text = p.Text
-				}
+			// Hermes's item.get("type"), item.get("text"): the keys as
+			// spelled, not in any case as a struct would take them.
+			var p map[string]json.RawMessage
+			if json.Unmarshal(item, &p) == nil && textType(p["type"]) && !falsy(p["text"]) {
+				text = pythonText(p["text"])
 			}
 		case '[':
 			text = nestedText(item, depth+1)
@@ -336,6 +294,21 @@ func nestedText(raw json.RawMessage, depth int) string {
 		}
 	}
 	return strings.Join(parts, "\n")
+}
+
+// textType reports whether a part's type, JSON, names a text part as
+// Hermes's API server reads it (str(type).strip().lower()): text,
+// input_text or output_text.
+func textType(raw json.RawMessage) bool {
+	var t string
+	if json.Unmarshal(raw, &t) != nil {
+		return false
+	}
+	switch strings.ToLower(strings.TrimSpace(t)) {
+	case "text", "input_text", "output_text":
+		return true
+	}
+	return false
 }
 
 // partOf reads one element of a content array as Hermes's API server

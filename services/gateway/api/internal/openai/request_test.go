@@ -2,6 +2,7 @@ package openai
 
 import (
 	"errors"
+	"strings"
 	"testing"
 )
 
@@ -143,6 +144,62 @@ func TestParseSystemContentNestedArrays(t *testing.T) {
 			}
 			if len(req.Context) != 1 || req.Context[0].GetRole() != "system" || req.Context[0].GetContent() != tt.system {
 				t.Fatalf("context %v, want the system message %q", req.Context, tt.system)
+			}
+		})
+	}
+}
+
+// A chat completion's message content as Hermes's _handle_chat_completions
+// reads it (gateway/platforms/api_server.py): a system message's with
+// _normalize_chat_content — a text part's text that Python holds true is
+// its str() (5, True, 2.0, an object's repr), one it holds false adds no
+// line, a part of another kind is skipped unchecked, a content that is no
+// string nor array is its str(); a user's or an assistant's with
+// _normalize_multimodal_content — a number or a boolean, as the content
+// or a text part's text, is its str(); a tool's or a function's message
+// is not read at all. Expected texts are Python's own.
+func TestChatContentAsHermes(t *testing.T) {
+	t.Parallel()
+	msgs := func(m ...string) string {
+		return `{"messages":[` + strings.Join(m, ",") + `]}`
+	}
+	const q = `{"role":"user","content":"q"}`
+	tests := []struct {
+		name, body, text, context string
+	}{
+		{"system parts of numbers and booleans", msgs(`{"role":"system","content":[{"type":"text","text":5},{"type":"input_text","text":true},`+
+			`{"type":"output_text","text":2.0},{"type":"text","text":0},{"type":"text","text":false},{"type":"text","text":0.0},{"type":"text","text":"b"}]}`, q),
+			"q", "system:5\nTrue\n2.0\nb"},
+		{"a system part's object and array text", msgs(`{"role":"system","content":[{"type":"text","text":{"a":[1e16,null]}},{"type":"text","text":["x"]},{"type":"text","text":{}}]}`, q),
+			"q", "system:{'a': [1e+16, None]}\n['x']"},
+		{"a nested system part of a number", msgs(`{"role":"developer","content":["a",[{"type":"text","text":1e-7}]]}`, q), "q", "system:a\n1e-07"},
+		{"a system part's type in any case", msgs(`{"role":"system","content":[{"type":" TEXT ","text":"a"}]}`, q), "q", "system:a"},
+		{"a system content that is a number", msgs(`{"role":"system","content":5}`, `{"role":"system","content":false}`, q), "q", "system:5|system:False"},
+		{"a system content that is an object", msgs(`{"role":"system","content":{"k":"v"}}`, q), "q", "system:{'k': 'v'}"},
+		{"a system picture skipped unchecked", msgs(`{"role":"system","content":[{"type":"text","text":"be brief"},{"type":"image_url","image_url":{"url":"ftp://x/a.png"}},{"type":"image_url","image_url":5}]}`, q),
+			"q", "system:be brief"},
+		{"a user content of a number", msgs(`{"role":"user","content":5}`), "5", ""},
+		{"a user content of a boolean", msgs(`{"role":"user","content":false}`), "False", ""},
+		{"an assistant content of a float", msgs(`{"role":"user","content":"a"}`, `{"role":"assistant","content":2.50}`, q), "q", "user:a|assistant:2.5"},
+		{"user parts of numbers and booleans", msgs(`{"role":"user","content":[{"type":"text","text":0},{"type":"input_text","text":true},{"type":"text","text":-3}]}`),
+			"0\nTrue\n-3", ""},
+		{"a user part's type in any case", msgs(`{"role":"user","content":[{"type":" Input_Text","text":"a"},{"type":"TEXT","text":"b"}]}`), "a\nb", ""},
+		{"a tool's message not read", msgs(`{"role":"user","content":"a"}`, `{"role":"tool","tool_call_id":"c","content":{"k":1}}`,
+			`{"role":"function","name":"f","content":[{"type":"image_url","image_url":{"url":"ftp://x"}},7]}`, q), "q", "user:a"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			req, err := Parse([]byte(tt.body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ctx []string
+			for _, m := range req.Context {
+				ctx = append(ctx, m.GetRole()+":"+m.GetContent())
+			}
+			if req.Text != tt.text || strings.Join(ctx, "|") != tt.context {
+				t.Fatalf("text %q, context %q; want %q, %q", req.Text, strings.Join(ctx, "|"), tt.text, tt.context)
 			}
 		})
 	}

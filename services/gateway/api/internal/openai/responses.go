@@ -292,8 +292,12 @@ func inputMessages(raw json.RawMessage) ([]message, error) {
 	return msgs, nil
 }
 
-// responseContent reads a Responses message's content: a string, or an
-// array of text and image parts.
+// responseContent reads a message's content (a Responses input item's,
+// a chat completion user's or assistant's) as Hermes's
+// _normalize_multimodal_content: a string, an array of text and image
+// parts, or a number or a boolean, its Python text (pythonScalar: 5,
+// True). An object, which Hermes gives the model as its Python text, is
+// refused: it is no content of any OpenAI message.
 func responseContent(raw json.RawMessage, param string) (string, []string, error) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
@@ -307,8 +311,10 @@ func responseContent(raw json.RawMessage, param string) (string, []string, error
 		}
 		return s, nil, nil
 	case '[':
-	default:
+	case '{':
 		return "", nil, invalid(param, "content must be a string or an array of parts")
+	default:
+		return pythonScalar(raw), nil, nil
 	}
 	var items []json.RawMessage
 	if err := json.Unmarshal(raw, &items); err != nil {
@@ -326,7 +332,8 @@ func responseContent(raw json.RawMessage, param string) (string, []string, error
 		if !ok {
 			continue
 		}
-		switch p.Type {
+		// As Hermes: str(type).strip().lower().
+		switch strings.ToLower(strings.TrimSpace(p.Type)) {
 		case "input_text", "output_text", "text":
 			text, err := partText(p.Text)
 			if err != nil {
