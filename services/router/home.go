@@ -80,6 +80,10 @@ func (s *Service) wantsHome(m *msgCtx) bool {
 // the platform still has no home channel. m.home is the conversation's
 // claim, read with the dedupe record (nil: m does not want the notice).
 func (s *Service) homeNotice(ctx context.Context, m *msgCtx) error {
+	if m.tx != nil {
+		// Read through the connection m's replies use (msgCtx.tx).
+		return s.homeNoticeAt(ctx, m, 0, m.tx)
+	}
 	return s.homeNoticeAt(ctx, m, 0, nil)
 }
 
@@ -119,7 +123,11 @@ func (s *Service) homeNoticeAt(ctx context.Context, m *msgCtx, gen int64, tx out
 		return nil
 	}
 	if gen == 0 {
-		if gen, err = s.store.Generation(ctx, m.key); err != nil {
+		st := s.store
+		if m.tx != nil {
+			st = m.tx
+		}
+		if gen, err = st.Generation(ctx, m.key); err != nil {
 			return fmt.Errorf("home notice: %w", err)
 		}
 	}
