@@ -696,6 +696,61 @@ func (s *Store) EnqueueWhileHeldThen(ctx context.Context, key, owner string, str
 	return inserted, nil
 }
 
+// turnStartsLock is the advisory lock key of the turn starts of the
+// session $1: StartTurn takes it shared, HoldTurnStarts exclusively.
+const turnStartsLock = `hashtextextended('turn starts:' || $1, 0)`
+
+// HoldTurnStarts holds back the turn starts of the session key
+// (StartTurn waits) until release is called, and returns a Store whose
+// statements run on the connection that holds them: what the holder
+// reads and writes meanwhile must go through it, as a second connection
+// of the pool may never come while every connection is held the same
+// way. What held queues commits at once and is visible to others (a
+// worker taking it as steering), but no turn can take it as an input
+// before release: the router tells the user what became of a message
+// (its busy acknowledgement) before the next turn may answer it.
+//
+// The hold is a session-level advisory lock: it ends with release, or
+// with the connection if the holder dies. release must be called once;
+// it never fails (a connection that could not let go is closed).
+func (s *Store) HoldTurnStarts(ctx context.Context, key string) (held *Store, release func(), err error) {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("hold turn starts: %w", err)
+	}
+	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock(`+turnStartsLock+`)`, key); err != nil {
+		// The lock may be held if only the answer was lost.
+		_ = conn.Conn().Close(context.WithoutCancel(ctx))
+		conn.Release()
+		return nil, nil, fmt.Errorf("hold turn starts: %w", err)
+	}
+	c := *s
+	c.db, c.pool, c.tx = conn, nil, nil
+	release = func() {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+		defer cancel()
+		var unlocked bool
+		if err := conn.QueryRow(ctx, `SELECT pg_advisory_unlock(`+turnStartsLock+`)`, key).Scan(&unlocked); err != nil || !unlocked {
+			// Back in the pool it would hold the session's starts for
+			// ever: closed, the server lets go of the lock.
+			_ = conn.Conn().Close(ctx)
+		}
+		conn.Release()
+	}
+	return &c, release, nil
+}
+
+// releaseTimeout bounds HoldTurnStarts' unlock; past it the connection
+// is closed, which lets go of the lock as well.
+const releaseTimeout = 5 * time.Second
+
+// QueryRow runs a query of one row on the store's connection (the pool,
+// a transaction, or the connection of HoldTurnStarts), for the stores of
+// other packages to read through it.
+func (s *Store) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	return s.db.QueryRow(ctx, sql, args...)
+}
+
 // QueuedOrStarted reports whether the message of event eventID
 // (MessageReceived.event_id) waits in key's queue or was the last one
 // started as its turn: a redelivery of a message queued already, found
@@ -1012,6 +1067,9 @@ func (s *Store) StartTurn(ctx context.Context, key, turnID string, maxInputs, ma
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
 	b.Queue(pg.AsyncCommit)
+	// A start waits while a message of the session is being answered
+	// under HoldTurnStarts; starts do not wait for each other here.
+	b.Queue(`SELECT pg_advisory_xact_lock_shared(`+turnStartsLock+`)`, key)
 	// The session row's lock serialises turn starts of the session (the
 	// queue's rows need no lock of their own: enqueues only add).
 	b.Queue(`SELECT `+sessionCols+` FROM sessions WHERE session_key = $1 FOR UPDATE`, key)
@@ -1085,7 +1143,7 @@ ORDER BY d.stream_seq, d.id`
 // the dequeue took, as the turn to publish.
 func readHead(br pgx.BatchResults, key string) (Turn, error) {
 	defer br.Close()
-	for _, what := range []string{"begin", "set commit mode"} {
+	for _, what := range []string{"begin", "set commit mode", "wait for held starts"} {
 		if _, err := br.Exec(); err != nil {
 			return Turn{}, fmt.Errorf("start turn: %s: %w", what, err)
 		}

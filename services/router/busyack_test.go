@@ -162,3 +162,112 @@ func TestBusyAckOnAPoolOfOneConnection(t *testing.T) {
 		t.Fatalf("ack %q, want %q", got, want)
 	}
 }
+
+// Steering no running turn takes is queued before the turn is asked
+// (the turn takes it from the queue), and acknowledged after, by what
+// became of it: the running turn may end in between, and its completion
+// started the next turn with the message, whose replies reached the chat
+// ahead of "⏳ Queued" (the user told "queued" after the message ran).
+// The session's turn starts now wait for the acknowledgement. Here the
+// running turn ends at the seam (busyQueued) and the test waits a while
+// for the next turn: it must not start before the acknowledgement.
+func TestDeclinedSteerIsAcknowledgedBeforeTheNextTurn(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name string
+		mode string
+		text string // the steering message
+		ack  string // its acknowledgement
+		in   string // its text as the next turn's input
+	}{
+		{name: "busy mode steer", mode: BusySteer, text: "and this", in: "and this",
+			ack: "⏳ Queued for the next turn. I'll respond once the current task finishes."},
+		{name: "/steer", mode: BusyQueue, text: "/steer and this", in: "and this",
+			ack: "⏳ The current task is finishing — /steer queued for the next turn."},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			const key = "agent:main:telegram:dm:chat-bob"
+			e := newEnv(t)
+			e.refuseControl.Store(true) // the running turn's answer is decided
+			cfg := testConfig()
+			cfg.BusyMode = tc.mode
+			cfg.SweepInterval = time.Hour // the completion alone starts the next turn
+			s, err := New(cfg, Deps{Bus: e.bus, DB: e.db, Redis: e.rdb, RedisPrefix: e.prefix, Environ: []string{}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			g := newGate(t, "long job")
+			var w atomic.Pointer[worker]
+			steer := dm("bob", tc.text)
+			var early atomic.Value // the id of a next turn that started before the acknowledgement
+			reply := func(next *turnsv1.TurnRequested) {
+				// The next turn's first reply.
+				ev := &repliesv1.ReplyEvent{TurnId: next.GetTurnId(), SessionKey: key, Generation: next.GetGeneration(), Seq: 1,
+					Target: target(steer), Body: &repliesv1.ReplyEvent_TextDelta{TextDelta: &repliesv1.TextDelta{Text: "Here is"}}}
+				if _, err := e.bus.Publish(ctx, e.bus.Topology().ReplySubject(key), fmt.Sprintf("reply:%s:1", next.GetTurnId()), ev); err != nil {
+					t.Error(err)
+				}
+			}
+			s.busyQueued = func(ctx context.Context, eventID string) {
+				if eventID != steer.GetEventId() {
+					return
+				}
+				// The running turn ends; the next may start. Not waitFor:
+				// this runs on the router's goroutine, and the wait ends
+				// without the next turn when the fix holds it back.
+				g.open()
+				for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+					if turns, _ := w.Load().snapshot(); len(turns) == 2 {
+						reply(turns[1])
+						early.Store(turns[1].GetTurnId())
+						return
+					}
+				}
+			}
+			rctx, cancel := context.WithCancel(ctx)
+			done := make(chan error, 1)
+			go func() { done <- s.Run(rctx) }()
+			t.Cleanup(func() {
+				cancel()
+				if err := <-done; err != nil {
+					t.Errorf("router run: %v", err)
+				}
+			})
+			w.Store(e.startWorker(g.hold))
+			defer g.open()
+
+			e.publish(dm("bob", "long job"))
+			waitFor(t, "the turn runs", func() bool { turns, _ := w.Load().snapshot(); return len(turns) == 1 })
+			// A message queued before marks the lock: the running turn's
+			// completion starts what waits.
+			first := dm("bob", "first")
+			e.publish(first)
+			waitFor(t, "the first message handled", func() bool { return len(e.answersTo(first)) == 1 && e.inboundDrained() })
+			if err := e.rdb.Del(ctx, e.prefix+"busyack:"+key).Err(); err != nil {
+				t.Fatal(err)
+			}
+			e.publish(steer)
+			waitFor(t, "the steering's acknowledgement", func() bool { return len(e.answersTo(steer)) == 1 })
+			if got := e.answersTo(steer)[0].GetNotice().GetText(); got != tc.ack {
+				t.Fatalf("acknowledgement %q, want %q", got, tc.ack)
+			}
+			waitFor(t, "the next turn", func() bool { turns, _ := w.Load().snapshot(); return len(turns) == 2 })
+			turns, _ := w.Load().snapshot()
+			if got := inputsText(turns[1:], key); !slices.Contains(got, tc.in) {
+				t.Fatalf("the next turn's inputs %q, want the steering in them", got)
+			}
+			if early.Load() == nil {
+				reply(turns[1])
+			}
+			waitFor(t, "the next turn's reply", func() bool { return slices.Contains(e.storedReplyTurns(key), turns[1].GetTurnId()) })
+			order := e.storedReplyTurns(key)
+			ack, answer := slices.Index(order, "notice:telegram:bot1:"+steer.GetEventId()), slices.Index(order, turns[1].GetTurnId())
+			if ack < 0 || answer < 0 || ack > answer {
+				t.Fatalf("replies stream %q: want the acknowledgement (at %d) ahead of the next turn's reply (at %d)", order, ack, answer)
+			}
+		})
+	}
+}

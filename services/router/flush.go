@@ -56,15 +56,23 @@ func (s *Service) startFlush(ctx context.Context, m *msgCtx) error {
 	return nil
 }
 
-// flushMarkTTL outlives a flush: the worker's bound (90 s) with a lock
-// expiry and a redelivery after a crash.
+// flushMarkTTL outlives a flush once a worker runs it: the worker's
+// bound (90 s) with a lock expiry and a redelivery after a crash.
 const flushMarkTTL = 5 * time.Minute
 
 // markFlush records, before the flush turn turnID of key is published,
 // that it is one: a message arriving while it runs is queued behind it
-// without a busy acknowledgement or an interrupt (flushRunning).
+// without a busy acknowledgement or an interrupt (flushRunning). The
+// mark lasts as long as the flush may hold the session: its grant keeps
+// the session up to GrantTTL while the turn waits for a worker (a
+// backlog), then a worker runs it within flushMarkTTL. A mark of 5 min
+// ran out under a flush still waiting in the backlog, and a message then
+// met an unmarked busy session: it was told "⏳ Queued" or "⚡
+// Interrupting" about a task the user never started, and it interrupted
+// the flush, whose notes were lost. A mark that outlives its flush names
+// that flush's turn, which no later turn's grant matches.
 func (s *Service) markFlush(ctx context.Context, key, turnID string) error {
-	if err := s.rdb.Set(ctx, s.prefix+"flushing:"+key, turnID, flushMarkTTL).Err(); err != nil {
+	if err := s.rdb.Set(ctx, s.prefix+"flushing:"+key, turnID, s.cfg.GrantTTL+flushMarkTTL).Err(); err != nil {
 		return fmt.Errorf("mark memory flush: %w", err)
 	}
 	return nil

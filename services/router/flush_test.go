@@ -2,6 +2,7 @@ package router
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -496,5 +497,105 @@ func TestStopAndNewEndTheTypingOfTheMessagesTheyDrop(t *testing.T) {
 			e.ask("alice", cmd)
 			waitFor(t, "the typing ended by "+cmd+" while the flush still runs", typing(false))
 		})
+	}
+}
+
+// TestMessageWaitsForAMemoryFlushPastItsMark: a memory flush that waits
+// in the workers' backlog (its router's grant holds the session) for
+// longer than 5 minutes is still a flush to a message that arrives: the
+// message waits for it unannounced, as during its first minutes, and is
+// answered once, after it. The flush's mark lived 5 minutes: the message
+// then met a busy session, was told "⏳ Queued for the next turn" about
+// a task the user never started, and sent the flush an interrupt.
+func TestMessageWaitsForAMemoryFlushPastItsMark(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	cfg := testConfig()
+	cfg.MemoryFlush = true
+	cfg.SweepInterval = time.Hour // nothing but the flush's completion starts the message
+	entered, release := make(chan string, 1), make(chan struct{})
+	var released sync.Once
+	unblock := func() { released.Do(func() { close(release) }) }
+	t.Cleanup(unblock)
+	e.beforeClaim = func(tr *turnsv1.TurnRequested) {
+		if tr.GetMemoryFlush() {
+			entered <- tr.GetTurnId()
+			<-release
+		}
+	}
+	e.startRouter(cfg, nil, nil)
+	w := e.startWorker(nil)
+	key := "agent:main:telegram:dm:chat-alice"
+	e.publish(dm("alice", "hello"))
+	e.firstTurnDecided(t, w, key, time.Now())
+	e.ask("alice", "/new")
+	flush := flushEntered(t, entered)
+	if got := e.lockOf(key); got != flush {
+		t.Fatalf("lock %q, want the flush's grant %q: the flush waits for a worker", got, flush)
+	}
+	e.redisLater(t, 5*time.Minute+time.Second)
+	back := dm("alice", "back again")
+	e.publish(back)
+	waitFor(t, "the message handled", e.inboundDrained)
+	unblock()
+	waitFor(t, "the message's turn", func() bool {
+		turns, _ := w.snapshot()
+		return slices.ContainsFunc(turns, func(tr *turnsv1.TurnRequested) bool {
+			return len(tr.GetInputs()) == 1 && tr.GetInputs()[0].GetText() == "back again"
+		})
+	})
+	waitFor(t, "the session idle", func() bool { return e.lockOf(key) == "" })
+	turns, _ := w.snapshot()
+	var order []string
+	for _, tr := range turns {
+		switch {
+		case tr.GetMemoryFlush():
+			order = append(order, "flush")
+		default:
+			order = append(order, inputsText([]*turnsv1.TurnRequested{tr}, key)...)
+		}
+	}
+	if got := strings.Join(order, "|"); got != "hello|flush|back again" {
+		t.Fatalf("turns %q, want the message answered once, after the flush", got)
+	}
+	for _, n := range e.answersTo(back) {
+		t.Errorf("the user was told of the flush: %q", n.GetNotice().GetText())
+	}
+	if c := e.controls(turnsv1.ControlAction_CONTROL_ACTION_INTERRUPT); len(c) != 0 {
+		t.Errorf("%d interrupts sent to the flush", len(c))
+	}
+}
+
+// redisLater makes the test's Redis keys d older: each key's time to
+// live is cut by d, and a key with less left is deleted, as Redis
+// expires it.
+func (e *env) redisLater(t *testing.T, d time.Duration) {
+	t.Helper()
+	ctx := context.Background()
+	var cursor uint64
+	for {
+		keys, next, err := e.rdb.Scan(ctx, cursor, e.prefix+"*", 100).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range keys {
+			ttl, err := e.rdb.PTTL(ctx, k).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch {
+			case ttl < 0: // no expiry (or gone meanwhile)
+			case ttl <= d:
+				err = e.rdb.Del(ctx, k).Err()
+			default:
+				err = e.rdb.PExpire(ctx, k, ttl-d).Err()
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		if cursor = next; cursor == 0 {
+			return
+		}
 	}
 }

@@ -43,18 +43,46 @@ import (
 // idle longer hears it again (while there is still no home channel).
 const homeNoticeTTL = 30 * 24 * time.Hour
 
+// homeClaimMark ends the claims of this release: "<session id> <inbound
+// event>" then a NUL, which no event id holds (dropNUL). Releases before
+// it published the notice of a claim under other ids: the one before
+// 2026-12-06 under the conversation's ("home:<session id>"), the next
+// under the message's, as this one does. A router crash's redelivery of
+// the message that took the claim, landing on a replica of another
+// release during an upgrade, published it again under its own ids,
+// which the bus and the outbox took as a second notice. A claim of this
+// release is another message's to a replica of those releases (its
+// event no longer matches), so they tell nothing more; a claim of theirs
+// for the message is told here no more (see claimHome).
+const homeClaimMark = "\x00"
+
 // claimHome takes the home notice of the conversation ARGV[1] for the
-// inbound event ARGV[2]: 1 when it is new or that event's already, 0
-// when another message of the conversation took it.
+// inbound event ARGV[2]: 1 when it is new or the event's already (a
+// redelivery: published again under the same ids), 0 when another
+// message of the conversation took it, or when a replica of an earlier
+// release took it for this event (the claim has no homeClaimMark): that
+// replica may have published it under ids of its own, which the bus and
+// the outbox would not take for this one's, so the notice is told at
+// most once here, and lost only when that replica died between its claim
+// and its publish. The claim is then this release's, for the later
+// messages of the conversation to find.
 var claimHome = redis.NewScript(`
+local mine = ARGV[1] .. ' ' .. ARGV[2] .. '\0'
 local v = redis.call('GET', KEYS[1])
 if v then
   local sp = string.find(v, ' ', 1, true)
-  if sp and string.sub(v, 1, sp - 1) == ARGV[1] then
-    return string.sub(v, sp + 1) == ARGV[2] and 1 or 0
+  if sp then
+    local by = string.sub(v, sp + 1)
+    if by == ARGV[2] then
+      redis.call('SET', KEYS[1], mine, 'PX', ARGV[3])
+      return 0
+    end
+    if string.sub(v, 1, sp - 1) == ARGV[1] then
+      return by == ARGV[2] .. '\0' and 1 or 0
+    end
   end
 end
-redis.call('SET', KEYS[1], ARGV[1] .. ' ' .. ARGV[2], 'PX', ARGV[3])
+redis.call('SET', KEYS[1], mine, 'PX', ARGV[3])
 return 1
 `)
 
@@ -80,6 +108,10 @@ func (s *Service) wantsHome(m *msgCtx) bool {
 // the platform still has no home channel. m.home is the conversation's
 // claim, read with the dedupe record (nil: m does not want the notice).
 func (s *Service) homeNotice(ctx context.Context, m *msgCtx) error {
+	if m.tx != nil {
+		// Read through the connection m's replies use (msgCtx.tx).
+		return s.homeNoticeAt(ctx, m, 0, m.tx)
+	}
 	return s.homeNoticeAt(ctx, m, 0, nil)
 }
 
@@ -95,7 +127,7 @@ func (s *Service) homeNoticeAt(ctx context.Context, m *msgCtx, gen int64, tx out
 	}
 	claim := *m.home
 	m.home = nil
-	if sid, by, _ := strings.Cut(claim, " "); sid == m.sessionID && by != m.dedupeID {
+	if sid, by, _ := strings.Cut(claim, " "); sid == m.sessionID && strings.TrimSuffix(by, homeClaimMark) != m.dedupeID {
 		return nil // told already
 	}
 	// A home channel chosen since, on any replica, stops it.
@@ -119,7 +151,11 @@ func (s *Service) homeNoticeAt(ctx context.Context, m *msgCtx, gen int64, tx out
 		return nil
 	}
 	if gen == 0 {
-		if gen, err = s.store.Generation(ctx, m.key); err != nil {
+		st := s.store
+		if m.tx != nil {
+			st = m.tx
+		}
+		if gen, err = st.Generation(ctx, m.key); err != nil {
 			return fmt.Errorf("home notice: %w", err)
 		}
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/redis/go-redis/v9"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/switchboard-chat/switchboard/pkg/bus"
@@ -17,6 +18,7 @@ import (
 	repliesv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/replies/v1"
 	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
 	"github.com/switchboard-chat/switchboard/pkg/redisx"
+	"github.com/switchboard-chat/switchboard/pkg/sessionstore"
 )
 
 const homeTelegram = "📬 No home channel is set for Telegram. A home channel is where cron job results and cross-platform messages are delivered.\n\nType /sethome to make this chat your home channel, or ignore to skip."
@@ -190,7 +192,7 @@ func TestHomeNoticeOnceAfterFailedStart(t *testing.T) {
 	event := "telegram:bot1:" + ev.GetEventId()
 	key := "agent:main:telegram:dm:chat-alice"
 	ctx := context.Background()
-	if err := e.rdb.Set(ctx, e.prefix+"home:"+key, "rolled-back-session "+event, time.Hour).Err(); err != nil {
+	if err := e.rdb.Set(ctx, e.prefix+"home:"+key, "rolled-back-session "+event+homeClaimMark, time.Hour).Err(); err != nil {
 		t.Fatal(err)
 	}
 	first := &repliesv1.ReplyEvent{TurnId: "home:" + event, SessionKey: key, Seq: 1,
@@ -404,4 +406,108 @@ func TestHomeNoticeOnceAcrossReplicas(t *testing.T) {
 	if n := e.countNotices("u00", "No home channel"); n > 2 {
 		t.Errorf("u00: the home notice was published %d times, want at most twice (once more after the crash)", n)
 	}
+}
+
+// earlierClaimHome is claimHome of the releases before homeClaimMark,
+// as a replica of theirs runs it during an upgrade.
+var earlierClaimHome = redis.NewScript(`
+local v = redis.call('GET', KEYS[1])
+if v then
+  local sp = string.find(v, ' ', 1, true)
+  if sp and string.sub(v, 1, sp - 1) == ARGV[1] then
+    return string.sub(v, sp + 1) == ARGV[2] and 1 or 0
+  end
+end
+redis.call('SET', KEYS[1], ARGV[1] .. ' ' .. ARGV[2], 'PX', ARGV[3])
+return 1
+`)
+
+// The home notice is told once when a router crash's redelivery of the
+// message that took it lands on a replica of another release during an
+// upgrade: each release published it under ids of its own (the release
+// before 2026-12-06 under the conversation's, "home:<session id>"), so
+// the bus and the outbox took the second for another notice.
+func TestHomeNoticeOnceAcrossReleases(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	key := "agent:main:telegram:dm:chat-alice"
+	// The message's conversation: made by a command, which wants no
+	// notice.
+	conversation := func(t *testing.T, e *env) string {
+		e.ask("alice", "/status")
+		sess, err := sessionstore.New(e.db).Get(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sess.ID
+	}
+	t.Run("an earlier release took it", func(t *testing.T) {
+		for _, tc := range []struct {
+			name    string
+			session func(sid string) string // of the earlier attempt
+		}{
+			{"this conversation", func(sid string) string { return sid }},
+			{"a start that failed", func(string) string { return "rolled-back-session" }},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				t.Parallel()
+				e := newEnv(t)
+				e.startRouter(homeConfig(), nil, nil)
+				w := e.startWorker(nil)
+				sid := tc.session(conversation(t, e))
+				ev := dm("alice", "hello")
+				event := "telegram:bot1:" + ev.GetEventId()
+				// Its replica claimed and told it, then died before
+				// recording the message handled.
+				if err := e.rdb.Set(ctx, e.prefix+"home:"+key, sid+" "+event, time.Hour).Err(); err != nil {
+					t.Fatal(err)
+				}
+				told := &repliesv1.ReplyEvent{TurnId: "home:" + sid, SessionKey: key, Seq: 1,
+					Target: &deliveryv1.Target{Platform: "telegram", Account: "bot1", ChatId: "chat-alice"},
+					Body:   &repliesv1.ReplyEvent_Notice{Notice: &repliesv1.Notice{Text: homeTelegram, Kind: "home"}}}
+				if _, err := e.bus.Publish(ctx, e.bus.Topology().ReplySubject(key), "home:"+sid, told); err != nil {
+					t.Fatal(err)
+				}
+				e.publish(ev)
+				waitFor(t, "the turn", func() bool { turns, _ := w.snapshot(); return len(turns) == 1 })
+				e.settle()
+				if got := e.storedHomeNotices()["chat-alice"]; len(got) != 1 {
+					t.Fatalf("%d home notices stored, want the earlier release's alone", len(got))
+				}
+				// The next message of the conversation hears it no more.
+				next := dm("alice", "and then")
+				e.publish(next)
+				waitFor(t, "the next turn", func() bool { turns, _ := w.snapshot(); return len(turns) == 2 })
+				e.settle()
+				if got := e.storedHomeNotices()["chat-alice"]; len(got) != 1 {
+					t.Fatalf("%d home notices stored after the next message, want 1", len(got))
+				}
+			})
+		}
+	})
+	t.Run("an earlier release redelivers", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t)
+		e.startRouter(homeConfig(), nil, nil)
+		w := e.startWorker(nil)
+		sid := conversation(t, e)
+		ev := dm("alice", "hello")
+		e.publish(ev)
+		waitFor(t, "the turn", func() bool { turns, _ := w.snapshot(); return len(turns) == 1 })
+		e.settle()
+		if got := e.storedHomeNotices()["chat-alice"]; len(got) != 1 {
+			t.Fatalf("%d home notices stored, want 1", len(got))
+		}
+		// The router died before recording the message handled; its
+		// redelivery lands on a replica of the earlier release, which
+		// tells the notice when its claim says so.
+		took, err := earlierClaimHome.Run(ctx, e.rdb, []string{e.prefix + "home:" + key}, sid, "telegram:bot1:"+ev.GetEventId(),
+			homeNoticeTTL.Milliseconds()).Int()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if took != 0 {
+			t.Fatalf("the earlier release's replica would tell the notice again under the conversation's ids")
+		}
+	})
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -932,6 +933,32 @@ func (s *Service) route(ctx context.Context, m *msgCtx, sess sessionstore.Sessio
 	if interrupt && redisx.GrantOf(owner) != owner {
 		action = "interrupted"
 	}
+	// Steering is queued before the turn is asked, so that the turn can
+	// take it from the queue, and acknowledged by its outcome, after:
+	// from its insert until then the session's turn starts are held
+	// back, or the running turn's completion could start the next turn
+	// with it, whose replies would come before "⏳ Queued" (the user told
+	// "queued" after the message ran). What the steering path reads and
+	// writes meanwhile goes through the hold's connection (st).
+	// It is released before this message's own start (startQueued),
+	// which would wait for it.
+	st := s.store
+	releaseStarts := func() {}
+	if steer {
+		held, release, err := s.store.HoldTurnStarts(ctx, m.key)
+		if err != nil {
+			return err
+		}
+		st, m.tx = held, held
+		var once sync.Once
+		releaseStarts = func() {
+			once.Do(func() {
+				m.tx = nil
+				release()
+			})
+		}
+		defer releaseStarts()
+	}
 	var ackFirst func(context.Context, *sessionstore.Store) error
 	acked := false
 	if busy && !steer {
@@ -945,7 +972,7 @@ func (s *Service) route(ctx context.Context, m *msgCtx, sess sessionstore.Sessio
 			return nil
 		}
 	}
-	inserted, err := s.store.EnqueueWhileHeldThen(ctx, m.key, owner, m.seq, ownTurn, m.ev, s.cfg.QueueCap, ackFirst)
+	inserted, err := st.EnqueueWhileHeldThen(ctx, m.key, owner, m.seq, ownTurn, m.ev, s.cfg.QueueCap, ackFirst)
 	if errors.Is(err, sessionstore.ErrQueueFull) {
 		if steer {
 			// No room to queue it: the turn is asked for the text alone
@@ -958,7 +985,7 @@ func (s *Service) route(ctx context.Context, m *msgCtx, sess sessionstore.Sessio
 			if took {
 				inbound.WithLabelValues("steered").Inc()
 				busyActions.WithLabelValues("steered").Inc()
-				return s.ack(ctx, s.store, m, sess, o, owner, "steered")
+				return s.ack(ctx, st, m, sess, o, owner, "steered")
 			}
 		}
 		return s.queueFull(ctx, m, sess.Generation)
@@ -980,16 +1007,17 @@ func (s *Service) route(ctx context.Context, m *msgCtx, sess sessionstore.Sessio
 		return err
 	}
 	if steer {
-		took, err := s.steer(ctx, m, owner)
+		took, err := s.steer(ctx, st, m, owner)
 		if err != nil {
 			return err
 		}
 		if took {
 			inbound.WithLabelValues("steered").Inc()
 			busyActions.WithLabelValues("steered").Inc()
-			if err := s.ack(ctx, s.store, m, sess, o, owner, "steered"); err != nil {
+			if err := s.ack(ctx, st, m, sess, o, owner, "steered"); err != nil {
 				return err
 			}
+			releaseStarts()
 			// Marks the lock: the turn's completion starts what it did
 			// not give to the model.
 			if _, err := s.startQueued(ctx, m.key); err != nil {
@@ -1017,12 +1045,14 @@ func (s *Service) route(ctx context.Context, m *msgCtx, sess sessionstore.Sessio
 		}
 		busyActions.WithLabelValues(action).Inc()
 		if !acked {
-			// Steering no running turn took, queued.
-			if err := s.ack(ctx, s.store, m, sess, o, owner, action); err != nil {
+			// Steering no running turn took, queued: acknowledged
+			// while the turn starts are still held back.
+			if err := s.ack(ctx, st, m, sess, o, owner, action); err != nil {
 				return err
 			}
 		}
 	}
+	releaseStarts()
 	// Even when busy: the turn may have ended since the lock was read,
 	// before this message was queued.
 	if _, err := s.startQueued(ctx, m.key); err != nil {

@@ -67,6 +67,10 @@ type env struct {
 	// turn gives it to the model, which this simulated worker never does.
 	// Unset: as an older release's, whose steering the router unqueues.
 	steerQueue atomic.Bool
+	// beforeClaim, when set before startWorker, runs as a worker takes
+	// a turn, before it claims the turn's lock: a turn it holds there
+	// waits in the workers' backlog, its router's grant in the lock.
+	beforeClaim func(*turnsv1.TurnRequested)
 }
 
 func newEnv(t *testing.T) *env {
@@ -191,6 +195,9 @@ func (e *env) startWorker(hold func(*turnsv1.TurnRequested)) *worker {
 	locker := redisx.NewLocker(e.rdb, e.prefix)
 	c := bus.NewConsumer(e.bus, bus.ConsumerSpec{Stream: bus.StreamTurns, Durable: "worker-turns", Concurrency: 8, DrainTimeout: time.Second, PollWait: 200 * time.Millisecond},
 		func(ctx context.Context, t *turnsv1.TurnRequested) error {
+			if e.beforeClaim != nil {
+				e.beforeClaim(t)
+			}
 			// As a worker does: the turn's attempt holds the lock under
 			// its own value.
 			holder := redisx.Holder(t.LockToken, "test-worker.1")

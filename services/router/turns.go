@@ -309,7 +309,8 @@ func (s *Service) request(ctx context.Context, m *msgCtx, action turnsv1.Control
 }
 
 // steer asks the session's running turn, whose lock holds owner, to take
-// m's text, which route queued: a worker of this release removes the
+// m's text, which route queued (st: the store it holds the session's
+// turn starts with): a worker of this release removes the
 // queued message when its turn gives the text to the model, and leaves
 // it queued otherwise (the next turn then answers it); until then the
 // message is marked as that turn's steering, which the queue's counts
@@ -317,7 +318,7 @@ func (s *Service) request(ctx context.Context, m *msgCtx, action turnsv1.Control
 // worker takes the text without ever removing the message, so for one
 // the message is removed here, as steering was before (lost when that
 // turn does not give it to the model).
-func (s *Service) steer(ctx context.Context, m *msgCtx, owner string) (bool, error) {
+func (s *Service) steer(ctx context.Context, st *sessionstore.Store, m *msgCtx, owner string) (bool, error) {
 	req := &turnsv1.TurnControlRequested{SessionKey: m.key, Action: controlSteer, Text: m.ev.GetText(), EventId: m.dedupeID,
 		QueuedEventId: m.ev.GetEventId()}
 	took, hdr, err := s.requestControl(ctx, req)
@@ -328,12 +329,12 @@ func (s *Service) steer(ctx context.Context, m *msgCtx, owner string) (bool, err
 		// The mark only keeps the text out of the waiting counts: the
 		// turn has taken it, so a failed mark must not fail (and, by a
 		// redelivery, repeat) the steering.
-		if err := s.store.MarkSteering(ctx, m.key, m.ev.GetEventId(), owner); err != nil {
+		if err := st.MarkSteering(ctx, m.key, m.ev.GetEventId(), owner); err != nil {
 			s.log.WarnContext(ctx, "steering taken but not marked: the queue's counts include it", "session_key", m.key, "err", err)
 		}
 		return true, nil
 	}
-	if err := s.store.Unqueue(ctx, m.key, m.ev.GetEventId()); err != nil {
+	if err := st.Unqueue(ctx, m.key, m.ev.GetEventId()); err != nil {
 		return true, err
 	}
 	return true, nil
