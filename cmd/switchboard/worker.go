@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"time"
 
 	"github.com/switchboard-chat/switchboard/pkg/cron"
 	"github.com/switchboard-chat/switchboard/pkg/fakellm"
@@ -43,6 +42,9 @@ func startWorker(ctx context.Context, a *app) (func(context.Context) error, erro
 	// And the voice messages and audio files it may keep, the worker
 	// transcribes.
 	cfg.MaxAttachmentBytes = a.cfg.Attachments.MaxBytes
+	// A transcription is bounded as a model call is, its audio's read
+	// from the store included.
+	cfg.TranscribeTimeout = a.cfg.LLM.CallTimeout
 	loc, err := a.cfg.Cron.Location()
 	if err != nil {
 		return nil, err
@@ -216,22 +218,18 @@ func (a *app) transcriber(llmKind string) (worker.Transcriber, error) {
 		model = llm.DefaultTranscriptionModel
 	}
 	a.log.Info("speech-to-text configured", "from", from, "model", model, "base_url", cfg.BaseURL)
-	return transcriber{p: llm.NewOpenAI(cfg), model: model, timeout: a.cfg.LLM.CallTimeout}, nil
+	return transcriber{p: llm.NewOpenAI(cfg), model: model}, nil
 }
 
-// transcriber adapts llm.OpenAI's transcription to worker.Transcriber.
+// transcriber adapts llm.OpenAI's transcription to worker.Transcriber;
+// the worker bounds it (worker.Config.TranscribeTimeout), with the read
+// of its audio.
 type transcriber struct {
-	p       *llm.OpenAI
-	model   string
-	timeout time.Duration
+	p     *llm.OpenAI
+	model string
 }
 
 func (t transcriber) Transcribe(ctx context.Context, audio io.Reader, filename, mime string) (string, error) {
-	if t.timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, t.timeout)
-		defer cancel()
-	}
 	return t.p.Transcribe(ctx, t.model, audio, filename, mime)
 }
 

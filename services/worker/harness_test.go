@@ -220,6 +220,9 @@ type turnOpts struct {
 	skillsNote  string                     // Hermes's /reload-skills note the turn carries
 	goal        bool                       // the conversation has an active standing goal (/goal)
 	flush       bool                       // a pre-reset memory flush: no input, on the ended conversation
+	// voiceByDownload: the input's gateway types it a voice message by
+	// the files downloaded (Slack, Mattermost).
+	voiceByDownload bool
 }
 
 // requestTurn does what the router does: wait for and take the session
@@ -260,7 +263,7 @@ func (h *harness) requestTurn(key, text string, o turnOpts) *turnsv1.TurnRequest
 		LockToken: o.token, LockTtlMs: o.lockTTL.Milliseconds(), GrantTtlMs: 60000, Origin: o.origin, ModelOverride: o.override, RequestedAt: timestamppb.Now(),
 		Inputs: []*eventsv1.MessageReceived{{EventId: fmt.Sprintf("ev%d", n), MessageId: fmt.Sprintf("m%d", n), Text: text,
 			Source: o.origin, AnswerOnly: o.answerOnly, ListsToolCalls: o.listsCalls, TranscriptCommand: o.command, Attachments: o.attachments, Context: o.context,
-			NoReaction: o.noReaction}},
+			NoReaction: o.noReaction, VoiceByDownload: o.voiceByDownload}},
 		PersonalityPrompt: o.personality, ReasoningEffort: o.effort, ShowReasoning: o.show,
 		ToolProgressMode: o.toolMode,
 		BackgroundTaskId: o.background,

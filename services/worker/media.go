@@ -253,15 +253,29 @@ func quotedName(a *eventsv1.Attachment) string {
 // errNoTranscriber: no speech-to-text provider is configured.
 var errNoTranscriber = errors.New("no speech-to-text provider configured")
 
+// defaultTranscribeTimeout bounds a transcription when
+// Config.TranscribeTimeout is not set: llm.call_timeout's default.
+const defaultTranscribeTimeout = 10 * time.Minute
+
+// errTranscribeTimeout ends a transcription that took longer than
+// Config.TranscribeTimeout.
+var errTranscribeTimeout = errors.New("transcription took too long")
+
 // transcribe turns a voice message or audio file into text. The audio is
 // streamed from the attachment store to the speech-to-text upload, a
 // chunk or two at a time, never read whole into memory; one over
 // MaxAttachmentBytes is refused (attachment.ErrTooLarge) before a chunk
 // is read or anything is sent, and no more than its stored size is read.
+// TranscribeTimeout bounds the store's read and the upload together: the
+// transcriber waits for a read in progress before it returns, so a read
+// bound by the turn alone (a store whose chunks do not come) held the
+// turn past the transcriber's own bound.
 func (r *turnRun) transcribe(ctx context.Context, a *eventsv1.Attachment) (string, error) {
 	if r.s.stt == nil {
 		return "", errNoTranscriber
 	}
+	ctx, cancel := context.WithTimeoutCause(ctx, r.s.cfg.TranscribeTimeout, errTranscribeTimeout)
+	defer cancel()
 	audio, err := r.s.media.Reader(ctx, a.GetBytesRef(), r.s.cfg.MaxAttachmentBytes)
 	if err != nil {
 		return "", err

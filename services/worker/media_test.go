@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/switchboard-chat/switchboard/pkg/attachment"
 	"github.com/switchboard-chat/switchboard/pkg/bus"
 	"github.com/switchboard-chat/switchboard/pkg/fakellm"
@@ -229,6 +231,59 @@ func TestVoiceAndDocumentsAreReadIntoTheMessage(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestAStuckStoreReadEndsWithTheTranscription: a voice message whose
+// audio the attachment store does not deliver (its chunks are gone while
+// the file is still listed, so the read waits for them) is named to the
+// model as not transcribed once the transcription's bound
+// (TranscribeTimeout, llm.call_timeout) is over; the read waited on the
+// turn, which it held until a /stop.
+func TestAStuckStoreReadEndsWithTheTranscription(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	ctx := context.Background()
+	store := attachment.New(h.bus.JetStream(), h.bus.Topology(), attachment.Config{})
+	if _, err := store.Keep(ctx, "stuck", "audio/ogg", strings.NewReader(strings.Repeat("\xff\x00", 1000))); err != nil {
+		t.Fatal(err)
+	}
+	bucket := h.bus.Topology().Stream(attachment.Bucket)
+	obs, err := h.bus.JetStream().ObjectStore(ctx, bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := obs.GetInfo(ctx, "stuck")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream, err := h.bus.JetStream().Stream(ctx, "OBJ_"+bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Purge(ctx, jetstream.WithPurgeSubject("$O."+bucket+".C."+info.NUID)); err != nil {
+		t.Fatal(err)
+	}
+	stt := llm.NewOpenAI(llm.OpenAIConfig{BaseURL: h.fakeURL + "/v1"})
+	h.setGeneration("s1", 1)
+	h.startWorker("w1", func(c *worker.Config, d *worker.Deps) {
+		c.TranscribeTimeout = time.Second
+		d.Transcriber = sttFunc(func(ctx context.Context, audio io.Reader, filename, mime string) (string, error) {
+			return stt.Transcribe(ctx, "", audio, filename, mime)
+		})
+	})
+	req := h.requestTurn("s1", "", turnOpts{attachments: []*eventsv1.Attachment{{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_VOICE,
+		MimeType: "audio/ogg", Location: &eventsv1.Attachment_BytesRef{BytesRef: "stuck"}}}})
+	var c *turnsv1.TurnCompleted
+	waitFor(t, 20*time.Second, "the turn to complete", func() bool {
+		c = h.completed(req.TurnId)
+		return c != nil
+	})
+	if c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_COMPLETED {
+		t.Fatalf("status %v (%s)", c.GetStatus(), c.GetError())
+	}
+	if got, want := h.fake.Requests()[0].LastUserText(), "[Attachment: voice (unavailable: it could not be transcribed)]"; got != want {
+		t.Fatalf("the model read %q, want %q", got, want)
 	}
 }
 

@@ -58,9 +58,16 @@ func (r *turnRun) wantsVoice(f store.Final) bool {
 
 // voiceInput reports whether an input of the turn is a voice message
 // (Hermes's MessageType.VOICE: a voice note, not an audio file; the
-// Slack and Mattermost gateways mark an audio file one, as Hermes).
+// Slack and Mattermost gateways mark an audio file one, as Hermes, and
+// it is one only once downloaded: voiceByDownload).
 func (r *turnRun) voiceInput() bool {
 	for _, in := range r.req.GetInputs() {
+		if in.GetVoiceByDownload() {
+			if voiceByDownload(in) {
+				return true
+			}
+			continue
+		}
 		for _, a := range in.GetAttachments() {
 			if a.GetKind() == eventsv1.AttachmentKind_ATTACHMENT_KIND_VOICE {
 				return true
@@ -68,6 +75,30 @@ func (r *turnRun) voiceInput() bool {
 		}
 	}
 	return false
+}
+
+// voiceByDownload types a message with voice_by_download as Hermes's
+// Slack and Mattermost adapters type a message by the files they
+// downloaded (slack.py, mattermost.py): a picture makes it a photo, else
+// an audio file a voice message. A file counts unless its download
+// failed (it has no bytes and is unavailable); one this turn did not
+// need to read (no speech-to-text, pictures off) counts as its gateway
+// described it.
+func voiceByDownload(in *eventsv1.MessageReceived) bool {
+	audio := false
+	for _, a := range in.GetAttachments() {
+		if a.GetBytesRef() == "" && a.GetUnavailable() != "" {
+			continue
+		}
+		mime := strings.ToLower(a.GetMimeType())
+		switch {
+		case a.GetKind() == eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE || strings.HasPrefix(mime, "image/"):
+			return false
+		case isSpeech(a) || strings.HasPrefix(mime, "audio/"):
+			audio = true
+		}
+	}
+	return audio
 }
 
 // voiceReply speaks the final answer f, when the turn wants it, and

@@ -3,6 +3,7 @@ package worker_test
 import (
 	"bytes"
 	"context"
+	"io"
 	"strings"
 	"testing"
 
@@ -12,6 +13,7 @@ import (
 	repliesv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/replies/v1"
 	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
 	"github.com/switchboard-chat/switchboard/pkg/llm"
+	"github.com/switchboard-chat/switchboard/pkg/platform/platformtest"
 	"github.com/switchboard-chat/switchboard/services/worker"
 )
 
@@ -118,6 +120,66 @@ func TestVoiceReplyModes(t *testing.T) {
 		data, _, err := store.Get(context.Background(), a.GetBytesRef(), 1<<20)
 		if err != nil || !bytes.HasPrefix(data, []byte("OggS")) || int64(len(data)) != a.GetSizeBytes() {
 			t.Errorf("%s: kept audio %d bytes %q, %v", tt.name, len(data), data[:min(len(data), 8)], err)
+		}
+	}
+}
+
+// TestVoiceMessageByDownload: a message its gateway types by the files
+// downloaded (voice_by_download: Slack, Mattermost, as Hermes's adapters
+// type a message by what they downloaded) is a voice message, which /voice
+// on answers with speech, only when an audio file of it was downloaded
+// and no picture was: not when the audio's download failed, and when only
+// the picture's did. Other platforms' voice messages (Telegram's voice
+// notes) are voice messages downloaded or not, as Hermes's.
+func TestVoiceMessageByDownload(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	p := &fetchingPlatform{Memory: platformtest.NewMemory("bot1", false), files: map[string]string{
+		"a1": "see you at noon", "p1": "\x89PNG\r\n\x1a\n pixels",
+	}}
+	startGateway(t, h, p)
+	stt := llm.NewOpenAI(llm.OpenAIConfig{BaseURL: h.fakeURL + "/v1"})
+	h.setGeneration("s1", 1)
+	w := h.startWorker("w1", func(c *worker.Config, d *worker.Deps) {
+		h.withSpeaker(c, d)
+		d.Transcriber = sttFunc(func(ctx context.Context, audio io.Reader, filename, mime string) (string, error) {
+			return stt.Transcribe(ctx, "", audio, filename, mime)
+		})
+	})
+	defer w.stop(t)
+	origin := &eventsv1.SessionSource{Platform: "memory", Account: "bot1", ChatId: "99", ChatType: "dm", UserId: "u1"}
+	file := func(kind eventsv1.AttachmentKind, id, mime string) *eventsv1.Attachment {
+		return &eventsv1.Attachment{Kind: kind, PlatformFileId: id, MimeType: mime}
+	}
+	voice := func(id string) *eventsv1.Attachment {
+		return file(eventsv1.AttachmentKind_ATTACHMENT_KIND_VOICE, id, "audio/ogg")
+	}
+	audio := func(id string) *eventsv1.Attachment {
+		return file(eventsv1.AttachmentKind_ATTACHMENT_KIND_AUDIO, id, "audio/ogg")
+	}
+	image := func(id string) *eventsv1.Attachment {
+		return file(eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, id, "image/png")
+	}
+	for _, tt := range []struct {
+		name       string
+		byDownload bool
+		attach     []*eventsv1.Attachment
+		voice      bool
+	}{
+		{"audio downloaded", true, []*eventsv1.Attachment{voice("a1")}, true},
+		{"audio not downloaded", true, []*eventsv1.Attachment{voice("gone")}, false},
+		{"picture not downloaded", true, []*eventsv1.Attachment{audio("a1"), image("gone")}, true},
+		{"picture downloaded", true, []*eventsv1.Attachment{audio("a1"), image("p1")}, false},
+		{"a voice note not downloaded", false, []*eventsv1.Attachment{voice("gone")}, true},
+	} {
+		before := len(h.fake.Speeches())
+		req := h.requestTurn("s1", "", turnOpts{origin: origin, attachments: tt.attach, voiceMode: "voice_only", voiceByDownload: tt.byDownload})
+		if c := h.waitCompleted(req.TurnId); c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_COMPLETED {
+			t.Fatalf("%s: status %v (%s)", tt.name, c.GetStatus(), c.GetError())
+		}
+		_, media := split(t, h.replies(req.TurnId))
+		if spoken := len(media) == 1 && len(h.fake.Speeches()) == before+1; spoken != tt.voice || len(media) > 1 {
+			t.Errorf("%s: %d voice replies, %d speech requests; want a voice reply %v", tt.name, len(media), len(h.fake.Speeches())-before, tt.voice)
 		}
 	}
 }

@@ -71,6 +71,11 @@ type Config struct {
 	// (attachments.max_bytes, what a gateway keeps; 0: its default,
 	// 20 MiB); a larger one is named to the model as too large.
 	MaxAttachmentBytes int64 `koanf:"-"`
+	// TranscribeTimeout bounds one transcription whole: the audio's read
+	// from the attachment store as much as its upload and the answer
+	// (llm.call_timeout, as for a model call; 0: its default, 10
+	// minutes). A stuck store read ends with it, not with the turn.
+	TranscribeTimeout time.Duration `koanf:"-"`
 	// RedisPrefix prefixes Redis keys (redis.prefix).
 	RedisPrefix string `koanf:"-"`
 	// RedactPII hashes user and chat ids in prompts (privacy.redact_pii).
@@ -436,6 +441,9 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	}
 	if cfg.MaxAttachmentBytes <= 0 {
 		cfg.MaxAttachmentBytes = attachment.DefaultConfig().MaxBytes
+	}
+	if cfg.TranscribeTimeout <= 0 {
+		cfg.TranscribeTimeout = defaultTranscribeTimeout
 	}
 	mode, err := approvalmode.FromConfig(cfg.ApprovalsMode)
 	if err != nil {

@@ -78,11 +78,11 @@ type Config struct {
 	// messages matching a mention pattern are answered, the pattern
 	// dropped from the start of the text; DMs always are.
 	RequireMention bool `koanf:"require_mention"`
-	// MentionPatterns (BLUEBUBBLES_MENTION_PATTERNS: comma- or
-	// newline-separated, or a JSON list) are case-insensitive regular
-	// expressions (Go's RE2 syntax); empty means Hermes's wake words
-	// ("hermes", "@hermes agent" …).
-	MentionPatterns []string `koanf:"mention_patterns"`
+	// MentionPatterns (BLUEBUBBLES_MENTION_PATTERNS: a JSON list, else
+	// comma- or newline-separated, as Hermes reads it; a YAML list) are
+	// case-insensitive regular expressions (Go's RE2 syntax); empty
+	// means Hermes's wake words ("hermes", "@hermes agent" …).
+	MentionPatterns Patterns `koanf:"mention_patterns"`
 	// SendReadReceipts marks each chat read once its message is on the
 	// bus (needs the Private API helper), as Hermes does by default.
 	SendReadReceipts bool `koanf:"send_read_receipts"`
@@ -199,20 +199,56 @@ func shownURL(raw string) string {
 	return u.String()
 }
 
-// compilePatterns reads the mention patterns as Hermes does: a JSON list,
-// or lines and commas (the environment loader has split on commas
-// already); none means Hermes's wake words.
-func compilePatterns(raw []string) ([]*regexp.Regexp, error) {
-	var pats []string
-	if len(raw) == 1 && strings.HasPrefix(strings.TrimSpace(raw[0]), "[") {
-		if err := json.Unmarshal([]byte(raw[0]), &pats); err != nil {
-			return nil, fmt.Errorf("bluebubbles: mention_patterns is not a JSON list of strings: %w", err)
-		}
-	} else {
-		for _, r := range raw {
-			pats = append(pats, strings.Split(r, "\n")...)
+// Patterns are mention patterns: a YAML list is a pattern an item. One
+// text (BLUEBUBBLES_MENTION_PATTERNS, or a YAML string) is read whole
+// (UnmarshalText), as Hermes reads the variable (gateway/config.py, then
+// BlueBubblesAdapter._compile_mention_patterns): a JSON list is its
+// items, a JSON string its content read again, any other text is split
+// at its line breaks and commas. The config loader splits a plain
+// list's text on its commas first, which cut a JSON list of two
+// patterns into two halves that are no patterns.
+type Patterns []string
+
+// UnmarshalText reads one text of patterns.
+func (p *Patterns) UnmarshalText(text []byte) error {
+	pats, err := textPatterns(string(text), true)
+	*p = pats
+	return err
+}
+
+// textPatterns reads a text of patterns as Hermes does; orJSONString
+// also takes a JSON string for the text it holds (config.py decodes the
+// variable once, the adapter the string it got once more).
+func textPatterns(text string, orJSONString bool) (Patterns, error) {
+	var v any
+	if err := json.Unmarshal([]byte(strings.TrimSpace(text)), &v); err == nil {
+		switch v := v.(type) {
+		case []any:
+			pats := make(Patterns, 0, len(v))
+			for _, item := range v {
+				s, ok := item.(string)
+				if !ok {
+					return nil, fmt.Errorf("bluebubbles: mention_patterns (BLUEBUBBLES_MENTION_PATTERNS): %v in the JSON list is not a pattern (a string)", item)
+				}
+				pats = append(pats, s)
+			}
+			return pats, nil
+		case string:
+			if orJSONString {
+				return textPatterns(v, false)
+			}
 		}
 	}
+	var pats Patterns
+	for _, line := range strings.Split(text, "\n") {
+		pats = append(pats, strings.Split(line, ",")...)
+	}
+	return pats, nil
+}
+
+// compilePatterns compiles the mention patterns, blank ones skipped;
+// none means Hermes's wake words.
+func compilePatterns(pats Patterns) ([]*regexp.Regexp, error) {
 	var out []*regexp.Regexp
 	for _, p := range pats {
 		if p = strings.TrimSpace(p); p == "" {

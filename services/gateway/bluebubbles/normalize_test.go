@@ -2,12 +2,15 @@ package bluebubbles
 
 import (
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"google.golang.org/protobuf/encoding/prototext"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/switchboard-chat/switchboard/pkg/config"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	"github.com/switchboard-chat/switchboard/pkg/platform"
 	"github.com/switchboard-chat/switchboard/pkg/sessionkey"
@@ -165,14 +168,21 @@ func TestDMChatID(t *testing.T) {
 
 func TestMentionPatterns(t *testing.T) {
 	t.Parallel()
-	custom, err := compilePatterns([]string{`["(?:^|\\W)@?amos\\b[,:]?"]`})
+	var read Patterns
+	if err := read.UnmarshalText([]byte(`["(?:^|\\W)@?amos\\b[,:]?"]`)); err != nil {
+		t.Fatal(err)
+	}
+	custom, err := compilePatterns(read)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !matches(custom, "hey Amos") || matches(custom, "hermes") || stripMention(custom, "amos: go") != "go" {
 		t.Fatal("custom JSON pattern not applied")
 	}
-	lines, err := compilePatterns([]string{"bot\nhelper"})
+	if err := read.UnmarshalText([]byte("bot\nhelper")); err != nil {
+		t.Fatal(err)
+	}
+	lines, err := compilePatterns(read)
 	if err != nil || len(lines) != 2 {
 		t.Fatalf("newline-separated patterns: %d, %v", len(lines), err)
 	}
@@ -190,6 +200,66 @@ func TestMentionPatterns(t *testing.T) {
 	}
 	if got := stripMention(def, "hermes"); got != "hermes" {
 		t.Errorf("a text that is only the mention became %q", got)
+	}
+}
+
+// TestMentionPatternsFromTheEnvironment: BLUEBUBBLES_MENTION_PATTERNS is
+// read as Hermes reads it (gateway/config.py, then the adapter's
+// _compile_mention_patterns), through the config loader: a JSON list is
+// its patterns, commas and all; any other text is split at its line
+// breaks and commas. The loader split the text on its commas first, so a
+// JSON list of two patterns was two halves that stopped the gateway, and
+// a text opening with "[" that is no JSON (a character class) was refused.
+func TestMentionPatternsFromTheEnvironment(t *testing.T) {
+	t.Parallel()
+	aliases := map[string]string{"BLUEBUBBLES_SERVER_URL": "server_url", "BLUEBUBBLES_PASSWORD": "password",
+		"BLUEBUBBLES_MENTION_PATTERNS": "mention_patterns"}
+	server := []string{"BLUEBUBBLES_SERVER_URL=http://mac:1234", "BLUEBUBBLES_PASSWORD=pw"}
+	for _, c := range []struct {
+		name, value string
+		want        []string
+	}{
+		{"json list", `["hey\\s+amos", "a{1,3}b"]`, []string{`(?i)hey\s+amos`, "(?i)a{1,3}b"}},
+		{"commas", "amos, helper", []string{"(?i)amos", "(?i)helper"}},
+		{"lines and commas", "amos\nhelper,bot", []string{"(?i)amos", "(?i)helper", "(?i)bot"}},
+		{"a class, no json", "[Aa]mos", []string{"(?i)[Aa]mos"}},
+		{"json string", `"amos,helper"`, []string{"(?i)amos", "(?i)helper"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := Config{}
+			environ := append([]string{"BLUEBUBBLES_MENTION_PATTERNS=" + c.value}, server...)
+			if _, err := config.Load(config.Options{Environ: environ, Aliases: aliases}, &cfg); err != nil {
+				t.Fatal(err)
+			}
+			got, err := compilePatterns(cfg.MentionPatterns)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var exprs []string
+			for _, re := range got {
+				exprs = append(exprs, re.String())
+			}
+			if strings.Join(exprs, "\x00") != strings.Join(c.want, "\x00") {
+				t.Errorf("patterns %q, want %q", exprs, c.want)
+			}
+		})
+	}
+	// In the YAML file, a list is a pattern an item, commas and all.
+	path := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(path, []byte("server_url: http://mac:1234\npassword: pw\nmention_patterns:\n  - 'hey, amos'\n  - '\\w{2,3}'\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{}
+	if _, err := config.Load(config.Options{Path: path, Environ: []string{}}, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := compilePatterns(cfg.MentionPatterns); err != nil || len(got) != 2 || got[0].String() != "(?i)hey, amos" || got[1].String() != `(?i)\w{2,3}` {
+		t.Errorf("YAML list: %v %v", got, err)
+	}
+	// A JSON list's item that is no text is refused with the reason.
+	environ := append([]string{`BLUEBUBBLES_MENTION_PATTERNS=["amos", 3]`}, server...)
+	if _, err := config.Load(config.Options{Environ: environ, Aliases: aliases}, &Config{}); err == nil || !strings.Contains(err.Error(), "not a pattern") {
+		t.Errorf("a number in the list: %v", err)
 	}
 }
 

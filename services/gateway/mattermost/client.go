@@ -280,6 +280,15 @@ func (c *client) upload(ctx context.Context, channelID, name, mimeType string, d
 	return out.FileInfos[0].ID, nil
 }
 
+// describeFile asks a file's name, type and size (GET /files/{id}/info).
+func (c *client) describeFile(ctx context.Context, id string) (*fileInfo, error) {
+	var f fileInfo
+	if err := c.do(ctx, "file info", http.MethodGet, "/files/"+url.PathEscape(id)+"/info", nil, &f); err != nil {
+		return nil, err
+	}
+	return &f, nil
+}
+
 // file opens a file's bytes (GET /files/{id}).
 func (c *client) file(ctx context.Context, id string) (*http.Response, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.url("/files/"+url.PathEscape(id)), nil)

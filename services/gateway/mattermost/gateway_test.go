@@ -311,6 +311,54 @@ func TestLongTextChunked(t *testing.T) {
 	}
 }
 
+// TestFilesWithoutMetadataAreDescribed: a post whose event names its
+// files without their metadata has them described by the server (GET
+// /files/{id}/info, as Hermes's adapter asks of every file), so an audio
+// file is a voice message and a picture a picture, not documents known by
+// their ids; a file the server does not describe is still published, as a
+// document; a post with its metadata costs no call.
+func TestFilesWithoutMetadataAreDescribed(t *testing.T) {
+	t.Parallel()
+	g := start(t, nil, platform.Options{})
+	audio := g.f.Upload("talk.ogg", "audio/ogg", []byte("OggS"))
+	pic := g.f.Upload("p.png", "image/png", []byte("\x89PNG"))
+	type want struct {
+		kind       eventsv1.AttachmentKind
+		name, mime string
+	}
+	for _, c := range []struct {
+		name     string
+		file     mattermostfake.FileInfo
+		metadata bool
+		fail     bool
+		want     want
+		calls    int
+	}{
+		{"with metadata", audio, true, false, want{eventsv1.AttachmentKind_ATTACHMENT_KIND_VOICE, "talk.ogg", "audio/ogg"}, 0},
+		{"audio", audio, false, false, want{eventsv1.AttachmentKind_ATTACHMENT_KIND_VOICE, "talk.ogg", "audio/ogg"}, 1},
+		{"picture", pic, false, false, want{eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, "p.png", "image/png"}, 1},
+		{"not described", audio, false, true, want{eventsv1.AttachmentKind_ATTACHMENT_KIND_DOCUMENT, "", ""}, 1},
+	} {
+		before := g.f.Calls("file info")
+		g.f.OmitFileMetadata(!c.metadata)
+		if c.fail {
+			g.f.FailNext("file info", 1, mattermostfake.Fail{Status: http.StatusInternalServerError})
+		}
+		g.f.Add(mattermostfake.Post{ChannelID: dmCh, UserID: ann, FileIDs: []string{c.file.ID}})
+		ev := g.next(t)
+		atts := ev.GetAttachments()
+		if len(atts) != 1 || atts[0].GetPlatformFileId() != c.file.ID {
+			t.Fatalf("%s: attachments %v", c.name, atts)
+		}
+		if got := (want{atts[0].GetKind(), atts[0].GetFileName(), atts[0].GetMimeType()}); got != c.want {
+			t.Errorf("%s: published %+v, want %+v", c.name, got, c.want)
+		}
+		if n := g.f.Calls("file info") - before; n != c.calls {
+			t.Errorf("%s: %d file info calls, want %d", c.name, n, c.calls)
+		}
+	}
+}
+
 // A file is published by its id; when a turn reads it, the gateway
 // downloads it into the attachment store. A file the agent sends is
 // uploaded and posted.

@@ -129,9 +129,10 @@ func normalize(ev *posted, r rules) (*eventsv1.MessageReceived, skip) {
 			chatName = p.ChannelID
 		}
 	}
-	voiceMessage(atts, text)
+	voiceByDownload := voiceMessage(atts, text)
 	out := &eventsv1.MessageReceived{
 		EventId: p.ID, MessageId: p.ID, Text: text, Attachments: atts, Mentioned: mentioned || dm,
+		VoiceByDownload: voiceByDownload,
 		Source: &eventsv1.SessionSource{
 			Platform: "mattermost", Account: r.BotID, ChatId: p.ChannelID, ChatName: chatName, ChatType: kind,
 			UserId: p.UserID, UserName: name, IsBot: ev.FromBot,
@@ -147,8 +148,9 @@ func normalize(ev *posted, r rules) (*eventsv1.MessageReceived, skip) {
 	return out, skipNone
 }
 
-// attachments describes a post's files: from the post's metadata when
-// the server sent it, else by id alone (the download tells the type).
+// attachments describes a post's files: from the post's metadata (the
+// server's, or what describeFiles asked), else by id alone (the download
+// tells the type).
 func attachments(p *post) []*eventsv1.Attachment {
 	byID := map[string]fileInfo{}
 	for _, f := range p.Metadata.Files {
@@ -185,20 +187,29 @@ func attachments(p *post) []*eventsv1.Attachment {
 // speech: not when an image comes with it (Hermes's PHOTO), nor for a
 // /command. text is the post's after the bot's mention. Mattermost has
 // no voice messages of its own: a recorded clip is an audio file too.
-func voiceMessage(atts []*eventsv1.Attachment, text string) {
+// Hermes types a post by the files it downloaded, so the post is a voice
+// message only once they are (MessageReceived.voice_by_download, which
+// it reports): an audio file whose download fails makes none, a picture
+// whose download fails leaves one.
+func voiceMessage(atts []*eventsv1.Attachment, text string) bool {
 	if strings.HasPrefix(text, "/") {
-		return
+		return false
 	}
+	image, audio := false, false
 	for _, a := range atts {
-		if a.GetKind() == eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE {
-			return
+		switch a.GetKind() {
+		case eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE:
+			image = true
+		case eventsv1.AttachmentKind_ATTACHMENT_KIND_AUDIO:
+			audio = true
 		}
 	}
 	for _, a := range atts {
-		if a.GetKind() == eventsv1.AttachmentKind_ATTACHMENT_KIND_AUDIO {
+		if !image && a.GetKind() == eventsv1.AttachmentKind_ATTACHMENT_KIND_AUDIO {
 			a.Kind = eventsv1.AttachmentKind_ATTACHMENT_KIND_VOICE
 		}
 	}
+	return audio
 }
 
 // mentions reports whether the text names the bot with @.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -264,6 +265,13 @@ func TestAudioFileIsAVoiceMessage(t *testing.T) {
 			}
 			if !slices.Equal(kinds, tc.want) {
 				t.Fatalf("kinds %v, want %v", kinds, tc.want)
+			}
+			// Hermes types the post by the files it downloaded: it is a
+			// voice message once an audio file is (the worker decides,
+			// when a turn has fetched them).
+			byDownload := !strings.HasPrefix(tc.text, "/") && (slices.Contains(tc.want, voice) || slices.Contains(tc.want, audio))
+			if got.GetVoiceByDownload() != byDownload {
+				t.Fatalf("voice_by_download %v, want %v", got.GetVoiceByDownload(), byDownload)
 			}
 		})
 	}

@@ -183,6 +183,9 @@ func (p *Platform) publish(ctx context.Context, conn platform.Conn, ev *posted) 
 		ev.FromBot = ev.Post.fromProgram() || p.isBot(ctx, ev.Post.UserID)
 	}
 	m, why := normalize(ev, p.rules)
+	if why == skipNone && p.describeFiles(ctx, ev.Post) {
+		m, why = normalize(ev, p.rules)
+	}
 	if why != skipNone {
 		skipped.WithLabelValues(string(why)).Inc()
 		p.log.Debug("mattermost post skipped", "why", string(why), "post_id", ev.Post.ID)
@@ -206,6 +209,41 @@ func (p *Platform) publish(ctx context.Context, conn platform.Conn, ev *posted) 
 		case <-time.After(time.Second):
 		}
 	}
+}
+
+// describeFiles asks the server about the files a post names without
+// describing them in its metadata (GET /files/{id}/info, which Hermes's
+// adapter asks of every file of a post) and adds what it answers to the
+// metadata; it reports whether it added any. Known by its id alone, an
+// audio file or a picture was published as a document: never
+// transcribed, never a voice message. A file the server does not
+// describe stays so (its download tells its type), and the post is
+// published all the same.
+func (p *Platform) describeFiles(ctx context.Context, po *post) bool {
+	known := make(map[string]bool, len(po.Metadata.Files))
+	for _, f := range po.Metadata.Files {
+		known[f.ID] = true
+	}
+	added := false
+	for _, id := range po.FileIDs {
+		if known[id] || !validID(id) {
+			continue
+		}
+		known[id] = true
+		fctx, cancel := context.WithTimeout(ctx, p.cfg.CallTimeout)
+		f, err := p.cli.describeFile(fctx, id)
+		cancel()
+		if err == nil && f.ID != id {
+			err = fmt.Errorf("the answer describes file %q", f.ID)
+		}
+		if err != nil {
+			p.log.Warn("mattermost file info failed; the file is published as a document", "post_id", po.ID, "file_id", id, "err", err)
+			continue
+		}
+		po.Metadata.Files = append(po.Metadata.Files, *f)
+		added = true
+	}
+	return added
 }
 
 // remember notes a post's channel, its newest post and its author's

@@ -177,6 +177,6 @@ func (p *Platform) completeFiles(ctx context.Context, ev *eventsv1.MessageReceiv
 		// The kinds files.info gave decide, with the others', whether
 		// the message is a voice message; its text is the one left
 		// after the bot's mention, which keeps a leading /.
-		voiceMessage(ev.GetAttachments(), ev.GetText())
+		ev.VoiceByDownload = voiceMessage(ev.GetAttachments(), ev.GetText())
 	}
 }

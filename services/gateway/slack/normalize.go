@@ -191,7 +191,7 @@ func normalize(raw []byte, id identity) (*eventsv1.MessageReceived, skip, error)
 			MimeType: f.Mimetype, SizeBytes: f.Size, FileName: f.Name, PlatformFileId: f.ID,
 		})
 	}
-	voiceMessage(ev.Attachments, m.Text)
+	ev.VoiceByDownload = voiceMessage(ev.Attachments, m.Text)
 	if ev.Text == "" && len(ev.Attachments) == 0 {
 		return nil, "empty message", nil
 	}
@@ -262,12 +262,20 @@ func kindOf(mime string) eventsv1.AttachmentKind {
 // (gateway/platforms/slack.py), which /voice on answers with speech: not
 // when an image comes with it (Hermes's PHOTO), nor for a /command. text
 // is the message's as Slack sent it. Slack has no voice messages of its
-// own: a clip recorded in the app is an audio file too.
-func voiceMessage(atts []*eventsv1.Attachment, text string) {
-	voice := !strings.HasPrefix(text, "/")
+// own: a clip recorded in the app is an audio file too. Hermes types a
+// message by the files it downloaded, so the message is a voice message
+// only once they are (MessageReceived.voice_by_download, which it
+// reports): an audio file whose download fails makes none, a picture
+// whose download fails leaves one.
+func voiceMessage(atts []*eventsv1.Attachment, text string) bool {
+	command := strings.HasPrefix(text, "/")
+	voice, audio := !command, false
 	for _, a := range atts {
-		if a.GetKind() == eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE {
+		switch a.GetKind() {
+		case eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE:
 			voice = false
+		case eventsv1.AttachmentKind_ATTACHMENT_KIND_AUDIO, eventsv1.AttachmentKind_ATTACHMENT_KIND_VOICE:
+			audio = true
 		}
 	}
 	for _, a := range atts {
@@ -279,6 +287,7 @@ func voiceMessage(atts []*eventsv1.Attachment, text string) {
 			}
 		}
 	}
+	return audio && !command
 }
 
 // slash turns a slash command (Socket Mode) into the inbound event, as

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -424,6 +425,13 @@ func TestAudioFileIsAVoiceMessage(t *testing.T) {
 			}
 			if !slices.Equal(got, tc.want) {
 				t.Fatalf("kinds %v, want %v", got, tc.want)
+			}
+			// Hermes types the message by the files it downloaded: it
+			// is a voice message once an audio file is (the worker
+			// decides, when a turn has fetched them).
+			byDownload := !strings.HasPrefix(tc.text, "/") && (slices.Contains(tc.want, voice) || slices.Contains(tc.want, audio))
+			if ev.GetVoiceByDownload() != byDownload {
+				t.Fatalf("voice_by_download %v, want %v", ev.GetVoiceByDownload(), byDownload)
 			}
 		})
 	}

@@ -210,9 +210,10 @@ func normalize(u *models.Update, me identity, g gating) (outcome, error) {
 		// do not both answer what was asked of one.
 		return outcome{skip: "group message for another bot"}, nil
 	}
-	if command != "" {
+	switch {
+	case command != "":
 		text = command
-	} else {
+	case !commandMessage(msg):
 		text = stripBotMention(text, me.username)
 	}
 	ev.Text = text
@@ -308,12 +309,28 @@ func addressing(text string, entities []models.MessageEntity, me identity) (comm
 	return command, mentioned, false, otherBots
 }
 
+// commandMessage reports whether msg is a command as Telegram marks one:
+// its text opens with a bot_command entity (python-telegram-bot's
+// filters.COMMAND, which routes it to Hermes's _handle_command). Hermes
+// does not clean a command's text of the bot's mention: its parser
+// (MessageEvent.get_command, get_command_args) takes "/cmd @bot args" as
+// /cmd with the arguments "@bot args", and "/cmd@bot args" as /cmd with
+// "args". A caption is never one: Hermes cleans it as any text.
+func commandMessage(msg *models.Message) bool {
+	if msg.Text == "" || len(msg.Entities) == 0 {
+		return false
+	}
+	e := msg.Entities[0]
+	return e.Type == models.MessageEntityTypeBotCommand && e.Offset == 0
+}
+
 // stripBotMention takes "@<username>" out of a message's text, with the
 // commas, colons, hyphens and spaces after it, as Hermes's
 // _clean_bot_trigger_text does: the agent reads "@my_bot, summarize
 // this" as "summarize this", and "@my_bot /new" as the command. The
 // name matches in any case, and only whole (not "@my_bot2"). A text that
-// is only the mention stays as it is; a command's text is left alone.
+// is only the mention stays as it is; a command's text is left alone
+// (commandMessage).
 func stripBotMention(text, username string) string {
 	if username == "" || !strings.Contains(text, "@") {
 		return text

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/encoding/prototext"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/switchboard-chat/switchboard/pkg/command"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	"github.com/switchboard-chat/switchboard/pkg/platform"
 )
@@ -279,6 +280,60 @@ func TestBotMentionStripped(t *testing.T) {
 	// caption twice, the mention in it.
 	if atts := out.ev.GetAttachments(); len(atts) != 1 || atts[0].GetCaption() != "what is this?" {
 		t.Errorf("caption event's attachments %v, want one captioned %q", atts, "what is this?")
+	}
+}
+
+// TestCommandsKeepTheBotMention: a command's text reaches the router as
+// Hermes's _handle_command passes it, not cleaned of the bot's mention
+// (only text and captions go through _clean_bot_trigger_text), so Hermes's
+// parser reads "/title @bot Plans" as /title with the arguments
+// "@bot Plans"; "/cmd@bot" loses only its suffix, as get_command drops it,
+// and "@bot /cmd" and a captioned command are cleaned as text.
+func TestCommandsKeepTheBotMention(t *testing.T) {
+	t.Parallel()
+	me := identity{id: testBotID, username: testUsername}
+	handle := "@" + testUsername
+	cmd := func(n int) obj { return obj{"type": "bot_command", "offset": 0, "length": n} }
+	at := func(offset int) obj { return obj{"type": "mention", "offset": offset, "length": len(handle)} }
+	for _, c := range []struct {
+		name     string
+		message  obj
+		want     string
+		wantCmd  string
+		wantArgs string
+	}{
+		{"mention after the command", obj{"chat": dmChat, "text": "/title " + handle + " Plans",
+			"entities": []obj{cmd(6), at(7)}}, "/title " + handle + " Plans", "title", handle + " Plans"},
+		{"mention alone after the command", obj{"chat": group, "text": "/new " + handle,
+			"entities": []obj{cmd(4), at(5)}}, "/new " + handle, "new", handle},
+		{"command at the bot, mention after", obj{"chat": group, "text": "/queue" + handle + " " + handle + ", later",
+			"entities": []obj{cmd(6 + len(handle)), at(7 + len(handle))}}, "/queue " + handle + ", later", "queue", handle + ", later"},
+		{"command at the bot", obj{"chat": group, "text": "/queue" + handle + " later",
+			"entities": []obj{cmd(6 + len(handle))}}, "/queue later", "queue", "later"},
+		{"mention before the command", obj{"chat": group, "text": handle + " /new",
+			"entities": []obj{at(0), {"type": "bot_command", "offset": len(handle) + 1, "length": 4}}}, "/new", "new", ""},
+		{"captioned command", obj{"chat": group, "caption": "/title " + handle + " Plans",
+			"caption_entities": []obj{cmd(6), at(7)},
+			"photo":            []obj{{"file_id": "p1", "file_unique_id": "u1", "width": 1, "height": 1}}}, "/title Plans", "title", "Plans"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			m := obj{"message_id": 9, "date": msgDate, "from": alice}
+			for k, v := range c.message {
+				m[k] = v
+			}
+			raw, _ := json.Marshal(obj{"update_id": 80, "message": m})
+			out, err := parseUpdate(raw, me, gating{requireMention: true})
+			if err != nil || out.ev == nil {
+				t.Fatalf("not published: %v %q", err, out.skip)
+			}
+			if got := out.ev.GetText(); got != c.want {
+				t.Errorf("text %q, want %q", got, c.want)
+			}
+			parsed, ok := command.Parse(out.ev.GetText(), "telegram", testUsername)
+			if !ok || parsed.Name != c.wantCmd || parsed.Args != c.wantArgs {
+				t.Errorf("read as /%s %q (%v), want /%s %q", parsed.Name, parsed.Args, ok, c.wantCmd, c.wantArgs)
+			}
+		})
 	}
 }
 

@@ -109,6 +109,8 @@ type Fake struct {
 	// channelWide are the bot's posts (created or edited) that notified
 	// their whole channel: their message at the time.
 	channelWide []string
+	// noFileMetadata: posted events carry no metadata of their files.
+	noFileMetadata bool
 }
 
 type file struct {
@@ -143,6 +145,7 @@ func New(botID, botName, token string) *Fake {
 	mux.HandleFunc("DELETE /api/v4/users/{uid}/posts/{pid}/reactions/{emoji}", f.auth("unreaction", f.removeReaction))
 	mux.HandleFunc("POST /api/v4/files", f.auth("upload", f.upload))
 	mux.HandleFunc("GET /api/v4/files/{id}", f.auth("file", f.download))
+	mux.HandleFunc("GET /api/v4/files/{id}/info", f.auth("file info", f.fileInfo))
 	mux.HandleFunc("GET /api/v4/channels/{id}/posts", f.auth("channel posts", f.channelPosts))
 	mux.HandleFunc("GET /api/v4/websocket", f.websocket)
 	f.srv = httptest.NewServer(mux)
@@ -405,10 +408,23 @@ func (f *Fake) store(p Post) *Post {
 	return np
 }
 
+// OmitFileMetadata makes the posted events carry their posts' file ids
+// without the files' metadata (omit true), which a client cannot count
+// on, or with it again; the posts the API returns keep it.
+func (f *Fake) OmitFileMetadata(omit bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.noFileMetadata = omit
+}
+
 // broadcastPosted sends a posted event; f.mu held.
 func (f *Fake) broadcastPosted(p *Post) {
 	ch := f.channels[p.ChannelID]
-	postJSON, _ := json.Marshal(p)
+	sent := *p
+	if f.noFileMetadata {
+		sent.Metadata.Files = nil
+	}
+	postJSON, _ := json.Marshal(&sent)
 	data := map[string]any{
 		"channel_display_name": ch.DisplayName, "channel_name": ch.Name, "channel_type": ch.Type,
 		"post": string(postJSON), "sender_name": "@" + f.users[p.UserID], "set_online": true, "team_id": TeamID,
@@ -740,6 +756,17 @@ func (f *Fake) upload(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusCreated, map[string]any{"file_infos": infos, "client_ids": []string{}})
+}
+
+func (f *Fake) fileInfo(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	fl, ok := f.files[r.PathValue("id")]
+	f.mu.Unlock()
+	if !ok {
+		apiError(w, http.StatusNotFound, "app.file_info.get.app_error", "Unable to get the file info.")
+		return
+	}
+	writeJSON(w, http.StatusOK, fl.info)
 }
 
 func (f *Fake) download(w http.ResponseWriter, r *http.Request) {

@@ -767,8 +767,18 @@ type MessageReceived struct {
 	// its tool calls' steps when an input says so, and only then (a
 	// non-streaming chat completion's answer shows none).
 	ListsToolCalls bool `protobuf:"varint,23,opt,name=lists_tool_calls,json=listsToolCalls,proto3" json:"lists_tool_calls,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The message is a voice message only when an audio file of it is
+	// downloaded and no picture of it is: Hermes's Slack and Mattermost
+	// adapters type a message by the files they downloaded (PHOTO when a
+	// picture came, else VOICE when audio did), which decides whether
+	// /voice on answers it with speech. Those gateways set it on a message
+	// with an audio file that is no command; files are downloaded when a
+	// turn runs, so the worker decides, from what could not be
+	// (Attachment.unavailable). Other platforms' voice messages are voice
+	// messages by their kind, downloaded or not, as Hermes's.
+	VoiceByDownload bool `protobuf:"varint,27,opt,name=voice_by_download,json=voiceByDownload,proto3" json:"voice_by_download,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *MessageReceived) Reset() {
@@ -958,6 +968,13 @@ func (x *MessageReceived) GetInteraction() *Interaction {
 func (x *MessageReceived) GetListsToolCalls() bool {
 	if x != nil {
 		return x.ListsToolCalls
+	}
+	return false
+}
+
+func (x *MessageReceived) GetVoiceByDownload() bool {
+	if x != nil {
+		return x.VoiceByDownload
 	}
 	return false
 }
@@ -1337,7 +1354,7 @@ const file_switchboard_events_v1_events_proto_rawDesc = "" +
 	"\bfrom_bot\x18\x04 \x01(\bR\afromBot\">\n" +
 	"\x0eContextMessage\x12\x12\n" +
 	"\x04role\x18\x01 \x01(\tR\x04role\x12\x18\n" +
-	"\acontent\x18\x02 \x01(\tR\acontent\"\xe4\b\n" +
+	"\acontent\x18\x02 \x01(\tR\acontent\"\x90\t\n" +
 	"\x0fMessageReceived\x12\x19\n" +
 	"\bevent_id\x18\x01 \x01(\tR\aeventId\x12\x1d\n" +
 	"\n" +
@@ -1367,7 +1384,8 @@ const file_switchboard_events_v1_events_proto_rawDesc = "" +
 	"\fbutton_press\x18\x14 \x01(\v2\".switchboard.events.v1.ButtonPressR\vbuttonPress\x12#\n" +
 	"\rslash_command\x18\x15 \x01(\bR\fslashCommand\x12D\n" +
 	"\vinteraction\x18\x16 \x01(\v2\".switchboard.events.v1.InteractionR\vinteraction\x12(\n" +
-	"\x10lists_tool_calls\x18\x17 \x01(\bR\x0elistsToolCalls\"\xda\x01\n" +
+	"\x10lists_tool_calls\x18\x17 \x01(\bR\x0elistsToolCalls\x12*\n" +
+	"\x11voice_by_download\x18\x1b \x01(\bR\x0fvoiceByDownload\"\xda\x01\n" +
 	"\vInteraction\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12%\n" +
 	"\x0eapplication_id\x18\x02 \x01(\tR\rapplicationId\x12\x14\n" +
