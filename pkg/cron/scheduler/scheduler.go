@@ -833,28 +833,24 @@ func (s *Scheduler) run(ctx context.Context, j *cron.Job, due time.Time, eventID
 // route is where a run's answer goes: the origin chat (without one, a
 // home channel: homeRoute), nowhere (local),
 // or the deliver target resolved now (a home channel chosen since the
-// job was made counts). A bare platform that is the origin's is that
-// platform's home channel when it has one, else the origin chat (not a
-// blocked run), as Hermes's _resolve_single_delivery_target: "telegram"
-// from a Telegram chat answers in the Telegram home channel, or in that
-// chat while there is none.
+// job was made counts). A bare platform that is the origin's is the
+// origin chat and thread, ahead of that platform's home channel, as
+// Hermes's _resolve_single_delivery_target (cron/scheduler.py): "telegram"
+// from a Telegram chat answers in that chat (and topic), whether or not
+// Telegram has a home channel.
 func (s *Scheduler) route(ctx context.Context, j *cron.Job) (*eventsv1.ReplyRoute, error) {
 	o := j.Origin
-	switch j.Deliver {
-	case cron.DeliverLocal:
+	origin := &eventsv1.ReplyRoute{Platform: o.Platform, Account: o.Account, ChatId: o.ChatID, ThreadId: o.ThreadID}
+	hasOrigin := o.Platform != "" && o.ChatID != ""
+	switch {
+	case j.Deliver == cron.DeliverLocal:
 		return &eventsv1.ReplyRoute{}, nil
-	case cron.DeliverOrigin:
-		if o.Platform == "" || o.ChatID == "" {
-			return s.homeRoute(ctx, j)
-		}
-		return &eventsv1.ReplyRoute{Platform: o.Platform, Account: o.Account, ChatId: o.ChatID, ThreadId: o.ThreadID}, nil
+	case j.Deliver == cron.DeliverOrigin && !hasOrigin:
+		return s.homeRoute(ctx, j)
+	case j.Deliver == cron.DeliverOrigin, hasOrigin && strings.EqualFold(j.Deliver, o.Platform):
+		return origin, nil
 	}
 	t, err := s.resolve(ctx, j.Deliver)
-	if errors.Is(err, outbox.ErrBadTarget) && o.Platform != "" && o.ChatID != "" && strings.EqualFold(j.Deliver, o.Platform) {
-		// The origin's platform has no home channel (the only way a
-		// bare platform that names a chat's platform does not resolve).
-		return &eventsv1.ReplyRoute{Platform: o.Platform, Account: o.Account, ChatId: o.ChatID, ThreadId: o.ThreadID}, nil
-	}
 	if err != nil {
 		return nil, err
 	}

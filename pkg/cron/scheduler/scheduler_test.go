@@ -547,11 +547,12 @@ func TestDeliverTargets(t *testing.T) {
 }
 
 // TestDeliverToTheOriginsPlatform: as Hermes's
-// _resolve_single_delivery_target, a deliver target that names only the
-// platform the job was made on is that platform's home channel when it
-// has one (discord here, also for a job made in a Discord thread), and
-// else the chat (and thread) the job was made in, not a blocked run
-// (telegram has none here); another platform is its home channel.
+// _resolve_single_delivery_target (cron/scheduler.py), a deliver target
+// that names only the platform the job was made on is the chat (and
+// thread) the job was made in, even when that platform has a home
+// channel (discord here, for a job made in a Discord thread), and not a
+// blocked run when it has none (telegram here); another platform is its
+// home channel.
 func TestDeliverToTheOriginsPlatform(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -573,7 +574,7 @@ func TestDeliverToTheOriginsPlatform(t *testing.T) {
 		routes[strings.SplitN(ev.GetEventId(), "_", 2)[0]] = rr.GetPlatform() + ":" + rr.GetAccount() + ":" + rr.GetChatId() + ":" + rr.GetThreadId()
 	}
 	for id, w := range map[string]string{same.ID: "telegram:default:99:", thread.ID: "telegram:default:-100123:17585", other.ID: "discord::555:",
-		home.ID: "discord::555:"} {
+		home.ID: "discord:default:777:888"} {
 		if routes[id] != w {
 			t.Errorf("job %s routed to %q, want %q", id, routes[id], w)
 		}
