@@ -523,17 +523,22 @@ func TestDeliverTargets(t *testing.T) {
 	home := e.create(t, cron.NewJob{Prompt: "h", Schedule: "11m", Deliver: "discord"})
 	chat := e.create(t, cron.NewJob{Prompt: "c", Schedule: "12m", Deliver: "telegram:-100123:17585"})
 	blocked := e.create(t, cron.NewJob{Prompt: "b", Schedule: "every 12m", Deliver: "slack"})
+	// Several targets (Hermes's comma-separated deliver): the run goes
+	// out with the first that resolves (the worker answers in the
+	// others too); one resolving none is blocked, saying why for each.
+	several := e.create(t, cron.NewJob{Prompt: "m", Schedule: "12m", Deliver: "slack, discord:123 ,origin"})
+	none := e.create(t, cron.NewJob{Prompt: "n", Schedule: "every 12m", Deliver: "slack,matrix"})
 	e.clock.Set(t0.Add(12 * time.Minute))
-	if n := tick(t, e.scheduler(t, nil)); n != 3 {
-		t.Fatalf("fired %d, want 3", n)
+	if n := tick(t, e.scheduler(t, nil)); n != 4 {
+		t.Fatalf("fired %d, want 4", n)
 	}
 	routes := map[string]string{}
-	for range 3 {
+	for range 4 {
 		ev := platformtest.NextEvent(t, evs)
 		rr := ev.GetReplyRoute()
 		routes[strings.SplitN(ev.GetEventId(), "_", 2)[0]] = rr.GetPlatform() + ":" + rr.GetChatId() + ":" + rr.GetThreadId()
 	}
-	want := map[string]string{local.ID: "::", home.ID: "discord:555:", chat.ID: "telegram:-100123:17585"}
+	want := map[string]string{local.ID: "::", home.ID: "discord:555:", chat.ID: "telegram:-100123:17585", several.ID: "discord:123:"}
 	for id, w := range want {
 		if routes[id] != w {
 			t.Errorf("job %s routed to %q, want %q", id, routes[id], w)
@@ -543,6 +548,10 @@ func TestDeliverTargets(t *testing.T) {
 	if got.LastStatus != "blocked_config" || !strings.Contains(got.LastError, "no home channel for slack") ||
 		!got.NextRunAt.Equal(t0.Add(24*time.Minute)) || got.State != cron.StateScheduled {
 		t.Errorf("blocked job %+v", got)
+	}
+	if got := e.job(t, none.ID); got.LastStatus != "blocked_config" || !strings.Contains(got.LastError, "slack: ") ||
+		!strings.Contains(got.LastError, "matrix: ") {
+		t.Errorf("job with no target resolving: status %q error %q", got.LastStatus, got.LastError)
 	}
 }
 
