@@ -259,33 +259,43 @@ type NewJob struct {
 	Repeat int
 }
 
-// CheckDeliver validates a deliver target: origin, local, a platform
-// (its home channel, resolved when the job fires), platform:chat_id,
-// platform:chat_id:thread_id or platform:#name. "" becomes origin when
-// there is an origin chat, local otherwise (Hermes's create_job). origin
-// without an origin chat (a job made over the API or by an admin) is
-// kept: as Hermes's, its runs go to the first platform's home channel
-// there is when they fire (the scheduler's route).
+// CheckDeliver validates a deliver value: one target, or several
+// separated by commas ("telegram,discord:123,origin"; Hermes's
+// comma-separated deliver, every target of which gets the answer). A
+// target is origin, local, a platform (the origin chat when it is the
+// origin's platform, else its home channel, resolved when the job
+// fires), platform:chat_id, platform:chat_id:thread_id or
+// platform:#name. Each part is trimmed and checked; empty parts are
+// dropped. "" becomes origin when there is an origin chat, local
+// otherwise (Hermes's create_job). origin without an origin chat (a job
+// made over the API or by an admin) is kept: as Hermes's, its runs go to
+// the first platform's home channel there is when they fire (Targets).
 func CheckDeliver(raw string, origin Origin) (string, error) {
 	d := strings.TrimSpace(raw)
-	switch strings.ToLower(d) {
-	case "":
+	if len(d) > 512 || !utf8.ValidString(d) {
+		return "", fmt.Errorf("%w: deliver %q is not a target", ErrInvalid, d)
+	}
+	parts := DeliverParts(d)
+	if len(parts) == 0 {
 		if origin.Platform != "" && origin.ChatID != "" {
 			return DeliverOrigin, nil
 		}
 		return DeliverLocal, nil
-	case DeliverOrigin:
-		return DeliverOrigin, nil
-	case DeliverLocal:
-		return DeliverLocal, nil
 	}
-	if len(d) > 512 || !utf8.ValidString(d) || strings.ContainsAny(d, "\r\n\t \x00") {
-		return "", fmt.Errorf("%w: deliver %q is not a target", ErrInvalid, d)
+	for i, p := range parts {
+		switch strings.ToLower(p) {
+		case DeliverOrigin, DeliverLocal:
+			parts[i] = strings.ToLower(p)
+			continue
+		}
+		if strings.ContainsAny(p, "\r\n\t \x00") {
+			return "", fmt.Errorf("%w: deliver %q is not a target", ErrInvalid, p)
+		}
+		if _, _, err := outbox.ParseTarget(p, func(string) string { return "home" }); err != nil {
+			return "", fmt.Errorf("%w: deliver: %v (use origin, local, a platform, platform:chat_id or platform:#channel, or several separated by commas)", ErrInvalid, err)
+		}
 	}
-	if _, _, err := outbox.ParseTarget(d, func(string) string { return "home" }); err != nil {
-		return "", fmt.Errorf("%w: deliver: %v (use origin, local, a platform, platform:chat_id or platform:#channel)", ErrInvalid, err)
-	}
-	return d, nil
+	return strings.Join(parts, ","), nil
 }
 
 func checkPrompt(p string) (string, error) {
@@ -457,6 +467,16 @@ ORDER BY created_at, id LIMIT 10`, owner, ref)
 		ids[i] = f.ID
 	}
 	return Job{}, fmt.Errorf("%w: %d jobs are named '%s' (%s); use the job id", ErrAmbiguous, len(found), ref, strings.Join(ids, ", "))
+}
+
+// Get returns the job id, whoever owns it: for the services that act on
+// a job's runs (the worker sending a run's answer to its deliver
+// targets), never for a user's request, which Resolve answers.
+func (s *Store) Get(ctx context.Context, id string) (Job, error) {
+	if id == "" || !utf8.ValidString(id) || strings.ContainsRune(id, 0) {
+		return Job{}, ErrNotFound
+	}
+	return scan(s.db.QueryRow(ctx, `SELECT `+columns+` FROM cron_jobs WHERE id = $1`, id))
 }
 
 // Update is a change to a job; nil fields stay.
@@ -976,8 +996,9 @@ func RunOfSession(key string) (string, bool) {
 // DeleteCompleted deletes completed jobs whose last run (or completion,
 // for a one-shot missed without running) is before cutoff, at most limit
 // of them, and returns how many. A completed job with a run asked for
-// that has not fired yet stays until it has. Nothing reads the row once
-// a run is published: its answer goes by the run's message.
+// that has not fired yet stays until it has. A run's answer goes by the
+// run's message; the row is read again only for the other targets of a
+// job with several (a deleted job's run answers in its first target).
 func DeleteCompleted(ctx context.Context, db DBTX, cutoff time.Time, limit int) (int64, error) {
 	tag, err := db.Exec(ctx, `DELETE FROM cron_jobs WHERE id IN (
   SELECT id FROM cron_jobs WHERE state = 'completed' AND coalesce(last_run_at, updated_at) < $1 AND manual_run_at IS NULL

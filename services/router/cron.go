@@ -355,7 +355,13 @@ func promptPreview(p string, n int) string {
 // splitSchedule reads /cron add's arguments: a quoted schedule ("every
 // 2h", '0 9 * * *'), five cron fields or a day and time phrase ("every
 // monday 9am"), "every <d>" or "in <d>", or else the first word; the
-// rest is the prompt (quotes around it dropped).
+// rest is the prompt (quotes around it dropped). A phrase whose time is
+// a bare number ("monday 3") is read only with "at" before it ("monday
+// at 3"): unquoted, the number may as well start the prompt ("/cron add
+// monday 3 things"), which Hermes's /cron add (cli.py
+// _handle_cron_command: the first word is the schedule unless quoted)
+// refuses as the invalid schedule "monday" rather than reading it as
+// Mondays at 03:00; so does this. Quoted, "monday 3" is that time.
 func splitSchedule(args string) (sched, prompt string) {
 	args = strings.TrimSpace(args)
 	if args == "" {
@@ -408,11 +414,28 @@ const maxCronWords = 16
 func cronLen(fields []string) int {
 	for n := min(len(fields), maxCronWords); n >= 2; n-- {
 		s := strings.Join(fields[:n], " ")
-		if isCron(s) {
+		if isCron(s) && !bareHour(fields[:n]) {
 			return n
 		}
 	}
 	return 0
+}
+
+// bareHour reports whether fields, a day and time phrase, end in a time
+// that is a bare number ("monday 3", "every day 7") not introduced by
+// "at": unquoted, the number may be the prompt's first word. Five cron
+// fields ("0 9 * * 1") start with a number or "*", never a word.
+func bareHour(fields []string) bool {
+	n := len(fields)
+	if n < 2 || !unicode.IsLetter([]rune(fields[0])[0]) {
+		return false
+	}
+	for _, r := range fields[n-1] {
+		if r < '0' || r > '9' {
+			return false
+		}
+	}
+	return !strings.EqualFold(fields[n-2], "at")
 }
 
 func isCron(s string) bool {

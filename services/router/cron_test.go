@@ -36,6 +36,17 @@ func TestSplitSchedule(t *testing.T) {
 		{`monday 9am  Plan the  week`, "monday 9am", "Plan the  week"},
 		{`every monday 9am`, "every monday 9am", ""},
 		{`every day summary`, "every day", "summary"},
+		// A bare number after the days may start the prompt: as
+		// Hermes's /cron add, the schedule is then the first word
+		// ("monday", refused), never Mondays at 03:00; "at" or a quoted
+		// schedule makes it the time.
+		{`monday 3 things`, "monday", "3 things"},
+		{`Mon, Wed 7 stretches`, "Mon,", "Wed 7 stretches"},
+		{`every monday 3 things`, "every monday", "3 things"},
+		{`monday at 3 things`, "monday at 3", "things"},
+		{`every day at 7 stretch`, "every day at 7", "stretch"},
+		{`"monday 3" things`, "monday 3", "things"},
+		{`0 9 * * 1 Weekly plan`, "0 9 * * 1", "Weekly plan"},
 		{`"every 2h`, "", ""},
 		{``, "", ""},
 	}

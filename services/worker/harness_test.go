@@ -220,6 +220,7 @@ type turnOpts struct {
 	skillsNote  string                     // Hermes's /reload-skills note the turn carries
 	goal        bool                       // the conversation has an active standing goal (/goal)
 	flush       bool                       // a pre-reset memory flush: no input, on the ended conversation
+	route       *eventsv1.ReplyRoute       // where the replies go instead of the origin (a cron run's first target)
 	// voiceByDownload: the input's gateway types it a voice message by
 	// the files downloaded (Slack, Mattermost).
 	voiceByDownload bool
@@ -280,6 +281,10 @@ func (h *harness) requestTurn(key, text string, o turnOpts) *turnsv1.TurnRequest
 	}
 	if o.flush {
 		req.MemoryFlush, req.Inputs = true, nil
+	}
+	if o.route != nil {
+		req.ReplyRoute = o.route
+		req.Inputs[0].ReplyRoute = o.route
 	}
 	if o.side != "" {
 		req.SideQuestion = &turnsv1.SideQuestion{SessionId: o.side}

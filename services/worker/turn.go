@@ -87,6 +87,8 @@ type turnRun struct {
 	// noReaction are those of inputIDs their gateway marks with no
 	// processing reaction.
 	noReaction []string
+	// copies are the other deliver targets of a cron run (crontargets.go).
+	copies cronCopies
 	// answerOnly: every input's sender waits for the whole answer and
 	// shows no progress, so typing, text deltas and tool progress are
 	// not published (each would cost a seq, a publish and a delivery) —
@@ -1038,6 +1040,13 @@ func (r *turnRun) publishEvent(ctx context.Context, seq int64, id string, ev *re
 	}
 	if err != nil {
 		return nil, fmt.Errorf("publish reply event: %w", err)
+	}
+	if !isProgress(ev) {
+		// What the user must get goes to every deliver target of a cron
+		// run whose job names several, after the first's.
+		if err := r.publishCopies(ctx, subject, id, ev); err != nil {
+			return nil, err
+		}
 	}
 	return ack, nil
 }

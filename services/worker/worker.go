@@ -363,6 +363,11 @@ type Service struct {
 	closer func() error
 	// controls routes control messages to the running turns.
 	controls *controls
+	// jobs are the cron jobs; resolveTarget reads a target string as
+	// delivery's API does: with them, the answer of a cron run whose job
+	// names several deliver targets goes to each (crontargets.go).
+	jobs          *cron.Store
+	resolveTarget cron.Resolver
 	// approvalsDefault is approvals.mode; approvals is the mode set with
 	// /approvals as Run watches it (nil before Run: the default applies).
 	approvalsDefault approvalmode.Mode
@@ -508,21 +513,22 @@ func New(cfg Config, deps Deps) (*Service, error) {
 
 func (s *Service) registry(deps Deps) (*tools.Registry, error) {
 	reg := tools.NewRegistry()
+	homes, directory := deps.Homes, outbox.New(deps.DB)
+	if homes == nil {
+		homes = func(string) string { return "" }
+	}
+	s.resolveTarget = func(ctx context.Context, raw string) (*deliveryv1.Target, error) {
+		return directory.ResolveTarget(ctx, raw, homes)
+	}
 	sender := deps.Sender
 	if sender == nil {
-		homes, directory := deps.Homes, outbox.New(deps.DB)
-		if homes == nil {
-			homes = func(string) string { return "" }
-		}
-		sender = &noticeSender{bus: s.bus, home: s.cfg.Agent.HomeChannel,
-			resolve: func(ctx context.Context, raw string) (*deliveryv1.Target, error) {
-				return directory.ResolveTarget(ctx, raw, homes)
-			}}
+		sender = &noticeSender{bus: s.bus, home: s.cfg.Agent.HomeChannel, resolve: s.resolveTarget}
 	}
 	jobs := deps.Cron
 	if jobs == nil {
 		jobs = cron.New(deps.DB, time.UTC, s.now)
 	}
+	s.jobs = jobs
 	builtins := []tools.Tool{
 		tools.Clock(s.now),
 		tools.Memory(memoryAdapter{s: s.store, limit: s.cfg.Agent.MemoryCharLimit,

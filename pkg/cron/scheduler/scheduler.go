@@ -32,7 +32,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -830,63 +829,30 @@ func (s *Scheduler) run(ctx context.Context, j *cron.Job, due time.Time, eventID
 	return true, nil
 }
 
-// route is where a run's answer goes: the origin chat (without one, a
-// home channel: homeRoute), nowhere (local),
-// or the deliver target resolved now (a home channel chosen since the
-// job was made counts). A bare platform that is the origin's is that
-// platform's home channel when it has one, else the origin chat (not a
-// blocked run), as Hermes's _resolve_single_delivery_target: "telegram"
-// from a Telegram chat answers in the Telegram home channel, or in that
-// chat while there is none.
+// route is where a run's answer goes: the first of the job's deliver
+// targets (cron.Targets), resolved now (a home channel chosen since the
+// job was made counts), or nowhere (local). A job with several targets
+// publishes its run with the first; the worker sends the answer to the
+// others as well, resolving them again when it answers (each under
+// idempotency keys of its own). None of several resolving blocks the run
+// (ErrBadTarget); some not resolving is logged, and those are skipped,
+// as Hermes's _resolve_delivery_targets skips them.
 func (s *Scheduler) route(ctx context.Context, j *cron.Job) (*eventsv1.ReplyRoute, error) {
-	o := j.Origin
-	switch j.Deliver {
-	case cron.DeliverLocal:
-		return &eventsv1.ReplyRoute{}, nil
-	case cron.DeliverOrigin:
-		if o.Platform == "" || o.ChatID == "" {
-			return s.homeRoute(ctx, j)
-		}
-		return &eventsv1.ReplyRoute{Platform: o.Platform, Account: o.Account, ChatId: o.ChatID, ThreadId: o.ThreadID}, nil
-	}
-	t, err := s.resolve(ctx, j.Deliver)
-	if errors.Is(err, outbox.ErrBadTarget) && o.Platform != "" && o.ChatID != "" && strings.EqualFold(j.Deliver, o.Platform) {
-		// The origin's platform has no home channel (the only way a
-		// bare platform that names a chat's platform does not resolve).
-		return &eventsv1.ReplyRoute{Platform: o.Platform, Account: o.Account, ChatId: o.ChatID, ThreadId: o.ThreadID}, nil
-	}
+	targets, skipped, err := cron.Targets(ctx, *j, s.resolve)
 	if err != nil {
 		return nil, err
 	}
-	return &eventsv1.ReplyRoute{Platform: t.GetPlatform(), Account: t.GetAccount(), ChatId: t.GetChatId(), ThreadId: t.GetThreadId()}, nil
-}
-
-// HomeOrder is the order in which a job that delivers to its origin but
-// has none (made over the API or by an admin) looks for a home channel:
-// Hermes's (_HOME_TARGET_ENV_VARS, which its deliver=origin fallback
-// walks) for the platforms both have, then the platforms only
-// Switchboard has.
-var HomeOrder = []string{"matrix", "telegram", "discord", "slack", "signal", "mattermost", "sms", "email", "bluebubbles",
-	"whatsapp", "line", "google_chat", "teams"}
-
-// homeRoute is where a run of j, which delivers to its origin but has no
-// origin chat, answers: the home channel of the first platform of
-// HomeOrder that has one (configured, or chosen with /sethome), as
-// Hermes's deliver=origin fallback, rather than nowhere. None: the run
-// is blocked (ErrBadTarget), and the job says why.
-func (s *Scheduler) homeRoute(ctx context.Context, j *cron.Job) (*eventsv1.ReplyRoute, error) {
-	for _, p := range HomeOrder {
-		t, err := s.resolve(ctx, p)
-		if errors.Is(err, outbox.ErrBadTarget) {
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		s.log.Info("cron job delivers to its origin but has none; its run goes to a home channel", "job", j.ID, "platform", p)
-		return &eventsv1.ReplyRoute{Platform: t.GetPlatform(), Account: t.GetAccount(), ChatId: t.GetChatId(), ThreadId: t.GetThreadId()}, nil
+	if len(targets) == 0 {
+		return &eventsv1.ReplyRoute{}, nil
 	}
-	return nil, fmt.Errorf("%w: the job has no origin chat, and no platform has a home channel (/sethome, or delivery.platforms.<platform>.home)", outbox.ErrBadTarget)
+	for _, why := range skipped {
+		s.log.Warn("cron run skips a deliver target that does not resolve", "job", j.ID, "target", why)
+	}
+	if o := j.Origin; j.Deliver == cron.DeliverOrigin && (o.Platform == "" || o.ChatID == "") {
+		s.log.Info("cron job delivers to its origin but has none; its run goes to a home channel", "job", j.ID, "platform", targets[0].GetPlatform())
+	}
+	t := targets[0]
+	return &eventsv1.ReplyRoute{Platform: t.GetPlatform(), Account: t.GetAccount(), ChatId: t.GetChatId(), ThreadId: t.GetThreadId()}, nil
 }
 
 // SilentMarker in a run's answer suppresses its delivery (Hermes's).

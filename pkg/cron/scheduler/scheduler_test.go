@@ -523,17 +523,22 @@ func TestDeliverTargets(t *testing.T) {
 	home := e.create(t, cron.NewJob{Prompt: "h", Schedule: "11m", Deliver: "discord"})
 	chat := e.create(t, cron.NewJob{Prompt: "c", Schedule: "12m", Deliver: "telegram:-100123:17585"})
 	blocked := e.create(t, cron.NewJob{Prompt: "b", Schedule: "every 12m", Deliver: "slack"})
+	// Several targets (Hermes's comma-separated deliver): the run goes
+	// out with the first that resolves (the worker answers in the
+	// others too); one resolving none is blocked, saying why for each.
+	several := e.create(t, cron.NewJob{Prompt: "m", Schedule: "12m", Deliver: "slack, discord:123 ,origin"})
+	none := e.create(t, cron.NewJob{Prompt: "n", Schedule: "every 12m", Deliver: "slack,matrix"})
 	e.clock.Set(t0.Add(12 * time.Minute))
-	if n := tick(t, e.scheduler(t, nil)); n != 3 {
-		t.Fatalf("fired %d, want 3", n)
+	if n := tick(t, e.scheduler(t, nil)); n != 4 {
+		t.Fatalf("fired %d, want 4", n)
 	}
 	routes := map[string]string{}
-	for range 3 {
+	for range 4 {
 		ev := platformtest.NextEvent(t, evs)
 		rr := ev.GetReplyRoute()
 		routes[strings.SplitN(ev.GetEventId(), "_", 2)[0]] = rr.GetPlatform() + ":" + rr.GetChatId() + ":" + rr.GetThreadId()
 	}
-	want := map[string]string{local.ID: "::", home.ID: "discord:555:", chat.ID: "telegram:-100123:17585"}
+	want := map[string]string{local.ID: "::", home.ID: "discord:555:", chat.ID: "telegram:-100123:17585", several.ID: "discord:123:"}
 	for id, w := range want {
 		if routes[id] != w {
 			t.Errorf("job %s routed to %q, want %q", id, routes[id], w)
@@ -544,14 +549,19 @@ func TestDeliverTargets(t *testing.T) {
 		!got.NextRunAt.Equal(t0.Add(24*time.Minute)) || got.State != cron.StateScheduled {
 		t.Errorf("blocked job %+v", got)
 	}
+	if got := e.job(t, none.ID); got.LastStatus != "blocked_config" || !strings.Contains(got.LastError, "slack: ") ||
+		!strings.Contains(got.LastError, "matrix: ") {
+		t.Errorf("job with no target resolving: status %q error %q", got.LastStatus, got.LastError)
+	}
 }
 
 // TestDeliverToTheOriginsPlatform: as Hermes's
-// _resolve_single_delivery_target, a deliver target that names only the
-// platform the job was made on is that platform's home channel when it
-// has one (discord here, also for a job made in a Discord thread), and
-// else the chat (and thread) the job was made in, not a blocked run
-// (telegram has none here); another platform is its home channel.
+// _resolve_single_delivery_target (cron/scheduler.py), a deliver target
+// that names only the platform the job was made on is the chat (and
+// thread) the job was made in, even when that platform has a home
+// channel (discord here, for a job made in a Discord thread), and not a
+// blocked run when it has none (telegram here); another platform is its
+// home channel.
 func TestDeliverToTheOriginsPlatform(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -573,7 +583,7 @@ func TestDeliverToTheOriginsPlatform(t *testing.T) {
 		routes[strings.SplitN(ev.GetEventId(), "_", 2)[0]] = rr.GetPlatform() + ":" + rr.GetAccount() + ":" + rr.GetChatId() + ":" + rr.GetThreadId()
 	}
 	for id, w := range map[string]string{same.ID: "telegram:default:99:", thread.ID: "telegram:default:-100123:17585", other.ID: "discord::555:",
-		home.ID: "discord::555:"} {
+		home.ID: "discord:default:777:888"} {
 		if routes[id] != w {
 			t.Errorf("job %s routed to %q, want %q", id, routes[id], w)
 		}

@@ -250,19 +250,22 @@ func (s *Service) readJobBody(w http.ResponseWriter, r *http.Request) ([]byte, b
 // platform's home channel, agent.send_message_targets). The tool asks the
 // chat's user to /approve any other chat; an API client has no one else
 // to ask — the key holder would approve its own request — so any other
-// chat is refused (403). origin and local are checked by the store.
+// chat is refused (403). origin and local are checked by the store. Each
+// target of several (comma-separated) is checked on its own: a list
+// must not pass as one chat id of an allowed "platform:*".
 func (s *Service) deliverAllowed(w http.ResponseWriter, deliver string) bool {
-	d := strings.TrimSpace(deliver)
-	switch strings.ToLower(d) {
-	case "", cron.DeliverOrigin, cron.DeliverLocal:
-		return true
+	for _, d := range cron.DeliverParts(deliver) {
+		switch strings.ToLower(d) {
+		case cron.DeliverOrigin, cron.DeliverLocal:
+			continue
+		}
+		if !targetAllowed(d, s.jobTargets) {
+			writeJobError(w, http.StatusForbidden, fmt.Sprintf(
+				"deliver %q is neither a platform's home channel nor in agent.send_message_targets: a job made over the API may post only there", d))
+			return false
+		}
 	}
-	if targetAllowed(d, s.jobTargets) {
-		return true
-	}
-	writeJobError(w, http.StatusForbidden, fmt.Sprintf(
-		"deliver %q is neither a platform's home channel nor in agent.send_message_targets: a job made over the API may post only there", d))
-	return false
+	return true
 }
 
 // targetAllowed: target is a home channel (a bare platform) or

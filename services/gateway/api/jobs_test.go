@@ -213,6 +213,10 @@ func TestJobsAPIRefusals(t *testing.T) {
 		{"deliver an allowed chat", aliceKey, "POST", "/api/jobs", `{"name":"n","schedule":"every 1h","prompt":"p","deliver":"telegram:555"}`, nil, 200, ""},
 		{"deliver an allowed platform's chat", aliceKey, "POST", "/api/jobs", `{"name":"n","schedule":"every 1h","prompt":"p","deliver":"slack:C123"}`, nil, 200, ""},
 		{"update to a chat not allowed", aliceKey, "PATCH", "/api/jobs/" + id, `{"deliver":"discord:42"}`, nil, 403, "agent.send_message_targets"},
+		// Several targets: each is checked, and a list is not one chat id
+		// of an allowed "slack:*".
+		{"deliver allowed targets", aliceKey, "POST", "/api/jobs", `{"name":"n","schedule":"every 1h","prompt":"p","deliver":"telegram:555, slack:C1,origin"}`, nil, 200, ""},
+		{"deliver a list hiding a chat not allowed", aliceKey, "POST", "/api/jobs", `{"name":"n","schedule":"every 1h","prompt":"p","deliver":"slack:C1,telegram:123"}`, nil, 403, `deliver "telegram:123"`},
 		{"update with nothing to change", aliceKey, "PATCH", "/api/jobs/" + id, `{"id":"x","state":"paused"}`, nil, 400, "No valid fields to update"},
 		{"update to an empty name", aliceKey, "PATCH", "/api/jobs/" + id, `{"name":" "}`, nil, 400, "name must not be empty"},
 		{"update to a bad schedule", aliceKey, "PATCH", "/api/jobs/" + id, `{"schedule":"never"}`, nil, 400, `Invalid schedule "never"`},
@@ -238,7 +242,7 @@ func TestJobsAPIRefusals(t *testing.T) {
 		t.Fatalf("bob's jobs: %d %s", r.status, r.raw)
 	}
 	jobs, err := store.List(context.Background(), "api:key:alice", true)
-	if err != nil || len(jobs) != 6 { // Mine, the one named like an id, and the four allowed deliveries
+	if err != nil || len(jobs) != 7 { // Mine, the one named like an id, and the five allowed deliveries
 		t.Fatalf("alice's jobs: %d, %v", len(jobs), err)
 	}
 	if j, _ := store.Resolve(context.Background(), "api:key:alice", id); j.Deliver != "local" || j.Name != "Mine" {

@@ -35,7 +35,7 @@ const cronjobParameters = `{"type":"object","properties":{
 "schedule":{"type":"string","description":"REQUIRED for create. Schedule forms: (1) one-shot delay — '30m', '2h', '1d' or 'in 30m' (fires ONCE that far from now; use this for 'remind me in N minutes' — do NOT hand-compute an absolute timestamp); (2) recurring interval — 'every 30m', 'every 2h'; (2b) recurring days and time — 'every monday 9am', 'weekdays at 9am', 'every day at 9:30pm'; (3) cron syntax — '0 9 * * *' (daily 9am); (4) absolute one-shot — ISO timestamp '2026-06-01T09:00:00'."},
 "name":{"type":"string","description":"Optional human-friendly name"},
 "repeat":{"type":"integer","description":"Optional repeat count. Omit for defaults (once for one-shot, forever for recurring)."},
-"deliver":{"type":"string","description":"Where the job's output is POSTED as a one-way message (the job itself always runs in a fresh session with no chat context). Omit to address the chat this job was created from ('origin'). Otherwise: 'local' (no delivery), a platform name such as 'telegram' (the platform's home channel; this chat when the platform has none and this chat is on it), 'platform:chat_id', 'platform:chat_id:thread_id' or 'platform:#channel-name'."},
+"deliver":{"type":"string","description":"Where the job's output is POSTED as a one-way message (the job itself always runs in a fresh session with no chat context). Omit to address the chat this job was created from ('origin'). Otherwise: 'local' (no delivery), a platform name such as 'telegram' (this chat when this chat is on that platform, else the platform's home channel), 'platform:chat_id', 'platform:chat_id:thread_id' or 'platform:#channel-name'; several separated by commas ('telegram,discord:123,origin') each get the output."},
 "include_disabled":{"type":"boolean","description":"For list: also list paused and completed jobs."}
 },"required":["action"]}`
 
@@ -53,10 +53,21 @@ func Cronjob(jobs CronJobs, allowed []string) Tool {
 		Parameters:  json.RawMessage(cronjobParameters),
 		Confirm: func(call Call, args json.RawMessage) string {
 			d, ok := cronDeliver(args)
-			if !ok || sendAllowed(d, call.Origin, allowed) {
+			if !ok {
 				return ""
 			}
-			return "cronjob delivering to " + d + ", a chat that is neither this one, a home channel nor in agent.send_message_targets"
+			// Each of several targets on its own: a list must not pass
+			// as one chat id of an allowed "platform:*".
+			for _, p := range cron.DeliverParts(d) {
+				switch strings.ToLower(p) {
+				case cron.DeliverOrigin, cron.DeliverLocal:
+					continue
+				}
+				if !sendAllowed(p, call.Origin, allowed) {
+					return "cronjob delivering to " + p + ", a chat that is neither this one, a home channel nor in agent.send_message_targets"
+				}
+			}
+			return ""
 		},
 		Pattern: func(args json.RawMessage) string {
 			d, _ := cronDeliver(args)

@@ -110,6 +110,9 @@ func TestCronjob(t *testing.T) {
 		`{"action":"create","schedule":"1h","prompt":"x","deliver":"local"}`:       "",
 		`{"action":"create","schedule":"1h","prompt":"x"}`:                         "",
 		`{"action":"list","deliver":"telegram:5"}`:                                 "",
+		// Each of several targets is checked on its own.
+		`{"action":"create","schedule":"1h","prompt":"x","deliver":"discord:42,telegram:5"}`:          "cronjob delivering to telegram:5, a chat that is neither this one, a home channel nor in agent.send_message_targets",
+		`{"action":"create","schedule":"1h","prompt":"x","deliver":"telegram:99, discord:42,origin"}`: "",
 	} {
 		if reason, _ := tool.Approval(ann, json.RawMessage(args)); reason != want {
 			t.Errorf("%s: approval %q, want %q", args, reason, want)
