@@ -578,13 +578,15 @@ func (s *Store) TurnMayRun(ctx context.Context, sess Session) (bool, error) {
 
 // Stop fences the running turn (next generation) and drops the waiting
 // messages, steering the turn has not given to the model with them; it
-// returns the new generation and the messages dropped, in their queue
-// order (Event and SteeredBy set).
-func (s *Store) Stop(ctx context.Context, key string) (gen int64, dropped []Queued, err error) {
+// returns the new generation, the session's last turn (the one it
+// fenced, if it runs; read under the row's lock, which turn starts take)
+// and the messages dropped, in their queue order (Event and SteeredBy
+// set).
+func (s *Store) Stop(ctx context.Context, key string) (gen int64, lastTurn string, dropped []Queued, err error) {
 	err = pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
 		dropped = nil
 		if err := tx.QueryRow(ctx, `UPDATE sessions SET generation = generation + 1, updated_at = $2
-			WHERE session_key = $1 RETURNING generation`, key, s.now()).Scan(&gen); err != nil {
+			WHERE session_key = $1 RETURNING generation, last_turn_id`, key, s.now()).Scan(&gen, &lastTurn); err != nil {
 			if errors.Is(err, pgx.ErrNoRows) {
 				return ErrNotFound
 			}
@@ -593,7 +595,7 @@ func (s *Store) Stop(ctx context.Context, key string) (gen int64, dropped []Queu
 		dropped, err = dropQueue(ctx, tx, key)
 		return err
 	})
-	return gen, dropped, err
+	return gen, lastTurn, dropped, err
 }
 
 // dropQueue deletes key's waiting messages in tx and returns them in
