@@ -557,11 +557,15 @@ func (s *Store) LastTurnEnd(ctx context.Context, key, sessionID string) (time.Ti
 
 // TurnMayRun reports whether the last turn started for sess
 // (sess.LastTurnID) may still run: one was started and its worker has
-// recorded no end of it in worker_turns (a final, or a memory flush's
-// usage booked without one; the worker writes the row only as the turn
-// ends, and it stays). A turn published and not yet taken, or running,
-// has no row; so has one a later generation fenced off before it could
-// record its end (a /new or /stop that stopped it), which therefore
+// recorded no end of it in worker_turns (a final; a memory flush's
+// usage booked without one; or, for a turn a later generation fenced
+// off — a /new or /stop that stopped it —, the fenced end its worker
+// records once its attempt has stopped and the session is past the
+// turn's generation, so that no attempt of it can run again). The worker
+// writes the row only as the turn ends, and it stays. A turn published
+// and not yet taken, or running, has no row; so has a fenced one whose
+// worker could not record its end (the database failed, the worker
+// died, a worker of a release before the record), which therefore
 // counts as one that may run: the answer errs towards a turn running.
 // A turn started since sess was read is not seen: a caller compares
 // LastTurnID under the session row's lock, which turn starts take.
