@@ -48,7 +48,7 @@ func TestFencedWritesRefuseAStaleGeneration(t *testing.T) {
 		t.Fatal(err)
 	}
 	gen := cur.Generation
-	if _, _, err := s.Stop(ctx, key); err != nil { // the session moves on
+	if _, _, _, err := s.Stop(ctx, key); err != nil { // the session moves on
 		t.Fatal(err)
 	}
 	cont := func(g goal.State) *eventsv1.MessageReceived {

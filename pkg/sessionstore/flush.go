@@ -34,11 +34,13 @@ func FlushOf(ev *eventsv1.MessageReceived) (sessionID string, ok bool) {
 
 // queueFlush queues, in tx, the memory flush of conversation old of key
 // at the head of its queue, as its own turn, when that conversation had
-// a turn (a worker recorded one): one of commands alone has nothing to
-// remember. ev is its template (the source of the message that ended
-// the conversation, kept on the queued event; the flush's turn carries
-// no inputs, so whose memory it writes is decided by the session's
-// origin, the same owner as its ordinary turns').
+// a turn (a worker recorded one; not the end of a turn fenced off
+// undecided, which the flush never counted before the worker recorded
+// it): one of commands alone has nothing to remember. ev is its
+// template (the source of the message that ended the conversation,
+// kept on the queued event; the flush's turn carries no inputs, so
+// whose memory it writes is decided by the session's origin, the same
+// owner as its ordinary turns').
 func queueFlush(ctx context.Context, tx dbtx, key, old string, ev *eventsv1.MessageReceived, now time.Time) error {
 	f := &eventsv1.MessageReceived{EventId: FlushEventPrefix + old, Source: ev.GetSource(),
 		TranscriptCommand: FlushCommand + " " + old}
@@ -48,7 +50,7 @@ func queueFlush(ctx context.Context, tx dbtx, key, old string, ev *eventsv1.Mess
 	}
 	if _, err := tx.Exec(ctx, `INSERT INTO session_queue (session_key, stream_seq, event_id, own_turn, event, enqueued_at, traceparent, takes_skills_note)
 		SELECT $1, $2, $3, true, $4, $5, '', false
-		WHERE EXISTS (SELECT 1 FROM worker_turns WHERE session_key = $1 AND session_id = $6)
+		WHERE EXISTS (SELECT 1 FROM worker_turns WHERE session_key = $1 AND session_id = $6 AND status <> 'fenced')
 		ON CONFLICT (session_key, event_id) DO NOTHING`,
 		key, int64(flushSeq), f.GetEventId(), data, now, old); err != nil {
 		return fmt.Errorf("queue memory flush: %w", err)

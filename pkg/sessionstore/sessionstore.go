@@ -557,11 +557,15 @@ func (s *Store) LastTurnEnd(ctx context.Context, key, sessionID string) (time.Ti
 
 // TurnMayRun reports whether the last turn started for sess
 // (sess.LastTurnID) may still run: one was started and its worker has
-// recorded no end of it in worker_turns (a final, or a memory flush's
-// usage booked without one; the worker writes the row only as the turn
-// ends, and it stays). A turn published and not yet taken, or running,
-// has no row; so has one a later generation fenced off before it could
-// record its end (a /new or /stop that stopped it), which therefore
+// recorded no end of it in worker_turns (a final; a memory flush's
+// usage booked without one; or, for a turn a later generation fenced
+// off — a /new or /stop that stopped it —, the fenced end its worker
+// records once its attempt has stopped and the session is past the
+// turn's generation, so that no attempt of it can run again). The worker
+// writes the row only as the turn ends, and it stays. A turn published
+// and not yet taken, or running, has no row; so has a fenced one whose
+// worker could not record its end (the database failed, the worker
+// died, a worker of a release before the record), which therefore
 // counts as one that may run: the answer errs towards a turn running.
 // A turn started since sess was read is not seen: a caller compares
 // LastTurnID under the session row's lock, which turn starts take.
@@ -578,13 +582,15 @@ func (s *Store) TurnMayRun(ctx context.Context, sess Session) (bool, error) {
 
 // Stop fences the running turn (next generation) and drops the waiting
 // messages, steering the turn has not given to the model with them; it
-// returns the new generation and the messages dropped, in their queue
-// order (Event and SteeredBy set).
-func (s *Store) Stop(ctx context.Context, key string) (gen int64, dropped []Queued, err error) {
+// returns the new generation, the session's last turn (the one it
+// fenced, if it runs; read under the row's lock, which turn starts take)
+// and the messages dropped, in their queue order (Event and SteeredBy
+// set).
+func (s *Store) Stop(ctx context.Context, key string) (gen int64, lastTurn string, dropped []Queued, err error) {
 	err = pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
 		dropped = nil
 		if err := tx.QueryRow(ctx, `UPDATE sessions SET generation = generation + 1, updated_at = $2
-			WHERE session_key = $1 RETURNING generation`, key, s.now()).Scan(&gen); err != nil {
+			WHERE session_key = $1 RETURNING generation, last_turn_id`, key, s.now()).Scan(&gen, &lastTurn); err != nil {
 			if errors.Is(err, pgx.ErrNoRows) {
 				return ErrNotFound
 			}
@@ -593,7 +599,7 @@ func (s *Store) Stop(ctx context.Context, key string) (gen int64, dropped []Queu
 		dropped, err = dropQueue(ctx, tx, key)
 		return err
 	})
-	return gen, dropped, err
+	return gen, lastTurn, dropped, err
 }
 
 // dropQueue deletes key's waiting messages in tx and returns them in

@@ -776,7 +776,7 @@ func TestWaitingLeavesOutSteering(t *testing.T) {
 	if n, err := s.QueueLen(ctx, key); err != nil || n != 2 {
 		t.Fatalf("queue length %d (%v), want 2: a turn start takes the steering too", n, err)
 	}
-	_, dropped, err := s.Stop(ctx, key)
+	_, _, dropped, err := s.Stop(ctx, key)
 	if err != nil || len(dropped) != 2 || !dropped[0].IsSteeringOf(turn) || dropped[1].IsSteeringOf(turn) || dropped[0].IsSteeringOf("") {
 		t.Fatalf("dropped %+v (%v), want the steering of %s, then next", dropped, err, turn)
 	}

@@ -131,7 +131,7 @@ func TestResetSessionStopsTheRunningTurn(t *testing.T) {
 	down := func(context.Context) (*bus.Bus, error) { return nil, errors.New("nats: no servers available") }
 	for _, tt := range []struct {
 		name  string
-		turn  string // "", "running" or "decided": the session's last turn
+		turn  string // "", "running", "fenced" or "decided": the session's last turn
 		bus   func(context.Context) (*bus.Bus, error)
 		reset bool   // the reset is done
 		stop  bool   // a stop went out
@@ -146,6 +146,10 @@ func TestResetSessionStopsTheRunningTurn(t *testing.T) {
 		// start waits for the reset's lock of the session row: that
 		// turn of the new conversation keeps its lock.
 		{"new turn's grant kept", "running", up, true, true, "turn-2", true},
+		// The last turn was stopped by /stop and its worker recorded
+		// its end once it stopped (worker_turns, status fenced): no
+		// turn may run, and the reset needs no NATS.
+		{"fenced and ended NATS unreachable", "fenced", down, true, false, "", true},
 		{"decided", "decided", up, true, false, "", true},
 		{"decided NATS unreachable", "decided", down, true, false, "", true},
 		{"never a turn NATS unreachable", "", down, true, false, "", true},
@@ -167,6 +171,17 @@ func TestResetSessionStopsTheRunningTurn(t *testing.T) {
 				started, err := store.StartTurn(ctx, key, "turn-1", 8, 0, func(context.Context, sessionstore.Turn) error { return nil })
 				if err != nil || !started {
 					t.Fatalf("start turn: %v, started %v", err, started)
+				}
+			}
+			if tt.turn == "fenced" {
+				// As the router's /stop, then the stopped worker's
+				// record of the turn's end (store.RecordFenced).
+				if _, _, _, err := store.Stop(ctx, key); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := db.Exec(ctx, `INSERT INTO worker_turns (turn_id, session_key, session_id, generation, status)
+					SELECT 'turn-1', session_key, session_id, generation - 1, 'fenced' FROM sessions WHERE session_key = $1`, key); err != nil {
+					t.Fatal(err)
 				}
 			}
 			if tt.turn == "decided" {

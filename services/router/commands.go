@@ -265,22 +265,25 @@ func (s *Service) command(ctx context.Context, m *msgCtx, cmd command.Command) e
 			// As Hermes: the lobby has no conversation to replace.
 			return reply(sess.Generation, topicRootNew)
 		}
-		err := s.once(ctx, m, cmd.Name, func(ctx context.Context, st *sessionstore.Store) (string, int64, error) {
+		var unlock func(context.Context)
+		err := s.onceThen(ctx, m, cmd.Name, func(ctx context.Context, st *sessionstore.Store) (string, int64, error) {
+			unlock = nil // a failed attempt's
 			// The reset first, as /stop's: it locks the session's row
-			// until the commit, so a turn start landing after the
-			// unlock (the stopped turn's completion, the sweep, a
-			// message) waits for the reset and finds the waiting
-			// messages dropped, instead of running them as a turn of
-			// the conversation this ends.
+			// until the commit, so a turn start landing meanwhile (the
+			// stopped turn's completion, the sweep, a message) waits for
+			// the reset and finds the waiting messages dropped, instead
+			// of running them as a turn of the conversation this ends.
 			sess, dropped, err := st.ResetDropping(ctx, m.key, "new", s.flushFor(m))
 			if err != nil {
 				return "", 0, err
 			}
-			if _, err := s.forceUnlock(ctx, m); err != nil {
+			// The stop now, the lock freed once the reset has committed
+			// (forceUnlock).
+			if _, unlock, err = s.forceUnlock(ctx, m, sess.LastTurnID); err != nil {
 				return "", 0, err
 			}
-			if s.newUnlocked != nil {
-				s.newUnlocked(ctx, st.Tx())
+			if s.stopSent != nil {
+				s.stopSent(ctx, cmd.Name, st.Tx())
 			}
 			// As /stop's: before the commit, so a rollback answers them
 			// again under the same ids.
@@ -307,6 +310,10 @@ func (s *Service) command(ctx context.Context, m *msgCtx, cmd command.Command) e
 				return "", 0, err
 			}
 			return "✨ New session started: " + title, sess.Generation, nil
+		}, func(ctx context.Context) {
+			if unlock != nil {
+				unlock(ctx)
+			}
 		})
 		if err != nil {
 			return err
@@ -316,14 +323,22 @@ func (s *Service) command(ctx context.Context, m *msgCtx, cmd command.Command) e
 	case "stop":
 		// Once: a redelivered /stop steps no generation (it would fence
 		// a turn started since) and empties no queue again.
-		return s.once(ctx, m, cmd.Name, func(ctx context.Context, st *sessionstore.Store) (string, int64, error) {
-			gen, dropped, err := st.Stop(ctx, m.key)
+		var unlock func(context.Context)
+		return s.onceThen(ctx, m, cmd.Name, func(ctx context.Context, st *sessionstore.Store) (string, int64, error) {
+			unlock = nil // a failed attempt's
+			gen, lastTurn, dropped, err := st.Stop(ctx, m.key)
 			if err != nil {
 				return "", 0, err
 			}
-			owner, err := s.forceUnlock(ctx, m)
+			// The lock is freed once the stop has committed (forceUnlock),
+			// as /new's.
+			owner, release, err := s.forceUnlock(ctx, m, lastTurn)
 			if err != nil {
 				return "", 0, err
+			}
+			unlock = release
+			if s.stopSent != nil {
+				s.stopSent(ctx, cmd.Name, st.Tx())
 			}
 			// Before the commit: a crash after it would leave the dropped
 			// messages unanswered (the redelivery drops nothing); a
@@ -375,6 +390,10 @@ func (s *Service) command(ctx context.Context, m *msgCtx, cmd command.Command) e
 				text += "\n⏸ Goal paused: " + gs.Goal + " (/goal resume continues it)"
 			}
 			return text, gen, nil
+		}, func(ctx context.Context) {
+			if unlock != nil {
+				unlock(ctx)
+			}
 		})
 	case "queue":
 		if cmd.Args == "" && len(m.ev.GetAttachments()) == 0 {

@@ -23,6 +23,14 @@ import (
 // user gets one answer. Each such replay is counted
 // (switchboard_router_commands_replayed_total{command}).
 func (s *Service) once(ctx context.Context, m *msgCtx, name string, do func(ctx context.Context, st *sessionstore.Store) (text string, gen int64, err error)) error {
+	return s.onceThen(ctx, m, name, do, nil)
+}
+
+// onceThen is once, with committed called right after do's effect
+// commits, before the answer goes out (not for a redelivery, whose
+// effect committed before): what must follow the commit, never precede
+// it (/new and /stop free the stopped turn's lock there).
+func (s *Service) onceThen(ctx context.Context, m *msgCtx, name string, do func(ctx context.Context, st *sessionstore.Store) (text string, gen int64, err error), committed func(context.Context)) error {
 	a, done, err := s.store.Once(ctx, m.dedupeID, m.key, func(ctx context.Context, st *sessionstore.Store) (sessionstore.Answer, error) {
 		text, gen, err := do(ctx, st)
 		// The answer is the next notice about the event: do publishes none.
@@ -33,6 +41,9 @@ func (s *Service) once(ctx context.Context, m *msgCtx, name string, do func(ctx 
 	}
 	if done {
 		return s.replay(ctx, m, name, a)
+	}
+	if committed != nil {
+		committed(ctx)
 	}
 	return s.notice(ctx, m, a.Generation, a.Text, "command")
 }

@@ -362,14 +362,16 @@ func TestResetOfAnEmptyConversationIsQuiet(t *testing.T) {
 	}
 }
 
-// /new releases the session lock with its reset in hand (the session
-// row, locked until the reset commits), as /stop does: a turn start
-// landing between that release and the commit (the stopped turn's
-// completion, the sweep, a message arriving) waits for the commit and
-// finds the waiting messages dropped. It released the lock first: such
-// a start took the lock and ran the waiting messages as a turn of the
+// /new stops the running turn with its reset in hand (the session row,
+// locked until the reset commits), as /stop does: a turn start landing
+// before the commit (the stopped turn's completion, the sweep, a
+// message arriving) waits for the commit and finds the waiting messages
+// dropped. It released the lock before taking the row: such a start
+// took the lock and ran the waiting messages as a turn of the
 // conversation /new was ending, outdated as soon as the reset committed,
 // its lock making the next message look as if it met a running turn.
+// (The lock is now freed only after the commit:
+// TestStopAndNewFreeTheLockOnlyAfterTheirCommit.)
 func TestNewReleasesTheLockWithItsResetInHand(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -387,8 +389,8 @@ func TestNewReleasesTheLockWithItsResetInHand(t *testing.T) {
 	}
 	starts := make(chan start, 1)
 	var hooked atomic.Bool
-	s.newUnlocked = func(ctx context.Context, tx pgx.Tx) {
-		if !hooked.CompareAndSwap(false, true) {
+	s.stopSent = func(ctx context.Context, command string, tx pgx.Tx) {
+		if command != "new" || !hooked.CompareAndSwap(false, true) {
 			return
 		}
 		var pid int
@@ -461,6 +463,98 @@ func TestNewReleasesTheLockWithItsResetInHand(t *testing.T) {
 	turns, _ := w.snapshot()
 	if got := inputsText(turns, key); slices.Contains(got, "and this") {
 		t.Errorf("turns %q: the message /new dropped ran", got)
+	}
+}
+
+// /new and /stop free the stopped turn's session lock only once their
+// transaction has committed, as the admin API's reset does: they freed
+// it before, so a message arriving in between could be granted the lock
+// and start a turn while the stopped one still ran as the session's, and
+// a commit that failed left the stopped turn's session unlocked. And
+// only the stopped turn's: a lock another grant holds (a router's, for a
+// message whose start waits for the command's commit: a turn of what
+// follows it) is kept; freed, that turn would run unlocked beside the
+// next one.
+func TestStopAndNewFreeTheLockOnlyAfterTheirCommit(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name    string
+		command string
+		other   bool // the lock is another grant's, not the last turn's
+	}{
+		{"new frees the stopped turn's lock after its commit", "/new", false},
+		{"stop frees the stopped turn's lock after its commit", "/stop", false},
+		{"new keeps another grant's lock", "/new", true},
+		{"stop keeps another grant's lock", "/stop", true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			const key = "agent:main:telegram:dm:chat-bob"
+			e := newEnv(t)
+			s, err := New(testConfig(), Deps{Bus: e.bus, DB: e.db, Redis: e.rdb, RedisPrefix: e.prefix, Environ: []string{}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			locker := redisx.NewLocker(e.rdb, e.prefix)
+			var (
+				mu           sync.Mutex
+				beforeCommit []string // the lock's owner before each commit
+			)
+			s.stopSent = func(ctx context.Context, command string, _ pgx.Tx) {
+				owner, err := locker.Owner(ctx, key)
+				if err != nil {
+					t.Error(err)
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				beforeCommit = append(beforeCommit, owner)
+			}
+			rctx, cancel := context.WithCancel(ctx)
+			done := make(chan error, 1)
+			go func() { done <- s.Run(rctx) }()
+			t.Cleanup(func() {
+				cancel()
+				if err := <-done; err != nil {
+					t.Errorf("router run: %v", err)
+				}
+			})
+			// The worker's turn winds down slowly: it holds the lock
+			// after the stop, until the gate opens.
+			g := newGate(t, "long job")
+			w := e.startWorker(g.hold)
+			defer g.open()
+
+			var want string // the lock's owner between the stop and the commit
+			if tt.other {
+				e.ask("bob", "/status")
+				want = redisx.NewGrant(time.Now())
+				if err := e.rdb.Set(ctx, locker.Key(key), want, time.Minute).Err(); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				e.publish(dm("bob", "long job"))
+				waitFor(t, "the turn runs", func() bool { turns, _ := w.snapshot(); return len(turns) == 1 })
+				turns, _ := w.snapshot()
+				want = redisx.Holder(turns[0].GetLockToken(), "test-worker.1")
+				waitFor(t, "the worker holds the lock", func() bool { o, _ := locker.Owner(ctx, key); return o == want })
+			}
+
+			e.ask("bob", tt.command)
+			mu.Lock()
+			got := slices.Clone(beforeCommit)
+			mu.Unlock()
+			if len(got) != 1 || got[0] != want {
+				t.Errorf("the lock before %s committed: %q, want %q (freed only after the commit)", tt.command, got, want)
+			}
+			after := ""
+			if tt.other {
+				after = want
+			}
+			if o, err := locker.Owner(ctx, key); err != nil || o != after {
+				t.Errorf("the lock after %s: %q (%v), want %q", tt.command, o, err, after)
+			}
+		})
 	}
 }
 

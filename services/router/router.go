@@ -391,10 +391,10 @@ type Service struct {
 	// read of the pause and its conditional write: the seam where a
 	// change made elsewhere lands.
 	pauseRead func(context.Context)
-	// newUnlocked, when set (by a test, before Run), runs between /new's
-	// release of the session lock and the commit of its reset (tx): the
-	// seam where a turn start lands.
-	newUnlocked func(ctx context.Context, tx pgx.Tx)
+	// stopSent, when set (by a test, before Run), runs between the stop
+	// of the running turn by /new or /stop (command) and the commit of
+	// its transaction (tx): the seam where a turn start lands.
+	stopSent func(ctx context.Context, command string, tx pgx.Tx)
 	// busyQueued, when set (by a test, before Run), runs once a message
 	// (the event eventID) that met a running turn is queued and, in
 	// interrupt mode, the turn asked to stop: the seam where the next

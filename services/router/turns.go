@@ -367,31 +367,47 @@ func (s *Service) requestControl(ctx context.Context, req *turnsv1.TurnControlRe
 	return false, nil, fmt.Errorf("send control %s: %w", action, err)
 }
 
-// forceUnlock stops the running turn and frees the session at once; the
-// stopped worker's later writes are fenced by the generation. A running
-// memory flush (flush.go) is no task of the user's and is left to end
-// (its owner is not reported): Hermes runs it beside the chat, where
-// /stop finds no agent of the session to stop and a second /new starts
+// forceUnlock stops the running turn, in the transaction of a command
+// that fences it off (/stop, /new: the session's row is locked until it
+// commits), and returns the lock's owner and what frees the session for
+// after the commit (nil when nothing is to be freed). The stopped
+// worker's later writes are fenced by the generation. A running memory
+// flush (flush.go) is no task of the user's and is left to end (its
+// owner is not reported): Hermes runs it beside the chat, where /stop
+// finds no agent of the session to stop and a second /new starts
 // another flush without ending the first.
-func (s *Service) forceUnlock(ctx context.Context, m *msgCtx) (owner string, err error) {
+//
+// The lock is freed only after the commit, as the admin API's reset
+// frees it: freed before, a message arriving meanwhile could be granted
+// it and start a turn while the stopped one still ran as the session's
+// (and a commit that failed left the stopped turn's session unlocked).
+// And only the lock of lastTurn, the session's last turn read under the
+// row's lock: another grant is a router's for a message whose start
+// waits for the commit, a turn of what follows the command, which must
+// keep its lock (freed, it would run unlocked beside the next turn).
+func (s *Service) forceUnlock(ctx context.Context, m *msgCtx, lastTurn string) (owner string, unlock func(context.Context), err error) {
 	owner, err = s.locker.Owner(ctx, m.key)
 	if err != nil || owner == "" {
-		return "", err
+		return "", nil, err
 	}
 	if s.flushRunning(ctx, m.key, owner) {
 		// The messages waiting for it were dropped (both callers drop
 		// the queue): their chats stop showing typing now.
 		s.flushTypingDropped(ctx, m, heldBy(owner))
-		return "", nil
+		return "", nil, nil
 	}
 	if err := s.control(ctx, m, controlStop, "", ""); err != nil {
-		return owner, err
+		return owner, nil, err
 	}
-	// Compare-and-delete with the token we read: a newer owner is kept.
-	if err := s.locker.Release(ctx, m.key, owner); err != nil {
-		s.log.Debug("force unlock", "session_key", m.key, "err", err)
+	if lastTurn == "" || redisx.GrantOf(owner) != lastTurn {
+		return owner, nil, nil
 	}
-	return owner, nil
+	return owner, func(ctx context.Context) {
+		// Compare-and-delete with the token we read: a newer owner is kept.
+		if err := s.locker.Release(context.WithoutCancel(ctx), m.key, owner); err != nil {
+			s.log.Debug("force unlock", "session_key", m.key, "err", err)
+		}
+	}, nil
 }
 
 // target is where a notice about m goes: back to the chat it came from.

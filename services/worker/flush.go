@@ -174,11 +174,16 @@ func (r *turnRun) toolSpecs() []llm.ToolSpec {
 // other failure completes it as failed, since a flush is not worth the
 // new conversation's wait for a retry.
 //
-// A flush handed back books what its model calls used first (the next
-// attempt, which skips it, spends nothing and keeps that row); one whose
-// usage cannot be booked (the database is down) is not handed back but
-// ends failed, its usage going to the router (bookFlushUsage), since no
-// later attempt could know it.
+// A flush handed back after a model call books what its calls used
+// first, even nothing (a provider that reports no usage): the row is
+// what tells a later attempt that the flush began and may have saved
+// notes, also one the bus numbers 1 again (a consumer recreated, the
+// turn published anew), which would otherwise run it again and save
+// them twice; the next attempt skips it, spends nothing and keeps that
+// row. One whose booking fails (the database is down) is not handed
+// back but ends failed, its usage going to the router (bookFlushUsage),
+// since no later attempt could know of it. One handed back before any
+// model call has nothing to book: its next attempt may run it whole.
 func (r *turnRun) endFlush(ctx context.Context, err error) error {
 	switch {
 	case err == nil:
@@ -188,7 +193,7 @@ func (r *turnRun) endFlush(ctx context.Context, err error) error {
 		r.bookFlushUsage(ctx, store.StatusStale)
 		return r.complete(ctx, turnsv1.TurnStatus_TURN_STATUS_STALE, "superseded by a newer turn", true)
 	case ctx.Err() != nil && r.spent < r.s.cfg.MaxDeliver, pg.IsUnavailable(err) && r.spent < r.s.cfg.MaxDeliver:
-		if !r.usedTokens() || r.bookFlushUsage(ctx, store.StatusInterrupted) {
+		if !r.calledModel() || r.bookFlushUsage(ctx, store.StatusInterrupted) {
 			r.log.Warn("memory flush handed back", "err", err)
 			r.handLockBack(ctx)
 			return err
@@ -199,10 +204,11 @@ func (r *turnRun) endFlush(ctx context.Context, err error) error {
 	return r.complete(ctx, turnsv1.TurnStatus_TURN_STATUS_FAILED, "memory flush failed", true)
 }
 
-// usedTokens reports whether the attempt's model calls used any tokens.
-func (r *turnRun) usedTokens() bool {
+// calledModel reports whether the attempt made a model call (whose
+// answer may have had a note saved) or used any tokens.
+func (r *turnRun) calledModel() bool {
 	u := &r.usage
-	return u.GetInputTokens() > 0 || u.GetOutputTokens() > 0 || u.GetCacheReadTokens() > 0 || u.GetCacheWriteTokens() > 0
+	return u.GetModelCalls() > 0 || u.GetInputTokens() > 0 || u.GetOutputTokens() > 0 || u.GetCacheReadTokens() > 0 || u.GetCacheWriteTokens() > 0
 }
 
 // bookFlushUsage books the usage of a flush that ends without a final

@@ -317,6 +317,59 @@ func TestRedeliveredMemoryFlushKeepsItsBookedUsage(t *testing.T) {
 	}
 }
 
+// A flush handed back at a worker's shutdown after a model call that
+// reported no usage (a provider that sends none) books its row all the
+// same: it began, and may have saved notes. It was handed back without
+// one, so a delivery the bus numbered 1 again (the turn's message
+// published anew, the first one lost) ran the flush a second time and
+// saved its notes twice.
+func TestHandedBackMemoryFlushWithoutUsageRunsOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	h := newHarness(t)
+	h.setGeneration("s1", 1)
+	w1 := h.startWorker("w1", func(c *worker.Config, _ *worker.Deps) {
+		c.DrainTimeout = 50 * time.Millisecond
+	})
+	req, calls := flushStoppedMidwayUsing(t, h, w1, false, fakellm.Usage{})
+	var status string
+	if err := h.db.QueryRow(ctx, `SELECT status FROM worker_turns WHERE turn_id = $1`, req.TurnId).Scan(&status); err != nil {
+		t.Errorf("the handed-back flush left no row: %v", err)
+	}
+	// The turn's message is lost and published anew: its next delivery
+	// is numbered 1.
+	js, topo := h.bus.JetStream(), h.bus.Topology()
+	turns, err := js.Stream(ctx, topo.Stream(bus.StreamTurns))
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := turns.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != 1 {
+		t.Fatalf("%d turns waiting, want the handed-back flush alone", info.State.Msgs)
+	}
+	if err := turns.DeleteMsg(ctx, info.State.FirstSeq); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.bus.Publish(ctx, topo.Subject(bus.SubjectTurnRequested), "turn:"+req.TurnId+":anew", req); err != nil {
+		t.Fatal(err)
+	}
+	h.startWorker("w2", nil)
+	waitFor(t, 60*time.Second, "the flush completed or run again", func() bool { return h.completed(req.TurnId) != nil || calls.Load() > 2 })
+	if n := calls.Load(); n != 2 {
+		t.Fatalf("the flush called the model %d times, want the first attempt's 2: it ran again", n)
+	}
+	var notes int
+	if err := h.db.QueryRow(ctx, `SELECT count(*) FROM agent_memories WHERE content = 'drinks green tea only'`).Scan(&notes); err != nil {
+		t.Fatal(err)
+	}
+	if notes != 1 {
+		t.Errorf("the flush's note saved %d times, want once", notes)
+	}
+}
+
 // flushCallUsage is what the first model call of a flush
 // flushStoppedMidway runs reports.
 var flushCallUsage = fakellm.Usage{InputTokens: 1234, OutputTokens: 56}
@@ -329,6 +382,13 @@ var flushCallUsage = fakellm.Usage{InputTokens: 1234, OutputTokens: 56}
 // turn events stream takes no completions until w has stopped). It
 // returns the flush's turn and a count of the flush's model calls.
 func flushStoppedMidway(t *testing.T, h *harness, w *runningWorker, failCompletion bool) (*turnsv1.TurnRequested, *atomic.Int32) {
+	t.Helper()
+	return flushStoppedMidwayUsing(t, h, w, failCompletion, flushCallUsage)
+}
+
+// flushStoppedMidwayUsing is flushStoppedMidway with the usage the
+// flush's first model call reports.
+func flushStoppedMidwayUsing(t *testing.T, h *harness, w *runningWorker, failCompletion bool, usage fakellm.Usage) (*turnsv1.TurnRequested, *atomic.Int32) {
 	t.Helper()
 	alice := &eventsv1.SessionSource{Platform: "telegram", ChatId: "99", ChatType: "dm", UserId: "alice"}
 	old := turnOpts{sessionID: "old", origin: alice}
@@ -347,7 +407,7 @@ func flushStoppedMidway(t *testing.T, h *harness, w *runningWorker, failCompleti
 			return fakellm.Reply{}, false
 		}
 		if calls.Add(1) == 1 {
-			u := flushCallUsage
+			u := usage
 			return fakellm.Reply{Usage: &u, ToolCalls: []fakellm.ToolCall{{ID: "c1", Name: "memory",
 				Arguments: `{"action":"add","content":"drinks green tea only"}`}}}, true
 		}

@@ -324,6 +324,7 @@ func (r *turnRun) run(ctx context.Context) error {
 			// Another turn owns the session now: this one is superseded.
 			r.log.Warn("turn lock owned by another turn; abandoning as stale")
 			r.answerSuperseded(ctx)
+			r.recordFenced(ctx)
 			return r.complete(ctx, turnsv1.TurnStatus_TURN_STATUS_STALE, "session lock owned by another turn", false)
 		}
 		if errors.Is(err, errLockBusy) {
@@ -360,6 +361,7 @@ func (r *turnRun) run(ctx context.Context) error {
 		r.log.Warn("turn superseded; abandoning", "err", err)
 		r.answerSuperseded(ctx)
 		r.endStream(ctx)
+		r.recordFenced(ctx)
 		return r.complete(ctx, turnsv1.TurnStatus_TURN_STATUS_STALE, "superseded by a newer turn", true)
 	case err != nil && ctx.Err() != nil && r.spent < r.s.cfg.MaxDeliver:
 		// Shutting down past the drain timeout: hand the lock back to the
@@ -401,6 +403,7 @@ func (r *turnRun) run(ctx context.Context) error {
 			kept, ferr := r.s.store.Finish(ctx, r.withUsage(), nil, 0, nil, fin)
 			switch {
 			case errors.Is(ferr, store.ErrStaleGeneration):
+				r.recordFenced(ctx)
 				return r.complete(ctx, turnsv1.TurnStatus_TURN_STATUS_STALE, "superseded by a newer turn", true)
 			case ferr == nil:
 				fin = kept // an earlier attempt's final, when one was decided
@@ -439,6 +442,34 @@ func (r *turnRun) run(ctx context.Context) error {
 		}
 	}
 	return r.complete(ctx, statusOf(fin.Status), fin.ErrorCode, true)
+}
+
+// recordFenced records that the turn, which the session moved on from
+// (a /stop, a /new, a reset, a newer turn), has ended without a final,
+// now that this attempt runs nothing more (store.RecordFenced): until
+// then it counts as one that may run, and an operator's reset of the
+// session sends it a stop, which needs the bus. Its usage goes with the
+// record, to its own conversation, and the router then books none
+// (TurnCompleted.usage_recorded). Best effort: not recorded (the
+// database failed, or the turn only lost its lock to another attempt
+// of it), the turn counts as one that may run and its usage goes to the
+// router, as before. A memory flush records its own end (endFlush).
+func (r *turnRun) recordFenced(ctx context.Context) {
+	if r.req.GetMemoryFlush() || r.usageRecorded {
+		return
+	}
+	model := r.model
+	if model == "" && r.s.agent == nil {
+		// No model call made: the model it would have called, so that
+		// /insights names no model "".
+		_, model = r.s.backendFor(r.req.GetModelOverride())
+	}
+	recorded, err := r.s.store.RecordFenced(context.WithoutCancel(ctx), r.withUsage(), model)
+	if err != nil {
+		r.log.Warn("record the end of a fenced turn", "err", err)
+		return
+	}
+	r.usageRecorded = recorded
 }
 
 // handLockBack gives the session lock of a turn handed back to the bus

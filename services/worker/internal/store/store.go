@@ -120,6 +120,10 @@ const (
 	StatusFailed      = "failed"
 	// StatusStale: a memory flush that ended without a final (BookUsage).
 	StatusStale = "stale"
+	// StatusFenced: a turn the session moved on from (a /stop, a /new, a
+	// reset, a newer turn's start) that ended without a final
+	// (RecordFenced): the record that it no longer runs.
+	StatusFenced = "fenced"
 )
 
 // Final kinds.
@@ -641,6 +645,37 @@ func (s *Store) BookUsage(ctx context.Context, t Turn, status, model string) err
 		return fmt.Errorf("book turn usage: %w", err)
 	}
 	return nil
+}
+
+// RecordFenced records the end of turn t, which ended without a final
+// because the session moved past its generation (a /stop or /new, the
+// admin reset, a newer turn's start fenced it off), with what the
+// attempt used (t.Usage) and its model: a row of worker_turns, as a
+// decided turn's, with no final (status fenced). Its caller calls it
+// only once the attempt runs nothing more. The row tells that the turn
+// no longer runs (sessionstore TurnMayRun: an operator's reset of the
+// session then needs no stop, so no bus) and books its usage with its
+// own conversation, which a /new had ended.
+//
+// Only a turn the session's generation moved past is recorded, checked
+// in the statement: no attempt of it can run any more (a claim checks
+// the generation once the grant is gone, every write is fenced, and a
+// running attempt's lock renewal fails), so the record never says a
+// turn that still runs has ended. One that only lost its lock (another
+// attempt of the same turn holds it) is not. Unfenced, and once: a
+// row the turn has already (decided, or recorded by an earlier
+// attempt) is kept; recorded reports whether this call wrote it.
+func (s *Store) RecordFenced(ctx context.Context, t Turn, model string) (recorded bool, err error) {
+	tag, err := s.db.Exec(ctx, `INSERT INTO worker_turns (turn_id, session_key, session_id, generation, status, model, started_at,
+			input_tokens, output_tokens, cache_read_tokens, cache_write_tokens)
+		SELECT $1, $2, $3, $4, $5, $6, COALESCE($7, now()), $8, $9, $10, $11
+		WHERE EXISTS (SELECT 1 FROM sessions WHERE session_key = $2 AND generation > $4)
+		ON CONFLICT (turn_id) DO NOTHING`, t.TurnID, t.SessionKey, t.SessionID, t.Generation, StatusFenced, model, startedAt(t),
+		t.Usage.Input, t.Usage.Output, t.Usage.CacheRead, t.Usage.CacheWrite)
+	if err != nil {
+		return false, fmt.Errorf("record fenced turn: %w", err)
+	}
+	return tag.RowsAffected() == 1, nil
 }
 
 // History returns the conversation's latest summary (empty when none) and
