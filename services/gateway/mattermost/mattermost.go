@@ -192,8 +192,8 @@ type Platform struct {
 	// (attachments.urls; nil: public addresses only).
 	downloads *platform.Downloader
 
-	// delivering counts the posts being published now, deliveries
-	// those started: ping reads them (ws.go).
+	// delivering counts the posts being handled now (asked about,
+	// published), deliveries those started: ping reads them (ws.go).
 	delivering atomic.Int32
 	deliveries atomic.Uint64
 

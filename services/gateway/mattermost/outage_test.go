@@ -9,6 +9,7 @@ import (
 
 	"github.com/switchboard-chat/switchboard/pkg/bus"
 	"github.com/switchboard-chat/switchboard/pkg/bus/bustest"
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	"github.com/switchboard-chat/switchboard/pkg/platform"
 	"github.com/switchboard-chat/switchboard/pkg/platform/platformtest"
 	"github.com/switchboard-chat/switchboard/services/gateway/mattermost/mattermostfake"
@@ -83,4 +84,29 @@ func published(ctx context.Context, b *bus.Bus, id string) bool {
 		}
 	}
 	return false
+}
+
+// A post whose files the server is slow to describe (GET /files/{id}/info
+// answering after several ping intervals, within call_timeout) is
+// published with them described, on the websocket it came by: the reader,
+// held up asking, reads no pongs meanwhile, and their absence is no dead
+// connection. Before, the next ping failed and the connection was dropped
+// with the post unpublished, lost in a channel the catch-up did not know.
+func TestPostWithSlowlyDescribedFilesIsPublished(t *testing.T) {
+	t.Parallel()
+	g := start(t, func(c *Config) { c.PingInterval = 100 * time.Millisecond }, platform.Options{})
+	audio := g.f.Upload("talk.ogg", "audio/ogg", []byte("OggS"))
+	g.f.OmitFileMetadata(true)
+	g.f.FailNext("file info", 1, mattermostfake.Fail{Delay: time.Second})
+	id := g.f.Add(mattermostfake.Post{ChannelID: dmCh, UserID: ann, FileIDs: []string{audio.ID}})
+	ev := g.next(t)
+	if ev.GetMessageId() != id {
+		t.Fatalf("published %s, want %s", ev.GetMessageId(), id)
+	}
+	if atts := ev.GetAttachments(); len(atts) != 1 || atts[0].GetKind() != eventsv1.AttachmentKind_ATTACHMENT_KIND_VOICE || atts[0].GetFileName() != "talk.ogg" {
+		t.Errorf("attachments %v, want the described audio file", atts)
+	}
+	if n := g.f.Connections(); n != 1 {
+		t.Errorf("%d websocket connections, want the first one kept", n)
+	}
 }

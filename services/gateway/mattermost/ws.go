@@ -130,7 +130,8 @@ func (p *Platform) wsURL() string {
 // ping keeps the connection alive; one unanswered within the interval
 // ends the read loop, and the kit reconnects. Pongs are read by the
 // reader, so no ping is sent, and a failed one does not count, while the
-// reader is publishing a post (waiting for the bus while NATS is out of
+// reader is handling a post (asking the server about its author or its
+// files, or publishing it, waiting for the bus while NATS is out of
 // reach): the post waits in the gateway, on its connection.
 func (p *Platform) ping(ctx context.Context, ws *websocket.Conn, fail context.CancelCauseFunc) {
 	t := time.NewTicker(p.cfg.PingInterval)
@@ -179,6 +180,16 @@ func (p *Platform) publish(ctx context.Context, conn platform.Conn, ev *posted) 
 		conn.Reject(ctx, "post longer than Mattermost allows", fmt.Errorf("post %s has %d characters, the limit is %d", ev.Post.ID, n, maxPostRunes))
 		return
 	}
+	// While it handles the post, the reader reads nothing, pongs
+	// included: ping does not take their absence for a dead connection.
+	// That is while it asks the server about the post (its author, its
+	// files: a slow answer holds it up to CallTimeout a call, longer than
+	// a ping interval) as much as while it publishes. A dropped
+	// connection would drop the post, and lose it in a channel the
+	// catch-up does not know yet.
+	p.deliveries.Add(1)
+	p.delivering.Add(1)
+	defer p.delivering.Add(-1)
 	if ev.Post.UserID != p.rules.BotID && ev.Post.Type == "" {
 		ev.FromBot = ev.Post.fromProgram() || p.isBot(ctx, ev.Post.UserID)
 	}
@@ -192,11 +203,6 @@ func (p *Platform) publish(ctx context.Context, conn platform.Conn, ev *posted) 
 		p.remember(ev)
 		return
 	}
-	// While it publishes, the reader reads nothing, pongs included:
-	// ping does not take their absence for a dead connection.
-	p.deliveries.Add(1)
-	p.delivering.Add(1)
-	defer p.delivering.Add(-1)
 	for ctx.Err() == nil {
 		_, err := conn.Deliver(ctx, m)
 		if err == nil || errors.Is(err, platform.ErrRejected) {

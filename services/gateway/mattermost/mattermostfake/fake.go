@@ -80,6 +80,9 @@ type Fail struct {
 	// Lost: the call is carried out (a post made) and answered with the
 	// failure, as when the answer is lost on the way back.
 	Lost bool
+	// Delay holds the call this long first (a slow server); with Status
+	// 0 it is then carried out and answered as usual.
+	Delay time.Duration
 }
 
 // Fake is the server. Its methods are safe for concurrent use.
@@ -532,6 +535,17 @@ func (f *Fake) auth(op string, h http.HandlerFunc) http.HandlerFunc {
 		f.mu.Unlock()
 		if bearer, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); !f.tokenOK(bearer) {
 			apiError(w, http.StatusUnauthorized, "api.context.session_expired.app_error", "Invalid or expired session, please login again.")
+			return
+		}
+		if fail != nil && fail.Delay > 0 {
+			select {
+			case <-r.Context().Done():
+				return
+			case <-time.After(fail.Delay):
+			}
+		}
+		if fail != nil && fail.Status == 0 {
+			h(w, r)
 			return
 		}
 		if fail != nil && fail.Lost {
