@@ -558,6 +558,69 @@ func TestStopAndNewFreeTheLockOnlyAfterTheirCommit(t *testing.T) {
 	}
 }
 
+// A worker that claims the stopped turn's grant between the stop and the
+// commit of /stop or /new (the turn was waiting for one) subscribed to
+// its controls after the stop went out: it runs on, holding the session,
+// until its first write finds the generation moved on. The lock freed
+// after the commit is the stopped turn's whoever of its attempts holds it
+// then: the compare-and-delete with the bare grant read before the stop
+// missed that claim and left the session held by the stopped turn.
+func TestStopAndNewFreeTheLockALateClaimTook(t *testing.T) {
+	t.Parallel()
+	for _, command := range []string{"/stop", "/new"} {
+		t.Run(command, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			const key = "agent:main:telegram:dm:chat-bob"
+			e := newEnv(t)
+			s, err := New(testConfig(), Deps{Bus: e.bus, DB: e.db, Redis: e.rdb, RedisPrefix: e.prefix, Environ: []string{}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			locker := redisx.NewLocker(e.rdb, e.prefix)
+			late := make(chan string, 1)
+			s.stopSent = func(ctx context.Context, _ string, _ pgx.Tx) {
+				// A worker claims the waiting turn's grant now.
+				owner, err := locker.Owner(ctx, key)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				holder := redisx.Holder(owner, "late-worker.1")
+				if c, err := locker.Claim(ctx, key, owner, holder, time.Minute); err != nil || c != redisx.Claimed {
+					t.Errorf("claim %q: %v, %v", owner, c, err)
+				}
+				select {
+				case late <- holder:
+				default: // a retried transaction's
+				}
+			}
+			rctx, cancel := context.WithCancel(ctx)
+			done := make(chan error, 1)
+			go func() { done <- s.Run(rctx) }()
+			t.Cleanup(func() {
+				cancel()
+				if err := <-done; err != nil {
+					t.Errorf("router run: %v", err)
+				}
+			})
+			// No worker: the turn waits for one under its bare grant.
+			e.publish(dm("bob", "long job"))
+			waitFor(t, "the turn is started", func() bool {
+				sess, err := sessionstore.New(e.db).Get(ctx, key)
+				o, _ := locker.Owner(ctx, key)
+				return err == nil && sess.LastTurnID != "" && o == sess.LastTurnID
+			})
+
+			e.ask("bob", command)
+			holder := <-late
+			if o, err := locker.Owner(ctx, key); err != nil || o != "" {
+				t.Errorf("the lock after %s: %q (%v), want it freed (the stopped turn's late claim %q)", command, o, err, holder)
+			}
+		})
+	}
+}
+
 // testClock is the clock of a router a test moves.
 type testClock struct {
 	mu  sync.Mutex

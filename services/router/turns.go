@@ -403,8 +403,24 @@ func (s *Service) forceUnlock(ctx context.Context, m *msgCtx, lastTurn string) (
 		return owner, nil, nil
 	}
 	return owner, func(ctx context.Context) {
+		ctx = context.WithoutCancel(ctx)
 		// Compare-and-delete with the token we read: a newer owner is kept.
-		if err := s.locker.Release(context.WithoutCancel(ctx), m.key, owner); err != nil {
+		err := s.locker.Release(ctx, m.key, owner)
+		if errors.Is(err, redisx.ErrNotOwner) {
+			// A worker claimed the stopped turn's grant after we read it
+			// (the turn was waiting for one): that attempt subscribed to
+			// its controls after the stop went out and runs on, holding
+			// the session, until its first write finds the generation
+			// moved on. Every holder of that grant is an attempt of the
+			// stopped turn, which the commit fenced off: it lets go of
+			// the lock too (its renewal then finds the session moved on
+			// and stops it). Another grant's holder is kept.
+			var cur string
+			if cur, err = s.locker.Owner(ctx, m.key); err == nil && cur != "" && cur != owner && redisx.GrantOf(cur) == lastTurn {
+				err = s.locker.Release(ctx, m.key, cur)
+			}
+		}
+		if err != nil {
 			s.log.Debug("force unlock", "session_key", m.key, "err", err)
 		}
 	}, nil
