@@ -380,9 +380,13 @@ func splitSchedule(args string) (sched, prompt string) {
 	}
 	fields := strings.Fields(args)
 	take := 1
-	switch n := cronLen(fields); {
+	switch n, bare := cronLen(fields); {
 	case n > 0:
 		take = n
+	case bare:
+		// The days and a bare number ("every day 7 stretch"): the first
+		// word, as Hermes's, so that it is refused ("every"), not read
+		// as the interval "every day" with the prompt "7 stretch".
 	case len(fields) > 2 && (strings.EqualFold(fields[0], "every") || strings.EqualFold(fields[0], "in")):
 		take = 2
 	}
@@ -411,14 +415,20 @@ const maxCronWords = 16
 // ("every monday 9am", "weekdays at 9:30 pm") or five cron fields; 0
 // for none. Read as "every <d>" or one word, "every day at 9am ..."
 // would be the interval "every day" with a prompt starting "at 9am".
-func cronLen(fields []string) int {
+// bare: none does, but a phrase whose time is a bare number (bareHour)
+// would have.
+func cronLen(fields []string) (n int, bare bool) {
 	for n := min(len(fields), maxCronWords); n >= 2; n-- {
 		s := strings.Join(fields[:n], " ")
-		if isCron(s) && !bareHour(fields[:n]) {
-			return n
+		if !isCron(s) {
+			continue
 		}
+		if !bareHour(fields[:n]) {
+			return n, false
+		}
+		bare = true
 	}
-	return 0
+	return 0, bare
 }
 
 // bareHour reports whether fields, a day and time phrase, end in a time

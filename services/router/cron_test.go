@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/switchboard-chat/switchboard/pkg/cron"
+	"github.com/switchboard-chat/switchboard/pkg/cron/schedule"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
 	"github.com/switchboard-chat/switchboard/pkg/redisx"
@@ -42,7 +43,8 @@ func TestSplitSchedule(t *testing.T) {
 		// schedule makes it the time.
 		{`monday 3 things`, "monday", "3 things"},
 		{`Mon, Wed 7 stretches`, "Mon,", "Wed 7 stretches"},
-		{`every monday 3 things`, "every monday", "3 things"},
+		{`every monday 3 things`, "every", "monday 3 things"},
+		{`every day 7 stretch`, "every", "day 7 stretch"},
 		{`monday at 3 things`, "monday at 3", "things"},
 		{`every day at 7 stretch`, "every day at 7", "stretch"},
 		{`"monday 3" things`, "monday 3", "things"},
@@ -54,6 +56,21 @@ func TestSplitSchedule(t *testing.T) {
 		s, p := splitSchedule(c.in)
 		if s != c.sched || p != c.prompt {
 			t.Errorf("splitSchedule(%q) = %q, %q; want %q, %q", c.in, s, p, c.sched, c.prompt)
+		}
+	}
+}
+
+// TestSplitScheduleRefusesABareHour: /cron add with days and a bare
+// number, unquoted and without "at", makes no job (Hermes's /cron add
+// reads the first word, which is no schedule), rather than one on
+// another schedule than either reading: "every day 7 stretch" is not
+// the interval "every day" with the prompt "7 stretch".
+func TestSplitScheduleRefusesABareHour(t *testing.T) {
+	for _, in := range []string{`monday 3 things`, `Mon, Wed 7 stretches`, `every monday 3 things`, `every day 7 stretch`,
+		`every weekday 8 standup`, `Every Mon and Fri 9 gym`} {
+		s, p := splitSchedule(in)
+		if _, err := schedule.Parse(s, time.Now(), time.UTC); err == nil {
+			t.Errorf("splitSchedule(%q) = %q, %q: a schedule, want one refused", in, s, p)
 		}
 	}
 }
