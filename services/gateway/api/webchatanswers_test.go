@@ -861,3 +861,36 @@ func TestWebChatTakesOnThePendingRecordOfTheReleaseBefore(t *testing.T) {
 		t.Fatalf("published %v, want the pending message in its conversation", got)
 	}
 }
+
+// TestWebChatTakesOnABigPendingRecordOfTheReleaseBefore: the one record
+// of the release before is taken on however big it is (a picture's is
+// megabytes): the page makes room for its copy by removing it first.
+// Copied while it still took its room, a record of more than the
+// storage's free room was not kept, and the message was lost.
+func TestWebChatTakesOnABigPendingRecordOfTheReleaseBefore(t *testing.T) {
+	r, step, eval, poll := openWebChat(t, func(r *responder) {
+		r.answer = func(ev *eventsv1.MessageReceived, turn int) []string { return []string{"echo: " + ev.GetText()} }
+	})
+	// The record is of a megabyte and a half (as a picture's); the rest of
+	// the storage is full but for some 100 KB.
+	eval(`(() => {
+		localStorage.setItem("sb.session", "web-0123456789abcdef01234567");
+		localStorage.setItem("sb.history", JSON.stringify([{ role: "user", content: "a big one" }]));
+		localStorage.setItem("sb.pending", JSON.stringify({ key: "msg-0123456789abcdef01234567", session: "web-0123456789abcdef01234567",
+			body: JSON.stringify({ model: "switchboard", stream: true, messages: [{ role: "user", content: "a big one" }] }), picture: "x".repeat(1500000) }));
+		const fill = "f".repeat(100000);
+		let i = 0;
+		try { for (;; i++) localStorage.setItem("fill." + i, fill); } catch (e) { /* full */ }
+		localStorage.removeItem("fill." + (i - 1));
+		return "";
+	})()`)
+	step("reload", chromedp.Reload(), chromedp.WaitVisible("#input"))
+	poll("the answer", `document.querySelectorAll('.msg.assistant:not(.pending)').length >= 1`)
+	if got, want := eval(pageLog+` + " | pending: " + `+pendingRecords+` + " | old: " + localStorage.getItem("sb.pending")`),
+		"msg user: a big one | msg assistant: echo: a big one | pending: null | old: null"; got != want {
+		t.Fatalf("page %q, want %q", got, want)
+	}
+	if n := len(r.received()); n != 1 {
+		t.Fatalf("%d messages published, want the pending one", n)
+	}
+}
