@@ -2,7 +2,9 @@ package api
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -376,15 +378,16 @@ func TestWebChatRendersKeptAnswersWhenSeen(t *testing.T) {
 // first frame (firstFrame: when, its count of answers and of those not
 // rendered yet, the newest's and the oldest's bold text and count of
 // list items, and the oldest's first 12 characters), the longest task after it
-// (longest, ms; 0 when none took 50 ms), when the last answer waiting
-// was rendered (done), and how many answers waited when a key was
-// typed in the box (typed).
+// (longest, ms; 0 when none took 50 ms), the answers rendered after it
+// task by task (batches: each task's answers, by their place in the
+// log), when the last answer waiting was rendered (done), and how many
+// answers waited when a key was typed in the box (typed).
 func traceRendering(t *testing.T, ctx context.Context) {
 	t.Helper()
 	const script = `(() => {
 		const unrendered = () => document.querySelectorAll(".msg.assistant[data-later]").length;
 		const shape = m => m ? (m.querySelector("strong") || {}).textContent + " " + m.querySelectorAll("li").length : "none";
-		const trace = window.sbTrace = { longest: 0, typed: -1 };
+		const trace = window.sbTrace = { longest: 0, typed: -1, batches: [] };
 		document.addEventListener("DOMContentLoaded", () => requestAnimationFrame(() => {
 			const a = document.querySelectorAll(".msg.assistant");
 			trace.firstFrame = { at: performance.now(), answers: a.length, unrendered: unrendered(), newest: shape(a[a.length - 1]), oldest: shape(a[0]), oldestText: a.length ? a[0].textContent.slice(0, 12) : "" };
@@ -392,8 +395,14 @@ func traceRendering(t *testing.T, ctx context.Context) {
 		new PerformanceObserver(l => l.getEntries().forEach(e => {
 			if (trace.firstFrame && e.startTime >= trace.firstFrame.at) trace.longest = Math.max(trace.longest, e.duration);
 		})).observe({ type: "longtask" });
-		new MutationObserver(() => {
-			if (trace.firstFrame && !trace.done && !unrendered()) trace.done = performance.now();
+		// A mutation observer's records come once a task (at its end):
+		// a batch is what one task rendered.
+		new MutationObserver(records => {
+			if (!trace.firstFrame) return;
+			const a = Array.from(document.querySelectorAll(".msg.assistant"));
+			const batch = records.filter(r => !r.target.hasAttribute("data-later")).map(r => a.indexOf(r.target)).filter(i => i >= 0);
+			if (batch.length) trace.batches.push(batch);
+			if (!trace.done && !unrendered()) trace.done = performance.now();
 		}).observe(document, { subtree: true, attributes: true, attributeFilter: ["data-later"] });
 		document.addEventListener("input", () => { trace.typed = unrendered(); }, true);
 	})()`
@@ -455,14 +464,28 @@ func TestWebChatRendersEveryKeptAnswerAfterAReload(t *testing.T) {
 	if want := fmt.Sprintf("%d rendered, marks shown: false, at the end: true, input: x", answers); got != want {
 		t.Fatalf("after the background rendering: %s, want %s", got, want)
 	}
-	longest, span := eval(`String(Math.round(window.sbTrace.longest))`), eval(`String(Math.round(window.sbTrace.done - window.sbTrace.firstFrame.at))`)
-	var l, sp int
-	fmt.Sscan(longest, &l)
-	fmt.Sscan(span, &sp)
-	t.Logf("rendered in %d ms after the first frame, longest task %d ms", sp, l)
-	if l*3 > sp {
-		t.Errorf("a task of %d ms in a rendering of %d ms: want it done in slices", l, sp)
+	// The rendering's structure, not its times: on a loaded machine (CI
+	// runs every package at once on two cores) a garbage collection or a
+	// renderer descheduled mid-slice makes one task long beside the
+	// whole, slices or not. What a loaded machine cannot change: the
+	// answers the first frame left were rendered newest first, over
+	// tasks of about an answer each at most (the slices' budget is of
+	// time, and an answer of these takes longer than a slice: a slower
+	// machine renders less in each, never more), not in one or two (one
+	// task for all, and one for the answer near the screen).
+	batches := eval(`JSON.stringify(window.sbTrace.batches)`)
+	var tasks [][]int
+	if err := json.Unmarshal([]byte(batches), &tasks); err != nil {
+		t.Fatalf("batches %s: %v", batches, err)
 	}
+	var order []int
+	for _, b := range tasks {
+		order = append(order, b...)
+	}
+	if len(order) != waited || !sort.SliceIsSorted(order, func(i, j int) bool { return order[i] > order[j] }) || len(tasks) < waited/2 {
+		t.Errorf("rendered task by task %s: want the %d answers waiting, newest first, over %d tasks at least", batches, waited, waited/2)
+	}
+	t.Logf("rendered in %s ms after the first frame in %d tasks, longest task %s ms", eval(`String(Math.round(window.sbTrace.done - window.sbTrace.firstFrame.at))`), len(tasks), eval(`String(Math.round(window.sbTrace.longest))`))
 }
 
 // TestWebChatParsesLongRunsOfMarks: an answer of long runs of Markdown
@@ -859,5 +882,38 @@ func TestWebChatTakesOnThePendingRecordOfTheReleaseBefore(t *testing.T) {
 	}
 	if got := r.received(); len(got) != 1 || got[0].GetSource().GetChatId() != "web-0123456789abcdef01234567" {
 		t.Fatalf("published %v, want the pending message in its conversation", got)
+	}
+}
+
+// TestWebChatTakesOnABigPendingRecordOfTheReleaseBefore: the one record
+// of the release before is taken on however big it is (a picture's is
+// megabytes): the page makes room for its copy by removing it first.
+// Copied while it still took its room, a record of more than the
+// storage's free room was not kept, and the message was lost.
+func TestWebChatTakesOnABigPendingRecordOfTheReleaseBefore(t *testing.T) {
+	r, step, eval, poll := openWebChat(t, func(r *responder) {
+		r.answer = func(ev *eventsv1.MessageReceived, turn int) []string { return []string{"echo: " + ev.GetText()} }
+	})
+	// The record is of a megabyte and a half (as a picture's); the rest of
+	// the storage is full but for some 100 KB.
+	eval(`(() => {
+		localStorage.setItem("sb.session", "web-0123456789abcdef01234567");
+		localStorage.setItem("sb.history", JSON.stringify([{ role: "user", content: "a big one" }]));
+		localStorage.setItem("sb.pending", JSON.stringify({ key: "msg-0123456789abcdef01234567", session: "web-0123456789abcdef01234567",
+			body: JSON.stringify({ model: "switchboard", stream: true, messages: [{ role: "user", content: "a big one" }] }), picture: "x".repeat(1500000) }));
+		const fill = "f".repeat(100000);
+		let i = 0;
+		try { for (;; i++) localStorage.setItem("fill." + i, fill); } catch (e) { /* full */ }
+		localStorage.removeItem("fill." + (i - 1));
+		return "";
+	})()`)
+	step("reload", chromedp.Reload(), chromedp.WaitVisible("#input"))
+	poll("the answer", `document.querySelectorAll('.msg.assistant:not(.pending)').length >= 1`)
+	if got, want := eval(pageLog+` + " | pending: " + `+pendingRecords+` + " | old: " + localStorage.getItem("sb.pending")`),
+		"msg user: a big one | msg assistant: echo: a big one | pending: null | old: null"; got != want {
+		t.Fatalf("page %q, want %q", got, want)
+	}
+	if n := len(r.received()); n != 1 {
+		t.Fatalf("%d messages published, want the pending one", n)
 	}
 }

@@ -948,8 +948,11 @@
   // waited for.
   (function () {
     // The one record of the release before (sb.pending, sb.part), this
-    // tab's now.
+    // tab's now. It goes before its copy is written: a picture's record
+    // is megabytes, and the storage has room for one copy, not two.
     var legacy = record("sb.pending"), legacyPart = record("sb.part");
+    store.removeItem("sb.pending");
+    store.removeItem("sb.part");
     if (legacy && legacy.key) {
       legacy.tab = tab;
       legacy.at = 0;
@@ -958,8 +961,6 @@
         if (legacyPart && legacyPart.key === legacy.key) store.setItem(PART + legacy.key, JSON.stringify(legacyPart));
       } catch (e) { /* full: as a message too big to keep */ }
     }
-    store.removeItem("sb.pending");
-    store.removeItem("sb.part");
     var now = store.getItem("sb.session"), mine = [], others = [];
     pendings().forEach(function (p) {
       if (p.session !== now) done(p);
