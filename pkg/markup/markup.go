@@ -24,6 +24,10 @@ type Dialect struct {
 	link func(text, url string) string
 	// fence writes a fenced code block.
 	fence func(lang, body string) string
+	// codeSpan, when set, writes a code span whole, its backticks included
+	// (Slack's and WhatsApp's: a backtick of the code beside one of the
+	// span's must not make a fence, breakFences); nil: "`" + code + "`".
+	codeSpan func(code string) string
 	// quote starts a quoted line (">" when empty).
 	quote string
 	// plain drops the bold, italic, strike and code markers: the text
@@ -68,11 +72,12 @@ var slackEntities = strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;")
 // <url|text>. Slack has no escape for *, _ or ~, so a marker the
 // Markdown escaped stays as it is.
 var Slack = Dialect{
-	escape:  slackEscape,
-	literal: slackEscape,
-	code:    func(s string) string { return breakFences(slackEntities.Replace(s)) },
-	link:    slackLink,
-	fence:   func(_, body string) string { return "```\n" + breakFences(slackEntities.Replace(body)) + "\n```" },
+	escape:   slackEscape,
+	literal:  slackEscape,
+	code:     func(s string) string { return breakFences(slackEntities.Replace(s)) },
+	codeSpan: func(s string) string { return breakFences("`" + slackEntities.Replace(s) + "`") },
+	link:     slackLink,
+	fence:    func(_, body string) string { return "```\n" + breakFences(slackEntities.Replace(body)) + "\n```" },
 }
 
 // Slack and WhatsApp show a code block without a language: a fence's
@@ -142,12 +147,13 @@ func slackLink(text, url string) string {
 // escape character and no link syntax: text is written as it is, and a
 // link shows as "text (url)", or the address alone when that is its text.
 var WhatsApp = Dialect{
-	escape:  func(b *strings.Builder, c byte) { b.WriteByte(c) },
-	literal: func(b *strings.Builder, c byte) { b.WriteByte(c) },
-	code:    breakFences,
-	link:    textLink,
-	fence:   func(_, body string) string { return "```\n" + breakFences(body) + "\n```" },
-	quote:   "> ",
+	escape:   func(b *strings.Builder, c byte) { b.WriteByte(c) },
+	literal:  func(b *strings.Builder, c byte) { b.WriteByte(c) },
+	code:     breakFences,
+	codeSpan: func(s string) string { return breakFences("`" + s + "`") },
+	link:     textLink,
+	fence:    func(_, body string) string { return "```\n" + breakFences(body) + "\n```" },
+	quote:    "> ",
 }
 
 // Plain is text without markup, for platforms that show none (email's
@@ -373,9 +379,12 @@ func (d Dialect) inline(s, inside string) string {
 
 // writeCode writes inline code.
 func (d Dialect) writeCode(b *strings.Builder, code string) {
-	if d.plain {
+	switch {
+	case d.plain:
 		b.WriteString(d.code(code))
-	} else {
+	case d.codeSpan != nil:
+		b.WriteString(d.codeSpan(code))
+	default:
 		b.WriteString("`" + d.code(code) + "`")
 	}
 }

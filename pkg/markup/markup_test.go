@@ -257,6 +257,9 @@ func TestCodeBlockWithBackticks(t *testing.T) {
 		{"a long run", "```\n`````x\n```", "```\n``" + zw + "``" + zw + "`x\n```"},
 		{"two backticks stay", "```\n``x``\n```", "```\n``x``\n```"},
 		{"inline code holding a fence", "run ```` a```b ````", "run `a``" + zw + "`b`"},
+		// The span's own backtick beside two of the code's.
+		{"inline code starting with backticks", "a ``` ``x ``` b", "a ``" + zw + "`x` b"},
+		{"inline code ending with backticks", "say ``` a`` ``` ok", "say `a``" + zw + "` ok"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			for _, d := range []struct {

@@ -28,7 +28,8 @@ import (
 // scopes) and takes a message carrying its marker for sent, as
 // Mattermost's read-back and Discord's nonce do. A token without the
 // scopes, or any other refused read, never costs the answer: the retry
-// posts, as before, and the gateway says so once.
+// posts, as before, and the gateway says so once; nor does a read that
+// keeps failing (readTries).
 
 // sendEventType is the metadata event type of the bot's messages; its
 // payload's sendField names the send and piece (sendMarker).
@@ -98,6 +99,37 @@ func earlier(ctx context.Context, part int, now time.Time) (since time.Time, ret
 	return time.UnixMilli(at).Add(-clockSkew), true
 }
 
+// readTries is how many failures of a piece's read-back that a later
+// attempt may get past (rate limited, a 5xx, Slack out of reach) fail
+// their attempts, to be retried; the attempt after them posts without
+// the read. A read that keeps failing would otherwise fail every
+// attempt until delivery dead-letters the answer (max_attempts, or its
+// TTL): a lost answer is worse than one that may show twice. Slack's
+// tier 1 limit on conversations.history and .replies for apps outside
+// its Marketplace (one call a minute, 15 messages a page) fails a
+// read-back of more than one page every time.
+const readTries = 3
+
+// readFailed records that the read-back of piece part failed in a way a
+// later attempt may get past, and reports whether this attempt is to
+// fail, to be retried (one of the piece's first readTries such
+// failures), or to post without the read (a later one, or one whose
+// count cannot be kept: the gateway's records failing, which would
+// leave it unbounded).
+func readFailed(ctx context.Context, part int) bool {
+	mine := strconv.FormatUint(rand.Uint64(), 36)
+	for n := 1; n <= readTries; n++ {
+		kept, ok := platform.SendMark(ctx, "readfailed"+strconv.Itoa(part)+"."+strconv.Itoa(n), mine)
+		if !ok {
+			return false
+		}
+		if kept == mine {
+			return true
+		}
+	}
+	return false
+}
+
 // tsOf is t as a Slack ts (seconds, six decimals).
 func tsOf(t time.Time) string {
 	us := t.UnixMicro()
@@ -113,7 +145,8 @@ var errReadRefused = errors.New("slack refused the read-back")
 // posted since since: the message an earlier attempt of this piece
 // made. nil when there is none within the bound (readPages). A read
 // Slack refuses for good is errReadRefused; one that may succeed later
-// (rate limited, a 5xx, Slack out of reach) is a send error to retry.
+// (rate limited, a 5xx, Slack out of reach) is a send error to retry,
+// readTries times (readFailed).
 func (p *Platform) findSent(ctx context.Context, ch, thread string, since time.Time, marker string) (*slackapi.Message, error) {
 	oldest := tsOf(since)
 	cursor := ""

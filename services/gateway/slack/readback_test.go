@@ -239,3 +239,69 @@ func TestRefusedReadBackStillPosts(t *testing.T) {
 		})
 	}
 }
+
+// A read-back that keeps failing in a way a later attempt may get past
+// (rate limited, as an app outside Slack's Marketplace is on every
+// read of more than one page; a 5xx) fails readTries attempts of the
+// message, to be retried; the attempt after them posts without it,
+// with a warning, rather than failing each of delivery's attempts
+// until the answer is dead-lettered: the answer may show twice, but it
+// shows. So at once when the gateway's records cannot keep the count
+// (the receipts bucket is gone).
+func TestReadBackThatKeepsFailingPosts(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		code   string
+		class  deliveryv1.ErrorClass
+		failed int // retries that fail before one posts
+		broken bool
+	}{
+		{name: "rate limited", code: "ratelimited", class: deliveryv1.ErrorClass_ERROR_CLASS_RATE_LIMITED, failed: readTries},
+		{name: "internal error", code: "internal_error", class: deliveryv1.ErrorClass_ERROR_CLASS_RETRYABLE, failed: readTries},
+		{name: "records failing", code: "internal_error", broken: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			fake := slackfake.New(t)
+			var logs logtest.Buffer
+			_, b, _, _ := gatewayWith(t, fake, Config{AppToken: fake.AppToken}, platform.Options{Log: slog.New(slog.NewTextHandler(&logs, nil))})
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			send := sendOf(ctx, t, b)
+			req := &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: "turn-failing-read", Text: "hello",
+				Target: &deliveryv1.Target{Platform: "slack", ChatId: "C1", ThreadId: "1700000000.000001"}}
+			fake.LosePostAnswerAfter(0)
+			if r := send(req); r.GetOk() {
+				t.Fatalf("attempt with the answer lost: receipt %v, want a failure", r)
+			}
+			if tc.broken {
+				if err := b.JetStream().DeleteKeyValue(ctx, b.Topology().Stream(platform.BucketReceipts)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			fake.FailHistory(tc.code)
+			for i := range tc.failed {
+				if r := send(req); r.GetOk() || r.GetErrorClass() != tc.class {
+					t.Fatalf("retry %d with the read failing: receipt %v, want %v", i+1, r, tc.class)
+				}
+			}
+			if ms := fake.Messages("C1"); len(ms) != 1 {
+				t.Fatalf("chat shows %v after the failed reads, want the first attempt's message alone", texts(ms))
+			}
+			r := send(req)
+			if !r.GetOk() {
+				t.Fatalf("retry after %d failed reads: receipt %v, want ok", tc.failed, r)
+			}
+			if ms := fake.Messages("C1"); len(ms) != 2 || r.GetPlatformMessageId() != ms[1].TS {
+				t.Fatalf("chat shows %v, receipt names %q; want the message posted again", texts(ms), r.GetPlatformMessageId())
+			}
+			if got := len(readsOf(fake, "C1")); got != tc.failed+1 {
+				t.Errorf("%d reads, want %d", got, tc.failed+1)
+			}
+			if !strings.Contains(logs.String(), "read-back of an earlier attempt keeps failing") {
+				t.Errorf("no warning of the post without the read:\n%s", logs.String())
+			}
+		})
+	}
+}

@@ -578,8 +578,11 @@ func (p *Platform) sendText(ctx context.Context, req *deliveryv1.SendRequested, 
 			switch {
 			case errors.Is(err, errReadRefused):
 				p.readRefusedOnce(err)
-			case err != nil:
+			case err != nil && readFailed(ctx, part):
 				return "", err
+			case err != nil:
+				p.log.Warn("slack: the read-back of an earlier attempt keeps failing; posting, the answer may show twice",
+					"chat_id", t.GetChatId(), "err", err)
 			case m != nil:
 				if m.Text != body {
 					_, _, _, err := p.api.UpdateMessageContext(ctx, t.GetChatId(), m.Timestamp, slackapi.MsgOptionText(body, false), slackapi.MsgOptionBlocks(blocks...))
