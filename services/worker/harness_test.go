@@ -220,6 +220,7 @@ type turnOpts struct {
 	skillsNote  string                     // Hermes's /reload-skills note the turn carries
 	goal        bool                       // the conversation has an active standing goal (/goal)
 	flush       bool                       // a pre-reset memory flush: no input, on the ended conversation
+	limit       int32                      // the turn's context limit (an API request's truncation "auto")
 }
 
 // requestTurn does what the router does: wait for and take the session
@@ -274,6 +275,7 @@ func (h *harness) requestTurn(key, text string, o turnOpts) *turnsv1.TurnRequest
 		Moa:              o.moa,
 		SkillsNote:       o.skillsNote,
 		GoalActive:       o.goal,
+		ContextLimit:     o.limit,
 	}
 	if o.flush {
 		req.MemoryFlush, req.Inputs = true, nil

@@ -767,8 +767,14 @@ type MessageReceived struct {
 	// its tool calls' steps when an input says so, and only then (a
 	// non-streaming chat completion's answer shows none).
 	ListsToolCalls bool `protobuf:"varint,23,opt,name=lists_tool_calls,json=listsToolCalls,proto3" json:"lists_tool_calls,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// When above 0, the turn answering the message shows the model at most
+	// this many of the latest context messages: the conversation kept on
+	// the server and the message's own context together (an API Responses
+	// request's truncation "auto", as Hermes's _handle_responses keeps its
+	// conversation_history's latest 100). The transcript keeps them all.
+	ContextLimit  int32 `protobuf:"varint,29,opt,name=context_limit,json=contextLimit,proto3" json:"context_limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *MessageReceived) Reset() {
@@ -960,6 +966,13 @@ func (x *MessageReceived) GetListsToolCalls() bool {
 		return x.ListsToolCalls
 	}
 	return false
+}
+
+func (x *MessageReceived) GetContextLimit() int32 {
+	if x != nil {
+		return x.ContextLimit
+	}
+	return 0
 }
 
 // Interaction is what a platform needs to answer one use of a native
@@ -1337,7 +1350,7 @@ const file_switchboard_events_v1_events_proto_rawDesc = "" +
 	"\bfrom_bot\x18\x04 \x01(\bR\afromBot\">\n" +
 	"\x0eContextMessage\x12\x12\n" +
 	"\x04role\x18\x01 \x01(\tR\x04role\x12\x18\n" +
-	"\acontent\x18\x02 \x01(\tR\acontent\"\xe4\b\n" +
+	"\acontent\x18\x02 \x01(\tR\acontent\"\x89\t\n" +
 	"\x0fMessageReceived\x12\x19\n" +
 	"\bevent_id\x18\x01 \x01(\tR\aeventId\x12\x1d\n" +
 	"\n" +
@@ -1367,7 +1380,8 @@ const file_switchboard_events_v1_events_proto_rawDesc = "" +
 	"\fbutton_press\x18\x14 \x01(\v2\".switchboard.events.v1.ButtonPressR\vbuttonPress\x12#\n" +
 	"\rslash_command\x18\x15 \x01(\bR\fslashCommand\x12D\n" +
 	"\vinteraction\x18\x16 \x01(\v2\".switchboard.events.v1.InteractionR\vinteraction\x12(\n" +
-	"\x10lists_tool_calls\x18\x17 \x01(\bR\x0elistsToolCalls\"\xda\x01\n" +
+	"\x10lists_tool_calls\x18\x17 \x01(\bR\x0elistsToolCalls\x12#\n" +
+	"\rcontext_limit\x18\x1d \x01(\x05R\fcontextLimit\"\xda\x01\n" +
 	"\vInteraction\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12%\n" +
 	"\x0eapplication_id\x18\x02 \x01(\tR\rapplicationId\x12\x14\n" +
