@@ -230,8 +230,12 @@ func (s *Service) publishTurn(ctx context.Context, key, token, turnID string, t 
 		}
 	}
 	if len(t.Inputs) > 0 {
-		// The newest message's source is where the answer goes.
-		req.Origin = t.Inputs[len(t.Inputs)-1].Event.GetSource()
+		// The newest message's source is where the answer goes, and its
+		// context limit (an API request's truncation "auto") what the
+		// model is shown.
+		newest := t.Inputs[len(t.Inputs)-1].Event
+		req.Origin = newest.GetSource()
+		req.ContextLimit = max(newest.GetContextLimit(), 0)
 	}
 	mode, err := s.chosenToolProgress(ctx, t.Session.Profile, req.Origin.GetPlatform())
 	if err != nil {

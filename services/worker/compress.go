@@ -96,7 +96,11 @@ func (r *turnRun) compress(ctx context.Context, b Backend, model, system string,
 	if summary == "" {
 		return false, nil
 	}
-	if err := r.s.store.SaveSummary(ctx, r.st, old[len(old)-1].ID, summary); err != nil {
+	if ls.limited {
+		// The conversation was cut for this turn (limitContext): a summary
+		// stored would stand for messages it never saw.
+		r.log.Info("context compressed for this turn only: its context is limited")
+	} else if err := r.s.store.SaveSummary(ctx, r.st, old[len(old)-1].ID, summary); err != nil {
 		return false, err
 	}
 	r.log.Info("context compressed", "messages", len(old), "estimated_tokens", estimateTokens(system, ls.summary, ls.prior, ls.turn))

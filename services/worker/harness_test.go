@@ -224,6 +224,7 @@ type turnOpts struct {
 	// voiceByDownload: the input's gateway types it a voice message by
 	// the files downloaded (Slack, Mattermost).
 	voiceByDownload bool
+	limit           int32 // the turn's context limit (an API request's truncation "auto")
 }
 
 // requestTurn does what the router does: wait for and take the session
@@ -278,6 +279,7 @@ func (h *harness) requestTurn(key, text string, o turnOpts) *turnsv1.TurnRequest
 		Moa:              o.moa,
 		SkillsNote:       o.skillsNote,
 		GoalActive:       o.goal,
+		ContextLimit:     o.limit,
 	}
 	if o.flush {
 		req.MemoryFlush, req.Inputs = true, nil

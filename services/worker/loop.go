@@ -16,6 +16,7 @@ import (
 	"time"
 
 	repliesv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/replies/v1"
+	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
@@ -57,6 +58,10 @@ type loopState struct {
 	// toolCutRetries counts the times the answer was asked again because
 	// the limit cut a tool call (callWhole).
 	toolCutRetries int
+	// limited: prior and summary are cut to the turn's context limit
+	// (limitContext), so they are not the conversation's: compression
+	// summarises them for this turn only.
+	limited bool
 }
 
 // cutSoFar is the text of the answer's cut parts, joined.
@@ -109,6 +114,9 @@ func (r *turnRun) begin(ctx context.Context) (*loopState, *store.Final, error) {
 			}
 		}
 	}
+	if _, cmd := transcriptCommandOf(r.req); !cmd && r.req.GetSideQuestion() == nil {
+		limitContext(ls, r.req)
+	}
 	if len(ls.turn) > 0 {
 		r.log.Info("resuming turn from committed steps", "steps", len(ls.turn))
 		return ls, nil, nil
@@ -154,6 +162,45 @@ func (r *turnRun) begin(ctx context.Context) (*loopState, *store.Final, error) {
 	}
 	ls.turn, ls.unsaved = inputs, len(inputs)
 	return ls, nil, nil
+}
+
+// limitContext cuts what the model is shown of the conversation to the
+// turn's context limit (TurnRequested.context_limit: an API Responses
+// request's truncation "auto"), as Hermes's _handle_responses keeps the
+// latest 100 messages of its stored conversation_history and the
+// input's earlier items (gateway/platforms/api_server.py): of the
+// earlier messages (the summary counting as one, older than all) the
+// latest that, with the inputs' context messages, make at most the
+// limit. The cut never starts at a tool result, which without its call
+// no model takes. The transcript keeps every message.
+func limitContext(ls *loopState, req *turnsv1.TurnRequested) {
+	limit := int(req.GetContextLimit())
+	if limit <= 0 {
+		return
+	}
+	inputs := 0
+	for _, in := range req.GetInputs() {
+		for _, c := range in.GetContext() {
+			switch c.GetRole() {
+			case llm.RoleUser, llm.RoleAssistant:
+				inputs++ // a step of the turn: begin
+			}
+		}
+	}
+	keep := max(limit-inputs, 0)
+	n := len(ls.prior)
+	if ls.summary != "" {
+		n++
+	}
+	if n <= keep {
+		return
+	}
+	ls.summary, ls.limited = "", true
+	start := len(ls.prior) - keep
+	for start < len(ls.prior) && ls.prior[start].Role == llm.RoleTool {
+		start++
+	}
+	ls.prior = ls.prior[start:]
 }
 
 // commit writes msgs as the turn's next steps, preceded by the inputs not

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -71,6 +72,8 @@ func (s *Service) createResponse(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer t.close()
+	// truncation "auto": the worker cuts the conversation kept here too.
+	t.ev.ContextLimit = req.ContextLimit
 	// Before the record: a message the runner would refuse is refused
 	// as it would be, with nothing written.
 	if !s.checkEvent(w, r, t) {
@@ -157,6 +160,12 @@ func responsesFingerprint(req *openai.Responses, model string) string {
 		meta, _ = json.Marshal(req.Metadata) // keys sorted
 	}
 	params := strings.Join([]string{model, string(meta), req.User, req.PreviousResponseID, req.Conversation}, "\x00")
+	if req.ContextLimit > 0 {
+		// What the model is shown of the kept conversation (truncation
+		// "auto"); without one, the fingerprint is that of a release
+		// before it.
+		params += "\x00context_limit=" + strconv.Itoa(int(req.ContextLimit))
+	}
 	sum := sha256.Sum256([]byte(fingerprint(req.Text, req.Attachments, req.Context) + "\x00" + params))
 	return "responses:" + hex.EncodeToString(sum[:16])
 }

@@ -513,7 +513,10 @@ func TestResponsesCarryInstructionsPastAResponseNotKept(t *testing.T) {
 
 // truncation "auto" is taken, and the response says which it was: its
 // context is cut to the latest 100 messages as Hermes cuts it
-// (openai.TestResponsesTruncation), here 101 history entries.
+// (openai.TestResponsesTruncation), here 101 history entries, and its
+// message carries the limit of 100 (context_limit), for the worker to
+// cut the conversation kept on the server with it, as Hermes cuts the
+// stored conversation_history of previous_response_id too.
 func TestResponsesTruncationAuto(t *testing.T) {
 	t.Parallel()
 	b := newBus(t)
@@ -523,10 +526,13 @@ func TestResponsesTruncationAuto(t *testing.T) {
 	for i := range history {
 		history[i] = fmt.Sprintf(`{"role":"user","content":"h%d"}`, i)
 	}
-	for i, c := range []struct{ truncation, want, first string }{
-		{`,"truncation":"auto"`, "auto", "h1"},
-		{`,"truncation":"disabled"`, "disabled", "h0"},
-		{``, "disabled", "h0"},
+	for i, c := range []struct {
+		truncation, want, first string
+		limit                   int32
+	}{
+		{`,"truncation":"auto"`, "auto", "h1", 100},
+		{`,"truncation":"disabled"`, "disabled", "h0", 0},
+		{``, "disabled", "h0", 0},
 	} {
 		res := do(t, http.MethodPost, "http://"+s.Addr()+"/v1/responses", testKey,
 			`{"input":"now","conversation_history":[`+strings.Join(history, ",")+`]`+c.truncation+`}`, nil)
@@ -539,6 +545,32 @@ func TestResponsesTruncationAuto(t *testing.T) {
 		evs := r.received()
 		if len(evs) != i+1 || evs[i].GetContext()[0].GetContent() != c.first {
 			t.Fatalf("%s: context from %v, want from %s", c.truncation, evs[i].GetContext()[0], c.first)
+		}
+		if got := evs[i].GetContextLimit(); got != c.limit {
+			t.Errorf("%s: the message's context limit %d, want %d", c.truncation, got, c.limit)
+		}
+	}
+	// Continuing a kept conversation (previous_response_id), the message
+	// carries the limit alike: what is cut is kept on the server.
+	first := do(t, http.MethodPost, "http://"+s.Addr()+"/v1/responses", testKey, `{"input":"a"}`, nil)
+	var o struct {
+		ID string `json:"id"`
+	}
+	if first.code != http.StatusOK || json.Unmarshal(first.body, &o) != nil {
+		t.Fatalf("%d %s", first.code, first.body)
+	}
+	for _, c := range []struct {
+		truncation string
+		limit      int32
+	}{{`,"truncation":"auto"`, 100}, {``, 0}} {
+		res := do(t, http.MethodPost, "http://"+s.Addr()+"/v1/responses", testKey,
+			`{"input":"b","previous_response_id":"`+o.ID+`"`+c.truncation+`}`, nil)
+		if res.code != http.StatusOK || json.Unmarshal(res.body, &o) != nil {
+			t.Fatalf("%s: %d %s", c.truncation, res.code, res.body)
+		}
+		evs := r.received()
+		if got := evs[len(evs)-1].GetContextLimit(); got != c.limit {
+			t.Errorf("continuing%s: the message's context limit %d, want %d", c.truncation, got, c.limit)
 		}
 	}
 }

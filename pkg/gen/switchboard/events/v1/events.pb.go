@@ -777,8 +777,14 @@ type MessageReceived struct {
 	// (Attachment.unavailable). Other platforms' voice messages are voice
 	// messages by their kind, downloaded or not, as Hermes's.
 	VoiceByDownload bool `protobuf:"varint,27,opt,name=voice_by_download,json=voiceByDownload,proto3" json:"voice_by_download,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// When above 0, the turn answering the message shows the model at most
+	// this many of the latest context messages: the conversation kept on
+	// the server and the message's own context together (an API Responses
+	// request's truncation "auto", as Hermes's _handle_responses keeps its
+	// conversation_history's latest 100). The transcript keeps them all.
+	ContextLimit  int32 `protobuf:"varint,29,opt,name=context_limit,json=contextLimit,proto3" json:"context_limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *MessageReceived) Reset() {
@@ -977,6 +983,13 @@ func (x *MessageReceived) GetVoiceByDownload() bool {
 		return x.VoiceByDownload
 	}
 	return false
+}
+
+func (x *MessageReceived) GetContextLimit() int32 {
+	if x != nil {
+		return x.ContextLimit
+	}
+	return 0
 }
 
 // Interaction is what a platform needs to answer one use of a native
@@ -1354,7 +1367,7 @@ const file_switchboard_events_v1_events_proto_rawDesc = "" +
 	"\bfrom_bot\x18\x04 \x01(\bR\afromBot\">\n" +
 	"\x0eContextMessage\x12\x12\n" +
 	"\x04role\x18\x01 \x01(\tR\x04role\x12\x18\n" +
-	"\acontent\x18\x02 \x01(\tR\acontent\"\x90\t\n" +
+	"\acontent\x18\x02 \x01(\tR\acontent\"\xb5\t\n" +
 	"\x0fMessageReceived\x12\x19\n" +
 	"\bevent_id\x18\x01 \x01(\tR\aeventId\x12\x1d\n" +
 	"\n" +
@@ -1385,7 +1398,8 @@ const file_switchboard_events_v1_events_proto_rawDesc = "" +
 	"\rslash_command\x18\x15 \x01(\bR\fslashCommand\x12D\n" +
 	"\vinteraction\x18\x16 \x01(\v2\".switchboard.events.v1.InteractionR\vinteraction\x12(\n" +
 	"\x10lists_tool_calls\x18\x17 \x01(\bR\x0elistsToolCalls\x12*\n" +
-	"\x11voice_by_download\x18\x1b \x01(\bR\x0fvoiceByDownload\"\xda\x01\n" +
+	"\x11voice_by_download\x18\x1b \x01(\bR\x0fvoiceByDownload\x12#\n" +
+	"\rcontext_limit\x18\x1d \x01(\x05R\fcontextLimit\"\xda\x01\n" +
 	"\vInteraction\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12%\n" +
 	"\x0eapplication_id\x18\x02 \x01(\tR\rapplicationId\x12\x14\n" +

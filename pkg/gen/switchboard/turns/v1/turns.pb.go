@@ -298,7 +298,15 @@ type TurnRequested struct {
 	// it. A worker without the memory tool or with an external agent
 	// skips it too. A worker of an older release would answer it as an
 	// ordinary turn of no input: upgrade workers before routers.
-	MemoryFlush   bool `protobuf:"varint,38,opt,name=memory_flush,json=memoryFlush,proto3" json:"memory_flush,omitempty"`
+	MemoryFlush bool `protobuf:"varint,38,opt,name=memory_flush,json=memoryFlush,proto3" json:"memory_flush,omitempty"`
+	// When above 0, the model is shown at most this many of the latest
+	// context messages: the conversation's earlier messages and the
+	// inputs' context together, the inputs' own text and the turn's steps
+	// aside (the newest input's MessageReceived.context_limit: an API
+	// Responses request's truncation "auto"). Only what the model is shown
+	// is cut; the transcript keeps every message. A worker of an older
+	// release shows them all.
+	ContextLimit  int32 `protobuf:"varint,31,opt,name=context_limit,json=contextLimit,proto3" json:"context_limit,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -548,6 +556,13 @@ func (x *TurnRequested) GetMemoryFlush() bool {
 		return x.MemoryFlush
 	}
 	return false
+}
+
+func (x *TurnRequested) GetContextLimit() int32 {
+	if x != nil {
+		return x.ContextLimit
+	}
+	return 0
 }
 
 // SideQuestion is what a /btw turn asks about.
@@ -1036,7 +1051,7 @@ var File_switchboard_turns_v1_turns_proto protoreflect.FileDescriptor
 
 const file_switchboard_turns_v1_turns_proto_rawDesc = "" +
 	"\n" +
-	" switchboard/turns/v1/turns.proto\x12\x14switchboard.turns.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\"switchboard/events/v1/events.proto\"\x81\n" +
+	" switchboard/turns/v1/turns.proto\x12\x14switchboard.turns.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\"switchboard/events/v1/events.proto\"\xa6\n" +
 	"\n" +
 	"\rTurnRequested\x12\x17\n" +
 	"\aturn_id\x18\x01 \x01(\tR\x06turnId\x12\x1f\n" +
@@ -1080,7 +1095,8 @@ const file_switchboard_turns_v1_turns_proto_rawDesc = "" +
 	"\x03moa\x18$ \x01(\bR\x03moa\x12\x1f\n" +
 	"\vskills_note\x18% \x01(\tR\n" +
 	"skillsNote\x12!\n" +
-	"\fmemory_flush\x18& \x01(\bR\vmemoryFlush\"-\n" +
+	"\fmemory_flush\x18& \x01(\bR\vmemoryFlush\x12#\n" +
+	"\rcontext_limit\x18\x1f \x01(\x05R\fcontextLimit\"-\n" +
 	"\fSideQuestion\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\"\x86\x02\n" +

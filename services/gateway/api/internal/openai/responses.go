@@ -97,6 +97,13 @@ type Responses struct {
 	// Truncation is "auto" when the request asked for its context to be
 	// cut to the latest truncateKeep messages, else "disabled".
 	Truncation string
+	// ContextLimit is, with truncation "auto", truncateKeep: the turn
+	// shows the model at most that many of the latest messages of the
+	// conversation kept on the server and the request's context together
+	// (MessageReceived.context_limit), as Hermes's _handle_responses cuts
+	// the stored conversation_history with the input's earlier items.
+	// 0: no limit.
+	ContextLimit int32
 }
 
 // CodeUnsupportedContent is the code of an input item or content part of
@@ -138,7 +145,7 @@ func ParseResponses(body []byte) (*Responses, error) {
 		InstructionsSent: req.Instructions != nil, HistorySent: len(in.history) > 0, Truncation: "disabled"}
 	keep := 0
 	if truncateAuto(req.Truncation) {
-		out.Truncation, keep = "auto", truncateKeep
+		out.Truncation, keep, out.ContextLimit = "auto", truncateKeep, truncateKeep
 	}
 	// The history comes before the input's items, as a run's.
 	if out.Context, err = in.context(responsesHistoryText, keep); err != nil {
