@@ -131,6 +131,8 @@ type Store struct {
 	now func() time.Time
 	// fence, when set, is the turn whose writes this is (Fenced).
 	fence *fence
+	// holdIdle is HoldTurnStarts' bound (0: holdIdleBound; tests).
+	holdIdle time.Duration
 }
 
 // fence is a turn's session key and generation.
@@ -717,14 +719,27 @@ const turnStartsLock = `hashtextextended('turn starts:' || $1, 0)`
 // (its busy acknowledgement) before the next turn may answer it.
 //
 // The hold is a session-level advisory lock: it ends with release, or
-// with the connection if the holder dies. release must be called once;
-// it never fails (a connection that could not let go is closed).
+// with the connection if the holder dies. A holder the server cannot
+// see die (its host lost, a network partition: no close reaches
+// Postgres, which would keep the lock until TCP keepalive gives up,
+// hours) is bounded too: the connection may sit idle between the
+// holder's statements for holdIdleBound at most (idle_session_timeout),
+// past which the server ends it, and the lock with it; the holder's
+// next statement then fails. release must be called once; it never
+// fails (a connection that could not let go is closed).
 func (s *Store) HoldTurnStarts(ctx context.Context, key string) (held *Store, release func(), err error) {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return nil, nil, fmt.Errorf("hold turn starts: %w", err)
 	}
-	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock(`+turnStartsLock+`)`, key); err != nil {
+	bound := s.holdIdle
+	if bound <= 0 {
+		bound = holdIdleBound
+	}
+	b := &pgx.Batch{}
+	b.Queue(`SELECT pg_advisory_lock(`+turnStartsLock+`)`, key)
+	b.Queue(`SELECT set_config('idle_session_timeout', $1, false)`, fmt.Sprintf("%dms", bound.Milliseconds()))
+	if err := conn.SendBatch(ctx, b).Close(); err != nil {
 		// The lock may be held if only the answer was lost.
 		_ = conn.Conn().Close(context.WithoutCancel(ctx))
 		conn.Release()
@@ -735,8 +750,16 @@ func (s *Store) HoldTurnStarts(ctx context.Context, key string) (held *Store, re
 	release = func() {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 		defer cancel()
+		b := &pgx.Batch{}
+		b.Queue(`SELECT pg_advisory_unlock(`+turnStartsLock+`)`, key)
+		b.Queue(`RESET idle_session_timeout`)
+		br := conn.SendBatch(ctx, b)
 		var unlocked bool
-		if err := conn.QueryRow(ctx, `SELECT pg_advisory_unlock(`+turnStartsLock+`)`, key).Scan(&unlocked); err != nil || !unlocked {
+		err := br.QueryRow().Scan(&unlocked)
+		if cerr := br.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil || !unlocked {
 			// Back in the pool it would hold the session's starts for
 			// ever: closed, the server lets go of the lock.
 			_ = conn.Conn().Close(ctx)
@@ -749,6 +772,12 @@ func (s *Store) HoldTurnStarts(ctx context.Context, key string) (held *Store, re
 // releaseTimeout bounds HoldTurnStarts' unlock; past it the connection
 // is closed, which lets go of the lock as well.
 const releaseTimeout = 5 * time.Second
+
+// holdIdleBound is how long the connection of HoldTurnStarts may sit
+// idle, waiting for its holder's next statement: far past the router's
+// longest wait while it holds (a turn's control request, 2 s; a bus
+// publish, 5 s), so that only a holder gone silent meets it.
+const holdIdleBound = 30 * time.Second
 
 // QueryRow runs a query of one row on the store's connection (the pool,
 // a transaction, or the connection of HoldTurnStarts), for the stores of
