@@ -255,29 +255,56 @@ func (p *proxyListener) accept(serve func(c net.Conn)) {
 	})
 }
 
-// TestHangupDecision: what a SIGHUP does, by how the process started
-// and whether it holds skills. A SIGHUP ignored at start (nohup) stays
-// ignored; in a process with a controlling terminal it is the
-// terminal's hang-up, which stops `switchboard dev` with skills too;
-// without one (systemd, containers) it reloads skills where there are
-// some and stops any other process.
+// TestHangupDecision: what a SIGHUP does, by how the process started,
+// whether its terminal went with the signal, and whether it holds
+// skills. A SIGHUP ignored at start (nohup) stays ignored; the hang-up
+// of a terminal stops `switchboard dev` with skills too; any other
+// (systemd, containers with a terminal or not, kill -HUP) reloads
+// skills where there are some and stops any other process.
 func TestHangupDecision(t *testing.T) {
 	for _, tc := range []struct {
-		ignored, terminal, holds bool
-		want                     hangupAction
+		ignored, hungUp, holds bool
+		want                   hangupAction
 	}{
-		{ignored: true, terminal: false, holds: false, want: hangupIgnore},
-		{ignored: true, terminal: false, holds: true, want: hangupIgnore},
-		{ignored: true, terminal: true, holds: false, want: hangupIgnore},
-		{ignored: true, terminal: true, holds: true, want: hangupIgnore},
-		{ignored: false, terminal: true, holds: false, want: hangupStop},
-		{ignored: false, terminal: true, holds: true, want: hangupStop},
-		{ignored: false, terminal: false, holds: false, want: hangupStop},
-		{ignored: false, terminal: false, holds: true, want: hangupReload},
+		{ignored: true, hungUp: false, holds: false, want: hangupIgnore},
+		{ignored: true, hungUp: false, holds: true, want: hangupIgnore},
+		{ignored: true, hungUp: true, holds: false, want: hangupIgnore},
+		{ignored: true, hungUp: true, holds: true, want: hangupIgnore},
+		{ignored: false, hungUp: true, holds: false, want: hangupStop},
+		{ignored: false, hungUp: true, holds: true, want: hangupStop},
+		{ignored: false, hungUp: false, holds: false, want: hangupStop},
+		{ignored: false, hungUp: false, holds: true, want: hangupReload},
 	} {
-		if got := onHangup(tc.ignored, tc.terminal, tc.holds); got != tc.want {
-			t.Errorf("onHangup(ignored %v, terminal %v, holds skills %v) = %v, want %v", tc.ignored, tc.terminal, tc.holds, got, tc.want)
+		if got := onHangup(tc.ignored, tc.hungUp, tc.holds); got != tc.want {
+			t.Errorf("onHangup(ignored %v, hung up %v, holds skills %v) = %v, want %v", tc.ignored, tc.hungUp, tc.holds, got, tc.want)
 		}
+	}
+}
+
+// TestTerminalHungUp: a SIGHUP is the terminal's hang-up when the
+// terminal is gone, at once or within the settle time (a shell's
+// huponexit signals its jobs before it leaves the terminal); a terminal
+// that stays means an operator's signal.
+func TestTerminalHungUp(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		gone int // the check from which the terminal is gone (0: never)
+		want bool
+	}{
+		{"gone at once", 1, true},
+		{"gone as the shell exits", 4, true},
+		{"stays", 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			checks := 0
+			have := func() bool {
+				checks++
+				return tc.gone == 0 || checks < tc.gone
+			}
+			if got := terminalHungUp(have, 300*time.Millisecond); got != tc.want {
+				t.Errorf("terminalHungUp = %v after %d checks, want %v", got, checks, tc.want)
+			}
+		})
 	}
 }
 
@@ -381,6 +408,80 @@ func TestHangupOfATerminalStopsAProcessWithSkills(t *testing.T) {
 		t.Skip("runs a switchboard process")
 	}
 	t.Parallel()
+	r := routerOnATerminal(t)
+	r.hangUp()
+	deadline := time.Now().Add(60 * time.Second)
+	for !r.ended() {
+		if time.Now().After(deadline) {
+			t.Fatalf("router still running 60 s after its terminal hung up\n%s", r.log())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if got := r.log(); !strings.Contains(got, "SIGHUP: taken for the hang-up of the terminal") || !strings.Contains(got, `"msg":"stopped"`) ||
+		strings.Contains(got, "SIGHUP: reloading skills") {
+		t.Errorf("want a drain and stop on the terminal's hang-up, no reload:\n%s", got)
+	}
+}
+
+// TestHangupFromAnOperatorReloadsAProcessWithATerminal: a SIGHUP that
+// leaves the process its terminal is an operator's (kill -HUP from
+// another shell, docker kill -s HUP on a container run with -t or
+// compose's tty: true): a router holding skills scans them again and
+// goes on. Every SIGHUP to a process with a terminal was taken for the
+// terminal's hang-up, and the router stopped.
+func TestHangupFromAnOperatorReloadsAProcessWithATerminal(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a switchboard process")
+	}
+	t.Parallel()
+	r := routerOnATerminal(t)
+	if err := syscall.Kill(r.pid, syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	reloaded := func() bool {
+		log := r.log()
+		return strings.Contains(log, "SIGHUP: reloading skills") && strings.Count(log, `"msg":"skills loaded"`) >= 2
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for !reloaded() {
+		if r.ended() || strings.Contains(r.log(), "SIGHUP: taken for") {
+			t.Fatalf("the router stopped on an operator's SIGHUP; want a skill reload\n%s", r.log())
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no skill reload 60 s after an operator's SIGHUP\n%s", r.log())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if r.ended() {
+		t.Fatalf("the router ended after reloading its skills\n%s", r.log())
+	}
+}
+
+// terminalRouter is a router process with skills.dirs on a terminal of
+// its own.
+type terminalRouter struct {
+	pid int
+	// log is what the router wrote to its log file so far.
+	log func() string
+	// hangUp closes its terminal: script(1), which holds it, is killed.
+	hangUp func()
+}
+
+// ended: the router is gone, or a zombie its new parent has not reaped.
+func (r *terminalRouter) ended() bool {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", r.pid))
+	if err != nil {
+		return true
+	}
+	f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+	return len(f) > 0 && (f[0] == "Z" || f[0] == "X")
+}
+
+// routerOnATerminal starts a router with skills under script(1), which
+// runs it on a pseudo-terminal of its own, its controlling terminal, and
+// waits until it runs. It is killed at the test's end.
+func routerOnATerminal(t *testing.T) *terminalRouter {
+	t.Helper()
 	scriptBin, err := exec.LookPath("script")
 	if err != nil {
 		t.Skip("no script(1) to give the process a terminal")
@@ -414,45 +515,27 @@ func TestHangupOfATerminalStopsAProcessWithSkills(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
 	t.Cleanup(func() { _ = cmd.Process.Kill() })
-	log := func() string {
+	r := &terminalRouter{log: func() string {
 		b, _ := os.ReadFile(logFile)
 		return string(b)
-	}
-	waitFor(t, 60*time.Second, "the router to start", func() bool { return strings.Contains(log(), `"msg":"started"`) })
+	}}
+	waitFor(t, 60*time.Second, "the router to start", func() bool { return strings.Contains(r.log(), `"msg":"started"`) })
 	// script's child, the shell it ran, became the router (exec).
 	children, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", cmd.Process.Pid, cmd.Process.Pid))
 	if err != nil {
 		t.Skipf("no /proc children list: %v", err)
 	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(children)))
-	if err != nil {
+	if r.pid, err = strconv.Atoi(strings.TrimSpace(string(children))); err != nil {
 		t.Fatalf("script's children %q: %v", children, err)
 	}
-	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
-	if err := cmd.Process.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	<-done
-	// Gone, or a zombie its new parent has not reaped.
-	ended := func() bool {
-		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil {
-			return true
+	t.Cleanup(func() { _ = syscall.Kill(r.pid, syscall.SIGKILL) })
+	r.hangUp = func() {
+		if err := cmd.Process.Kill(); err != nil {
+			t.Fatal(err)
 		}
-		f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
-		return len(f) > 0 && (f[0] == "Z" || f[0] == "X")
+		<-done
 	}
-	deadline := time.Now().Add(60 * time.Second)
-	for !ended() {
-		if time.Now().After(deadline) {
-			t.Fatalf("router still running 60 s after its terminal hung up\n%s", log())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	if got := log(); !strings.Contains(got, "SIGHUP: taken for the hang-up of the terminal") || !strings.Contains(got, `"msg":"stopped"`) ||
-		strings.Contains(got, "SIGHUP: reloading skills") {
-		t.Errorf("want a drain and stop on the terminal's hang-up, no reload:\n%s", got)
-	}
+	return r
 }
 
 // startDetached starts cmd in a session of its own (no controlling
