@@ -82,15 +82,7 @@ func TestBusyAckGoesBeforeTheNextTurnsReply(t *testing.T) {
 				}
 				nextTurn.Store(next.GetTurnId())
 			}
-			rctx, cancel := context.WithCancel(ctx)
-			done := make(chan error, 1)
-			go func() { done <- s.Run(rctx) }()
-			t.Cleanup(func() {
-				cancel()
-				if err := <-done; err != nil {
-					t.Errorf("router run: %v", err)
-				}
-			})
+			runRouter(ctx, t, s)
 			w.Store(e.startWorker(g.hold))
 			defer g.open()
 
@@ -227,15 +219,7 @@ func TestDeclinedSteerIsAcknowledgedBeforeTheNextTurn(t *testing.T) {
 					}
 				}
 			}
-			rctx, cancel := context.WithCancel(ctx)
-			done := make(chan error, 1)
-			go func() { done <- s.Run(rctx) }()
-			t.Cleanup(func() {
-				cancel()
-				if err := <-done; err != nil {
-					t.Errorf("router run: %v", err)
-				}
-			})
+			runRouter(ctx, t, s)
 			w.Store(e.startWorker(g.hold))
 			defer g.open()
 

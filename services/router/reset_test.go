@@ -421,15 +421,7 @@ func TestNewReleasesTheLockWithItsResetInHand(t *testing.T) {
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
-	rctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- s.Run(rctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("router run: %v", err)
-		}
-	})
+	runRouter(ctx, t, s)
 	g := newGate(t, "long job")
 	w := e.startWorker(g.hold)
 	defer g.open()
@@ -510,15 +502,7 @@ func TestStopAndNewFreeTheLockOnlyAfterTheirCommit(t *testing.T) {
 				defer mu.Unlock()
 				beforeCommit = append(beforeCommit, owner)
 			}
-			rctx, cancel := context.WithCancel(ctx)
-			done := make(chan error, 1)
-			go func() { done <- s.Run(rctx) }()
-			t.Cleanup(func() {
-				cancel()
-				if err := <-done; err != nil {
-					t.Errorf("router run: %v", err)
-				}
-			})
+			runRouter(ctx, t, s)
 			// The worker's turn winds down slowly: it holds the lock
 			// after the stop, until the gate opens.
 			g := newGate(t, "long job")
@@ -595,15 +579,7 @@ func TestStopAndNewFreeTheLockALateClaimTook(t *testing.T) {
 				default: // a retried transaction's
 				}
 			}
-			rctx, cancel := context.WithCancel(ctx)
-			done := make(chan error, 1)
-			go func() { done <- s.Run(rctx) }()
-			t.Cleanup(func() {
-				cancel()
-				if err := <-done; err != nil {
-					t.Errorf("router run: %v", err)
-				}
-			})
+			runRouter(ctx, t, s)
 			// No worker: the turn waits for one under its bare grant.
 			e.publish(dm("bob", "long job"))
 			waitFor(t, "the turn is started", func() bool {

@@ -145,6 +145,21 @@ func testConfig() Config {
 	return cfg
 }
 
+// runRouter runs s until the test ends, when it stops s and fails the
+// test if s ended with an error.
+func runRouter(ctx context.Context, t *testing.T, s *Service) {
+	t.Helper()
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- s.Run(rctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("router run: %v", err)
+		}
+	})
+}
+
 // startRouter runs a router until the test ends.
 func (e *env) startRouter(cfg Config, b *bus.Bus, parts []int) *Service {
 	e.t.Helper()
