@@ -43,7 +43,7 @@ var built struct {
 // as exec does for a caught signal.
 func TestMain(m *testing.M) {
 	signal.Notify(make(chan os.Signal, 1), syscall.SIGHUP)
-	code := m.Run()
+	code := pgtest.Main(m) // the tests' migrated schemas reused
 	if built.dir != "" {
 		_ = os.RemoveAll(built.dir)
 	}

@@ -1,6 +1,7 @@
 // Package pgtest gives each test its own Postgres schema with every
 // migration applied, on the real server (DATABASE_URL, default the local
-// test database), dropped when the test ends.
+// test database), dropped when the test ends or, under Main, emptied and
+// kept for a later test of the binary.
 package pgtest
 
 import (
@@ -8,12 +9,14 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"io/fs"
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/fstest"
 	"time"
@@ -47,31 +50,20 @@ func NewWithURL(t testing.TB) (*pgxpool.Pool, string) {
 	// tests at once) must slow a test down, never fail it here.
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	b := make([]byte, 5)
-	_, _ = rand.Read(b)
-	schema := "t_" + hex.EncodeToString(b)
-
-	admin, err := pgx.Connect(ctx, URL())
-	if err != nil {
-		t.Fatalf("connect postgres %s: %v", URL(), err)
-	}
-	defer admin.Close(ctx)
-	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
-		t.Fatalf("create schema: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		conn, err := pgx.Connect(ctx, URL())
+	schema, migrated := takeSpare()
+	if !migrated {
+		schema = newSchemaName()
+		admin, err := pgx.Connect(ctx, URL())
 		if err != nil {
-			t.Logf("drop schema %s: %v", schema, err)
-			return
+			t.Fatalf("connect postgres %s: %v", URL(), err)
 		}
-		defer conn.Close(ctx)
-		if _, err := conn.Exec(ctx, "DROP SCHEMA "+schema+" CASCADE"); err != nil {
-			t.Logf("drop schema %s: %v", schema, err)
+		defer admin.Close(ctx)
+		if _, err := admin.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
+			t.Fatalf("create schema: %v", err)
 		}
-	})
+	}
+	// Registered before the pool's Close, so it runs after it.
+	t.Cleanup(func() { release(t, schema) })
 
 	cfg, err := pgxpool.ParseConfig(URL())
 	if err != nil {
@@ -84,13 +76,226 @@ func NewWithURL(t testing.TB) (*pgxpool.Pool, string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	// The schema's own migration lock: goose's default is one per
-	// database, which queued every parallel test's migrations (in every
-	// test binary) behind each other's, a second's poll apiece.
-	if err := pg.Migrate(ctx, pool, nil, pg.MigrateLockID(lockID(schema)), pg.MigrateSource(freshSchema())); err != nil {
-		t.Fatalf("migrate schema %s: %v", schema, err)
+	if !migrated {
+		// The schema's own migration lock: goose's default is one per
+		// database, which queued every parallel test's migrations (in
+		// every test binary) behind each other's, a second's poll apiece.
+		if err := pg.Migrate(ctx, pool, nil, pg.MigrateLockID(lockID(schema)), pg.MigrateSource(freshSchema())); err != nil {
+			t.Fatalf("migrate schema %s: %v", schema, err)
+		}
+		if pooled.Load() {
+			noteFresh(ctx, t, pool, schema)
+		}
 	}
 	return pool, withSearchPath(URL(), schema)
+}
+
+func newSchemaName() string {
+	b := make([]byte, 5)
+	_, _ = rand.Read(b)
+	return "t_" + hex.EncodeToString(b)
+}
+
+// Main runs m's tests (from a package's TestMain: os.Exit(pgtest.Main(m)))
+// with their schemas reused. Migrating a schema is seconds of Postgres
+// work on a loaded two-core machine and dropping one most of a second,
+// once per test; emptying one is milliseconds. So when a test ends its
+// schema is emptied (every row deleted, every sequence restarted) and
+// renamed, and a later test of the binary takes it instead of migrating
+// its own. Renamed, the schema is out of reach of anything the ended test
+// left connected, as a dropped one was. A schema whose tables, columns,
+// indexes, constraints, functions or triggers the test changed, or whose
+// rows it could not delete in time, is dropped instead. The schemas left
+// over are dropped when the tests have ended. Without Main, New migrates
+// a schema per test and drops it at the test's end.
+func Main(m *testing.M) int {
+	pooled.Store(true)
+	code := m.Run()
+	if err := dropSpares(); err != nil {
+		fmt.Fprintf(os.Stderr, "pgtest: drop the spare schemas: %v\n", err)
+	}
+	return code
+}
+
+var (
+	pooled atomic.Bool
+	spare  struct {
+		sync.Mutex
+		schemas []string
+		// fresh is the shape (fingerprint) of a freshly migrated schema:
+		// a released schema of another shape is not reused.
+		fresh string
+	}
+)
+
+func takeSpare() (string, bool) {
+	spare.Lock()
+	defer spare.Unlock()
+	if n := len(spare.schemas); n > 0 {
+		schema := spare.schemas[n-1]
+		spare.schemas = spare.schemas[:n-1]
+		return schema, true
+	}
+	return "", false
+}
+
+// noteFresh records the shape of schema, just migrated, as the one a
+// released schema must have to be reused.
+func noteFresh(ctx context.Context, t testing.TB, pool *pgxpool.Pool, schema string) {
+	t.Helper()
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	print, err := shape(ctx, conn.Conn(), schema)
+	if err != nil {
+		t.Fatalf("the shape of schema %s: %v", schema, err)
+	}
+	spare.Lock()
+	if spare.fresh == "" {
+		spare.fresh = print
+	}
+	spare.Unlock()
+}
+
+// release ends a test's use of schema: reused (emptied and renamed) under
+// Main when its shape is still a fresh one's, dropped otherwise.
+func release(t testing.TB, schema string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, URL())
+	if err != nil {
+		t.Logf("release schema %s: %v", schema, err)
+		return
+	}
+	defer conn.Close(ctx)
+	if pooled.Load() {
+		next := newSchemaName()
+		err := empty(ctx, conn, schema, next)
+		if err == nil {
+			spare.Lock()
+			spare.schemas = append(spare.schemas, next)
+			spare.Unlock()
+			return
+		}
+		if !errors.Is(err, errChanged) {
+			t.Logf("reuse schema %s: %v; dropping it", schema, err)
+		}
+	}
+	if _, err := conn.Exec(ctx, "DROP SCHEMA "+schema+" CASCADE"); err != nil {
+		t.Logf("drop schema %s: %v", schema, err)
+	}
+}
+
+var errChanged = errors.New("the schema is not a fresh one's shape")
+
+// empty deletes every row of schema's tables but goose's, restarts its
+// sequences and renames it to next, in one transaction, if its shape is
+// a fresh schema's.
+func empty(ctx context.Context, conn *pgx.Conn, schema, next string) error {
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	// A row lock a test left held (a connection it never closed) must not
+	// hold the release up for long: the schema is dropped instead.
+	if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = '5s'`); err != nil {
+		return err
+	}
+	print, err := shape(ctx, tx.Conn(), schema)
+	if err != nil {
+		return err
+	}
+	spare.Lock()
+	fresh := spare.fresh
+	spare.Unlock()
+	if print != fresh {
+		return errChanged
+	}
+	rows, err := tx.Query(ctx, `SELECT format('DELETE FROM %I.%I', schemaname, tablename) FROM pg_tables
+		WHERE schemaname = $1 AND tablename <> 'goose_db_version'`, schema)
+	if err != nil {
+		return err
+	}
+	deletes, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return err
+	}
+	batch := &pgx.Batch{}
+	for _, d := range deletes {
+		batch.Queue(d)
+	}
+	// Not goose's own sequence: the next migration's row would take an
+	// id its table holds.
+	batch.Queue(`SELECT setval(s.oid::regclass, q.seqstart, false)
+		FROM pg_class s JOIN pg_sequence q ON q.seqrelid = s.oid
+		WHERE s.relnamespace = $1::regnamespace AND NOT EXISTS (
+			SELECT 1 FROM pg_depend d JOIN pg_class t ON t.oid = d.refobjid
+			WHERE d.objid = s.oid AND t.relname = 'goose_db_version')`, schema)
+	batch.Queue(fmt.Sprintf(`ALTER SCHEMA %s RENAME TO %s`, schema, next))
+	if err := tx.SendBatch(ctx, batch).Close(); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
+}
+
+// shape is a fingerprint of what schema holds besides rows: its relations,
+// columns with their types and defaults, indexes, constraints, functions,
+// triggers and applied migrations, with the schema's own name taken out.
+func shape(ctx context.Context, conn *pgx.Conn, schema string) (string, error) {
+	var print string
+	err := conn.QueryRow(ctx, `
+SELECT md5(replace(coalesce(string_agg(item, E'\n' ORDER BY item), ''), $2, '')) FROM (
+	SELECT format('rel %s %s %s %s', c.relname, c.relkind, c.relpersistence, c.reloptions)
+	FROM pg_class c WHERE c.relnamespace = $1::regnamespace
+	UNION ALL
+	SELECT format('col %s.%s %s %s %s', c.relname, a.attname, format_type(a.atttypid, a.atttypmod), a.attnotnull, pg_get_expr(d.adbin, d.adrelid))
+	FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid
+	LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+	WHERE c.relnamespace = $1::regnamespace AND a.attnum > 0 AND NOT a.attisdropped
+	UNION ALL
+	SELECT 'idx ' || pg_get_indexdef(i.indexrelid)
+	FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE c.relnamespace = $1::regnamespace
+	UNION ALL
+	SELECT format('con %s %s', conname, pg_get_constraintdef(oid)) FROM pg_constraint WHERE connamespace = $1::regnamespace
+	UNION ALL
+	SELECT format('fn %s(%s) %s', p.proname, pg_get_function_identity_arguments(p.oid), md5(p.prosrc))
+	FROM pg_proc p WHERE p.pronamespace = $1::regnamespace
+	UNION ALL
+	SELECT 'trg ' || pg_get_triggerdef(t.oid)
+	FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid WHERE c.relnamespace = $1::regnamespace AND NOT t.tgisinternal
+) s(item)`, schema, schema+".").Scan(&print)
+	if err != nil {
+		return "", fmt.Errorf("read the catalog: %w", err)
+	}
+	var applied, sum int64
+	err = conn.QueryRow(ctx, fmt.Sprintf(`SELECT count(*), coalesce(sum(version_id), 0) FROM %s.goose_db_version WHERE is_applied`, schema)).Scan(&applied, &sum)
+	if err != nil {
+		return "", fmt.Errorf("read the applied migrations: %w", err)
+	}
+	return fmt.Sprintf("%s %d %d", print, applied, sum), nil
+}
+
+// dropSpares drops the schemas no test holds any more.
+func dropSpares() error {
+	spare.Lock()
+	schemas := spare.schemas
+	spare.schemas = nil
+	spare.Unlock()
+	if len(schemas) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, URL())
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	_, err = conn.Exec(ctx, "DROP SCHEMA "+strings.Join(schemas, ", ")+" CASCADE")
+	return err
 }
 
 // freshSchema is the embedded migrations with every CREATE and DROP

@@ -1,0 +1,11 @@
+package pairing
+
+import (
+	"os"
+	"testing"
+
+	"github.com/switchboard-chat/switchboard/pkg/pg/pgtest"
+)
+
+// TestMain reuses the tests' migrated schemas (pgtest.Main).
+func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
