@@ -196,14 +196,16 @@ func Parse(body []byte) (*Chat, error) {
 			if text, images, err = responseContent(m.Content, param); err != nil {
 				return nil, err
 			}
-		case "system", "developer":
+		case "system":
 			// As Hermes reads a system message: for its text only, nothing
 			// refused (chatText).
 			text = chatText(m.Content)
 		default:
-			// A tool's or a function's result, of the client's own tool
-			// loop: Hermes's chat completions never read it, and the
-			// context has no place for it.
+			// A developer message, which Hermes's _handle_chat_completions
+			// reads neither as system nor as conversation (it takes only
+			// system, user and assistant), so its text is not the request's
+			// instructions; or a tool's or a function's result, of the
+			// client's own tool loop, for which the context has no place.
 			continue
 		}
 		if i == last {
@@ -232,8 +234,8 @@ func decode(body []byte, v any) error {
 	return nil
 }
 
-// chatText is the text of a chat completion's system (or developer)
-// message, as Hermes's _normalize_chat_content reads it
+// chatText is the text of a chat completion's system message, as
+// Hermes's _normalize_chat_content reads it
 // (gateway/platforms/api_server.py): a string is itself, null nothing,
 // an array the text of its parts (nestedText), and any other value its
 // Python text (pythonText: 5, True, an object's repr). Nothing is

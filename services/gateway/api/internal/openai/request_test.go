@@ -157,7 +157,8 @@ func TestParseSystemContentNestedArrays(t *testing.T) {
 // string nor array is its str(); a user's or an assistant's with
 // _normalize_multimodal_content — a number or a boolean, as the content
 // or a text part's text, is its str(); a tool's or a function's message
-// is not read at all. Expected texts are Python's own.
+// is not read at all, nor is a developer's (Hermes reads only system,
+// user and assistant messages). Expected texts are Python's own.
 func TestChatContentAsHermes(t *testing.T) {
 	t.Parallel()
 	msgs := func(m ...string) string {
@@ -172,7 +173,9 @@ func TestChatContentAsHermes(t *testing.T) {
 			"q", "system:5\nTrue\n2.0\nb"},
 		{"a system part's object and array text", msgs(`{"role":"system","content":[{"type":"text","text":{"a":[1e16,null]}},{"type":"text","text":["x"]},{"type":"text","text":{}}]}`, q),
 			"q", "system:{'a': [1e+16, None]}\n['x']"},
-		{"a nested system part of a number", msgs(`{"role":"developer","content":["a",[{"type":"text","text":1e-7}]]}`, q), "q", "system:a\n1e-07"},
+		{"a nested system part of a number", msgs(`{"role":"system","content":["a",[{"type":"text","text":1e-7}]]}`, q), "q", "system:a\n1e-07"},
+		{"a developer message not read", msgs(`{"role":"developer","content":"be brief"}`, `{"role":"user","content":"a"}`, `{"role":"developer","content":[{"type":"text","text":"d"}]}`, q),
+			"q", "user:a"},
 		{"a system part's type in any case", msgs(`{"role":"system","content":[{"type":" TEXT ","text":"a"}]}`, q), "q", "system:a"},
 		{"a system content that is a number", msgs(`{"role":"system","content":5}`, `{"role":"system","content":false}`, q), "q", "system:5|system:False"},
 		{"a system content that is an object", msgs(`{"role":"system","content":{"k":"v"}}`, q), "q", "system:{'k': 'v'}"},
