@@ -91,17 +91,12 @@ func falsy(raw json.RawMessage) bool {
 }
 
 // responsesHistoryText reads a Responses request's history entry's
-// content as Hermes's _normalize_multimodal_content: null is empty, a
-// string itself, an array its text and image parts (a part Hermes
-// refuses is refused alike), a number or a boolean its Python text
-// (pythonScalar). The pictures are checked but not carried: context is
-// text. An object, which Hermes gives the model as its Python text, is
-// refused: it is no content of any OpenAI message.
+// content as Hermes's _normalize_multimodal_content, as the input's
+// (responseContent): null is empty, a string itself, an array its text
+// and image parts (a part Hermes refuses is refused alike), any other
+// value its Python text. The pictures are checked but not carried:
+// context is text.
 func responsesHistoryText(raw json.RawMessage, param string) (string, error) {
-	raw = bytes.TrimSpace(raw)
-	if len(raw) > 0 && raw[0] != '"' && raw[0] != '[' && raw[0] != '{' && raw[0] != 'n' {
-		return pythonScalar(raw), nil
-	}
 	text, _, err := responseContent(raw, param)
 	return text, err
 }

@@ -302,26 +302,15 @@ func inputMessages(raw json.RawMessage) ([]message, error) {
 // responseContent reads a message's content (a Responses input item's,
 // a chat completion user's or assistant's) as Hermes's
 // _normalize_multimodal_content: a string, an array of text and image
-// parts, or a number or a boolean, its Python text (pythonScalar: 5,
-// True). An object, which Hermes gives the model as its Python text, is
-// refused: it is no content of any OpenAI message.
+// parts, or any other value its Python text (pythonText: 5, True, an
+// object's {'k': 'v'}), as Hermes gives it the model.
 func responseContent(raw json.RawMessage, param string) (string, []string, error) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
 		return "", nil, nil
 	}
-	switch raw[0] {
-	case '"':
-		var s string
-		if err := json.Unmarshal(raw, &s); err != nil {
-			return "", nil, invalid(param, "content must be a string or an array of parts")
-		}
-		return s, nil, nil
-	case '[':
-	case '{':
-		return "", nil, invalid(param, "content must be a string or an array of parts")
-	default:
-		return pythonScalar(raw), nil, nil
+	if raw[0] != '[' {
+		return pythonText(raw), nil, nil
 	}
 	var items []json.RawMessage
 	if err := json.Unmarshal(raw, &items); err != nil {
@@ -342,11 +331,7 @@ func responseContent(raw json.RawMessage, param string) (string, []string, error
 		// As Hermes: str(type).strip().lower().
 		switch strings.ToLower(strings.TrimSpace(p.Type)) {
 		case "input_text", "output_text", "text":
-			text, err := partText(p.Text)
-			if err != nil {
-				return "", nil, invalid(fmt.Sprintf("%s[%d].text", param, i), "%v", err)
-			}
-			if text != "" {
+			if text := partText(p.Text); text != "" {
 				texts = append(texts, text)
 			}
 		case "refusal":
@@ -379,26 +364,14 @@ func responseContent(raw json.RawMessage, param string) (string, []string, error
 }
 
 // partText reads a text part's text as Hermes's
-// _normalize_multimodal_content does: a string is itself, a number or a
-// boolean its Python text (str(text): 5, 2.0, True), null or "" no
-// text. An object or an array, which Hermes would give the model as its
-// Python text, is refused: it is no text of any OpenAI content part.
-func partText(raw json.RawMessage) (string, error) {
-	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
-		return "", nil
+// _normalize_multimodal_content does: null is no text, a string itself,
+// any other value its Python text (str(text): 5, 2.0, True, an object's
+// {'k': 'v'}, an array's ['a']).
+func partText(raw json.RawMessage) string {
+	if raw = bytes.TrimSpace(raw); bytes.Equal(raw, []byte("null")) {
+		return ""
 	}
-	switch raw[0] {
-	case '"':
-		var s string
-		if err := json.Unmarshal(raw, &s); err != nil {
-			return "", errors.New("the text of a text part must be a string")
-		}
-		return s, nil
-	case '{', '[':
-		return "", errors.New("the text of a text part must be a string")
-	}
-	return pythonScalar(raw), nil
+	return pythonText(raw)
 }
 
 // imageURLOf reads an image part's image_url: a string, or an object
