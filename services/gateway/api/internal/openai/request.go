@@ -80,10 +80,23 @@ func autoOrNone(raw json.RawMessage) bool {
 	return json.Unmarshal(raw, &c) == nil && c.Type == "allowed_tools" && c.AllowedTools != nil && c.AllowedTools.Mode == "auto"
 }
 
+// chatMessage is one message of a chat completion; its fields are read
+// by their exact names (UnmarshalJSON).
 type chatMessage struct {
-	Role    string          `json:"role"`
-	Content json.RawMessage `json:"content"`
-	Name    string          `json:"name"`
+	Role    string
+	Content json.RawMessage
+}
+
+// UnmarshalJSON reads the message's "role" and "content" as spelled, as
+// Hermes's msg.get looks them up: "Role" is another key.
+func (m *chatMessage) UnmarshalJSON(b []byte) error {
+	f, err := exactMembers(b)
+	if err != nil {
+		return err
+	}
+	m.Content = f["content"]
+	m.Role, err = stringMember(f, "role")
+	return err
 }
 
 // Input is what a request asks the agent: the newest user message (its
@@ -232,6 +245,28 @@ func decode(body []byte, v any) error {
 		return invalid("", "request body has data after the JSON object")
 	}
 	return nil
+}
+
+// exactMembers reads a JSON object's members by their exact names, as
+// Python's dict.get looks them up, where encoding/json matches a
+// struct's fields in any case ("Type" or "TEXT" for type and text); a
+// repeated name's last value counts, as in Python. null has no members.
+func exactMembers(b []byte) (map[string]json.RawMessage, error) {
+	var f map[string]json.RawMessage
+	err := json.Unmarshal(b, &f)
+	return f, err
+}
+
+// stringMember is the string member name of f: "" when it is absent or
+// null, an error when it is no string.
+func stringMember(f map[string]json.RawMessage, name string) (string, error) {
+	var s string
+	if raw, ok := f[name]; ok {
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return "", fmt.Errorf("%s: %w", name, err)
+		}
+	}
+	return s, nil
 }
 
 // chatText is the text of a chat completion's system message, as

@@ -210,3 +210,70 @@ func TestChatContentAsHermes(t *testing.T) {
 		})
 	}
 }
+
+// A message's, an input item's and a content part's fields are read by
+// their exact names, as Hermes's API server looks them up in their dicts
+// (msg.get("role"), part.get("type"), image_ref.get("url")): "Type" or
+// "TEXT" is another key, which encoding/json alone would take for the
+// field.
+func TestFieldNamesAsSpelled(t *testing.T) {
+	t.Parallel()
+	chat := func(content string) string {
+		return `{"messages":[{"role":"user","content":` + content + `}]}`
+	}
+	for _, c := range []struct {
+		name, body string
+		responses  bool
+		// text and context ("role:content" joined by "|"), or the refusal's
+		// param and code.
+		text, context, param, code string
+	}{
+		{name: "a part's type in another case", body: chat(`[{"Type":"text","text":"a"}]`),
+			param: "messages[0].content[0].type", code: CodeUnsupportedContent},
+		{name: "a part's text in another case", body: chat(`[{"type":"text","TEXT":"a"},{"type":"text","text":"b"}]`), text: "b"},
+		{name: "a part's text beside one in another case", body: chat(`[{"type":"text","text":"a","Text":"b"}]`), text: "a"},
+		{name: "an image's url in another case", body: chat(`[{"type":"image_url","image_url":{"URL":"https://x/a.png"}}]`),
+			param: "messages[0].content"},
+		{name: "a message's content in another case", body: `{"messages":[{"role":"user","Content":"a"}]}`, param: "messages[0].content"},
+		{name: "a message's role in another case", body: `{"messages":[{"Role":"system","content":"s"},{"role":"user","content":"q"}]}`,
+			param: "messages[0].role"},
+		{name: "an input item's role in another case is none", responses: true,
+			body: `{"input":[{"Role":"assistant","content":"a"},{"role":"user","content":"q"}]}`, text: "q", context: "user:a"},
+		{name: "an input item's part type in another case", responses: true,
+			body: `{"input":[{"role":"user","content":[{"TYPE":"input_text","text":"q"}]}]}`, param: "input[0].content[0].type", code: CodeUnsupportedContent},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			var in Input
+			var err error
+			if c.responses {
+				var req *Responses
+				if req, err = ParseResponses([]byte(c.body)); req != nil {
+					in = req.Input
+				}
+			} else {
+				var req *Chat
+				if req, err = Parse([]byte(c.body)); req != nil {
+					in = req.Input
+				}
+			}
+			if c.param != "" {
+				var inv *InvalidError
+				if !errors.As(err, &inv) || inv.Param != c.param || inv.Code != c.code {
+					t.Fatalf("error %#v, want %q at %s", err, c.code, c.param)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ctx []string
+			for _, m := range in.Context {
+				ctx = append(ctx, m.GetRole()+":"+m.GetContent())
+			}
+			if in.Text != c.text || strings.Join(ctx, "|") != c.context {
+				t.Fatalf("text %q, context %q; want %q, %q", in.Text, strings.Join(ctx, "|"), c.text, c.context)
+			}
+		})
+	}
+}

@@ -47,22 +47,53 @@ type responsesRequest struct {
 // inputItem is one item of a Responses request's input array: a message
 // (type "message", or no type with a role, as the SDKs' easy input
 // message), or another item type the gateway does not take.
+// Its fields are read by their exact names, as Hermes's item.get looks
+// them up (UnmarshalJSON).
 type inputItem struct {
-	Type    string          `json:"type"`
-	Role    string          `json:"role"`
-	Content json.RawMessage `json:"content"`
+	Type    string
+	Role    string
+	Content json.RawMessage
 }
 
-// inputPart is one part of a Responses message's content.
+func (it *inputItem) UnmarshalJSON(b []byte) error {
+	f, err := exactMembers(b)
+	if err != nil {
+		return err
+	}
+	it.Content = f["content"]
+	if it.Type, err = stringMember(f, "type"); err != nil {
+		return err
+	}
+	it.Role, err = stringMember(f, "role")
+	return err
+}
+
+// inputPart is one part of a message's content (a Responses message's,
+// a chat completion user's or assistant's). Its fields are read by their
+// exact names, as Hermes's part.get looks them up (UnmarshalJSON): a
+// part with "Type" has no type.
 type inputPart struct {
-	Type string `json:"type"`
+	Type string
 	// Text is any JSON: a text part's text is read as Hermes reads it
 	// (partText).
-	Text json.RawMessage `json:"text"`
+	Text json.RawMessage
 	// ImageURL is a string in the Responses API, an object {"url": …} in
 	// Chat Completions' image_url parts; both are taken.
-	ImageURL json.RawMessage `json:"image_url"`
-	FileID   string          `json:"file_id"`
+	ImageURL json.RawMessage
+	FileID   string
+}
+
+func (p *inputPart) UnmarshalJSON(b []byte) error {
+	f, err := exactMembers(b)
+	if err != nil {
+		return err
+	}
+	p.Text, p.ImageURL = f["text"], f["image_url"]
+	if p.Type, err = stringMember(f, "type"); err != nil {
+		return err
+	}
+	p.FileID, err = stringMember(f, "file_id")
+	return err
 }
 
 // Responses is a validated Responses API request: the newest user
@@ -385,11 +416,14 @@ func imageURLOf(raw json.RawMessage) (string, error) {
 	if err := json.Unmarshal(raw, &u); err == nil {
 		return u, nil
 	}
-	var obj struct {
-		URL string `json:"url"`
-	}
-	if err := json.Unmarshal(raw, &obj); err != nil || raw[0] != '{' {
+	// {"url": …} as spelled, as Hermes's image_ref.get("url").
+	obj, err := exactMembers(raw)
+	if err != nil {
 		return "", errors.New("image_url must be a URL")
 	}
-	return obj.URL, nil
+	u, err = stringMember(obj, "url")
+	if err != nil {
+		return "", errors.New("image_url must be a URL")
+	}
+	return u, nil
 }
