@@ -269,6 +269,36 @@ func stringMember(f map[string]json.RawMessage, name string) (string, error) {
 	return s, nil
 }
 
+// Hermes's bounds on a message's content (api_server.py,
+// MAX_NORMALIZED_TEXT_LENGTH and MAX_CONTENT_LIST_SIZE): a text is cut
+// to its first 65,536 characters (code points, as Python counts them)
+// and an array to its first 1,000 items; what is past them is dropped
+// unread, not refused.
+const (
+	maxTextLen   = 65_536
+	maxListItems = 1_000
+)
+
+// clipText is s cut to its first maxTextLen characters.
+func clipText(s string) string {
+	if len(s) <= maxTextLen {
+		return s
+	}
+	n := 0
+	for i := range s {
+		if n == maxTextLen {
+			return s[:i]
+		}
+		n++
+	}
+	return s
+}
+
+// firstItems is items cut to its first maxListItems.
+func firstItems(items []json.RawMessage) []json.RawMessage {
+	return items[:min(len(items), maxListItems)]
+}
+
 // chatText is the text of a chat completion's system message, as
 // Hermes's _normalize_chat_content reads it
 // (gateway/platforms/api_server.py): a string is itself, null nothing,
@@ -283,7 +313,7 @@ func chatText(raw json.RawMessage) string {
 	case raw[0] == '[':
 		return nestedText(raw, 0)
 	}
-	return pythonText(raw)
+	return clipText(pythonText(raw))
 }
 
 // maxContentDepth is how deep nested content arrays are read, as
@@ -297,7 +327,10 @@ const maxContentDepth = 10
 // or output_text in any case and spacing) when Python holds it true, as
 // Python's str() gives it (pythonText: 5, True, an object's repr), and
 // the text of the arrays in it, joined by line breaks; anything else is
-// skipped, and nothing deeper than maxContentDepth is read.
+// skipped, and nothing deeper than maxContentDepth is read. Within
+// Hermes's bounds: each text, and the whole, cut to maxTextLen
+// characters, no item read past the first maxListItems or once the
+// texts hold maxTextLen.
 func nestedText(raw json.RawMessage, depth int) string {
 	if depth > maxContentDepth {
 		return ""
@@ -307,30 +340,33 @@ func nestedText(raw json.RawMessage, depth int) string {
 		return ""
 	}
 	var parts []string
-	for _, item := range items {
-		item = bytes.TrimSpace(item)
-		if len(item) == 0 {
-			continue
-		}
+	total := 0
+	for _, item := range firstItems(items) {
 		var text string
-		switch item[0] {
-		case '"':
+		switch item = bytes.TrimSpace(item); {
+		case len(item) == 0:
+		case item[0] == '"':
 			_ = json.Unmarshal(item, &text)
-		case '{':
+		case item[0] == '{':
 			// Hermes's item.get("type"), item.get("text"): the keys as
 			// spelled, not in any case as a struct would take them.
 			var p map[string]json.RawMessage
 			if json.Unmarshal(item, &p) == nil && textType(p["type"]) && !falsy(p["text"]) {
 				text = pythonText(p["text"])
 			}
-		case '[':
+		case item[0] == '[':
 			text = nestedText(item, depth+1)
 		}
-		if text != "" {
+		if text = clipText(text); text != "" {
 			parts = append(parts, text)
+			total += utf8.RuneCountInString(text)
+		}
+		if total >= maxTextLen {
+			// As Hermes: no more parts once they hold maxTextLen.
+			break
 		}
 	}
-	return strings.Join(parts, "\n")
+	return clipText(strings.Join(parts, "\n"))
 }
 
 // textType reports whether a part's type, JSON, names a text part as

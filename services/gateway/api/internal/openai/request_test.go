@@ -277,3 +277,66 @@ func TestFieldNamesAsSpelled(t *testing.T) {
 		})
 	}
 }
+
+// Hermes's bounds on a message's content (api_server.py,
+// MAX_NORMALIZED_TEXT_LENGTH and MAX_CONTENT_LIST_SIZE): a text is cut
+// to its first 65,536 characters (Python's: code points) and an array
+// to its first 1,000 items, whose rest is not read, so not refused; a
+// system message's parts stop once they hold 65,536 characters. The
+// Responses API's input string, and a string item of it, Hermes takes
+// uncut.
+func TestContentWithinHermesBounds(t *testing.T) {
+	t.Parallel()
+	x, y := strings.Repeat("x", 40_000), strings.Repeat("y", 40_000)
+	long := strings.Repeat("é", 65_537)
+	parts := strings.Repeat(`{"type":"text","text":"a"},`, 1_000) + `{"type":"file","file":{}}`
+	chat := func(m ...string) string { return `{"messages":[` + strings.Join(m, ",") + `]}` }
+	for _, c := range []struct {
+		name, body    string
+		responses     bool
+		text, context string
+	}{
+		{name: "a long user message", body: chat(`{"role":"user","content":"` + long + `"}`), text: long[:2*65_536]},
+		{name: "a long text part", body: chat(`{"role":"user","content":["` + x + y + `",{"type":"text","text":"b"}]}`), text: (x + y)[:65_536] + "\nb"},
+		{name: "a long object", body: chat(`{"role":"user","content":{"k":"` + x + y + `"}}`), text: ("{'k': '" + x + y)[:65_536]},
+		{name: "parts past the first 1,000", body: chat(`{"role":"user","content":[` + parts + `]}`), text: strings.TrimSuffix(strings.Repeat("a\n", 1_000), "\n")},
+		{name: "a long system message", body: chat(`{"role":"system","content":"`+long+`"}`, `{"role":"user","content":"q"}`),
+			text: "q", context: "system:" + long[:2*65_536]},
+		{name: "system parts past 65,536 characters", body: chat(`{"role":"system","content":["`+x+`","`+y+`","z"]}`, `{"role":"user","content":"q"}`),
+			text: "q", context: "system:" + (x + "\n" + y)[:65_536]},
+		{name: "system parts once they hold 65,536 characters", body: chat(`{"role":"system","content":["`+x+y+`","z"]}`, `{"role":"user","content":"q"}`),
+			text: "q", context: "system:" + (x + y)[:65_536]},
+		{name: "system parts past the first 1,000", body: chat(`{"role":"system","content":[`+strings.Repeat(`"s",`, 1_000)+`"t"]}`, `{"role":"user","content":"q"}`),
+			text: "q", context: "system:" + strings.TrimSuffix(strings.Repeat("s\n", 1_000), "\n")},
+		{name: "the Responses input string", responses: true, body: `{"input":"` + x + y + `"}`, text: x + y},
+		{name: "a string item of the input", responses: true, body: `{"input":["` + x + y + `","q"]}`, text: "q", context: "user:" + x + y},
+		{name: "an input item's content", responses: true, body: `{"input":[{"role":"user","content":"` + x + y + `"}]}`, text: (x + y)[:65_536]},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			var in Input
+			var err error
+			if c.responses {
+				var req *Responses
+				if req, err = ParseResponses([]byte(c.body)); req != nil {
+					in = req.Input
+				}
+			} else {
+				var req *Chat
+				if req, err = Parse([]byte(c.body)); req != nil {
+					in = req.Input
+				}
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ctx []string
+			for _, m := range in.Context {
+				ctx = append(ctx, m.GetRole()+":"+m.GetContent())
+			}
+			if in.Text != c.text || strings.Join(ctx, "|") != c.context {
+				t.Fatalf("text of %d bytes, context of %d; want %d, %d", len(in.Text), len(strings.Join(ctx, "|")), len(c.text), len(c.context))
+			}
+		})
+	}
+}

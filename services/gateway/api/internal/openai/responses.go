@@ -273,6 +273,22 @@ type message struct {
 	role    string
 	content json.RawMessage
 	param   string // where it is in the request, for errors
+	// verbatim: content is a string of the input (the input itself, or
+	// an item of it), which Hermes takes as it is, uncut (it bounds only
+	// the content of a message item).
+	verbatim bool
+}
+
+// read reads an input message's content: its text and pictures.
+func (m message) read() (string, []string, error) {
+	if m.verbatim {
+		var s string
+		if err := json.Unmarshal(m.content, &s); err != nil {
+			return "", nil, invalid(m.param, "input must be a string or an array of input items")
+		}
+		return s, nil, nil
+	}
+	return responseContent(m.content, m.param+".content")
 }
 
 // inputMessages reads the input: a string (one user message) or an
@@ -284,7 +300,7 @@ func inputMessages(raw json.RawMessage) ([]message, error) {
 	}
 	switch raw[0] {
 	case '"':
-		return []message{{role: "user", content: raw, param: "input"}}, nil
+		return []message{{role: "user", content: raw, param: "input", verbatim: true}}, nil
 	case '[':
 	default:
 		return nil, invalid("input", "input must be a string or an array of input items")
@@ -305,7 +321,7 @@ func inputMessages(raw json.RawMessage) ([]message, error) {
 		item = bytes.TrimSpace(item)
 		if len(item) > 0 && item[0] == '"' {
 			// A bare string is a user message (Hermes takes it too).
-			msgs = append(msgs, message{role: "user", content: item, param: param})
+			msgs = append(msgs, message{role: "user", content: item, param: param, verbatim: true})
 			continue
 		}
 		var it inputItem
@@ -334,21 +350,23 @@ func inputMessages(raw json.RawMessage) ([]message, error) {
 // a chat completion user's or assistant's) as Hermes's
 // _normalize_multimodal_content: a string, an array of text and image
 // parts, or any other value its Python text (pythonText: 5, True, an
-// object's {'k': 'v'}), as Hermes gives it the model.
+// object's {'k': 'v'}), as Hermes gives it the model; within Hermes's
+// bounds: each text cut to maxTextLen characters, the parts after the
+// first maxListItems not read.
 func responseContent(raw json.RawMessage, param string) (string, []string, error) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
 		return "", nil, nil
 	}
 	if raw[0] != '[' {
-		return pythonText(raw), nil, nil
+		return clipText(pythonText(raw)), nil, nil
 	}
 	var items []json.RawMessage
 	if err := json.Unmarshal(raw, &items); err != nil {
 		return "", nil, invalid(param, "content must be a string or an array of parts")
 	}
 	var texts, images []string
-	for i, item := range items {
+	for i, item := range firstItems(items) {
 		p, ok, err := partOf(item, func(text string) inputPart {
 			raw, _ := json.Marshal(text)
 			return inputPart{Type: "text", Text: raw}
@@ -362,7 +380,7 @@ func responseContent(raw json.RawMessage, param string) (string, []string, error
 		// As Hermes: str(type).strip().lower().
 		switch strings.ToLower(strings.TrimSpace(p.Type)) {
 		case "input_text", "output_text", "text":
-			if text := partText(p.Text); text != "" {
+			if text := clipText(partText(p.Text)); text != "" {
 				texts = append(texts, text)
 			}
 		case "refusal":
