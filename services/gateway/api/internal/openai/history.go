@@ -275,7 +275,7 @@ func pythonStringRepr(s string) string {
 // pythonScalar is the text Python's str() gives a JSON number or
 // boolean as its json module reads it: True or False; an integer in
 // its digits; any other number a float, in Python's shortest repr
-// (1.0, 1e+16, 1e-05, inf).
+// (1.0, 1e+16, 1e-05, inf; nan for nanNumber).
 func pythonScalar(raw json.RawMessage) string {
 	s := string(raw)
 	switch s {
@@ -283,6 +283,8 @@ func pythonScalar(raw json.RawMessage) string {
 		return "True"
 	case "false":
 		return "False"
+	case nanNumber:
+		return "nan"
 	}
 	if !strings.ContainsAny(s, ".eE") {
 		// An integer, exact: only "-0" is spelled otherwise.

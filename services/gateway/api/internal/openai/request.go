@@ -235,9 +235,11 @@ func Parse(body []byte) (*Chat, error) {
 	return out, nil
 }
 
-// decode reads body, one JSON object, into v.
+// decode reads body, one JSON object, into v. The literals NaN,
+// Infinity and -Infinity are taken, as Python's json module (Hermes's
+// request.json()) takes them (pythonLiterals).
 func decode(body []byte, v any) error {
-	dec := json.NewDecoder(bytes.NewReader(body))
+	dec := json.NewDecoder(bytes.NewReader(pythonLiterals(body)))
 	if err := dec.Decode(v); err != nil {
 		return invalid("", "request body is not valid JSON: %v", err)
 	}
@@ -245,6 +247,63 @@ func decode(body []byte, v any) error {
 		return invalid("", "request body has data after the JSON object")
 	}
 	return nil
+}
+
+// nanNumber stands for NaN in a body whose Python literals are made
+// JSON numbers (pythonLiterals), as no JSON number is NaN: pythonScalar
+// reads it as nan. Python reads the number itself as inf, so only a
+// client that sends exactly it gets nan for its inf.
+const nanNumber = "9e999999999"
+
+// pythonLiterals is body with the literals that Python's json module
+// reads besides JSON's made JSON numbers of the same value: Infinity
+// and -Infinity 1e999 and -1e999 (inf and -inf to Python too), NaN
+// nanNumber. Each is written between spaces, so that it never runs into
+// a token beside it (NaN1 stays no JSON, as in Python). Strings are
+// left as they are; body is itself when it holds none of them.
+func pythonLiterals(body []byte) []byte {
+	if !bytes.Contains(body, []byte("NaN")) && !bytes.Contains(body, []byte("Infinity")) {
+		return body
+	}
+	var out []byte
+	done := 0 // body[:done] is in out
+	inString, escaped := false, false
+	for i := 0; i < len(body); i++ {
+		c := body[i]
+		if inString {
+			switch {
+			case escaped:
+				escaped = false
+			case c == '\\':
+				escaped = true
+			case c == '"':
+				inString = false
+			}
+			continue
+		}
+		var lit, num string
+		switch rest := body[i:]; {
+		case c == '"':
+			inString = true
+			continue
+		case bytes.HasPrefix(rest, []byte("NaN")):
+			lit, num = "NaN", nanNumber
+		case bytes.HasPrefix(rest, []byte("Infinity")):
+			lit, num = "Infinity", "1e999"
+		case bytes.HasPrefix(rest, []byte("-Infinity")):
+			lit, num = "-Infinity", "-1e999"
+		default:
+			continue
+		}
+		out = append(out, body[done:i]...)
+		out = append(append(append(out, ' '), num...), ' ')
+		done = i + len(lit)
+		i = done - 1
+	}
+	if out == nil {
+		return body
+	}
+	return append(out, body[done:]...)
 }
 
 // exactMembers reads a JSON object's members by their exact names, as

@@ -340,3 +340,73 @@ func TestContentWithinHermesBounds(t *testing.T) {
 		})
 	}
 }
+
+// NaN, Infinity and -Infinity outside strings are taken as Python's
+// json module (Hermes's request.json()) takes them: a body holding them
+// is no error, and as content they are Python's text for them (nan,
+// inf, -inf). Inside strings they are text; spelled otherwise, or run
+// into another token, they are no JSON, as in Python.
+func TestPythonLiterals(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name, body    string
+		api           string // "chat" (the default), "responses" or "run"
+		text, context string
+		invalid       bool
+	}{
+		{name: "parameters", body: `{"temperature":NaN,"top_p":Infinity,"presence_penalty":-Infinity,"messages":[{"role":"user","content":"q"}]}`, text: "q"},
+		{name: "content", body: `{"messages":[{"role":"system","content":[{"type":"text","text":NaN}]},{"role":"assistant","content":-Infinity},{"role":"user","content":Infinity}]}`,
+			text: "inf", context: "system:nan|assistant:-inf"},
+		{name: "in an object", body: `{"messages":[{"role":"user","content":{"a":[NaN,Infinity],"b":-Infinity}}]}`, text: "{'a': [nan, inf], 'b': -inf}"},
+		{name: "in strings", body: `{"messages":[{"role":"user","content":"NaN \"Infinity\" -Infinity\\"}]}`, text: `NaN "Infinity" -Infinity\`},
+		{name: "responses", api: "responses", body: `{"input":[{"role":"user","content":[{"type":"input_text","text":NaN}]}],"temperature":NaN}`, text: "nan"},
+		{name: "a run's history", api: "run", body: `{"input":"q","conversation_history":[{"role":"user","content":NaN},{"role":"assistant","content":{"x":-Infinity}}]}`,
+			text: "q", context: "user:nan|assistant:{'x': -inf}"},
+		{name: "run into a number", body: `{"messages":[{"role":"user","content":NaN1}]}`, invalid: true},
+		{name: "run into a letter", body: `{"messages":[{"role":"user","content":"q"}],"x":Infinityx}`, invalid: true},
+		{name: "negative NaN", body: `{"messages":[{"role":"user","content":-NaN}]}`, invalid: true},
+		{name: "lower case", body: `{"messages":[{"role":"user","content":nan}]}`, invalid: true},
+		{name: "a sign apart", body: `{"messages":[{"role":"user","content":- Infinity}]}`, invalid: true},
+		{name: "a key", body: `{NaN:1,"messages":[{"role":"user","content":"q"}]}`, invalid: true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			var in Input
+			var err error
+			switch c.api {
+			case "responses":
+				var req *Responses
+				if req, err = ParseResponses([]byte(c.body)); req != nil {
+					in = req.Input
+				}
+			case "run":
+				var req *Run
+				if req, err = ParseRun([]byte(c.body)); req != nil {
+					in = req.Input
+				}
+			default:
+				var req *Chat
+				if req, err = Parse([]byte(c.body)); req != nil {
+					in = req.Input
+				}
+			}
+			if c.invalid {
+				var inv *InvalidError
+				if !errors.As(err, &inv) {
+					t.Fatalf("error %v, want a refusal", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ctx []string
+			for _, m := range in.Context {
+				ctx = append(ctx, m.GetRole()+":"+m.GetContent())
+			}
+			if in.Text != c.text || strings.Join(ctx, "|") != c.context {
+				t.Fatalf("text %q, context %q; want %q, %q", in.Text, strings.Join(ctx, "|"), c.text, c.context)
+			}
+		})
+	}
+}
