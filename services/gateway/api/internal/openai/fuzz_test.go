@@ -23,6 +23,8 @@ func FuzzParse(f *testing.F) {
 		`{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:image/gif;base64,@@"}}]}]}`,
 		`{"n":2,"messages":[{"role":"user","content":[{"type":"text","text":"a"},{"type":"file","file":{"file_id":"f"}},{"type":"input_image","image_url":"https://x/y.png"}]}]}`,
 		`{"messages":[{"role":"system","content":[{"type":"input_audio"}]},{"role":"assistant","content":[{"type":"refusal","refusal":"no"}]},{"role":"user","content":"q"}]}`,
+		`{"temperature":NaN,"messages":[{"role":"system","content":[{"type":"text","text":-Infinity}]},{"role":"user","content":{"a":[Infinity,"NaN\"]"]}}]}`,
+		`{"messages":[{"role":"user","content":NaN1}]}`, `{"messages":[{"role":"user","content":[{"Type":"text","TEXT":"a","text":"b"}]}]}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -85,6 +87,7 @@ func FuzzParseResponses(f *testing.F) {
 		`{"input":"a","truncation":"auto","conversation_history":[{"role":"tool","content":1.5e300},{"role":5,"content":null},{"role":"user","content":[true,{"type":"input_image","image_url":"https://x/y.png"}]}]}`,
 		`{"input":[{"role":"user","content":[{"type":"input_text","text":-0.0},{"type":"text","text":false},{"type":"output_text","text":[1]}]}]}`,
 		`{"input":"a","conversation_history":{}}`, `{"input":"a","conversation_history":0}`, `{"input":"a","conversation_history":[{"role":"user","content":{"a":1}}]}`,
+		`{"input":[{"Role":"assistant","content":[{"type":"input_text","text":NaN}]},"q"],"top_p":-Infinity,"conversation_history":[{"role":"user","content":Infinity}]}`,
 	} {
 		f.Add([]byte(s))
 	}

@@ -91,17 +91,12 @@ func falsy(raw json.RawMessage) bool {
 }
 
 // responsesHistoryText reads a Responses request's history entry's
-// content as Hermes's _normalize_multimodal_content: null is empty, a
-// string itself, an array its text and image parts (a part Hermes
-// refuses is refused alike), a number or a boolean its Python text
-// (pythonScalar). The pictures are checked but not carried: context is
-// text. An object, which Hermes gives the model as its Python text, is
-// refused: it is no content of any OpenAI message.
+// content as Hermes's _normalize_multimodal_content, as the input's
+// (responseContent): null is empty, a string itself, an array its text
+// and image parts (a part Hermes refuses is refused alike), any other
+// value its Python text. The pictures are checked but not carried:
+// context is text.
 func responsesHistoryText(raw json.RawMessage, param string) (string, error) {
-	raw = bytes.TrimSpace(raw)
-	if len(raw) > 0 && raw[0] != '"' && raw[0] != '[' && raw[0] != '{' && raw[0] != 'n' {
-		return pythonScalar(raw), nil
-	}
 	text, _, err := responseContent(raw, param)
 	return text, err
 }
@@ -280,7 +275,7 @@ func pythonStringRepr(s string) string {
 // pythonScalar is the text Python's str() gives a JSON number or
 // boolean as its json module reads it: True or False; an integer in
 // its digits; any other number a float, in Python's shortest repr
-// (1.0, 1e+16, 1e-05, inf).
+// (1.0, 1e+16, 1e-05, inf; nan for nanNumber).
 func pythonScalar(raw json.RawMessage) string {
 	s := string(raw)
 	switch s {
@@ -288,6 +283,8 @@ func pythonScalar(raw json.RawMessage) string {
 		return "True"
 	case "false":
 		return "False"
+	case nanNumber:
+		return "nan"
 	}
 	if !strings.ContainsAny(s, ".eE") {
 		// An integer, exact: only "-0" is spelled otherwise.

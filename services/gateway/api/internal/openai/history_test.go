@@ -40,7 +40,7 @@ func TestConversationHistoryAsHermes(t *testing.T) {
 			"user:1.5|user:2.0|user:1e+16|user:1000000000000000.0|user:1e-05|user:-0.0|user:inf",
 			"user:1.5|user:2.0|user:1e+16|user:1000000000000000.0|user:1e-05|user:-0.0|user:inf"},
 		{"a boolean", `[{"role":"user","content":true},{"role":"assistant","content":false}]`, "user:True|assistant:False", "user:True|assistant:False"},
-		{"an object", `[{"role":"user","content":{"text":"a"}}]`, "error conversation_history[0].content", "user:{'text': 'a'}"},
+		{"an object", `[{"role":"user","content":{"text":"a"}}]`, "user:{'text': 'a'}", "user:{'text': 'a'}"},
 		{"text parts", `[{"role":"assistant","content":["a",{"type":"output_text","text":"b"},7,null]}]`, "assistant:a\nb", "assistant:a\nb"},
 		{"a picture", `[{"role":"user","content":[{"type":"input_text","text":"look"},{"type":"input_image","image_url":"https://x/a.png"}]},{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:image/png;base64,iVBORw0KGgo="}}]}]`,
 			"user:look|user:", "user:look|user:"},
@@ -221,11 +221,11 @@ func TestResponsesTruncation(t *testing.T) {
 	}
 }
 
-// A text part's text that is a number or a boolean is its Python text,
-// as Hermes's _normalize_multimodal_content takes it (str(text)); a null
-// or empty text is no text; any other text (an object, an array) is
-// refused, naming the part's text. So on the Responses API's input and
-// in its conversation_history alike.
+// A text part's text that is not a string is its Python text, as
+// Hermes's _normalize_multimodal_content takes it (str(text)): 5, True,
+// an object's {'a': 1}, an array's ['a']; a null or empty text is no
+// text. So is a message's content that is an object. So on the
+// Responses API's input and in its conversation_history alike.
 func TestTextPartsOfNumbersAndBooleans(t *testing.T) {
 	t.Parallel()
 	parts := `[{"type":"input_text","text":5},{"type":"output_text","text":true},{"type":"text","text":2.0},` +
@@ -233,9 +233,11 @@ func TestTextPartsOfNumbersAndBooleans(t *testing.T) {
 	for _, c := range []struct{ name, body, text, context, errParam string }{
 		{"input", `{"input":[{"role":"user","content":` + parts + `}]}`, "5\nTrue\n2.0\nb", "", ""},
 		{"history", `{"input":"now","conversation_history":[{"role":"assistant","content":` + parts + `}]}`, "now", "assistant:5\nTrue\n2.0\nb", ""},
-		{"an object", `{"input":[{"role":"user","content":[{"type":"input_text","text":{"a":1}}]}]}`, "", "", "input[0].content[0].text"},
+		{"an object", `{"input":[{"role":"user","content":[{"type":"input_text","text":{"a":1}}]}]}`, "{'a': 1}", "", ""},
 		{"an array in the history", `{"input":"now","conversation_history":[{"role":"user","content":[{"type":"text","text":["a"]}]}]}`,
-			"", "", "conversation_history[0].content[0].text"},
+			"now", "user:['a']", ""},
+		{"an object for content", `{"input":[{"role":"assistant","content":{"k":[1.0,null]}},{"role":"user","content":{"text":"hi"}}]}`,
+			"{'text': 'hi'}", "assistant:{'k': [1.0, None]}", ""},
 	} {
 		req, err := ParseResponses([]byte(c.body))
 		if c.errParam != "" {

@@ -80,10 +80,23 @@ func autoOrNone(raw json.RawMessage) bool {
 	return json.Unmarshal(raw, &c) == nil && c.Type == "allowed_tools" && c.AllowedTools != nil && c.AllowedTools.Mode == "auto"
 }
 
+// chatMessage is one message of a chat completion; its fields are read
+// by their exact names (UnmarshalJSON).
 type chatMessage struct {
-	Role    string          `json:"role"`
-	Content json.RawMessage `json:"content"`
-	Name    string          `json:"name"`
+	Role    string
+	Content json.RawMessage
+}
+
+// UnmarshalJSON reads the message's "role" and "content" as spelled, as
+// Hermes's msg.get looks them up: "Role" is another key.
+func (m *chatMessage) UnmarshalJSON(b []byte) error {
+	f, err := exactMembers(b)
+	if err != nil {
+		return err
+	}
+	m.Content = f["content"]
+	m.Role, err = stringMember(f, "role")
+	return err
 }
 
 // Input is what a request asks the agent: the newest user message (its
@@ -196,14 +209,16 @@ func Parse(body []byte) (*Chat, error) {
 			if text, images, err = responseContent(m.Content, param); err != nil {
 				return nil, err
 			}
-		case "system", "developer":
+		case "system":
 			// As Hermes reads a system message: for its text only, nothing
 			// refused (chatText).
 			text = chatText(m.Content)
 		default:
-			// A tool's or a function's result, of the client's own tool
-			// loop: Hermes's chat completions never read it, and the
-			// context has no place for it.
+			// A developer message, which Hermes's _handle_chat_completions
+			// reads neither as system nor as conversation (it takes only
+			// system, user and assistant), so its text is not the request's
+			// instructions; or a tool's or a function's result, of the
+			// client's own tool loop, for which the context has no place.
 			continue
 		}
 		if i == last {
@@ -220,9 +235,11 @@ func Parse(body []byte) (*Chat, error) {
 	return out, nil
 }
 
-// decode reads body, one JSON object, into v.
+// decode reads body, one JSON object, into v. The literals NaN,
+// Infinity and -Infinity are taken, as Python's json module (Hermes's
+// request.json()) takes them (pythonLiterals).
 func decode(body []byte, v any) error {
-	dec := json.NewDecoder(bytes.NewReader(body))
+	dec := json.NewDecoder(bytes.NewReader(pythonLiterals(body)))
 	if err := dec.Decode(v); err != nil {
 		return invalid("", "request body is not valid JSON: %v", err)
 	}
@@ -232,8 +249,117 @@ func decode(body []byte, v any) error {
 	return nil
 }
 
-// chatText is the text of a chat completion's system (or developer)
-// message, as Hermes's _normalize_chat_content reads it
+// nanNumber stands for NaN in a body whose Python literals are made
+// JSON numbers (pythonLiterals), as no JSON number is NaN: pythonScalar
+// reads it as nan. Python reads the number itself as inf, so only a
+// client that sends exactly it gets nan for its inf.
+const nanNumber = "9e999999999"
+
+// pythonLiterals is body with the literals that Python's json module
+// reads besides JSON's made JSON numbers of the same value: Infinity
+// and -Infinity 1e999 and -1e999 (inf and -inf to Python too), NaN
+// nanNumber. Each is written between spaces, so that it never runs into
+// a token beside it (NaN1 stays no JSON, as in Python). Strings are
+// left as they are; body is itself when it holds none of them.
+func pythonLiterals(body []byte) []byte {
+	if !bytes.Contains(body, []byte("NaN")) && !bytes.Contains(body, []byte("Infinity")) {
+		return body
+	}
+	var out []byte
+	done := 0 // body[:done] is in out
+	inString, escaped := false, false
+	for i := 0; i < len(body); i++ {
+		c := body[i]
+		if inString {
+			switch {
+			case escaped:
+				escaped = false
+			case c == '\\':
+				escaped = true
+			case c == '"':
+				inString = false
+			}
+			continue
+		}
+		var lit, num string
+		switch rest := body[i:]; {
+		case c == '"':
+			inString = true
+			continue
+		case bytes.HasPrefix(rest, []byte("NaN")):
+			lit, num = "NaN", nanNumber
+		case bytes.HasPrefix(rest, []byte("Infinity")):
+			lit, num = "Infinity", "1e999"
+		case bytes.HasPrefix(rest, []byte("-Infinity")):
+			lit, num = "-Infinity", "-1e999"
+		default:
+			continue
+		}
+		out = append(out, body[done:i]...)
+		out = append(append(append(out, ' '), num...), ' ')
+		done = i + len(lit)
+		i = done - 1
+	}
+	if out == nil {
+		return body
+	}
+	return append(out, body[done:]...)
+}
+
+// exactMembers reads a JSON object's members by their exact names, as
+// Python's dict.get looks them up, where encoding/json matches a
+// struct's fields in any case ("Type" or "TEXT" for type and text); a
+// repeated name's last value counts, as in Python. null has no members.
+func exactMembers(b []byte) (map[string]json.RawMessage, error) {
+	var f map[string]json.RawMessage
+	err := json.Unmarshal(b, &f)
+	return f, err
+}
+
+// stringMember is the string member name of f: "" when it is absent or
+// null, an error when it is no string.
+func stringMember(f map[string]json.RawMessage, name string) (string, error) {
+	var s string
+	if raw, ok := f[name]; ok {
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return "", fmt.Errorf("%s: %w", name, err)
+		}
+	}
+	return s, nil
+}
+
+// Hermes's bounds on a message's content (api_server.py,
+// MAX_NORMALIZED_TEXT_LENGTH and MAX_CONTENT_LIST_SIZE): a text is cut
+// to its first 65,536 characters (code points, as Python counts them)
+// and an array to its first 1,000 items; what is past them is dropped
+// unread, not refused.
+const (
+	maxTextLen   = 65_536
+	maxListItems = 1_000
+)
+
+// clipText is s cut to its first maxTextLen characters.
+func clipText(s string) string {
+	if len(s) <= maxTextLen {
+		return s
+	}
+	n := 0
+	for i := range s {
+		if n == maxTextLen {
+			return s[:i]
+		}
+		n++
+	}
+	return s
+}
+
+// firstItems is items cut to its first maxListItems.
+func firstItems(items []json.RawMessage) []json.RawMessage {
+	return items[:min(len(items), maxListItems)]
+}
+
+// chatText is the text of a chat completion's system message, as
+// Hermes's _normalize_chat_content reads it
 // (gateway/platforms/api_server.py): a string is itself, null nothing,
 // an array the text of its parts (nestedText), and any other value its
 // Python text (pythonText: 5, True, an object's repr). Nothing is
@@ -246,7 +372,7 @@ func chatText(raw json.RawMessage) string {
 	case raw[0] == '[':
 		return nestedText(raw, 0)
 	}
-	return pythonText(raw)
+	return clipText(pythonText(raw))
 }
 
 // maxContentDepth is how deep nested content arrays are read, as
@@ -260,7 +386,10 @@ const maxContentDepth = 10
 // or output_text in any case and spacing) when Python holds it true, as
 // Python's str() gives it (pythonText: 5, True, an object's repr), and
 // the text of the arrays in it, joined by line breaks; anything else is
-// skipped, and nothing deeper than maxContentDepth is read.
+// skipped, and nothing deeper than maxContentDepth is read. Within
+// Hermes's bounds: each text, and the whole, cut to maxTextLen
+// characters, no item read past the first maxListItems or once the
+// texts hold maxTextLen.
 func nestedText(raw json.RawMessage, depth int) string {
 	if depth > maxContentDepth {
 		return ""
@@ -270,30 +399,33 @@ func nestedText(raw json.RawMessage, depth int) string {
 		return ""
 	}
 	var parts []string
-	for _, item := range items {
-		item = bytes.TrimSpace(item)
-		if len(item) == 0 {
-			continue
-		}
+	total := 0
+	for _, item := range firstItems(items) {
 		var text string
-		switch item[0] {
-		case '"':
+		switch item = bytes.TrimSpace(item); {
+		case len(item) == 0:
+		case item[0] == '"':
 			_ = json.Unmarshal(item, &text)
-		case '{':
+		case item[0] == '{':
 			// Hermes's item.get("type"), item.get("text"): the keys as
 			// spelled, not in any case as a struct would take them.
 			var p map[string]json.RawMessage
 			if json.Unmarshal(item, &p) == nil && textType(p["type"]) && !falsy(p["text"]) {
 				text = pythonText(p["text"])
 			}
-		case '[':
+		case item[0] == '[':
 			text = nestedText(item, depth+1)
 		}
-		if text != "" {
+		if text = clipText(text); text != "" {
 			parts = append(parts, text)
+			total += utf8.RuneCountInString(text)
+		}
+		if total >= maxTextLen {
+			// As Hermes: no more parts once they hold maxTextLen.
+			break
 		}
 	}
-	return strings.Join(parts, "\n")
+	return clipText(strings.Join(parts, "\n"))
 }
 
 // textType reports whether a part's type, JSON, names a text part as

@@ -157,7 +157,8 @@ func TestParseSystemContentNestedArrays(t *testing.T) {
 // string nor array is its str(); a user's or an assistant's with
 // _normalize_multimodal_content — a number or a boolean, as the content
 // or a text part's text, is its str(); a tool's or a function's message
-// is not read at all. Expected texts are Python's own.
+// is not read at all, nor is a developer's (Hermes reads only system,
+// user and assistant messages). Expected texts are Python's own.
 func TestChatContentAsHermes(t *testing.T) {
 	t.Parallel()
 	msgs := func(m ...string) string {
@@ -172,7 +173,9 @@ func TestChatContentAsHermes(t *testing.T) {
 			"q", "system:5\nTrue\n2.0\nb"},
 		{"a system part's object and array text", msgs(`{"role":"system","content":[{"type":"text","text":{"a":[1e16,null]}},{"type":"text","text":["x"]},{"type":"text","text":{}}]}`, q),
 			"q", "system:{'a': [1e+16, None]}\n['x']"},
-		{"a nested system part of a number", msgs(`{"role":"developer","content":["a",[{"type":"text","text":1e-7}]]}`, q), "q", "system:a\n1e-07"},
+		{"a nested system part of a number", msgs(`{"role":"system","content":["a",[{"type":"text","text":1e-7}]]}`, q), "q", "system:a\n1e-07"},
+		{"a developer message not read", msgs(`{"role":"developer","content":"be brief"}`, `{"role":"user","content":"a"}`, `{"role":"developer","content":[{"type":"text","text":"d"}]}`, q),
+			"q", "user:a"},
 		{"a system part's type in any case", msgs(`{"role":"system","content":[{"type":" TEXT ","text":"a"}]}`, q), "q", "system:a"},
 		{"a system content that is a number", msgs(`{"role":"system","content":5}`, `{"role":"system","content":false}`, q), "q", "system:5|system:False"},
 		{"a system content that is an object", msgs(`{"role":"system","content":{"k":"v"}}`, q), "q", "system:{'k': 'v'}"},
@@ -183,6 +186,9 @@ func TestChatContentAsHermes(t *testing.T) {
 		{"an assistant content of a float", msgs(`{"role":"user","content":"a"}`, `{"role":"assistant","content":2.50}`, q), "q", "user:a|assistant:2.5"},
 		{"user parts of numbers and booleans", msgs(`{"role":"user","content":[{"type":"text","text":0},{"type":"input_text","text":true},{"type":"text","text":-3}]}`),
 			"0\nTrue\n-3", ""},
+		{"a user content of an object", msgs(`{"role":"user","content":{"type":"text","text":"a"}}`), "{'type': 'text', 'text': 'a'}", ""},
+		{"user and assistant parts of objects and arrays", msgs(`{"role":"assistant","content":[{"type":"output_text","text":{"k":true}}]}`,
+			`{"role":"user","content":[{"type":"text","text":["a",2]},{"type":"text","text":{}}]}`), "['a', 2]\n{}", "assistant:{'k': True}"},
 		{"a user part's type in any case", msgs(`{"role":"user","content":[{"type":" Input_Text","text":"a"},{"type":"TEXT","text":"b"}]}`), "a\nb", ""},
 		{"a tool's message not read", msgs(`{"role":"user","content":"a"}`, `{"role":"tool","tool_call_id":"c","content":{"k":1}}`,
 			`{"role":"function","name":"f","content":[{"type":"image_url","image_url":{"url":"ftp://x"}},7]}`, q), "q", "user:a"},
@@ -200,6 +206,206 @@ func TestChatContentAsHermes(t *testing.T) {
 			}
 			if req.Text != tt.text || strings.Join(ctx, "|") != tt.context {
 				t.Fatalf("text %q, context %q; want %q, %q", req.Text, strings.Join(ctx, "|"), tt.text, tt.context)
+			}
+		})
+	}
+}
+
+// A message's, an input item's and a content part's fields are read by
+// their exact names, as Hermes's API server looks them up in their dicts
+// (msg.get("role"), part.get("type"), image_ref.get("url")): "Type" or
+// "TEXT" is another key, which encoding/json alone would take for the
+// field.
+func TestFieldNamesAsSpelled(t *testing.T) {
+	t.Parallel()
+	chat := func(content string) string {
+		return `{"messages":[{"role":"user","content":` + content + `}]}`
+	}
+	for _, c := range []struct {
+		name, body string
+		responses  bool
+		// text and context ("role:content" joined by "|"), or the refusal's
+		// param and code.
+		text, context, param, code string
+	}{
+		{name: "a part's type in another case", body: chat(`[{"Type":"text","text":"a"}]`),
+			param: "messages[0].content[0].type", code: CodeUnsupportedContent},
+		{name: "a part's text in another case", body: chat(`[{"type":"text","TEXT":"a"},{"type":"text","text":"b"}]`), text: "b"},
+		{name: "a part's text beside one in another case", body: chat(`[{"type":"text","text":"a","Text":"b"}]`), text: "a"},
+		{name: "an image's url in another case", body: chat(`[{"type":"image_url","image_url":{"URL":"https://x/a.png"}}]`),
+			param: "messages[0].content"},
+		{name: "a message's content in another case", body: `{"messages":[{"role":"user","Content":"a"}]}`, param: "messages[0].content"},
+		{name: "a message's role in another case", body: `{"messages":[{"Role":"system","content":"s"},{"role":"user","content":"q"}]}`,
+			param: "messages[0].role"},
+		{name: "an input item's role in another case is none", responses: true,
+			body: `{"input":[{"Role":"assistant","content":"a"},{"role":"user","content":"q"}]}`, text: "q", context: "user:a"},
+		{name: "an input item's part type in another case", responses: true,
+			body: `{"input":[{"role":"user","content":[{"TYPE":"input_text","text":"q"}]}]}`, param: "input[0].content[0].type", code: CodeUnsupportedContent},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			var in Input
+			var err error
+			if c.responses {
+				var req *Responses
+				if req, err = ParseResponses([]byte(c.body)); req != nil {
+					in = req.Input
+				}
+			} else {
+				var req *Chat
+				if req, err = Parse([]byte(c.body)); req != nil {
+					in = req.Input
+				}
+			}
+			if c.param != "" {
+				var inv *InvalidError
+				if !errors.As(err, &inv) || inv.Param != c.param || inv.Code != c.code {
+					t.Fatalf("error %#v, want %q at %s", err, c.code, c.param)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ctx []string
+			for _, m := range in.Context {
+				ctx = append(ctx, m.GetRole()+":"+m.GetContent())
+			}
+			if in.Text != c.text || strings.Join(ctx, "|") != c.context {
+				t.Fatalf("text %q, context %q; want %q, %q", in.Text, strings.Join(ctx, "|"), c.text, c.context)
+			}
+		})
+	}
+}
+
+// Hermes's bounds on a message's content (api_server.py,
+// MAX_NORMALIZED_TEXT_LENGTH and MAX_CONTENT_LIST_SIZE): a text is cut
+// to its first 65,536 characters (Python's: code points) and an array
+// to its first 1,000 items, whose rest is not read, so not refused; a
+// system message's parts stop once they hold 65,536 characters. The
+// Responses API's input string, and a string item of it, Hermes takes
+// uncut.
+func TestContentWithinHermesBounds(t *testing.T) {
+	t.Parallel()
+	x, y := strings.Repeat("x", 40_000), strings.Repeat("y", 40_000)
+	long := strings.Repeat("é", 65_537)
+	parts := strings.Repeat(`{"type":"text","text":"a"},`, 1_000) + `{"type":"file","file":{}}`
+	chat := func(m ...string) string { return `{"messages":[` + strings.Join(m, ",") + `]}` }
+	for _, c := range []struct {
+		name, body    string
+		responses     bool
+		text, context string
+	}{
+		{name: "a long user message", body: chat(`{"role":"user","content":"` + long + `"}`), text: long[:2*65_536]},
+		{name: "a long text part", body: chat(`{"role":"user","content":["` + x + y + `",{"type":"text","text":"b"}]}`), text: (x + y)[:65_536] + "\nb"},
+		{name: "a long object", body: chat(`{"role":"user","content":{"k":"` + x + y + `"}}`), text: ("{'k': '" + x + y)[:65_536]},
+		{name: "parts past the first 1,000", body: chat(`{"role":"user","content":[` + parts + `]}`), text: strings.TrimSuffix(strings.Repeat("a\n", 1_000), "\n")},
+		{name: "a long system message", body: chat(`{"role":"system","content":"`+long+`"}`, `{"role":"user","content":"q"}`),
+			text: "q", context: "system:" + long[:2*65_536]},
+		{name: "system parts past 65,536 characters", body: chat(`{"role":"system","content":["`+x+`","`+y+`","z"]}`, `{"role":"user","content":"q"}`),
+			text: "q", context: "system:" + (x + "\n" + y)[:65_536]},
+		{name: "system parts once they hold 65,536 characters", body: chat(`{"role":"system","content":["`+x+y+`","z"]}`, `{"role":"user","content":"q"}`),
+			text: "q", context: "system:" + (x + y)[:65_536]},
+		{name: "system parts past the first 1,000", body: chat(`{"role":"system","content":[`+strings.Repeat(`"s",`, 1_000)+`"t"]}`, `{"role":"user","content":"q"}`),
+			text: "q", context: "system:" + strings.TrimSuffix(strings.Repeat("s\n", 1_000), "\n")},
+		{name: "the Responses input string", responses: true, body: `{"input":"` + x + y + `"}`, text: x + y},
+		{name: "a string item of the input", responses: true, body: `{"input":["` + x + y + `","q"]}`, text: "q", context: "user:" + x + y},
+		{name: "an input item's content", responses: true, body: `{"input":[{"role":"user","content":"` + x + y + `"}]}`, text: (x + y)[:65_536]},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			var in Input
+			var err error
+			if c.responses {
+				var req *Responses
+				if req, err = ParseResponses([]byte(c.body)); req != nil {
+					in = req.Input
+				}
+			} else {
+				var req *Chat
+				if req, err = Parse([]byte(c.body)); req != nil {
+					in = req.Input
+				}
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ctx []string
+			for _, m := range in.Context {
+				ctx = append(ctx, m.GetRole()+":"+m.GetContent())
+			}
+			if in.Text != c.text || strings.Join(ctx, "|") != c.context {
+				t.Fatalf("text of %d bytes, context of %d; want %d, %d", len(in.Text), len(strings.Join(ctx, "|")), len(c.text), len(c.context))
+			}
+		})
+	}
+}
+
+// NaN, Infinity and -Infinity outside strings are taken as Python's
+// json module (Hermes's request.json()) takes them: a body holding them
+// is no error, and as content they are Python's text for them (nan,
+// inf, -inf). Inside strings they are text; spelled otherwise, or run
+// into another token, they are no JSON, as in Python.
+func TestPythonLiterals(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name, body    string
+		api           string // "chat" (the default), "responses" or "run"
+		text, context string
+		invalid       bool
+	}{
+		{name: "parameters", body: `{"temperature":NaN,"top_p":Infinity,"presence_penalty":-Infinity,"messages":[{"role":"user","content":"q"}]}`, text: "q"},
+		{name: "content", body: `{"messages":[{"role":"system","content":[{"type":"text","text":NaN}]},{"role":"assistant","content":-Infinity},{"role":"user","content":Infinity}]}`,
+			text: "inf", context: "system:nan|assistant:-inf"},
+		{name: "in an object", body: `{"messages":[{"role":"user","content":{"a":[NaN,Infinity],"b":-Infinity}}]}`, text: "{'a': [nan, inf], 'b': -inf}"},
+		{name: "in strings", body: `{"messages":[{"role":"user","content":"NaN \"Infinity\" -Infinity\\"}]}`, text: `NaN "Infinity" -Infinity\`},
+		{name: "responses", api: "responses", body: `{"input":[{"role":"user","content":[{"type":"input_text","text":NaN}]}],"temperature":NaN}`, text: "nan"},
+		{name: "a run's history", api: "run", body: `{"input":"q","conversation_history":[{"role":"user","content":NaN},{"role":"assistant","content":{"x":-Infinity}}]}`,
+			text: "q", context: "user:nan|assistant:{'x': -inf}"},
+		{name: "run into a number", body: `{"messages":[{"role":"user","content":NaN1}]}`, invalid: true},
+		{name: "run into a letter", body: `{"messages":[{"role":"user","content":"q"}],"x":Infinityx}`, invalid: true},
+		{name: "negative NaN", body: `{"messages":[{"role":"user","content":-NaN}]}`, invalid: true},
+		{name: "lower case", body: `{"messages":[{"role":"user","content":nan}]}`, invalid: true},
+		{name: "a sign apart", body: `{"messages":[{"role":"user","content":- Infinity}]}`, invalid: true},
+		{name: "a key", body: `{NaN:1,"messages":[{"role":"user","content":"q"}]}`, invalid: true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			var in Input
+			var err error
+			switch c.api {
+			case "responses":
+				var req *Responses
+				if req, err = ParseResponses([]byte(c.body)); req != nil {
+					in = req.Input
+				}
+			case "run":
+				var req *Run
+				if req, err = ParseRun([]byte(c.body)); req != nil {
+					in = req.Input
+				}
+			default:
+				var req *Chat
+				if req, err = Parse([]byte(c.body)); req != nil {
+					in = req.Input
+				}
+			}
+			if c.invalid {
+				var inv *InvalidError
+				if !errors.As(err, &inv) {
+					t.Fatalf("error %v, want a refusal", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ctx []string
+			for _, m := range in.Context {
+				ctx = append(ctx, m.GetRole()+":"+m.GetContent())
+			}
+			if in.Text != c.text || strings.Join(ctx, "|") != c.context {
+				t.Fatalf("text %q, context %q; want %q, %q", in.Text, strings.Join(ctx, "|"), c.text, c.context)
 			}
 		})
 	}

@@ -47,22 +47,53 @@ type responsesRequest struct {
 // inputItem is one item of a Responses request's input array: a message
 // (type "message", or no type with a role, as the SDKs' easy input
 // message), or another item type the gateway does not take.
+// Its fields are read by their exact names, as Hermes's item.get looks
+// them up (UnmarshalJSON).
 type inputItem struct {
-	Type    string          `json:"type"`
-	Role    string          `json:"role"`
-	Content json.RawMessage `json:"content"`
+	Type    string
+	Role    string
+	Content json.RawMessage
 }
 
-// inputPart is one part of a Responses message's content.
+func (it *inputItem) UnmarshalJSON(b []byte) error {
+	f, err := exactMembers(b)
+	if err != nil {
+		return err
+	}
+	it.Content = f["content"]
+	if it.Type, err = stringMember(f, "type"); err != nil {
+		return err
+	}
+	it.Role, err = stringMember(f, "role")
+	return err
+}
+
+// inputPart is one part of a message's content (a Responses message's,
+// a chat completion user's or assistant's). Its fields are read by their
+// exact names, as Hermes's part.get looks them up (UnmarshalJSON): a
+// part with "Type" has no type.
 type inputPart struct {
-	Type string `json:"type"`
+	Type string
 	// Text is any JSON: a text part's text is read as Hermes reads it
 	// (partText).
-	Text json.RawMessage `json:"text"`
+	Text json.RawMessage
 	// ImageURL is a string in the Responses API, an object {"url": …} in
 	// Chat Completions' image_url parts; both are taken.
-	ImageURL json.RawMessage `json:"image_url"`
-	FileID   string          `json:"file_id"`
+	ImageURL json.RawMessage
+	FileID   string
+}
+
+func (p *inputPart) UnmarshalJSON(b []byte) error {
+	f, err := exactMembers(b)
+	if err != nil {
+		return err
+	}
+	p.Text, p.ImageURL = f["text"], f["image_url"]
+	if p.Type, err = stringMember(f, "type"); err != nil {
+		return err
+	}
+	p.FileID, err = stringMember(f, "file_id")
+	return err
 }
 
 // Responses is a validated Responses API request: the newest user
@@ -242,6 +273,22 @@ type message struct {
 	role    string
 	content json.RawMessage
 	param   string // where it is in the request, for errors
+	// verbatim: content is a string of the input (the input itself, or
+	// an item of it), which Hermes takes as it is, uncut (it bounds only
+	// the content of a message item).
+	verbatim bool
+}
+
+// read reads an input message's content: its text and pictures.
+func (m message) read() (string, []string, error) {
+	if m.verbatim {
+		var s string
+		if err := json.Unmarshal(m.content, &s); err != nil {
+			return "", nil, invalid(m.param, "input must be a string or an array of input items")
+		}
+		return s, nil, nil
+	}
+	return responseContent(m.content, m.param+".content")
 }
 
 // inputMessages reads the input: a string (one user message) or an
@@ -253,7 +300,7 @@ func inputMessages(raw json.RawMessage) ([]message, error) {
 	}
 	switch raw[0] {
 	case '"':
-		return []message{{role: "user", content: raw, param: "input"}}, nil
+		return []message{{role: "user", content: raw, param: "input", verbatim: true}}, nil
 	case '[':
 	default:
 		return nil, invalid("input", "input must be a string or an array of input items")
@@ -274,7 +321,7 @@ func inputMessages(raw json.RawMessage) ([]message, error) {
 		item = bytes.TrimSpace(item)
 		if len(item) > 0 && item[0] == '"' {
 			// A bare string is a user message (Hermes takes it too).
-			msgs = append(msgs, message{role: "user", content: item, param: param})
+			msgs = append(msgs, message{role: "user", content: item, param: param, verbatim: true})
 			continue
 		}
 		var it inputItem
@@ -302,33 +349,24 @@ func inputMessages(raw json.RawMessage) ([]message, error) {
 // responseContent reads a message's content (a Responses input item's,
 // a chat completion user's or assistant's) as Hermes's
 // _normalize_multimodal_content: a string, an array of text and image
-// parts, or a number or a boolean, its Python text (pythonScalar: 5,
-// True). An object, which Hermes gives the model as its Python text, is
-// refused: it is no content of any OpenAI message.
+// parts, or any other value its Python text (pythonText: 5, True, an
+// object's {'k': 'v'}), as Hermes gives it the model; within Hermes's
+// bounds: each text cut to maxTextLen characters, the parts after the
+// first maxListItems not read.
 func responseContent(raw json.RawMessage, param string) (string, []string, error) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
 		return "", nil, nil
 	}
-	switch raw[0] {
-	case '"':
-		var s string
-		if err := json.Unmarshal(raw, &s); err != nil {
-			return "", nil, invalid(param, "content must be a string or an array of parts")
-		}
-		return s, nil, nil
-	case '[':
-	case '{':
-		return "", nil, invalid(param, "content must be a string or an array of parts")
-	default:
-		return pythonScalar(raw), nil, nil
+	if raw[0] != '[' {
+		return clipText(pythonText(raw)), nil, nil
 	}
 	var items []json.RawMessage
 	if err := json.Unmarshal(raw, &items); err != nil {
 		return "", nil, invalid(param, "content must be a string or an array of parts")
 	}
 	var texts, images []string
-	for i, item := range items {
+	for i, item := range firstItems(items) {
 		p, ok, err := partOf(item, func(text string) inputPart {
 			raw, _ := json.Marshal(text)
 			return inputPart{Type: "text", Text: raw}
@@ -342,11 +380,7 @@ func responseContent(raw json.RawMessage, param string) (string, []string, error
 		// As Hermes: str(type).strip().lower().
 		switch strings.ToLower(strings.TrimSpace(p.Type)) {
 		case "input_text", "output_text", "text":
-			text, err := partText(p.Text)
-			if err != nil {
-				return "", nil, invalid(fmt.Sprintf("%s[%d].text", param, i), "%v", err)
-			}
-			if text != "" {
+			if text := clipText(partText(p.Text)); text != "" {
 				texts = append(texts, text)
 			}
 		case "refusal":
@@ -379,26 +413,14 @@ func responseContent(raw json.RawMessage, param string) (string, []string, error
 }
 
 // partText reads a text part's text as Hermes's
-// _normalize_multimodal_content does: a string is itself, a number or a
-// boolean its Python text (str(text): 5, 2.0, True), null or "" no
-// text. An object or an array, which Hermes would give the model as its
-// Python text, is refused: it is no text of any OpenAI content part.
-func partText(raw json.RawMessage) (string, error) {
-	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
-		return "", nil
+// _normalize_multimodal_content does: null is no text, a string itself,
+// any other value its Python text (str(text): 5, 2.0, True, an object's
+// {'k': 'v'}, an array's ['a']).
+func partText(raw json.RawMessage) string {
+	if raw = bytes.TrimSpace(raw); bytes.Equal(raw, []byte("null")) {
+		return ""
 	}
-	switch raw[0] {
-	case '"':
-		var s string
-		if err := json.Unmarshal(raw, &s); err != nil {
-			return "", errors.New("the text of a text part must be a string")
-		}
-		return s, nil
-	case '{', '[':
-		return "", errors.New("the text of a text part must be a string")
-	}
-	return pythonScalar(raw), nil
+	return pythonText(raw)
 }
 
 // imageURLOf reads an image part's image_url: a string, or an object
@@ -412,11 +434,14 @@ func imageURLOf(raw json.RawMessage) (string, error) {
 	if err := json.Unmarshal(raw, &u); err == nil {
 		return u, nil
 	}
-	var obj struct {
-		URL string `json:"url"`
-	}
-	if err := json.Unmarshal(raw, &obj); err != nil || raw[0] != '{' {
+	// {"url": …} as spelled, as Hermes's image_ref.get("url").
+	obj, err := exactMembers(raw)
+	if err != nil {
 		return "", errors.New("image_url must be a URL")
 	}
-	return obj.URL, nil
+	u, err = stringMember(obj, "url")
+	if err != nil {
+		return "", errors.New("image_url must be a URL")
+	}
+	return u, nil
 }

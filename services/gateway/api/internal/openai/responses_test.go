@@ -43,7 +43,7 @@ func TestParseResponses(t *testing.T) {
 		{name: "an uploaded picture", body: `{"input":[{"role":"user","content":[{"type":"input_image","file_id":"f"}]}]}`, err: "uploaded files", param: "input[0].content[0].file_id", code: CodeUnsupportedContent},
 		{name: "a picture without url", body: `{"input":[{"role":"user","content":[{"type":"input_image"}]}]}`, err: "needs an image_url", param: "input[0].content"},
 		{name: "not a picture", body: `{"input":[{"role":"user","content":[{"type":"input_image","image_url":"data:text/plain;base64,aGk="}]}]}`, err: "PNG, JPEG", param: "input[0].content"},
-		{name: "content of another type", body: `{"input":[{"role":"user","content":{"text":"a"}}]}`, err: "string or an array of parts", param: "input[0].content"},
+		{name: "content of another type", body: `{"input":[{"role":"user","content":{"text":"a"}}]}`, want: "{'text': 'a'}||0"},
 		{name: "content of a number or a boolean", body: `{"input":[{"role":"user","content":true},{"role":"user","content":7.0}]}`, want: "7.0|user:True|0"},
 		{name: "tools", body: `{"input":"a","tools":[{"type":"web_search"}]}`, err: "tools are not supported", param: "tools", code: CodeUnsupported},
 		{name: "no tools", body: `{"input":"a","tools":[],"tool_choice":"none"}`, want: "a||0"},

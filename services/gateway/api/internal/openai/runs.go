@@ -139,7 +139,7 @@ func (in input) context(read historyText, keep int) ([]*eventsv1.ContextMessage,
 		}
 		// The history's pictures, and the pictures of the input's other
 		// messages, are not carried: context is text.
-		text, _, err := responseContent(m.content, m.param+".content")
+		text, _, err := m.read()
 		if err != nil {
 			return nil, err
 		}
@@ -160,7 +160,7 @@ func (in input) context(read historyText, keep int) ([]*eventsv1.ContextMessage,
 // text reads the input's last user message: its text and pictures.
 func (in input) text() (string, []*eventsv1.Attachment, error) {
 	m := in.msgs[in.last]
-	text, images, err := responseContent(m.content, m.param+".content")
+	text, images, err := m.read()
 	if err != nil {
 		return "", nil, err
 	}
