@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -123,6 +124,13 @@ func (s *Store) LastAnswer(ctx context.Context, sessionID string) (string, error
 // waiting messages; the conversation joins the topic's history (/sessions
 // there). It fails with ErrTopicLinked when another topic of the chat is
 // on that conversation, and with ErrNotFound when topicKey has no session.
+//
+// The DM's main view's own current conversation moves into the topic:
+// the main view (rootKey) goes on in a new conversation, as after a
+// reset, fencing any turn of it still running (in topic mode it takes
+// commands only). Else both keys would be on it, and once /topic off
+// makes the main view a chat again the two could run turns on it at
+// once and interleave its transcript. Hermes leaves it on both.
 func (s *Store) BindTopic(ctx context.Context, rootKey, topicKey, threadID, userID, sessionID string) (Session, error) {
 	now := s.now()
 	var sess Session
@@ -133,6 +141,13 @@ func (s *Store) BindTopic(ctx context.Context, rootKey, topicKey, threadID, user
 				return ErrNotFound
 			}
 			return fmt.Errorf("lock session: %w", err)
+		}
+		// The main view's row before the conversation's lock, as a
+		// resume there takes them: the topic's, the main view's, the
+		// conversation's never wait on one another in a cycle.
+		var rootCur string
+		if err := tx.QueryRow(ctx, `SELECT session_id FROM sessions WHERE session_key = $1 FOR UPDATE`, rootKey).Scan(&rootCur); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("lock the main view's session: %w", err)
 		}
 		// Serialise binds of one conversation: the unique binding row;
 		// and with resumes of it (heldElsewhere): the conversation's lock.
@@ -171,6 +186,11 @@ func (s *Store) BindTopic(ctx context.Context, rootKey, topicKey, threadID, user
 			ON CONFLICT (session_key, session_id) DO UPDATE SET ended_at = NULL, end_reason = ''`, topicKey, sessionID, title, now); err != nil {
 			return fmt.Errorf("record session history: %w", err)
 		}
+		if rootCur == sessionID {
+			if err := moveOffRoot(ctx, tx, rootKey, sessionID, now); err != nil {
+				return err
+			}
+		}
 		if _, err := tx.Exec(ctx, `INSERT INTO telegram_topic_bindings (session_key, root_key, thread_id, session_id, user_id, bound_at)
 			VALUES ($1, $2, $3, $4, $5, $6)
 			ON CONFLICT (session_key) DO UPDATE SET session_id = EXCLUDED.session_id, user_id = EXCLUDED.user_id, bound_at = EXCLUDED.bound_at`,
@@ -193,6 +213,32 @@ func (s *Store) BindTopic(ctx context.Context, rootKey, topicKey, threadID, user
 		return nil
 	})
 	return sess, err
+}
+
+// moveOffRoot puts rootKey, the main view whose conversation sessionID
+// a topic takes (BindTopic), on a new conversation: its history of
+// sessionID ends ("moved"), the next generation fences a turn of it
+// still running, and its counters and settings, the conversation's,
+// start afresh, as a reset's. Its waiting rows stay, not dropped
+// unanswered: in topic mode the main view queues no message (one
+// queued before the mode went on runs in the new conversation), and a
+// memory flush names its own conversation.
+func moveOffRoot(ctx context.Context, tx pgx.Tx, rootKey, sessionID string, now time.Time) error {
+	id := NewSessionID(now)
+	if _, err := tx.Exec(ctx, `UPDATE session_history SET ended_at = $3, end_reason = 'moved'
+		WHERE session_key = $1 AND session_id = $2 AND ended_at IS NULL`, rootKey, sessionID, now); err != nil {
+		return fmt.Errorf("end the main view's session history: %w", err)
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO session_history (session_key, session_id, started_at) VALUES ($1, $2, $3)`, rootKey, id, now); err != nil {
+		return fmt.Errorf("record the main view's session history: %w", err)
+	}
+	if _, err := tx.Exec(ctx, `UPDATE sessions SET session_id = $2, generation = generation + 1, title = '', model_override = '',
+		input_tokens = 0, output_tokens = 0, cache_read_tokens = 0, cache_write_tokens = 0,
+		system_prompt_fingerprint = '', resume_pending = false, updated_at = $3
+		WHERE session_key = $1`, rootKey, id, now); err != nil {
+		return fmt.Errorf("move the main view to a new session: %w", err)
+	}
+	return nil
 }
 
 // Unlinked lists up to limit conversations of rootKey's chat (its DM key

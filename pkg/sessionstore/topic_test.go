@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	"github.com/switchboard-chat/switchboard/pkg/pg/pgtest"
 )
 
@@ -54,5 +55,52 @@ func TestChatSessionByPrefix(t *testing.T) {
 				t.Errorf("ChatSessionByPrefix(%q) = %q, %v; want %q, %v", tt.prefix, got, err, tt.want, tt.err)
 			}
 		})
+	}
+}
+
+// A topic bound to the DM main view's own current conversation takes it
+// over: the main view goes on in a new conversation of its own, at the
+// next generation, its history of the old one ended "moved". Else both
+// keys were on it, and once /topic off made the main view a chat again
+// their turns could run on it at once.
+func TestBindTopicMovesTheMainViewsConversation(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := New(pgtest.New(t))
+	const root = "agent:main:telegram:dm:c1"
+	src := &eventsv1.SessionSource{Platform: "telegram", ChatId: "c1", ChatType: "dm", UserId: "u1"}
+	before, _, _, err := s.Arrive(ctx, root, "", src, "e1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, _, err := s.Arrive(ctx, TopicKey(root, "30"), "", src, "e2"); err != nil {
+		t.Fatal(err)
+	}
+	bound, err := s.BindTopic(ctx, root, TopicKey(root, "30"), "30", "u1", before.ID)
+	if err != nil || bound.ID != before.ID {
+		t.Fatalf("bind: %+v %v", bound, err)
+	}
+	after, err := s.Get(ctx, root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.ID == before.ID || after.Generation <= before.Generation {
+		t.Fatalf("main view after the bind: conversation %s generation %d, want a new one past %d (was %s)",
+			after.ID, after.Generation, before.Generation, before.ID)
+	}
+	hist, err := s.History(ctx, root, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(hist) != 2 || hist[0].SessionID != after.ID || !hist[0].EndedAt.IsZero() ||
+		hist[1].SessionID != before.ID || hist[1].EndReason != "moved" {
+		t.Errorf("main view's history: %+v", hist)
+	}
+	// Bound again (a redelivered /topic), nothing moves twice.
+	if _, err := s.BindTopic(ctx, root, TopicKey(root, "30"), "30", "u1", before.ID); err != nil {
+		t.Fatal(err)
+	}
+	if again, _ := s.Get(ctx, root); again.ID != after.ID {
+		t.Errorf("a second bind moved the main view again: %s, was %s", again.ID, after.ID)
 	}
 }

@@ -132,7 +132,7 @@ func TestBusyCommandChangesWhatAMessageDoesMidTurn(t *testing.T) {
 // delivery takes once), and what it would have changed stays as it was.
 // Besides the commands refused alike, /model (typed, or a picker's
 // press) with its own refusal, a /topic restore into a topic whose turn
-// runs, and a press on a group's pending memory writes while their
+// runs or of the main view's conversation while its turn runs, and a press on a group's pending memory writes while their
 // owner's turn runs.
 func TestMidTurnRefusalRedeliveredAfterTheTurn(t *testing.T) {
 	t.Parallel()
@@ -199,6 +199,15 @@ func TestMidTurnRefusalRedeliveredAfterTheTurn(t *testing.T) {
 			ask(t, e, "bob", topicMsg("bob", "10", "/topic"))
 			return topicMsg("bob", "10", "/topic "+session(t, e).ID)
 		}, topicKey, midTurnRefusal("topic"), func(t *testing.T, e *env, _ *worker) string { return sessionOf(t, e, topicKey).ID }},
+		// The main view's conversation would move into the topic from
+		// under the main view's running turn, fencing its answer off.
+		{"topic restore of the main view's running conversation", func(t *testing.T, e *env) *eventsv1.MessageReceived {
+			ask(t, e, "bob", topicMsg("bob", "", "/topic"))
+			ask(t, e, "bob", topicMsg("bob", "10", "/topic"))
+			return topicMsg("bob", "10", "/topic "+session(t, e).ID)
+		}, "", midTurnRefusal("topic"), func(t *testing.T, e *env, _ *worker) string {
+			return sessionOf(t, e, topicKey).ID + " " + session(t, e).ID
+		}},
 		{"loop", typed("/loop 30m check the build"), "", loopBusy, func(t *testing.T, e *env, _ *worker) string {
 			l, err := sessionstore.New(e.db).Loop(ctx, key, session(t, e).ID, loop.KindLoop)
 			if err != nil || l == nil {

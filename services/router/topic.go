@@ -300,6 +300,24 @@ func (s *Service) restoreTopic(ctx context.Context, st *sessionstore.Store, m *m
 	if owner != m.rootKey && !strings.HasPrefix(owner, m.rootKey+":") {
 		return topicNotYours, sess.Generation, nil
 	}
+	// The main view's own conversation moves into the topic (BindTopic
+	// puts the main view on a new one), never from under a turn of it
+	// still running there (one begun before topic mode went on): its
+	// answer would be fenced off, lost. Refused as a restore into a
+	// topic whose turn runs is, and recorded so with the event.
+	switch root, err := st.Get(ctx, m.rootKey); {
+	case errors.Is(err, sessionstore.ErrNotFound):
+	case err != nil:
+		return "", 0, err
+	case root.ID == id:
+		owner, err := s.locker.Owner(ctx, m.rootKey)
+		if err != nil {
+			return "", 0, err
+		}
+		if owner != "" && !s.flushRunning(ctx, m.rootKey, owner) {
+			return midTurnRefusal("topic"), sess.Generation, nil
+		}
+	}
 	bound, err := st.BindTopic(ctx, m.rootKey, m.key, thread, m.src.GetUserId(), id)
 	if errors.Is(err, sessionstore.ErrTopicLinked) {
 		return topicAlreadyLinked, sess.Generation, nil

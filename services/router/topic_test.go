@@ -23,7 +23,8 @@ func topicMsg(user, thread, text string) *eventsv1.MessageReceived {
 // for commands, /new there
 // explains, /new in a topic replaces its conversation; /topic in a topic
 // shows it ready or linked; /topic <session-id> restores one of the
-// chat's earlier conversations into a topic, once; /topic off goes back.
+// chat's earlier conversations into a topic, once (the main view's own
+// moves there); /topic off goes back.
 func TestTopicMode(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -169,6 +170,11 @@ func TestTopicMode(t *testing.T) {
 	}
 	if key, _ := turnIn("", "back in the main view"); key != root {
 		t.Errorf("after /topic off, the main view: key %s", key)
+	}
+	// The conversation topic 30 took moved there: the main view went on
+	// in a new one, so the two never run turns on one conversation.
+	if tr := turnOf(t, w, "back in the main view"); tr.GetSessionId() == rootSess.ID {
+		t.Errorf("after /topic off, the main view is still on conversation %s, which topic 30 took", rootSess.ID)
 	}
 }
 
