@@ -815,7 +815,7 @@ func (s *Service) resetIfDue(ctx context.Context, m *msgCtx, sess sessionstore.S
 	// the end of the last interaction): a user answering a long task's
 	// reply soon after it continues the conversation. prev is only the
 	// last message's arrival.
-	end, err := s.store.LastTurnEnd(ctx, m.key, sess.ID)
+	end, spent, err := s.store.LastTurnEnd(ctx, m.key, sess.ID)
 	if err != nil {
 		return sess, err
 	}
@@ -830,9 +830,10 @@ func (s *Service) resetIfDue(ctx context.Context, m *msgCtx, sess sessionstore.S
 	}
 	resets.WithLabelValues(reason).Inc()
 	s.log.InfoContext(ctx, "session reset by policy", "session_key", m.key, "reason", reason)
-	// As Hermes, only a conversation that had a turn is worth a word: one
-	// of commands alone lost nothing.
-	if !quietPlatform(m.platform) && !end.IsZero() {
+	// As Hermes (reset_had_activity: total_tokens > 0), only a
+	// conversation that used tokens is worth a word: one of commands
+	// alone, or of turns stopped before any model call, lost nothing.
+	if !quietPlatform(m.platform) && spent {
 		if err := s.notice(ctx, m, sess.Generation, resetNotice(reason, pol), "reset"); err != nil {
 			return sess, err
 		}

@@ -1237,10 +1237,10 @@ func TestIdleResetTellsTheUser(t *testing.T) {
 		return err == nil && owner == ""
 	})
 	// The worker's record of the finished turn (this fake worker writes
-	// none): the conversation had a turn, so its reset is worth a word.
+	// none): the conversation used tokens, so its reset is worth a word.
 	turns, _ := w.snapshot()
-	if _, err := e.db.Exec(context.Background(), `INSERT INTO worker_turns (turn_id, session_key, session_id, generation, status, started_at, updated_at)
-		VALUES ($1, $2, $3, $4, 'completed', $5, $5)`, turns[0].TurnId, key, turns[0].SessionId, turns[0].Generation, clock.Now()); err != nil {
+	if _, err := e.db.Exec(context.Background(), `INSERT INTO worker_turns (turn_id, session_key, session_id, generation, status, started_at, updated_at,
+		input_tokens, output_tokens) VALUES ($1, $2, $3, $4, 'completed', $5, $5, 10, 5)`, turns[0].TurnId, key, turns[0].SessionId, turns[0].Generation, clock.Now()); err != nil {
 		t.Fatal(err)
 	}
 	clock.advance(61 * time.Minute)
