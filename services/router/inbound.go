@@ -864,6 +864,9 @@ type routeOpts struct {
 	// while busy it is always answered, in its own words, instead of the
 	// rate-limited busy acknowledgement.
 	command string
+	// steerFailed: the request to steer the running turn failed; the
+	// message is queued for the next turn (route sets it).
+	steerFailed bool
 }
 
 func onlyMedia(ev *eventsv1.MessageReceived) bool {
@@ -1009,6 +1012,11 @@ func (s *Service) route(ctx context.Context, m *msgCtx, sess sessionstore.Sessio
 	}
 	if steer {
 		took, err := s.steer(ctx, st, m, owner)
+		if errors.Is(err, errSteerFailed) {
+			// Queued for the next turn, and answered so (Hermes's
+			// fallback to its queue when steer() raises).
+			took, err, o.steerFailed = false, nil, true
+		}
 		if err != nil {
 			return err
 		}
@@ -1141,6 +1149,10 @@ func (s *Service) ack(ctx context.Context, st *sessionstore.Store, m *msgCtx, se
 		}
 	case o.command == "steer" && action == "steered":
 		text = fmt.Sprintf("⏩ Steer queued — arrives after the next tool call: '%s'", preview(m.ev.GetText(), 60))
+	case o.command == "steer" && o.steerFailed:
+		// Hermes answers "⚠️ Steer failed: <error>" and drops the text;
+		// here it is queued, and the next turn answers it.
+		text = "⚠️ Steer failed — /steer queued for the next turn."
 	case o.command == "steer" && redisx.GrantOf(owner) == owner:
 		// The lock holds the router's bare grant: no worker runs the turn yet.
 		text = "Agent still starting — /steer queued for the next turn."

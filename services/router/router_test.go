@@ -62,6 +62,9 @@ type env struct {
 	// answer (control requests go unanswered); by default a worker's
 	// turn takes them.
 	refuseControl atomic.Bool
+	// failControl: the answers to control requests cannot be read (the
+	// request fails with an error, not a "no").
+	failControl atomic.Bool
 	// steerQueue: the workers answer as this release's do
 	// (bus.HeaderSteerQueue): steering a turn takes stays queued until the
 	// turn gives it to the model, which this simulated worker never does.
@@ -107,6 +110,9 @@ func newEnv(t *testing.T) *env {
 			}
 			if e.refuseControl.Load() {
 				reply.Data, _ = proto.Marshal(wrapperspb.Bool(true))
+			}
+			if e.failControl.Load() {
+				reply.Data = []byte{0xff} // no protobuf message
 			}
 			_ = m.RespondMsg(reply)
 		}
