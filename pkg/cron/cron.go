@@ -980,6 +980,12 @@ WHERE id = $1 AND (last_run_id = $2
 	return tag.RowsAffected() == 1, nil
 }
 
+// RecordDeliveryFailure is RecordDeliveryFailure on the store's
+// database.
+func (s *Store) RecordDeliveryFailure(ctx context.Context, runID, reason string) (bool, error) {
+	return RecordDeliveryFailure(ctx, s.db, runID, reason)
+}
+
 // RunOfSession is the run (RunID) whose session key is key
 // (<ns>:cron:dm:<run id>, the scheduler's runs), or false.
 func RunOfSession(key string) (string, bool) {

@@ -543,18 +543,27 @@ func (s *Store) reset(ctx context.Context, key, reason string, keepQueue bool, f
 // ended (its worker's last write of it, worker_turns.updated_at); zero
 // when it has none. A session's recorded activity is its messages'
 // arrivals: the reset policy, which Hermes measures from the end of the
-// last interaction, reads this where a reset looks due.
-func (s *Store) LastTurnEnd(ctx context.Context, key, sessionID string) (time.Time, error) {
-	var at time.Time
-	err := s.db.QueryRow(ctx, `SELECT updated_at FROM worker_turns WHERE session_key = $1 AND session_id = $2
-		ORDER BY started_at DESC LIMIT 1`, key, sessionID).Scan(&at)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return time.Time{}, nil
-	}
+// last interaction, reads this where a reset looks due. spent reports
+// whether the conversation used any tokens (its turns' rows, and the
+// session row's counts of turns that ended without one): as Hermes's
+// reset_had_activity (total_tokens > 0), only then is its reset worth a
+// notice, so a turn /stop or /new fenced before any model call (its
+// fenced row has no tokens) does not make it one.
+func (s *Store) LastTurnEnd(ctx context.Context, key, sessionID string) (end time.Time, spent bool, err error) {
+	var at *time.Time
+	err = s.db.QueryRow(ctx, `SELECT
+		(SELECT updated_at FROM worker_turns WHERE session_key = $1 AND session_id = $2 ORDER BY started_at DESC LIMIT 1),
+		EXISTS (SELECT 1 FROM worker_turns WHERE session_key = $1 AND session_id = $2
+			AND input_tokens + output_tokens + cache_read_tokens + cache_write_tokens > 0)
+		OR EXISTS (SELECT 1 FROM sessions WHERE session_key = $1 AND session_id = $2
+			AND input_tokens + output_tokens + cache_read_tokens + cache_write_tokens > 0)`, key, sessionID).Scan(&at, &spent)
 	if err != nil {
-		return time.Time{}, fmt.Errorf("read last turn end: %w", err)
+		return time.Time{}, false, fmt.Errorf("read last turn end: %w", err)
 	}
-	return at, nil
+	if at != nil {
+		end = *at
+	}
+	return end, spent, nil
 }
 
 // TurnMayRun reports whether the last turn started for sess

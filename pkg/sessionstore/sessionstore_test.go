@@ -788,24 +788,37 @@ func TestLastTurnEnd(t *testing.T) {
 	db := pgtest.New(t)
 	s := New(db)
 	at := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
-	if end, err := s.LastTurnEnd(ctx, "k", "s1"); err != nil || !end.IsZero() {
-		t.Fatalf("no turns: %v %v, want zero", end, err)
+	if end, spent, err := s.LastTurnEnd(ctx, "k", "s1"); err != nil || !end.IsZero() || spent {
+		t.Fatalf("no turns: %v %v %v, want zero, none spent", end, spent, err)
 	}
 	for _, r := range []struct {
 		turn, session string
 		start, end    time.Time
+		tokens        int
 	}{
-		{"t1", "s1", at, at.Add(50 * time.Minute)},
-		{"t2", "s1", at.Add(time.Hour), at.Add(70 * time.Minute)},
-		{"t3", "s2", at.Add(2 * time.Hour), at.Add(3 * time.Hour)}, // another conversation of the key
+		{"t1", "s1", at, at.Add(50 * time.Minute), 0},
+		{"t2", "s1", at.Add(time.Hour), at.Add(70 * time.Minute), 0},
+		{"t3", "s2", at.Add(2 * time.Hour), at.Add(3 * time.Hour), 40}, // another conversation of the key
 	} {
-		if _, err := db.Exec(ctx, `INSERT INTO worker_turns (turn_id, session_key, session_id, generation, started_at, updated_at)
-			VALUES ($1, 'k', $2, 1, $3, $4)`, r.turn, r.session, r.start, r.end); err != nil {
+		if _, err := db.Exec(ctx, `INSERT INTO worker_turns (turn_id, session_key, session_id, generation, started_at, updated_at, input_tokens)
+			VALUES ($1, 'k', $2, 1, $3, $4, $5)`, r.turn, r.session, r.start, r.end, r.tokens); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if end, err := s.LastTurnEnd(ctx, "k", "s1"); err != nil || !end.Equal(at.Add(70*time.Minute)) {
-		t.Fatalf("last turn end %v (%v), want the end of t2", end, err)
+	// Turns that used no tokens (stopped before a model call): ended,
+	// but nothing spent.
+	if end, spent, err := s.LastTurnEnd(ctx, "k", "s1"); err != nil || !end.Equal(at.Add(70*time.Minute)) || spent {
+		t.Fatalf("last turn end %v, spent %v (%v), want the end of t2, none spent", end, spent, err)
+	}
+	if _, spent, err := s.LastTurnEnd(ctx, "k", "s2"); err != nil || !spent {
+		t.Fatalf("spent %v (%v), want t3's tokens", spent, err)
+	}
+	// Tokens of a turn that ended without a row, counted on the session.
+	if _, err := db.Exec(ctx, `INSERT INTO sessions (session_key, session_id, platform, cache_read_tokens) VALUES ('k', 's1', 'telegram', 7)`); err != nil {
+		t.Fatal(err)
+	}
+	if _, spent, err := s.LastTurnEnd(ctx, "k", "s1"); err != nil || !spent {
+		t.Fatalf("spent %v (%v), want the session row's tokens", spent, err)
 	}
 }
 

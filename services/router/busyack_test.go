@@ -163,6 +163,9 @@ func TestBusyAckOnAPoolOfOneConnection(t *testing.T) {
 // The session's turn starts now wait for the acknowledgement. Here the
 // running turn ends at the seam (busyQueued) and the test waits a while
 // for the next turn: it must not start before the acknowledgement.
+// Steering whose request failed (the answer could not be read) is
+// queued and answered the same way: it went unanswered, the route
+// failing with the error, and ran in the next turn.
 func TestDeclinedSteerIsAcknowledgedBeforeTheNextTurn(t *testing.T) {
 	t.Parallel()
 	cases := []struct {
@@ -171,11 +174,17 @@ func TestDeclinedSteerIsAcknowledgedBeforeTheNextTurn(t *testing.T) {
 		text string // the steering message
 		ack  string // its acknowledgement
 		in   string // its text as the next turn's input
+		fail bool   // the steering request fails (no answer to read), not declined
 	}{
 		{name: "busy mode steer", mode: BusySteer, text: "and this", in: "and this",
 			ack: "⏳ Queued for the next turn. I'll respond once the current task finishes."},
 		{name: "/steer", mode: BusyQueue, text: "/steer and this", in: "and this",
 			ack: "⏳ The current task is finishing — /steer queued for the next turn."},
+		// As Hermes falls back to its queue when steer() raises.
+		{name: "busy mode steer whose request fails", mode: BusySteer, text: "and this", in: "and this", fail: true,
+			ack: "⏳ Queued for the next turn. I'll respond once the current task finishes."},
+		{name: "/steer whose request fails", mode: BusyQueue, text: "/steer and this", in: "and this", fail: true,
+			ack: "⚠️ Steer failed — /steer queued for the next turn."},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -183,7 +192,8 @@ func TestDeclinedSteerIsAcknowledgedBeforeTheNextTurn(t *testing.T) {
 			ctx := context.Background()
 			const key = "agent:main:telegram:dm:chat-bob"
 			e := newEnv(t)
-			e.refuseControl.Store(true) // the running turn's answer is decided
+			e.refuseControl.Store(!tc.fail) // the running turn's answer is decided
+			e.failControl.Store(tc.fail)
 			cfg := testConfig()
 			cfg.BusyMode = tc.mode
 			cfg.SweepInterval = time.Hour // the completion alone starts the next turn

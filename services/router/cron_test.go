@@ -64,10 +64,12 @@ func TestSplitSchedule(t *testing.T) {
 // number, unquoted and without "at", makes no job (Hermes's /cron add
 // reads the first word, which is no schedule), rather than one on
 // another schedule than either reading: "every day 7 stretch" is not
-// the interval "every day" with the prompt "7 stretch".
+// the interval "every day" with the prompt "7 stretch", nor "day 7
+// stretch" a run in 24 hours (a bare "day" is no duration: Hermes's
+// parse_duration wants its digits).
 func TestSplitScheduleRefusesABareHour(t *testing.T) {
 	for _, in := range []string{`monday 3 things`, `Mon, Wed 7 stretches`, `every monday 3 things`, `every day 7 stretch`,
-		`every weekday 8 standup`, `Every Mon and Fri 9 gym`} {
+		`every weekday 8 standup`, `Every Mon and Fri 9 gym`, `day 7 stretch`, `daily 7 stretch`, `weekdays 8 standup`} {
 		s, p := splitSchedule(in)
 		if _, err := schedule.Parse(s, time.Now(), time.UTC); err == nil {
 			t.Errorf("splitSchedule(%q) = %q, %q: a schedule, want one refused", in, s, p)

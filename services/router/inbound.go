@@ -815,7 +815,7 @@ func (s *Service) resetIfDue(ctx context.Context, m *msgCtx, sess sessionstore.S
 	// the end of the last interaction): a user answering a long task's
 	// reply soon after it continues the conversation. prev is only the
 	// last message's arrival.
-	end, err := s.store.LastTurnEnd(ctx, m.key, sess.ID)
+	end, spent, err := s.store.LastTurnEnd(ctx, m.key, sess.ID)
 	if err != nil {
 		return sess, err
 	}
@@ -830,9 +830,10 @@ func (s *Service) resetIfDue(ctx context.Context, m *msgCtx, sess sessionstore.S
 	}
 	resets.WithLabelValues(reason).Inc()
 	s.log.InfoContext(ctx, "session reset by policy", "session_key", m.key, "reason", reason)
-	// As Hermes, only a conversation that had a turn is worth a word: one
-	// of commands alone lost nothing.
-	if !quietPlatform(m.platform) && !end.IsZero() {
+	// As Hermes (reset_had_activity: total_tokens > 0), only a
+	// conversation that used tokens is worth a word: one of commands
+	// alone, or of turns stopped before any model call, lost nothing.
+	if !quietPlatform(m.platform) && spent {
 		if err := s.notice(ctx, m, sess.Generation, resetNotice(reason, pol), "reset"); err != nil {
 			return sess, err
 		}
@@ -863,6 +864,9 @@ type routeOpts struct {
 	// while busy it is always answered, in its own words, instead of the
 	// rate-limited busy acknowledgement.
 	command string
+	// steerFailed: the request to steer the running turn failed; the
+	// message is queued for the next turn (route sets it).
+	steerFailed bool
 }
 
 func onlyMedia(ev *eventsv1.MessageReceived) bool {
@@ -1008,6 +1012,11 @@ func (s *Service) route(ctx context.Context, m *msgCtx, sess sessionstore.Sessio
 	}
 	if steer {
 		took, err := s.steer(ctx, st, m, owner)
+		if errors.Is(err, errSteerFailed) {
+			// Queued for the next turn, and answered so (Hermes's
+			// fallback to its queue when steer() raises).
+			took, err, o.steerFailed = false, nil, true
+		}
 		if err != nil {
 			return err
 		}
@@ -1140,6 +1149,10 @@ func (s *Service) ack(ctx context.Context, st *sessionstore.Store, m *msgCtx, se
 		}
 	case o.command == "steer" && action == "steered":
 		text = fmt.Sprintf("⏩ Steer queued — arrives after the next tool call: '%s'", preview(m.ev.GetText(), 60))
+	case o.command == "steer" && o.steerFailed:
+		// Hermes answers "⚠️ Steer failed: <error>" and drops the text;
+		// here it is queued, and the next turn answers it.
+		text = "⚠️ Steer failed — /steer queued for the next turn."
 	case o.command == "steer" && redisx.GrantOf(owner) == owner:
 		// The lock holds the router's bare grant: no worker runs the turn yet.
 		text = "Agent still starting — /steer queued for the next turn."

@@ -362,6 +362,42 @@ func TestResetOfAnEmptyConversationIsQuiet(t *testing.T) {
 	}
 }
 
+// A reset by policy of a conversation whose only turn used no tokens (a
+// /stop fenced it before its model call; its worker recorded it fenced)
+// says nothing either: Hermes notifies only when the expired session
+// used tokens (reset_had_activity: total_tokens > 0).
+func TestResetAfterATurnThatUsedNoTokensIsQuiet(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	cfg := testConfig()
+	cfg.SessionReset.Mode, cfg.SessionReset.IdleMinutes = ResetIdle, 60
+	clock := e.startRouterOnClock(cfg, time.Now())
+	w := e.startWorker(nil)
+	key := "agent:main:telegram:dm:chat-alice"
+
+	e.publish(dm("alice", "hello"))
+	waitFor(t, "first turn", func() bool { turns, _ := w.snapshot(); return len(turns) == 1 })
+	waitFor(t, "first turn done", func() bool { return e.lockOf(key) == "" })
+	turns, _ := w.snapshot()
+	first := turns[0]
+	if _, err := e.db.Exec(context.Background(), `INSERT INTO worker_turns (turn_id, session_key, session_id, generation, status, started_at, updated_at)
+		VALUES ($1, $2, $3, $4, 'fenced', $5, $5)`, first.TurnId, key, first.SessionId, first.Generation, clock.Now()); err != nil {
+		t.Fatal(err)
+	}
+	clock.advance(61 * time.Minute)
+	e.publish(dm("alice", "back again"))
+	waitFor(t, "second turn", func() bool { turns, _ := w.snapshot(); return len(turns) == 2 })
+	if turns, _ := w.snapshot(); turns[1].SessionId == first.SessionId {
+		t.Fatal("the idle conversation was not reset")
+	}
+	// Notices of the chat arrive in order: one the reset sent comes
+	// before this answer.
+	e.ask("alice", "/status")
+	if n := e.countNotices("alice", "Session reset"); n != 0 {
+		t.Fatalf("reset notices for a conversation that used no tokens: %q", e.noticesTo("alice"))
+	}
+}
+
 // /new stops the running turn with its reset in hand (the session row,
 // locked until the reset commits), as /stop does: a turn start landing
 // before the commit (the stopped turn's completion, the sweep, a

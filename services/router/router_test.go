@@ -62,6 +62,9 @@ type env struct {
 	// answer (control requests go unanswered); by default a worker's
 	// turn takes them.
 	refuseControl atomic.Bool
+	// failControl: the answers to control requests cannot be read (the
+	// request fails with an error, not a "no").
+	failControl atomic.Bool
 	// steerQueue: the workers answer as this release's do
 	// (bus.HeaderSteerQueue): steering a turn takes stays queued until the
 	// turn gives it to the model, which this simulated worker never does.
@@ -107,6 +110,9 @@ func newEnv(t *testing.T) *env {
 			}
 			if e.refuseControl.Load() {
 				reply.Data, _ = proto.Marshal(wrapperspb.Bool(true))
+			}
+			if e.failControl.Load() {
+				reply.Data = []byte{0xff} // no protobuf message
 			}
 			_ = m.RespondMsg(reply)
 		}
@@ -1237,10 +1243,10 @@ func TestIdleResetTellsTheUser(t *testing.T) {
 		return err == nil && owner == ""
 	})
 	// The worker's record of the finished turn (this fake worker writes
-	// none): the conversation had a turn, so its reset is worth a word.
+	// none): the conversation used tokens, so its reset is worth a word.
 	turns, _ := w.snapshot()
-	if _, err := e.db.Exec(context.Background(), `INSERT INTO worker_turns (turn_id, session_key, session_id, generation, status, started_at, updated_at)
-		VALUES ($1, $2, $3, $4, 'completed', $5, $5)`, turns[0].TurnId, key, turns[0].SessionId, turns[0].Generation, clock.Now()); err != nil {
+	if _, err := e.db.Exec(context.Background(), `INSERT INTO worker_turns (turn_id, session_key, session_id, generation, status, started_at, updated_at,
+		input_tokens, output_tokens) VALUES ($1, $2, $3, $4, 'completed', $5, $5, 10, 5)`, turns[0].TurnId, key, turns[0].SessionId, turns[0].Generation, clock.Now()); err != nil {
 		t.Fatal(err)
 	}
 	clock.advance(61 * time.Minute)

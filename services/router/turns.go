@@ -322,10 +322,19 @@ func (s *Service) request(ctx context.Context, m *msgCtx, action turnsv1.Control
 // worker takes the text without ever removing the message, so for one
 // the message is removed here, as steering was before (lost when that
 // turn does not give it to the model).
+//
+// A request that fails (errSteerFailed) leaves the message queued for the
+// next turn, as Hermes falls back to its queue when the running agent's
+// steer() raises: the caller answers it as queued, not with the error, so
+// that its user is told before the next turn answers it.
 func (s *Service) steer(ctx context.Context, st *sessionstore.Store, m *msgCtx, owner string) (bool, error) {
 	req := &turnsv1.TurnControlRequested{SessionKey: m.key, Action: controlSteer, Text: m.ev.GetText(), EventId: m.dedupeID,
 		QueuedEventId: m.ev.GetEventId()}
 	took, hdr, err := s.requestControl(ctx, req)
+	if err != nil && ctx.Err() == nil {
+		s.log.WarnContext(ctx, "steering request failed; the message waits for the next turn", "session_key", m.key, "err", err)
+		return false, fmt.Errorf("%w: %w", errSteerFailed, err)
+	}
 	if err != nil || !took {
 		return took, err
 	}
@@ -343,6 +352,10 @@ func (s *Service) steer(ctx context.Context, st *sessionstore.Store, m *msgCtx, 
 	}
 	return true, nil
 }
+
+// errSteerFailed: a steering request that could not be sent or whose
+// answer could not be read (Service.steer).
+var errSteerFailed = errors.New("steering request failed")
 
 // requestControl sends req to the session's running turn and reports
 // whether a turn took it, with the headers of the answer.

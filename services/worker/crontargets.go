@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 
 	"google.golang.org/protobuf/proto"
@@ -81,6 +82,7 @@ func (r *turnRun) readCopyTargets(ctx context.Context) ([]*deliveryv1.Target, er
 	for _, why := range skipped {
 		r.log.Warn("cron run's answer skips a deliver target that does not resolve", "job", id, "target", why)
 	}
+	r.recordSkipped(ctx, run, skipped)
 	if errors.Is(err, outbox.ErrBadTarget) {
 		return nil, nil
 	}
@@ -95,6 +97,27 @@ func (r *turnRun) readCopyTargets(ctx context.Context) ([]*deliveryv1.Target, er
 		}
 	}
 	return out, nil
+}
+
+// recordSkipped records on the run's job that its answer skips the
+// deliver targets skipped ("<part>: <why>", cron.Targets) while it goes
+// to the others, as Hermes's _deliver_result keeps sending to the rest
+// and records each target it could not deliver to, "; "-joined, as the
+// job's last_delivery_error: the owner sees it in /cron list, the
+// cronjob tool and /api/jobs (cron.RecordDeliveryFailure, which keeps a
+// run's first failure; delivery records a copy given up the same way).
+// Best effort, as delivery's record.
+func (r *turnRun) recordSkipped(ctx context.Context, run string, skipped []string) {
+	if len(skipped) == 0 {
+		return
+	}
+	applied, err := r.s.jobs.RecordDeliveryFailure(ctx, run, "not delivered to "+strings.Join(skipped, "; "))
+	switch {
+	case err != nil:
+		r.log.Warn("record a cron run's skipped deliver targets", "run", run, "err", err)
+	case !applied:
+		r.log.Info("cron run's skipped deliver targets not recorded: the job was removed or has run since", "run", run)
+	}
 }
 
 // copyTurnID is the turn id of the copy of a reply event of turn for

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -25,6 +26,10 @@ func cronRun(t *testing.T, h *harness, deliver string) (string, *eventsv1.Sessio
 		t.Fatal(err)
 	}
 	runID := cron.RunID(j.ID, time.Date(2026, 12, 5, 9, 0, 0, 0, time.UTC), false)
+	// The job's last run, as the scheduler records a run it fired.
+	if _, err := h.db.Exec(context.Background(), `UPDATE cron_jobs SET last_run_id = $2, last_status = 'ok' WHERE id = $1`, j.ID, runID); err != nil {
+		t.Fatal(err)
+	}
 	key := "agent:main:cron:dm:" + runID
 	h.setGeneration(key, 1)
 	return key, &eventsv1.SessionSource{Platform: "cron", Account: "default", ChatId: runID, ChatName: "Digest",
@@ -61,6 +66,9 @@ func keysOf(m map[string][]*repliesv1.ReplyEvent) []string {
 // turn id of its own, so that delivery keys its messages apart. A target
 // that does not resolve (slack: no home channel) is skipped; a chat named
 // twice ("origin" and "telegram", the origin's platform) answers once.
+// The skipped target is recorded on the job as the run's delivery
+// failure, as Hermes's _deliver_result records each target it could not
+// deliver to (last_delivery_error), not only logged.
 func TestCronRunAnswersEveryDeliverTarget(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
@@ -90,6 +98,17 @@ func TestCronRunAnswersEveryDeliverTarget(t *testing.T) {
 	}
 	if first.GetTurnId() != req.GetTurnId() || len(turns) != 3 {
 		t.Errorf("turn ids %v: want the turn's own for the first target and one of its own for each other", turns)
+	}
+	run, _ := cron.RunOfSession(key)
+	id, _, _, _ := cron.ParseRunID(run)
+	j, err := cron.New(h.db, time.UTC, nil).Get(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(j.LastDeliveryError, "not delivered to slack: ") || !strings.Contains(j.LastDeliveryError, "no home channel") ||
+		j.LastStatus != cron.StatusDeliveryFailed {
+		t.Errorf("job's last status %q, delivery error %q: want %s and the skipped slack target named", j.LastStatus, j.LastDeliveryError,
+			cron.StatusDeliveryFailed)
 	}
 }
 
@@ -130,5 +149,11 @@ func TestCronRunStoppedAfterItsFirstTargetAnswersTheOthers(t *testing.T) {
 		if len(evs) != 1 {
 			t.Errorf("%d finals to %s, want 1", len(evs), k)
 		}
+	}
+	// Every target resolved: no delivery failure.
+	run, _ := cron.RunOfSession(key)
+	id, _, _, _ := cron.ParseRunID(run)
+	if j, err := cron.New(h.db, time.UTC, nil).Get(ctx, id); err != nil || j.LastDeliveryError != "" || j.LastStatus != "ok" {
+		t.Errorf("job's last status %q, delivery error %q (%v): want ok, none", j.LastStatus, j.LastDeliveryError, err)
 	}
 }

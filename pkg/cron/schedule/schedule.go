@@ -77,11 +77,14 @@ var (
 // maxMinutes bounds a delay or an interval (about ten years).
 const maxMinutes = 10 * 366 * 24 * 60
 
-// duration parses "30m", "2h", "1d", "hour" (a bare unit is 1) into
-// minutes.
-func duration(s string) (int, error) {
+// duration parses "30m", "2h", "1d" into minutes; with bare, a unit
+// alone ("hour", "day") is 1 of it. Only an interval takes a bare unit
+// ("every day", as before): Hermes's parse_duration wants the digits,
+// and a one-shot "day" (what /cron add reads of "day 7 stretch") is
+// refused, not made a run in 24 hours.
+func duration(s string, bare bool) (int, error) {
 	m := durationRe.FindStringSubmatch(strings.ToLower(strings.TrimSpace(s)))
-	if m == nil {
+	if m == nil || m[1] == "" && !bare {
 		return 0, fmt.Errorf("%w: %q is not a duration such as 30m, 2h or 1d", ErrInvalid, s)
 	}
 	n := 1
@@ -133,14 +136,14 @@ func Parse(text string, now time.Time, loc *time.Location) (Schedule, error) {
 		return c, nil
 	}
 	if rest, ok := strings.CutPrefix(lower, "every "); ok {
-		n, err := duration(rest)
+		n, err := duration(rest, true)
 		if err != nil {
 			return Schedule{}, err
 		}
 		return interval(n, loc), nil
 	}
 	if rest, ok := strings.CutPrefix(lower, "in "); ok {
-		n, err := duration(rest)
+		n, err := duration(rest, false)
 		if err != nil {
 			return Schedule{}, err
 		}
@@ -169,7 +172,7 @@ func Parse(text string, now time.Time, loc *time.Location) (Schedule, error) {
 		}
 		return once(at, loc), nil
 	}
-	if n, err := duration(s); err == nil {
+	if n, err := duration(s, false); err == nil {
 		return delay(n, s, now, loc), nil
 	}
 	return Schedule{}, fmt.Errorf("%w: %q. Use:\n"+
@@ -197,7 +200,7 @@ func Load(kind, expr string, loc *time.Location) (Schedule, error) {
 		if !ok {
 			return Schedule{}, fmt.Errorf("%w: stored interval %q", ErrInvalid, expr)
 		}
-		n, err := duration(rest)
+		n, err := duration(rest, true)
 		if err != nil {
 			return Schedule{}, err
 		}

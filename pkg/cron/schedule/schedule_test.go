@@ -165,6 +165,12 @@ func TestParseRefuses(t *testing.T) {
 		"Tomorrow":                             "invalid timestamp",
 		strings.Repeat("1", schedule.MaxLen+1): "short line",
 		"every 2h\xff":                         "short line",
+		// A unit without its digits is no delay (Hermes's parse_duration
+		// wants them); only an interval takes it ("every day").
+		"day":     "Use:",
+		"Hours":   "Use:",
+		"in day":  "not a duration",
+		"in hour": "not a duration",
 	}
 	for in, want := range cases {
 		t.Run(in, func(t *testing.T) {
