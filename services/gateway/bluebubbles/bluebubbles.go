@@ -80,8 +80,11 @@ type Config struct {
 	RequireMention bool `koanf:"require_mention"`
 	// MentionPatterns (BLUEBUBBLES_MENTION_PATTERNS: a JSON list, else
 	// comma- or newline-separated, as Hermes reads it; a YAML list) are
-	// case-insensitive regular expressions (Go's RE2 syntax); empty
-	// means Hermes's wake words ("hermes", "@hermes agent" …).
+	// case-insensitive regular expressions (Go's RE2 syntax); unset
+	// means Hermes's wake words ("hermes", "@hermes agent" …), and a
+	// list given empty (`[]`, or blank patterns only) means none, as
+	// Hermes's _compile_mention_patterns reads it: under require_mention
+	// no group message is answered.
 	MentionPatterns Patterns `koanf:"mention_patterns"`
 	// SendReadReceipts marks each chat read once its message is on the
 	// bus (needs the Private API helper), as Hermes does by default.
@@ -120,7 +123,7 @@ func (c Config) Normalized() (Config, error) {
 
 // defaultMentionPatterns are Hermes's wake words, written for RE2 (no
 // look-behind: the character before the name is matched instead).
-var defaultMentionPatterns = []string{
+var defaultMentionPatterns = Patterns{
 	`(?:^|[^\w@])@?hermes\s+agent\b[,:\-]?`,
 	`(?:^|[^\w@])@?hermes\b[,:\-]?`,
 }
@@ -246,10 +249,16 @@ func textPatterns(text string, orJSONString bool) (Patterns, error) {
 	return pats, nil
 }
 
-// compilePatterns compiles the mention patterns, blank ones skipped;
-// none means Hermes's wake words.
+// compilePatterns compiles the mention patterns, blank ones skipped.
+// Unset (nil) means Hermes's wake words; set, even to nothing but blanks,
+// means the patterns given, none included, as Hermes's adapter takes its
+// defaults only when neither the config nor the environment names any
+// (gateway/platforms/bluebubbles.py, _compile_mention_patterns).
 func compilePatterns(pats Patterns) ([]*regexp.Regexp, error) {
-	var out []*regexp.Regexp
+	if pats == nil {
+		pats = defaultMentionPatterns
+	}
+	out := []*regexp.Regexp{}
 	for _, p := range pats {
 		if p = strings.TrimSpace(p); p == "" {
 			continue
@@ -259,11 +268,6 @@ func compilePatterns(pats Patterns) ([]*regexp.Regexp, error) {
 			return nil, fmt.Errorf("bluebubbles: mention pattern %q: %w", p, err)
 		}
 		out = append(out, re)
-	}
-	if len(out) == 0 {
-		for _, p := range defaultMentionPatterns {
-			out = append(out, regexp.MustCompile("(?i)"+p))
-		}
 	}
 	return out, nil
 }
@@ -356,8 +360,12 @@ func NewPlatform(cfg Config, log *slog.Logger, hc *http.Client) (*Platform, erro
 	if hc == nil {
 		hc = &http.Client{Timeout: 30 * time.Second}
 	}
+	log = log.With("platform", "bluebubbles")
+	if cfg.RequireMention && len(mentions) == 0 {
+		log.Warn("bluebubbles mention patterns empty with require_mention on; no group message is answered", "hint", "leave mention_patterns unset for Hermes's wake words")
+	}
 	return &Platform{
-		cfg: cfg, log: log.With("platform", "bluebubbles"), mentions: mentions,
+		cfg: cfg, log: log, mentions: mentions,
 		api: &client{base: cfg.ServerURL, password: cfg.Password, hc: hc}, guids: map[string]string{}, maxHeld: maxHeld, drainWait: drainWait,
 		registerBackoff: platform.QuickBackoff,
 	}, nil

@@ -224,6 +224,12 @@ func TestMentionPatternsFromTheEnvironment(t *testing.T) {
 		{"lines and commas", "amos\nhelper,bot", []string{"(?i)amos", "(?i)helper", "(?i)bot"}},
 		{"a class, no json", "[Aa]mos", []string{"(?i)[Aa]mos"}},
 		{"json string", `"amos,helper"`, []string{"(?i)amos", "(?i)helper"}},
+		// Set to nothing, the list is empty: no wake word, where Hermes's
+		// defaults were taken (Hermes takes them only when none is set).
+		{"empty json list", `[]`, nil},
+		{"blank patterns", " , \n", nil},
+		{"json list of blanks", `["", " "]`, nil},
+		{"empty json string", `""`, nil},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cfg := Config{}
@@ -255,6 +261,21 @@ func TestMentionPatternsFromTheEnvironment(t *testing.T) {
 	}
 	if got, err := compilePatterns(cfg.MentionPatterns); err != nil || len(got) != 2 || got[0].String() != "(?i)hey, amos" || got[1].String() != `(?i)\w{2,3}` {
 		t.Errorf("YAML list: %v %v", got, err)
+	}
+	// In the YAML file, an empty list is no wake word; a key left empty
+	// (null), as one not written, is Hermes's wake words.
+	for yaml, want := range map[string]int{"mention_patterns: []\n": 0, "mention_patterns: ''\n": 0,
+		"mention_patterns:\n": len(defaultMentionPatterns), "": len(defaultMentionPatterns)} {
+		if err := os.WriteFile(path, []byte("server_url: http://mac:1234\npassword: pw\n"+yaml), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		cfg := Config{}
+		if _, err := config.Load(config.Options{Path: path, Environ: []string{}}, &cfg); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := cfg.validate(); err != nil || len(got) != want {
+			t.Errorf("YAML %q: %d patterns (%v), want %d", yaml, len(got), err, want)
+		}
 	}
 	// A JSON list's item that is no text is refused with the reason.
 	environ := append([]string{`BLUEBUBBLES_MENTION_PATTERNS=["amos", 3]`}, server...)
