@@ -110,6 +110,9 @@ func newSchemaName() string {
 // a schema per test and drops it at the test's end.
 func Main(m *testing.M) int {
 	pooled.Store(true)
+	if err := vacuumCatalogs(); err != nil {
+		fmt.Fprintf(os.Stderr, "pgtest: vacuum the catalogs: %v\n", err)
+	}
 	code := m.Run()
 	if err := dropSpares(); err != nil {
 		fmt.Fprintf(os.Stderr, "pgtest: drop the spare schemas: %v\n", err)
@@ -122,11 +125,21 @@ var (
 	spare  struct {
 		sync.Mutex
 		schemas []string
-		// fresh is the shape (fingerprint) of a freshly migrated schema:
-		// a released schema of another shape is not reused.
-		fresh string
+		// fresh is what a freshly migrated schema holds: a released
+		// schema of another shape is not reused.
+		fresh *freshSchemaShape
 	}
 )
+
+// freshSchemaShape is a freshly migrated schema's shape (its
+// fingerprint), and the tables and sequences emptying one of that shape
+// resets (not goose's: the next migration's row would take an id its
+// table holds).
+type freshSchemaShape struct {
+	print     string
+	tables    []string
+	sequences []string
+}
 
 func takeSpare() (string, bool) {
 	spare.Lock()
@@ -152,9 +165,26 @@ func noteFresh(ctx context.Context, t testing.TB, pool *pgxpool.Pool, schema str
 	if err != nil {
 		t.Fatalf("the shape of schema %s: %v", schema, err)
 	}
+	fresh := &freshSchemaShape{print: print}
+	rows, err := conn.Query(ctx, `SELECT tablename FROM pg_tables WHERE schemaname = $1 AND tablename <> 'goose_db_version'`, schema)
+	if err == nil {
+		fresh.tables, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	}
+	if err == nil {
+		rows, err = conn.Query(ctx, `SELECT s.relname FROM pg_class s JOIN pg_sequence q ON q.seqrelid = s.oid
+			WHERE s.relnamespace = $1::regnamespace AND NOT EXISTS (
+				SELECT 1 FROM pg_depend d JOIN pg_class t ON t.oid = d.refobjid
+				WHERE d.classid = 'pg_class'::regclass AND d.objid = s.oid AND t.relname = 'goose_db_version')`, schema)
+	}
+	if err == nil {
+		fresh.sequences, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	}
+	if err != nil {
+		t.Fatalf("the tables and sequences of schema %s: %v", schema, err)
+	}
 	spare.Lock()
-	if spare.fresh == "" {
-		spare.fresh = print
+	if spare.fresh == nil {
+		spare.fresh = fresh
 	}
 	spare.Unlock()
 }
@@ -211,29 +241,16 @@ func empty(ctx context.Context, conn *pgx.Conn, schema, next string) error {
 	spare.Lock()
 	fresh := spare.fresh
 	spare.Unlock()
-	if print != fresh {
+	if fresh == nil || print != fresh.print {
 		return errChanged
 	}
-	rows, err := tx.Query(ctx, `SELECT format('DELETE FROM %I.%I', schemaname, tablename) FROM pg_tables
-		WHERE schemaname = $1 AND tablename <> 'goose_db_version'`, schema)
-	if err != nil {
-		return err
-	}
-	deletes, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return err
-	}
 	batch := &pgx.Batch{}
-	for _, d := range deletes {
-		batch.Queue(d)
+	for _, table := range fresh.tables {
+		batch.Queue(`DELETE FROM ` + pgx.Identifier{schema, table}.Sanitize())
 	}
-	// Not goose's own sequence: the next migration's row would take an
-	// id its table holds.
-	batch.Queue(`SELECT setval(s.oid::regclass, q.seqstart, false)
-		FROM pg_class s JOIN pg_sequence q ON q.seqrelid = s.oid
-		WHERE s.relnamespace = $1::regnamespace AND NOT EXISTS (
-			SELECT 1 FROM pg_depend d JOIN pg_class t ON t.oid = d.refobjid
-			WHERE d.objid = s.oid AND t.relname = 'goose_db_version')`, schema)
+	for _, seq := range fresh.sequences {
+		batch.Queue(`ALTER SEQUENCE ` + pgx.Identifier{schema, seq}.Sanitize() + ` RESTART`)
+	}
 	batch.Queue(fmt.Sprintf(`ALTER SCHEMA %s RENAME TO %s`, schema, next))
 	if err := tx.SendBatch(ctx, batch).Close(); err != nil {
 		return err
@@ -277,6 +294,47 @@ SELECT md5(replace(coalesce(string_agg(item, E'\n' ORDER BY item), ''), $2, ''))
 	}
 	return fmt.Sprintf("%s %d %d", print, applied, sum), nil
 }
+
+// vacuumCatalogs vacuums the system catalogs holding many dead rows,
+// unless another test binary is at it. Every schema created and dropped
+// leaves thousands of dead rows in pg_attribute, pg_class, pg_depend and
+// the like; autovacuum clears them on a default server, but a server
+// with it off (as on the machines this project's CI runs on) kept them
+// run after run, until each catalog read a test's set-up does took a
+// second. (A user without the right to vacuum the catalogs gets
+// Postgres's warning and nothing done.)
+func vacuumCatalogs() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, URL())
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	var mine bool
+	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, vacuumLockID).Scan(&mine); err != nil || !mine {
+		return err
+	}
+	rows, err := conn.Query(ctx, `SELECT relname FROM pg_stat_sys_tables
+		WHERE schemaname = 'pg_catalog' AND n_dead_tup > 10000 AND n_dead_tup > n_live_tup`)
+	if err != nil {
+		return err
+	}
+	bloated, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return err
+	}
+	for _, table := range bloated {
+		if _, err := conn.Exec(ctx, `VACUUM `+pgx.Identifier{"pg_catalog", table}.Sanitize()); err != nil {
+			return fmt.Errorf("vacuum %s: %w", table, err)
+		}
+	}
+	return nil
+}
+
+// vacuumLockID is the advisory lock of vacuumCatalogs: one test binary
+// vacuums, the others go on.
+const vacuumLockID = 0x7067746573747661 // "pgtestva"
 
 // dropSpares drops the schemas no test holds any more.
 func dropSpares() error {
