@@ -156,6 +156,16 @@ func (t Topology) SendSubject(platform string) string {
 	return t.Subject(subjectGateway + "." + platform + ".send")
 }
 
+// SendingSubject is the core NATS subject on which one replica of a
+// platform gateway (its instance name, hashed into one token) answers
+// whether it is still sending a key it reserved: a replica that finds
+// the reservation asks there, and no responder means the replica is gone.
+func (t Topology) SendingSubject(platform, instance string) string {
+	h := fnv.New64a()
+	h.Write([]byte(instance))
+	return t.Subject(fmt.Sprintf("%s.%s.sending.%016x", subjectGateway, platform, h.Sum64()))
+}
+
 // PressSubject is the core NATS subject of the answer to one button
 // press whose gateway holds it (a Telegram callback query, a Teams
 // invoke, answered once): the replica holding it subscribes while it

@@ -166,6 +166,8 @@ type Runner struct {
 	pause *pauseGate
 	// changed wakes the presence writer after a state change.
 	changed chan struct{}
+	// sending are the receipt keys being sent here (serveSending).
+	sending sendingKeys
 }
 
 // NewRunner wraps p; Run starts it.
@@ -308,6 +310,14 @@ func (r *Runner) Run(ctx context.Context) error {
 	sem := make(chan struct{}, r.opts.SendConcurrency)
 	sendCtx, cancelSends := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelSends()
+	// Subscribed before the first send, so every reservation of this
+	// replica is one it answers about; unsubscribed as Run returns, after
+	// the sends in flight ended.
+	asked, err := r.serveSending()
+	if err != nil {
+		return fmt.Errorf("subscribe %s sending questions: %w", r.name, err)
+	}
+	defer func() { _ = asked.Unsubscribe() }()
 	sub, err := r.bus.Conn().QueueSubscribe(r.bus.Topology().SendSubject(r.name), "gateway-"+r.name, func(m *nats.Msg) {
 		got := time.Now() // before the wait for room: a request's time runs from here (startWithin)
 		sem <- struct{}{}
@@ -784,6 +794,7 @@ func (r *Runner) Execute(ctx context.Context, req *deliveryv1.SendRequested) *de
 	var reserved uint64
 	if key != "" && cached(op) && !r.idempotentSends() {
 		cacheKey = r.name + "." + hashKey(key)
+		defer r.sending.add(cacheKey)()
 		first, rev, wait := r.reserve(ctx, cacheKey)
 		switch {
 		case first != nil:
@@ -881,31 +892,30 @@ func (f *inflight) close() {
 
 func (f *inflight) wait() { f.wg.Wait() }
 
-// inProgress is the receipts bucket's value for a key whose send is under
-// way: not a protobuf SendReceipt (field number 0 is invalid).
-var inProgress = []byte{0, 'i', 'n', '-', 'p', 'r', 'o', 'g', 'r', 'e', 's', 's'}
-
 // reserve looks the send's key up in the receipts bucket and claims it
 // for this request. It returns the first receipt of a key sent already,
 // or how long to wait when another request is sending it now; else the
 // revision of this request's reservation (0 when the bucket could not be
-// used: the send goes ahead without one). A reservation older than the
-// send timeout is one whose request died mid-send: it is taken over.
+// used: the send goes ahead without one). A reservation is taken over
+// when it is older than the send timeout (its request died mid-send) or
+// when the replica that wrote it is gone or not sending it (senderAlive):
+// a replica killed mid-send holds its keys up no longer than that.
 func (r *Runner) reserve(ctx context.Context, key string) (first *deliveryv1.SendReceipt, rev uint64, wait time.Duration) {
 	for range 2 {
 		e, err := r.receipts.Get(ctx, key)
 		switch {
 		case errors.Is(err, jetstream.ErrKeyNotFound):
-			rev, err = r.receipts.Create(ctx, key, inProgress)
+			rev, err = r.receipts.Create(ctx, key, reservation(r.opts.Instance))
 			if errors.Is(err, jetstream.ErrKeyExists) {
 				continue // another request reserved it just now: look again
 			}
 		case err != nil:
-		case bytes.Equal(e.Value(), inProgress):
-			if age := time.Since(e.Created()); age < r.opts.SendTimeout+time.Second {
+		case bytes.HasPrefix(e.Value(), inProgress):
+			holder, _ := reservedBy(e.Value())
+			if age := time.Since(e.Created()); age < r.opts.SendTimeout+time.Second && r.senderAlive(ctx, key, holder) {
 				return nil, 0, r.opts.SendTimeout + time.Second - age
 			}
-			rev, err = r.receipts.Update(ctx, key, inProgress, e.Revision())
+			rev, err = r.receipts.Update(ctx, key, reservation(r.opts.Instance), e.Revision())
 			if err != nil {
 				continue
 			}

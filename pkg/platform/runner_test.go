@@ -434,6 +434,45 @@ func TestSendInProgressIsNotSentTwice(t *testing.T) {
 	}
 }
 
+// TestReservationOfAGoneReplicaIsTakenOver: a replica killed while its
+// send was at the platform leaves the key reserved; another replica
+// serving the delivery's retry waits while the first is alive and
+// sending, and sends at once when it is gone, instead of waiting out the
+// send timeout (the retry's answer went 30 s late after a Telegram
+// gateway's kill -9 mid-send).
+func TestReservationOfAGoneReplicaIsTakenOver(t *testing.T) {
+	t.Parallel()
+	url := bustest.EmbeddedURL(t)
+	busB := bustest.New(t, url)
+	busA := bustest.NewWith(t, url, busB.Topology())
+	mA, mB := platformtest.NewMemory("bot-gone", false), platformtest.NewMemory("bot-gone", false)
+	slow := slowMemory{Memory: mA, release: make(chan struct{}), entered: make(chan struct{}, 1), fail: &atomic.Bool{}}
+	a, ctx := runRunner(t, slow, busA)
+	b, _ := runRunner(t, mB, busB)
+	t.Cleanup(func() { close(slow.release) }) // before the runners stop
+	req := &deliveryv1.SendRequested{IdempotencyKey: "t3:1:0", Op: deliveryv1.SendOp_SEND_OP_SEND,
+		Target: &deliveryv1.Target{Platform: "memory", ChatId: "chat"}, Text: "once"}
+
+	go a.Execute(ctx, req)
+	<-slow.entered
+	if rec := b.Execute(ctx, req); rec.GetOk() || rec.GetErrorClass() != deliveryv1.ErrorClass_ERROR_CLASS_RETRYABLE || rec.GetRetryAfterMs() <= 0 {
+		t.Fatalf("retry while replica A is sending: receipt %+v, want RETRYABLE with a retry delay", rec)
+	}
+
+	// A's process dies: its connection closes, its send never ends.
+	busA.Conn().Close()
+	rec := b.Execute(ctx, req)
+	if !rec.GetOk() || rec.GetDuplicate() {
+		t.Fatalf("retry after replica A died: receipt %+v, want it sent now", rec)
+	}
+	if got := len(mB.Fake().Sent(t, ctx, req.GetTarget())); got != 1 {
+		t.Fatalf("replica B sent %d times, want once", got)
+	}
+	if again := b.Execute(ctx, req); !again.GetOk() || !again.GetDuplicate() {
+		t.Fatalf("repeat after the takeover: receipt %+v, want its duplicate", again)
+	}
+}
+
 // leasePair is replica A (active) and B (standby) of one memory bot on
 // an embedded server of the test's own, whose outage the test chooses:
 // restart stops it for down, runs meanwhile, and starts it again on the

@@ -1,0 +1,117 @@
+package platform
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// sendingAskTimeout bounds the question to the replica whose reservation
+// a send found (whether it is still sending the key). Unanswered, the
+// replica counts as alive: the send waits out the reservation.
+const sendingAskTimeout = time.Second
+
+// inProgress is the receipts bucket's value for a key whose send is under
+// way, followed by the instance name of the replica sending it: not a
+// protobuf SendReceipt (field number 0 is invalid). A value of inProgress
+// alone was written by a replica of a release that did not name itself.
+var inProgress = []byte{0, 'i', 'n', '-', 'p', 'r', 'o', 'g', 'r', 'e', 's', 's'}
+
+// reservation is the in-progress value naming instance.
+func reservation(instance string) []byte {
+	return append(append([]byte{}, inProgress...), instance...)
+}
+
+// reservedBy reports whether v is an in-progress value and, if so, the
+// instance that wrote it ("" for an unnamed one).
+func reservedBy(v []byte) (instance string, ok bool) {
+	if !bytes.HasPrefix(v, inProgress) {
+		return "", false
+	}
+	return string(v[len(inProgress):]), true
+}
+
+// sendingKeys counts this replica's requests for each receipt key that
+// are between their reservation's lookup and their send's end. A request
+// is counted before it looks the reservation up, so a reservation this
+// replica wrote is never seen unclaimed by another request of its own.
+type sendingKeys struct {
+	mu   sync.Mutex
+	keys map[string]int
+}
+
+// add counts one request for key and returns the func that uncounts it.
+func (s *sendingKeys) add(key string) (done func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.keys == nil {
+		s.keys = map[string]int{}
+	}
+	s.keys[key]++
+	return func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.keys[key]--; s.keys[key] <= 0 {
+			delete(s.keys, key)
+		}
+	}
+}
+
+// count is how many requests for key are counted.
+func (s *sendingKeys) count(key string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.keys[key]
+}
+
+// Answers to a sending question.
+var (
+	stillSending = []byte("1")
+	notSending   = []byte("0")
+)
+
+// serveSending answers the other replicas' questions about this one's
+// reservations (Topology.SendingSubject): whether the key asked about is
+// being sent here now. It is unsubscribed after the sends in flight have
+// ended; a replica killed mid-send no longer answers at all.
+func (r *Runner) serveSending() (*nats.Subscription, error) {
+	return r.bus.Conn().Subscribe(r.bus.Topology().SendingSubject(r.name, r.opts.Instance), func(m *nats.Msg) {
+		answer := notSending
+		if r.sending.count(string(m.Data)) > 0 {
+			answer = stillSending
+		}
+		if err := m.Respond(answer); err != nil {
+			r.log.Debug("answer sending question", "err", err)
+		}
+	})
+}
+
+// senderAlive reports whether the replica that reserved key may still be
+// sending it. A replica that is gone (nothing subscribed to its subject:
+// NATS answers no responders at once, as it does after a kill -9 closed
+// its connection) or that answers it is not sending the key is not; one
+// that does not answer in time, or an unnamed reservation, may be.
+func (r *Runner) senderAlive(ctx context.Context, key, instance string) bool {
+	switch instance {
+	case "":
+		return true
+	case r.opts.Instance:
+		// Counted, the asking request is one of them.
+		return r.sending.count(key) > 1
+	}
+	ctx, cancel := context.WithTimeout(ctx, sendingAskTimeout)
+	defer cancel()
+	m, err := r.bus.Conn().RequestWithContext(ctx, r.bus.Topology().SendingSubject(r.name, instance), []byte(key))
+	switch {
+	case errors.Is(err, nats.ErrNoResponders):
+		r.log.Info("reservation of a gone replica taken over", "replica", instance)
+		return false
+	case err != nil:
+		return true
+	}
+	return !bytes.Equal(m.Data, notSending)
+}
