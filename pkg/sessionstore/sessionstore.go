@@ -1569,9 +1569,9 @@ func (s *Store) ResumeOwn(ctx context.Context, key, rootKey, name string, flush 
 	return s.resume(ctx, key, "", rootKey, name, flush)
 }
 
-// HeldError: the conversation asked for is the current one of another
-// session key, Key, of the chat (ResumeInChat, ResumeOwn).
-type HeldError struct{ Key string }
+// HeldError: the conversation asked for, ID, is the current one of
+// another session key, Key, of the chat (ResumeInChat, ResumeOwn).
+type HeldError struct{ Key, ID string }
 
 func (e *HeldError) Error() string { return "the conversation is the current one of " + e.Key }
 
@@ -1660,7 +1660,7 @@ func heldElsewhere(ctx context.Context, tx pgx.Tx, key, chatKey, id string) erro
 	case err != nil:
 		return fmt.Errorf("find the conversation's other keys: %w", err)
 	}
-	return &HeldError{Key: holder}
+	return &HeldError{Key: holder, ID: id}
 }
 
 // lockConversation takes the lock of conversation id for the rest of tx

@@ -1492,20 +1492,27 @@ func TestHousekeepingCountsAndPrunesTheOutbox(t *testing.T) {
 
 // A cron run's answer that is given up (dead-lettered, expired) is
 // recorded on its job, as Hermes's last_delivery_error: last_status
-// delivery_failed with the reason. A failed typing indicator of the run
-// is not its answer; another session's failure touches no job.
+// delivery_failed with the reason, which names the deliver target that
+// failed as Hermes's _deliver_result does ("delivery to
+// <platform>:<chat> failed: …"; the thread too, as a deliver value
+// names it), so that the owner of a job with several targets can tell
+// which one (a copy to another target fails alike). A failed typing
+// indicator of the run is not its answer; another session's failure
+// touches no job.
 func TestCronRunUndeliveredRecordedOnItsJob(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
-		name     string
-		platform string
-		body     any
-		status   string
-		reason   string
+		name           string
+		platform       string
+		chat, thread   string // the target's; "" keeps event's
+		body           any
+		status         string
+		target, reason string // "delivery to <target> failed: <reason…>"
 	}{
-		{"dead-lettered", "test", final("the morning report"), cron.StatusDeliveryFailed, "Forbidden: bot was blocked by the user"},
-		{"expired", "nowhere", final("the morning report"), cron.StatusDeliveryFailed, "expired"},
-		{"typing", "test", &repliesv1.Typing{}, "ok", ""},
+		{"dead-lettered", "test", "", "", final("the morning report"), cron.StatusDeliveryFailed, "test:chat-agent:main:cron:dm:", "Forbidden: bot was blocked by the user"},
+		{"dead-lettered copy to another target", "test", "room-2", "7", final("the morning report"), cron.StatusDeliveryFailed, "test:room-2:7", "Forbidden: bot was blocked by the user"},
+		{"expired", "nowhere", "", "", final("the morning report"), cron.StatusDeliveryFailed, "nowhere:chat-agent:main:cron:dm:", "expired"},
+		{"typing", "test", "", "", &repliesv1.Typing{}, "ok", "", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -1554,6 +1561,9 @@ func TestCronRunUndeliveredRecordedOnItsJob(t *testing.T) {
 			e.start(t, cfg, "a")
 			ev := event("t1", 1, "agent:main:cron:dm:"+run, tc.body)
 			ev.Target.Platform = tc.platform
+			if tc.chat != "" {
+				ev.Target.ChatId, ev.Target.ThreadId = tc.chat, tc.thread
+			}
 			e.publish(t, ev)
 			// A message of an ordinary session fails alike.
 			plain := event("t2", 1, "agent:main:test:dm:u1", final("hello"))
@@ -1565,9 +1575,17 @@ func TestCronRunUndeliveredRecordedOnItsJob(t *testing.T) {
 					return err == nil && got.LastStatus == tc.status
 				})
 			}
+			want := ""
+			if tc.target != "" {
+				want = "delivery to " + tc.target
+				if tc.chat == "" {
+					want += run // the event's chat is chat-<session key>
+				}
+				want += " failed: "
+			}
 			got, err := jobs.Resolve(ctx, "test:u1", j.ID)
-			if err != nil || got.LastStatus != tc.status || !strings.Contains(got.LastDeliveryError, tc.reason) || (tc.reason == "") != (got.LastDeliveryError == "") {
-				t.Errorf("job after its run's answer failed: status %q, delivery error %q (%v); want %q, %q", got.LastStatus, got.LastDeliveryError, err, tc.status, tc.reason)
+			if err != nil || got.LastStatus != tc.status || !strings.HasPrefix(got.LastDeliveryError, want) || !strings.Contains(got.LastDeliveryError, tc.reason) || (tc.reason == "") != (got.LastDeliveryError == "") {
+				t.Errorf("job after its run's answer failed: status %q, delivery error %q (%v); want %q, %q beginning %q", got.LastStatus, got.LastDeliveryError, err, tc.status, tc.reason, want)
 			}
 			if o, err := jobs.Resolve(ctx, "test:u1", other.ID); err != nil || o.LastStatus != "ok" || o.LastDeliveryError != "" {
 				t.Errorf("another job: %+v %v", o, err)

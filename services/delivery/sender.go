@@ -702,9 +702,14 @@ func (s *Service) fail(ctx context.Context, log warner, r outbox.Row, reason, ms
 
 // cronUndelivered records on its cron job that a run's answer was given
 // up (dead-lettered or expired), as Hermes's last_delivery_error: /cron
-// list, the cronjob tool and /api/jobs show it. Only the answer's own
-// messages count (not typing, deletions or tool progress). Best effort:
-// the row's state is the record of the failure.
+// list, the cronjob tool and /api/jobs show it. The reason names the
+// deliver target the row went to, as Hermes's _deliver_result does
+// ("delivery to <platform>:<chat> failed: <error>", cron/scheduler.py),
+// so that the owner of a job with several targets (the answer's copies,
+// services/worker/crontargets.go) can tell which one failed; with its
+// thread, as a deliver value names one. Only the answer's own messages
+// count (not typing, deletions or tool progress). Best effort: the row's
+// state is the record of the failure.
 func (s *Service) cronUndelivered(ctx context.Context, log warner, r outbox.Row, reason string) {
 	switch r.Request.GetOp() {
 	case deliveryv1.SendOp_SEND_OP_SEND, deliveryv1.SendOp_SEND_OP_EDIT:
@@ -715,7 +720,15 @@ func (s *Service) cronUndelivered(ctx context.Context, log warner, r outbox.Row,
 	if !ok {
 		return
 	}
-	applied, err := cron.RecordDeliveryFailure(ctx, s.db, run, reason)
+	target := r.Platform + ":" + r.ChatID
+	if r.ThreadID != "" {
+		target += ":" + r.ThreadID
+	}
+	why := "delivery to " + target + " failed"
+	if reason = strings.TrimSpace(reason); reason != "" {
+		why += ": " + reason
+	}
+	applied, err := cron.RecordDeliveryFailure(ctx, s.db, run, why)
 	if err != nil {
 		log.Warn("record a cron run's delivery failure failed", "run", run, "err", err)
 		return

@@ -672,7 +672,7 @@ func (s *Service) resume(ctx context.Context, st *sessionstore.Store, m *msgCtx,
 		return "No earlier conversation is called that. /sessions lists them.", sess.Generation, nil
 	}
 	if held := (*sessionstore.HeldError)(nil); errors.As(err, &held) {
-		return heldAnswer(m.platform, chat, held.Key), sess.Generation, nil
+		return heldAnswer(m.platform, m.place, chat, held), sess.Generation, nil
 	}
 	if err != nil {
 		return "", 0, err
@@ -762,14 +762,22 @@ func (s *Service) dmRoot(m *msgCtx) string {
 	return sessionkey.Build(bare, s.keyOpts)
 }
 
-// heldAnswer refuses a /resume of a conversation that holder, another
+// heldAnswer refuses a /resume of a conversation that held.Key, another
 // key of the DM whose key without a thread is root, is on, saying where
 // it is open: the DM outside its threads, or the thread (a Slack
-// thread by when it began: its id is that time).
-func heldAnswer(platform, root, holder string) string {
+// thread by when it began: its id is that time). In a topic of a
+// Telegram DM in topic mode (place), the main view takes no /new and
+// no prompt: there the answer is /topic <session-id>, which moves the
+// main view's conversation into the topic (restoreTopic). Hermes's
+// /resume puts the topic on it beside the main view, which this
+// gateway refuses (two keys on one conversation).
+func heldAnswer(platform string, place topicPlace, root string, held *sessionstore.HeldError) string {
+	if held.Key == root && place == topicLane {
+		return "That conversation is open in the main chat, which topic mode keeps for commands: send /topic " + held.ID + " here to move it into this topic."
+	}
 	where := "another chat"
-	switch thread := sessionstore.TopicThread(root, holder); {
-	case holder == root:
+	switch thread := sessionstore.TopicThread(root, held.Key); {
+	case held.Key == root:
 		where = "this chat, outside its threads"
 		if platform == "telegram" {
 			where = "this chat, outside its topics"

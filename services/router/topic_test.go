@@ -287,3 +287,71 @@ func TestTopicRestoreByPrefix(t *testing.T) {
 		t.Errorf("bindings %q (%v), want only %s", bound, err, first.ID)
 	}
 }
+
+// /resume in a topic of a conversation the main view is on answers, in
+// topic mode, what the user can do there: the main view takes no /new
+// (nor prompts) then, so the answer is /topic <session-id> in the topic,
+// which moves the conversation into it. Outside topic mode, /new in
+// the main view frees it, as the answer says.
+func TestResumeInATopicOfTheMainViewsConversation(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := newEnv(t)
+	e.startRouter(testConfig(), nil, nil)
+	const root = "agent:main:telegram:dm:chat-alice"
+	st := sessionstore.New(e.db)
+	askIn := func(thread, text string) string {
+		t.Helper()
+		before := len(e.noticesTo("alice"))
+		e.publish(topicMsg("alice", thread, text))
+		waitFor(t, "reply to "+text, func() bool { return len(e.noticesTo("alice")) > before })
+		return e.noticesTo("alice")[before]
+	}
+	askIn("", "/title Old plan")
+	plan, err := st.Get(ctx, root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Topic 30 takes the conversation, goes on to a new one; the main
+	// view resumes it.
+	askIn("", "/topic")
+	askIn("30", "/topic")
+	for _, step := range []struct{ thread, text, want string }{
+		{"30", "/topic " + plan.ID, "Session restored: Old plan"},
+		{"30", "/new", topicNewHeader},
+		{"", "/resume Old plan", "↩️ Resumed Old plan."},
+	} {
+		if got := askIn(step.thread, step.text); got != step.want {
+			t.Fatalf("%s in %q: %q, want %q", step.text, step.thread, got, step.want)
+		}
+	}
+
+	for _, tt := range []struct {
+		name, mode, want string
+	}{
+		{"topic mode", "", "That conversation is open in the main chat, which topic mode keeps for commands: send /topic " + plan.ID + " here to move it into this topic."},
+		{"topic mode off", "/topic off", "That conversation is open in this chat, outside its topics: continue it there, or send /new there to free it for this one."},
+	} {
+		if tt.mode != "" {
+			askIn("", tt.mode)
+		}
+		if got := askIn("30", "/resume Old plan"); got != tt.want {
+			t.Errorf("%s: /resume in the topic of the main view's conversation: %q, want %q", tt.name, got, tt.want)
+		}
+		if tt.mode != "" {
+			continue
+		}
+		// What the answer says works.
+		if got := askIn("30", "/topic "+plan.ID); got != "Session restored: Old plan" {
+			t.Fatalf("/topic <id> after the answer: %q", got)
+		}
+		if topic, err := st.Get(ctx, root+":30"); err != nil || topic.ID != plan.ID {
+			t.Errorf("topic 30 on %s (%v), want %s", topic.ID, err, plan.ID)
+		}
+		// The main view resumes it again, for the case off.
+		askIn("30", "/new")
+		if got := askIn("", "/resume Old plan"); got != "↩️ Resumed Old plan." {
+			t.Fatalf("/resume in the main view: %q", got)
+		}
+	}
+}
