@@ -785,7 +785,7 @@ func TestResponsesBadRequests(t *testing.T) {
 		{"metadata key too long", "POST", base, testKey, `{"input":"a","metadata":{"` + strings.Repeat("k", 65) + `":"v"}}`, nil, 400, "invalid_request", "metadata"},
 		{"unknown previous", "POST", base, testKey, `{"input":"a","previous_response_id":"resp_nothing"}`, nil, 400, "previous_response_not_found", "previous_response_id"},
 		{"previous that is no id", "POST", base, testKey, `{"input":"a","previous_response_id":"` + strings.Repeat("x", 300) + `"}`, nil, 400, "previous_response_not_found", "previous_response_id"},
-		{"too large", "POST", base, testKey, `{"input":"` + strings.Repeat("x", 5000) + `"}`, nil, 413, "request_too_large", ""},
+		{"too large", "POST", base, testKey, `{"input":"` + strings.Repeat("x", 5000) + `"}`, nil, 413, "body_too_large", ""},
 		{"get unknown", "GET", base + "/resp_nothing", testKey, "", nil, 404, "response_not_found", ""},
 		{"get no id", "GET", base + "/chatcmpl-1", testKey, "", nil, 404, "response_not_found", ""},
 		{"get streamed", "GET", base + "/" + resp.ID + "?stream=true", testKey, "", nil, 400, "unsupported_parameter", "stream"},
