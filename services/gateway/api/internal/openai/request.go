@@ -88,15 +88,19 @@ type chatMessage struct {
 }
 
 // UnmarshalJSON reads the message's "role" and "content" as spelled, as
-// Hermes's msg.get looks them up: "Role" is another key.
+// Hermes's msg.get looks them up: "Role" is another key. A role that is
+// no string is none (""): Hermes compares it with "system", "user" and
+// "assistant" and reads no message whose role is none of them.
 func (m *chatMessage) UnmarshalJSON(b []byte) error {
 	f, err := exactMembers(b)
 	if err != nil {
 		return err
 	}
 	m.Content = f["content"]
-	m.Role, err = stringMember(f, "role")
-	return err
+	if role := bytes.TrimSpace(f["role"]); len(role) > 0 && role[0] == '"' {
+		return json.Unmarshal(role, &m.Role)
+	}
+	return nil
 }
 
 // Input is what a request asks the agent: the newest user message (its
@@ -178,14 +182,6 @@ func Parse(body []byte) (*Chat, error) {
 	}
 	last := -1
 	for i, m := range req.Messages {
-		switch m.Role {
-		case "system", "developer", "user", "assistant", "tool", "function":
-		default:
-			if len(m.Role) > maxRoleLen {
-				m.Role = m.Role[:maxRoleLen]
-			}
-			return nil, invalid(fmt.Sprintf("messages[%d].role", i), "unknown role %q", m.Role)
-		}
 		if m.Role == "user" {
 			last = i
 		}
@@ -214,11 +210,12 @@ func Parse(body []byte) (*Chat, error) {
 			// refused (chatText).
 			text = chatText(m.Content)
 		default:
-			// A developer message, which Hermes's _handle_chat_completions
-			// reads neither as system nor as conversation (it takes only
-			// system, user and assistant), so its text is not the request's
-			// instructions; or a tool's or a function's result, of the
-			// client's own tool loop, for which the context has no place.
+			// As Hermes's _handle_chat_completions, which reads the
+			// messages whose role is system, user or assistant (so spelled)
+			// and no other: a developer message, whose text is then not the
+			// request's instructions; a tool's or a function's result, of
+			// the client's own tool loop, for which the context has no
+			// place; a role it does not know, or none.
 			continue
 		}
 		if i == last {

@@ -211,6 +211,54 @@ func TestChatContentAsHermes(t *testing.T) {
 	}
 }
 
+// A chat completion's messages are read as Hermes's
+// _handle_chat_completions reads them: those whose role is system, user
+// or assistant, so spelled; a message of another role (one it does not
+// know, in another case, no string, none) is not read, not refused.
+func TestChatRolesAsHermes(t *testing.T) {
+	t.Parallel()
+	msgs := func(m ...string) string {
+		return `{"messages":[` + strings.Join(m, ",") + `]}`
+	}
+	const q = `{"role":"user","content":"q"}`
+	for _, c := range []struct {
+		name, body, text, context string
+		invalid                   bool
+	}{
+		{name: "a role it does not know", body: msgs(`{"role":"robot","content":"beep"}`, `{"role":"user","content":"a"}`, q), text: "q", context: "user:a"},
+		{name: "a role in another case", body: msgs(`{"role":"User","content":"a"}`, `{"role":"SYSTEM","content":"s"}`, q), text: "q"},
+		{name: "a role of spaces", body: msgs(`{"role":" user ","content":"a"}`, q), text: "q"},
+		{name: "a long role", body: msgs(`{"role":"`+strings.Repeat("r", 100)+`","content":"a"}`, q), text: "q"},
+		{name: "a role that is no string", body: msgs(`{"role":5,"content":"a"}`, `{"role":["user"],"content":"b"}`, `{"role":{"k":"user"},"content":"c"}`, `{"role":true,"content":"d"}`, q), text: "q"},
+		{name: "a null role", body: msgs(`{"role":null,"content":"a"}`, q), text: "q"},
+		{name: "no role", body: msgs(`{"content":"a"}`, q, `{"content":"b"}`), text: "q"},
+		{name: "an unknown role's content unchecked", body: msgs(`{"role":"robot","content":[{"type":"file","file":{}}]}`, q), text: "q"},
+		{name: "nothing but unknown roles", body: msgs(`{"role":"robot","content":"a"}`, `{"content":"b"}`), invalid: true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			req, err := Parse([]byte(c.body))
+			if c.invalid {
+				var inv *InvalidError
+				if !errors.As(err, &inv) {
+					t.Fatalf("error %v, want a refusal", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ctx []string
+			for _, m := range req.Context {
+				ctx = append(ctx, m.GetRole()+":"+m.GetContent())
+			}
+			if req.Text != c.text || strings.Join(ctx, "|") != c.context {
+				t.Fatalf("text %q, context %q; want %q, %q", req.Text, strings.Join(ctx, "|"), c.text, c.context)
+			}
+		})
+	}
+}
+
 // A message's, an input item's and a content part's fields are read by
 // their exact names, as Hermes's API server looks them up in their dicts
 // (msg.get("role"), part.get("type"), image_ref.get("url")): "Type" or
@@ -235,8 +283,8 @@ func TestFieldNamesAsSpelled(t *testing.T) {
 		{name: "an image's url in another case", body: chat(`[{"type":"image_url","image_url":{"URL":"https://x/a.png"}}]`),
 			param: "messages[0].content"},
 		{name: "a message's content in another case", body: `{"messages":[{"role":"user","Content":"a"}]}`, param: "messages[0].content"},
-		{name: "a message's role in another case", body: `{"messages":[{"Role":"system","content":"s"},{"role":"user","content":"q"}]}`,
-			param: "messages[0].role"},
+		{name: "a message's role in another case is none", body: `{"messages":[{"Role":"system","content":"s"},{"role":"user","content":"q"}]}`,
+			text: "q"},
 		{name: "an input item's role in another case is none", responses: true,
 			body: `{"input":[{"Role":"assistant","content":"a"},{"role":"user","content":"q"}]}`, text: "q", context: "user:a"},
 		{name: "an input item's part type in another case", responses: true,
