@@ -111,8 +111,8 @@ type Input struct {
 	Context     []*eventsv1.ContextMessage
 }
 
-// Chat is a validated chat completion request: the newest user message
-// is the input, everything before it is context.
+// Chat is a validated chat completion request: the newest user or
+// assistant message is the input, the messages around it its context.
 type Chat struct {
 	Input
 	Model  string
@@ -180,9 +180,13 @@ func Parse(body []byte) (*Chat, error) {
 	if len(req.Messages) > maxMessages {
 		return nil, invalid("messages", "at most %d messages", maxMessages)
 	}
+	// As Hermes's _handle_chat_completions: the last user or assistant
+	// message is the input (a trailing assistant message too, which
+	// Hermes gives the agent as the user's), the user and assistant
+	// messages before it its history.
 	last := -1
 	for i, m := range req.Messages {
-		if m.Role == "user" {
+		if m.Role == "user" || m.Role == "assistant" {
 			last = i
 		}
 	}
@@ -227,7 +231,7 @@ func Parse(body []byte) (*Chat, error) {
 		}
 	}
 	if strings.TrimSpace(out.Text) == "" && len(out.Attachments) == 0 {
-		return nil, invalid(fmt.Sprintf("messages[%d].content", last), "the last user message is empty")
+		return nil, invalid(fmt.Sprintf("messages[%d].content", last), "the last user or assistant message is empty")
 	}
 	return out, nil
 }

@@ -259,6 +259,58 @@ func TestChatRolesAsHermes(t *testing.T) {
 	}
 }
 
+// A chat completion's input is its last user or assistant message, as
+// Hermes's _handle_chat_completions takes it (conversation_messages[-1]):
+// an assistant message after the last user's is the input, not context,
+// and an empty one is refused even after a user message with text; the
+// user and assistant messages before it are the context, system
+// messages in their places.
+func TestChatInputAsHermes(t *testing.T) {
+	t.Parallel()
+	msgs := func(m ...string) string {
+		return `{"messages":[` + strings.Join(m, ",") + `]}`
+	}
+	for _, c := range []struct {
+		name, body, text, context string
+		images                    int
+		param                     string // of the refusal
+	}{
+		{name: "an assistant message after the user's", body: msgs(`{"role":"user","content":"a"}`, `{"role":"assistant","content":"b"}`),
+			text: "b", context: "user:a"},
+		{name: "then system and unread messages", body: msgs(`{"role":"system","content":"s"}`, `{"role":"user","content":"a"}`, `{"role":"assistant","content":"b"}`,
+			`{"role":"system","content":"t"}`, `{"role":"tool","content":"r"}`, `{"role":"developer","content":"d"}`), text: "b", context: "system:s|user:a|system:t"},
+		{name: "only an assistant message", body: msgs(`{"role":"assistant","content":"hi"}`), text: "hi"},
+		{name: "an assistant's picture", body: msgs(`{"role":"user","content":"a"}`, `{"role":"assistant","content":[{"type":"image_url","image_url":{"url":"https://x/a.png"}}]}`),
+			images: 1, context: "user:a"},
+		{name: "an empty assistant message after the user's", body: msgs(`{"role":"user","content":"a"}`, `{"role":"assistant","content":" "}`), param: "messages[1].content"},
+		{name: "a null assistant message after the user's", body: msgs(`{"role":"user","content":"a"}`, `{"role":"assistant","content":null}`), param: "messages[1].content"},
+		{name: "a user message after the assistant's", body: msgs(`{"role":"assistant","content":"a"}`, `{"role":"user","content":"b"}`), text: "b", context: "assistant:a"},
+		{name: "no user or assistant message", body: msgs(`{"role":"system","content":"s"}`, `{"role":"tool","content":"r"}`), param: "messages"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			req, err := Parse([]byte(c.body))
+			if c.param != "" {
+				var inv *InvalidError
+				if !errors.As(err, &inv) || inv.Param != c.param {
+					t.Fatalf("error %v, want a refusal at %s", err, c.param)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ctx []string
+			for _, m := range req.Context {
+				ctx = append(ctx, m.GetRole()+":"+m.GetContent())
+			}
+			if req.Text != c.text || strings.Join(ctx, "|") != c.context || len(req.Attachments) != c.images {
+				t.Fatalf("text %q, context %q, %d pictures; want %q, %q, %d", req.Text, strings.Join(ctx, "|"), len(req.Attachments), c.text, c.context, c.images)
+			}
+		})
+	}
+}
+
 // A message's, an input item's and a content part's fields are read by
 // their exact names, as Hermes's API server looks them up in their dicts
 // (msg.get("role"), part.get("type"), image_ref.get("url")): "Type" or
