@@ -181,3 +181,43 @@ func TestBodyTooLargeAsHermes(t *testing.T) {
 		}
 	}
 }
+
+// A chat completion of 1,001 messages whose last has 17 pictures, and a
+// Responses request of 1,001 input items, are answered (200), as Hermes
+// answers them: every message is context, the first 16 pictures are
+// taken and the others named.
+func TestHermesTakesEveryMessageAndPicture(t *testing.T) {
+	t.Parallel()
+	b := newBus(t)
+	s := startService(t, b, nil)
+	r := startResponder(t, b)
+	base := "http://" + s.Addr()
+	pictures := strings.TrimSuffix(strings.Repeat(`{"type":"image_url","image_url":{"url":"https://x/a.png"}},`, 17), ",")
+	for i, c := range []struct {
+		name, path, body string
+		context, atts    int
+	}{
+		{"chat completion", "/v1/chat/completions",
+			`{"messages":[` + strings.Repeat(`{"role":"user","content":"m"},`, 1_000) + `{"role":"user","content":[{"type":"text","text":"q"},` + pictures + `]}]}`, 1_000, 17},
+		{"Responses", "/v1/responses", `{"input":[` + strings.Repeat(`"m",`, 1_000) + `"q"]}`, 1_000, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			res := do(t, "POST", base+c.path, testKey, c.body, nil)
+			if res.code != http.StatusOK {
+				t.Fatalf("%d %s", res.code, res.body)
+			}
+			evs := r.received()
+			if len(evs) != i+1 {
+				t.Fatalf("%d events, want %d", len(evs), i+1)
+			}
+			ev := evs[i]
+			atts := ev.GetAttachments()
+			if ev.GetText() != "q" || len(ev.GetContext()) != c.context || len(atts) != c.atts {
+				t.Fatalf("text %q, %d context messages, %d attachments; want q, %d, %d", ev.GetText(), len(ev.GetContext()), len(atts), c.context, c.atts)
+			}
+			if len(atts) > 0 && (atts[15].GetUrl() != "https://x/a.png" || atts[16].GetLocation() != nil || atts[16].GetUnavailable() == "") {
+				t.Fatalf("pictures %v, want 16 taken and one more not", atts)
+			}
+		})
+	}
+}

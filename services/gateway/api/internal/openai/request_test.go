@@ -2,6 +2,7 @@ package openai
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -506,6 +507,90 @@ func TestPythonLiterals(t *testing.T) {
 			}
 			if in.Text != c.text || strings.Join(ctx, "|") != c.context {
 				t.Fatalf("text %q, context %q; want %q, %q", in.Text, strings.Join(ctx, "|"), c.text, c.context)
+			}
+		})
+	}
+}
+
+// Hermes's API server takes a request's messages and pictures whatever
+// their number (its bound is the body's size): 1,001 messages of a chat
+// completion, 1,001 input items, 1,001 history entries, 17 pictures are
+// taken, not refused. Past maxImages a message's pictures are named in
+// one picture that is not taken; past maxContext messages of context —
+// more than an event could carry — a request is refused, unless its
+// truncation keeps only the latest.
+func TestHermesTakesEveryMessage(t *testing.T) {
+	t.Parallel()
+	many := func(n int, item string) string {
+		return strings.TrimSuffix(strings.Repeat(item+",", n), ",")
+	}
+	pictures := `[` + many(maxImages+1, `{"type":"image_url","image_url":{"url":"https://x/a.png"}}`) + `]`
+	for _, c := range []struct {
+		name, api, body string
+		context         int    // messages
+		pictures        int    // taken
+		param           string // of the refusal
+	}{
+		{name: "a chat completion's 1,001 messages", body: `{"messages":[` + many(1_001, `{"role":"user","content":"m"}`) + `]}`, context: 1_000},
+		{name: "1,001 input items", api: "responses", body: `{"input":[` + many(1_001, `"m"`) + `]}`, context: 1_000},
+		{name: "1,001 history entries", api: "responses", body: `{"input":"q","conversation_history":[` + many(1_001, `{"role":"user","content":"m"}`) + `]}`, context: 1_001},
+		{name: "a run's 1,001 history entries and input items", api: "run",
+			body: `{"input":[` + many(1_001, `"m"`) + `],"conversation_history":[` + many(1_001, `{"role":"assistant","content":"m"}`) + `]}`, context: 2_001},
+		{name: "17 pictures", body: `{"messages":[{"role":"user","content":` + pictures + `}]}`, pictures: maxImages},
+		{name: "17 pictures of an input item", api: "responses", body: `{"input":[{"role":"user","content":` + pictures + `}]}`, pictures: maxImages},
+		{name: "17 pictures before the input", body: `{"messages":[{"role":"user","content":` + pictures + `},{"role":"user","content":"q"}]}`, context: 1},
+		{name: "more messages than an event carries", body: `{"messages":[` + many(maxContext+2, `{"role":"user"}`) + `]}`, param: "messages"},
+		{name: "more input items than an event carries", api: "responses", body: `{"input":[` + many(maxContext+2, `"m"`) + `]}`, param: fmt.Sprintf("input[%d]", maxContext)},
+		{name: "more history than an event carries", api: "run", body: `{"input":"q","conversation_history":[` + many(maxContext+1, `{"role":"user","content":""}`) + `]}`,
+			param: fmt.Sprintf("conversation_history[%d]", maxContext)},
+		{name: "more history than an event carries, truncated", api: "responses",
+			body: `{"input":"q","truncation":"auto","conversation_history":[` + many(maxContext+1, `{"role":"user","content":""}`) + `]}`, context: 100},
+		{name: "more messages than an event carries, most not read", body: `{"messages":[` + many(maxContext+2, `{"role":"tool"}`) + `,{"role":"user","content":"q"}]}`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			var in Input
+			var err error
+			switch c.api {
+			case "responses":
+				var req *Responses
+				if req, err = ParseResponses([]byte(c.body)); req != nil {
+					in = req.Input
+				}
+			case "run":
+				var req *Run
+				if req, err = ParseRun([]byte(c.body)); req != nil {
+					in = req.Input
+				}
+			default:
+				var req *Chat
+				if req, err = Parse([]byte(c.body)); req != nil {
+					in = req.Input
+				}
+			}
+			if c.param != "" {
+				var inv *InvalidError
+				if !errors.As(err, &inv) || inv.Param != c.param {
+					t.Fatalf("error %v, want a refusal at %s", err, c.param)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			taken := 0
+			for _, a := range in.Attachments {
+				if a.GetUrl() != "" {
+					taken++
+				}
+			}
+			if len(in.Context) != c.context || taken != c.pictures {
+				t.Fatalf("%d context messages, %d pictures taken; want %d, %d", len(in.Context), taken, c.context, c.pictures)
+			}
+			if c.pictures > 0 {
+				if n := len(in.Attachments); n != c.pictures+1 || !strings.Contains(in.Attachments[n-1].GetUnavailable(), "17 pictures") {
+					t.Fatalf("pictures %v, want one more saying there were 17", in.Attachments)
+				}
 			}
 		})
 	}
