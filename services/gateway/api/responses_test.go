@@ -762,7 +762,7 @@ func TestResponsesBadRequests(t *testing.T) {
 		{"empty input", "POST", base, testKey, `{"input":"  "}`, nil, 400, "invalid_request", "input"},
 		{"empty input list", "POST", base, testKey, `{"input":[]}`, nil, 400, "invalid_request", "input"},
 		{"input of another type", "POST", base, testKey, `{"input":12}`, nil, 400, "invalid_request", "input"},
-		{"wrong field type", "POST", base, testKey, `{"input":"a","stream":"yes"}`, nil, 400, "invalid_request", ""},
+		{"wrong field type", "POST", base, testKey, `{"input":"a","model":5}`, nil, 400, "invalid_request", "model"},
 		{"no user message", "POST", base, testKey, `{"input":[{"role":"system","content":"x"}]}`, nil, 400, "invalid_request", "input"},
 		{"unknown role", "POST", base, testKey, `{"input":[{"role":"robot","content":"x"}]}`, nil, 400, "invalid_request", "input[0].role"},
 		{"tool output item", "POST", base, testKey, `{"input":[{"type":"function_call_output","call_id":"c","output":"4"}]}`, nil, 400, "unsupported_content_type", "input[0].type"},

@@ -7,7 +7,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -25,16 +27,16 @@ import (
 type chatRequest struct {
 	Model    string          `json:"model"`
 	Messages json.RawMessage `json:"messages"` // read one at a time (eachElement)
-	Stream   bool            `json:"stream"`
+	Stream   truth           `json:"stream"`
 	User     string          `json:"user"`
 	// N is how many choices the client asks for: the agent gives one
 	// answer, so any other number is refused rather than answered with
-	// fewer choices than asked.
-	N *int64 `json:"n"`
+	// fewer choices than asked (checkN).
+	N json.RawMessage `json:"n"`
 	// StreamOptions.IncludeUsage asks a stream for a last chunk with the
 	// usage; stream_options (null aside) without stream: true is refused.
 	StreamOptions *struct {
-		IncludeUsage bool `json:"include_usage"`
+		IncludeUsage truth `json:"include_usage"`
 	} `json:"stream_options"`
 	// ToolChoice and FunctionCall (its legacy spelling) other than auto
 	// or none (allowed tools in mode auto included) ask for the client's
@@ -167,14 +169,11 @@ func Parse(body []byte) (*Chat, error) {
 		// why none came.
 		return nil, invalid("stream_options", "The 'stream_options' parameter is only allowed when 'stream' is enabled.")
 	}
-	if req.N != nil && *req.N != 1 {
-		if *req.N < 1 {
-			return nil, invalid("n", "n must be at least 1")
-		}
-		return nil, unsupported("n", "n must be 1: the agent gives one answer per request")
+	if err := checkN(req.N); err != nil {
+		return nil, err
 	}
-	out := &Chat{Model: req.Model, Stream: req.Stream, User: req.User,
-		IncludeUsage: req.Stream && req.StreamOptions != nil && req.StreamOptions.IncludeUsage}
+	out := &Chat{Model: req.Model, Stream: bool(req.Stream), User: req.User,
+		IncludeUsage: bool(req.Stream) && req.StreamOptions != nil && bool(req.StreamOptions.IncludeUsage)}
 	// As Hermes's _handle_chat_completions: the last user or assistant
 	// message is the input (a trailing assistant message too, which
 	// Hermes gives the agent as the user's), the user and assistant
@@ -282,18 +281,82 @@ func tooMuchContext(param string) error {
 	return invalid(param, "too many messages: a request carries at most %d besides its input", maxContext)
 }
 
+// checkN refuses an n other than 1 (or null): less than 1 is invalid,
+// more, or NaN, is more than one answer. A number that is 1, as Python
+// compares it (1.0, 1e0), is 1.
+func checkN(raw json.RawMessage) error {
+	raw = bytes.TrimSpace(raw)
+	switch {
+	case len(raw) == 0 || bytes.Equal(raw, []byte("null")):
+		return nil
+	case raw[0] != '-' && (raw[0] < '0' || raw[0] > '9'):
+		return invalid("n", "n must be a number")
+	case string(raw) == nanNumber:
+		// NaN is not 1 answer.
+	case parseNumber(raw) == 1:
+		return nil
+	case parseNumber(raw) < 1:
+		return invalid("n", "n must be at least 1")
+	}
+	return unsupported("n", "n must be 1: the agent gives one answer per request")
+}
+
+// parseNumber is the value of raw, a JSON number: ±Inf past the float
+// range, as Python reads it.
+func parseNumber(raw json.RawMessage) float64 {
+	f, _ := strconv.ParseFloat(string(raw), 64)
+	return f
+}
+
+// truth is a boolean parameter read as Python holds its value true or
+// false (falsy), as Hermes reads stream (if stream: …): NaN, 1, "no" and
+// [0] are true; 0, "", [], {}, false and null false.
+type truth bool
+
+func (t *truth) UnmarshalJSON(b []byte) error {
+	*t = truth(!falsy(b))
+	return nil
+}
+
 // decode reads body, one JSON object, into v. The literals NaN,
 // Infinity and -Infinity are taken, as Python's json module (Hermes's
-// request.json()) takes them (pythonLiterals).
+// request.json()) takes them (pythonLiterals). A parameter of the wrong
+// type is refused with its name (typeError), not as JSON that is not
+// valid.
 func decode(body []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(pythonLiterals(body)))
 	if err := dec.Decode(v); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) && te.Field != "" {
+			return typeError(te)
+		}
 		return invalid("", "request body is not valid JSON: %v", err)
 	}
 	if dec.More() {
 		return invalid("", "request body has data after the JSON object")
 	}
 	return nil
+}
+
+// typeError refuses a parameter whose JSON value is not of its type:
+// the message names the parameter and the type, not the value (a NaN is
+// nanNumber there, which the client did not send).
+func typeError(te *json.UnmarshalTypeError) error {
+	want := "of another type"
+	switch te.Type.Kind() {
+	case reflect.String:
+		want = "a string"
+	case reflect.Bool:
+		want = "true or false"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64, reflect.Float32, reflect.Float64:
+		want = "a number"
+	case reflect.Map, reflect.Struct, reflect.Pointer:
+		want = "an object"
+	case reflect.Slice, reflect.Array:
+		want = "an array"
+	}
+	// The field, and the type of what is in it (a map's value's).
+	return invalid(te.Field, "%s: expected %s", te.Field, want)
 }
 
 // nanNumber stands for NaN in a body whose Python literals are made

@@ -595,3 +595,96 @@ func TestHermesTakesEveryMessage(t *testing.T) {
 		})
 	}
 }
+
+// A flag is read as Python holds its value true or false, as Hermes
+// reads stream (if stream: …, bool(body.get("stream"))) and a Responses
+// request's store (absent: true): NaN, Infinity, 1 and "false" are
+// true; 0, "", [], null false. n is 1 when Python's 1 == n (1.0); NaN is
+// not 1. A parameter of the wrong type (NaN for a string) is refused
+// with its name, not as JSON that is not valid, and the message does not
+// show the number NaN stands for.
+func TestParametersAsPythonReadsThem(t *testing.T) {
+	t.Parallel()
+	const q = `"messages":[{"role":"user","content":"q"}]`
+	for _, c := range []struct {
+		name, body string
+		responses  bool
+		// want: "stream", "stream,usage", "stream,store", "store" or ""
+		// (neither); or the refusal's param and code.
+		want, param, code string
+	}{
+		{name: "stream NaN", body: `{"stream":NaN,` + q + `}`, want: "stream"},
+		{name: "stream Infinity", body: `{"stream":Infinity,` + q + `}`, want: "stream"},
+		{name: "stream 1", body: `{"stream":1,` + q + `}`, want: "stream"},
+		{name: "stream \"false\"", body: `{"stream":"false",` + q + `}`, want: "stream"},
+		{name: "stream [0]", body: `{"stream":[0],` + q + `}`, want: "stream"},
+		{name: "stream 0", body: `{"stream":0,` + q + `}`},
+		{name: "stream -0.0", body: `{"stream":-0.0,` + q + `}`},
+		{name: "stream \"\"", body: `{"stream":"",` + q + `}`},
+		{name: "stream null", body: `{"stream":null,` + q + `}`},
+		{name: "stream {}", body: `{"stream":{},` + q + `}`},
+		{name: "include_usage NaN", body: `{"stream":NaN,"stream_options":{"include_usage":NaN},` + q + `}`, want: "stream,usage"},
+		{name: "stream_options without a true stream", body: `{"stream":0,"stream_options":{"include_usage":1},` + q + `}`, param: "stream_options"},
+		{name: "n 1.0", body: `{"n":1.0,` + q + `}`},
+		{name: "n 1e0", body: `{"n":1e0,` + q + `}`},
+		{name: "n NaN", body: `{"n":NaN,` + q + `}`, param: "n", code: CodeUnsupported},
+		{name: "n Infinity", body: `{"n":Infinity,` + q + `}`, param: "n", code: CodeUnsupported},
+		{name: "n -Infinity", body: `{"n":-Infinity,` + q + `}`, param: "n"},
+		{name: "n 0.5", body: `{"n":0.5,` + q + `}`, param: "n"},
+		{name: "n 1.5", body: `{"n":1.5,` + q + `}`, param: "n", code: CodeUnsupported},
+		{name: "n \"1\"", body: `{"n":"1",` + q + `}`, param: "n"},
+		{name: "temperature NaN", body: `{"temperature":NaN,"top_p":NaN,` + q + `}`},
+		{name: "model NaN", body: `{"model":NaN,` + q + `}`, param: "model"},
+		{name: "user NaN", body: `{"user":NaN,` + q + `}`, param: "user"},
+		{name: "Responses stream NaN", responses: true, body: `{"input":"q","stream":NaN}`, want: "stream,store"},
+		{name: "Responses stream \"no\"", responses: true, body: `{"input":"q","stream":"no"}`, want: "stream,store"},
+		{name: "Responses store NaN", responses: true, body: `{"input":"q","store":NaN}`, want: "store"},
+		{name: "Responses store 0", responses: true, body: `{"input":"q","store":0}`},
+		{name: "Responses store null", responses: true, body: `{"input":"q","store":null}`},
+		{name: "Responses store \"\"", responses: true, body: `{"input":"q","store":""}`},
+		{name: "Responses background NaN", responses: true, body: `{"input":"q","background":NaN}`, param: "background", code: CodeUnsupported},
+		{name: "Responses background 0", responses: true, body: `{"input":"q","background":0}`, want: "store"},
+		{name: "Responses instructions NaN", responses: true, body: `{"input":"q","instructions":NaN}`, param: "instructions"},
+		{name: "Responses metadata NaN", responses: true, body: `{"input":"q","metadata":{"k":NaN}}`, param: "metadata"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			var got []string
+			var err error
+			if c.responses {
+				var req *Responses
+				if req, err = ParseResponses([]byte(c.body)); req != nil {
+					if req.Stream {
+						got = append(got, "stream")
+					}
+					if req.Store {
+						got = append(got, "store")
+					}
+				}
+			} else {
+				var req *Chat
+				if req, err = Parse([]byte(c.body)); req != nil {
+					if req.Stream {
+						got = append(got, "stream")
+					}
+					if req.IncludeUsage {
+						got = append(got, "usage")
+					}
+				}
+			}
+			if c.param != "" {
+				var inv *InvalidError
+				if !errors.As(err, &inv) || inv.Param != c.param || inv.Code != c.code || strings.Contains(inv.Msg, nanNumber) {
+					t.Fatalf("error %#v, want %q at %s", err, c.code, c.param)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if strings.Join(got, ",") != c.want {
+				t.Fatalf("%q, want %q", strings.Join(got, ","), c.want)
+			}
+		})
+	}
+}

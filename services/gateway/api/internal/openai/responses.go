@@ -20,13 +20,13 @@ type responsesRequest struct {
 	Model              string            `json:"model"`
 	Input              json.RawMessage   `json:"input"`
 	Instructions       *string           `json:"instructions"`
-	Stream             bool              `json:"stream"`
-	Store              *bool             `json:"store"`
+	Stream             truth             `json:"stream"`
+	Store              json.RawMessage   `json:"store"` // Hermes's: absent true, else as Python holds it (falsy)
 	PreviousResponseID string            `json:"previous_response_id"`
 	Conversation       json.RawMessage   `json:"conversation"`
 	User               string            `json:"user"`
 	Metadata           map[string]string `json:"metadata"`
-	Background         bool              `json:"background"`
+	Background         truth             `json:"background"`
 	Tools              []json.RawMessage `json:"tools"`
 	ToolChoice         json.RawMessage   `json:"tool_choice"`
 	Prompt             json.RawMessage   `json:"prompt"`
@@ -171,7 +171,7 @@ func ParseResponses(body []byte) (*Responses, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := &Responses{Model: req.Model, Stream: req.Stream, User: req.User, Store: req.Store == nil || *req.Store,
+	out := &Responses{Model: req.Model, Stream: bool(req.Stream), User: req.User, Store: len(req.Store) == 0 || !falsy(req.Store),
 		PreviousResponseID: in.previous, Conversation: conversation, Metadata: req.Metadata,
 		InstructionsSent: req.Instructions != nil, HistorySent: in.historySent, Truncation: "disabled"}
 	keep := 0
