@@ -241,7 +241,7 @@ func TestBadInputGetsItsDocumentedAnswer(t *testing.T) {
 		{"api oversized body", func(t *testing.T) {
 			body := `{"messages":[{"role":"user","content":"` + strings.Repeat("x", 4<<20) + `"}]}`
 			r := flooder.chat(ctx, "big", []byte(body), nil)
-			wantAPIError(t, r, http.StatusRequestEntityTooLarge, "request_too_large")
+			wantAPIError(t, r, http.StatusRequestEntityTooLarge, "body_too_large")
 			stillAnswers(t, flooder, "big")
 		}},
 		{"api malformed json", func(t *testing.T) {

@@ -48,7 +48,8 @@ type Options struct {
 	// schedule to start over when it drops (default 1 min): one that
 	// drops sooner, again and again, walks the schedule to its end.
 	StableAfter time.Duration
-	// MaxEventBytes bounds an encoded inbound event (default 256 KiB).
+	// MaxEventBytes bounds an encoded inbound event
+	// (DefaultMaxEventBytes if 0).
 	MaxEventBytes int
 	// ReceiptTTL is how long a send's receipt answers retries (default 24 h).
 	ReceiptTTL time.Duration
@@ -90,7 +91,7 @@ func (o *Options) defaults() {
 		o.StableAfter = time.Minute
 	}
 	if o.MaxEventBytes <= 0 {
-		o.MaxEventBytes = 256 << 10
+		o.MaxEventBytes = DefaultMaxEventBytes
 	}
 	if o.ReceiptTTL <= 0 {
 		o.ReceiptTTL = 24 * time.Hour
@@ -653,6 +654,10 @@ func (r *Runner) Check(ev *eventsv1.MessageReceived) error {
 // MaxEventIDBytes bounds an inbound event id, which becomes part of the
 // bus message id (a NATS header value) and of dedupe keys.
 const MaxEventIDBytes = 512
+
+// DefaultMaxEventBytes bounds an encoded inbound event unless
+// Options.MaxEventBytes says otherwise.
+const DefaultMaxEventBytes = 256 << 10
 
 // CheckEvent is the inbound validation Deliver applies, without I/O: it
 // fills an empty platform and account, and refuses an event that is not

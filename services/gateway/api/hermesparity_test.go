@@ -2,7 +2,10 @@ package api
 
 import (
 	"encoding/json"
+	"fmt"
+	"io"
 	"net/http"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -129,5 +132,92 @@ func TestHermesInputItemWithoutRole(t *testing.T) {
 		if evs := r.received(); len(evs) != i+1 || evs[i].GetText() != "hello" {
 			t.Fatalf("%s: events %v, want the message hello", c.path, evs)
 		}
+	}
+}
+
+// A body over the limit is answered as Hermes's body_limit_middleware
+// answers one (gateway/platforms/api_server.py): 413 with
+// {"message": "Request body too large.", "type": "invalid_request_error",
+// "param": null, "code": "body_too_large"}, on every endpoint that reads
+// a body, whether its Content-Length says so or it is sent in chunks.
+func TestBodyTooLargeAsHermes(t *testing.T) {
+	t.Parallel()
+	b := newBus(t)
+	s := startService(t, b, func(c *Config) { c.MaxBodyBytes = 1024 })
+	base := "http://" + s.Addr()
+	big := strings.Repeat("x", 2048)
+	for _, c := range []struct{ name, path, body string }{
+		{"chat completion", "/v1/chat/completions", `{"messages":[{"role":"user","content":"` + big + `"}]}`},
+		{"Responses", "/v1/responses", `{"input":"` + big + `"}`},
+		{"run", "/v1/runs", `{"input":"` + big + `"}`},
+	} {
+		for _, chunked := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s, chunked %v", c.name, chunked), func(t *testing.T) {
+				var body io.Reader = strings.NewReader(c.body)
+				if chunked {
+					body = io.MultiReader(body) // no length: sent in chunks
+				}
+				req, err := http.NewRequest("POST", base+c.path, body)
+				if err != nil {
+					t.Fatal(err)
+				}
+				req.Header.Set("Authorization", "Bearer "+testKey)
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer resp.Body.Close()
+				var got struct {
+					Error map[string]any `json:"error"`
+				}
+				if err := json.NewDecoder(resp.Body).Decode(&got); err != nil {
+					t.Fatal(err)
+				}
+				want := map[string]any{"message": "Request body too large.", "type": "invalid_request_error", "param": nil, "code": "body_too_large"}
+				if resp.StatusCode != http.StatusRequestEntityTooLarge || !reflect.DeepEqual(got.Error, want) {
+					t.Fatalf("%d %v; want 413 %v", resp.StatusCode, got.Error, want)
+				}
+			})
+		}
+	}
+}
+
+// A chat completion of 1,001 messages whose last has 17 pictures, and a
+// Responses request of 1,001 input items, are answered (200), as Hermes
+// answers them: every message is context, the first 16 pictures are
+// taken and the others named.
+func TestHermesTakesEveryMessageAndPicture(t *testing.T) {
+	t.Parallel()
+	b := newBus(t)
+	s := startService(t, b, nil)
+	r := startResponder(t, b)
+	base := "http://" + s.Addr()
+	pictures := strings.TrimSuffix(strings.Repeat(`{"type":"image_url","image_url":{"url":"https://x/a.png"}},`, 17), ",")
+	for i, c := range []struct {
+		name, path, body string
+		context, atts    int
+	}{
+		{"chat completion", "/v1/chat/completions",
+			`{"messages":[` + strings.Repeat(`{"role":"user","content":"m"},`, 1_000) + `{"role":"user","content":[{"type":"text","text":"q"},` + pictures + `]}]}`, 1_000, 17},
+		{"Responses", "/v1/responses", `{"input":[` + strings.Repeat(`"m",`, 1_000) + `"q"]}`, 1_000, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			res := do(t, "POST", base+c.path, testKey, c.body, nil)
+			if res.code != http.StatusOK {
+				t.Fatalf("%d %s", res.code, res.body)
+			}
+			evs := r.received()
+			if len(evs) != i+1 {
+				t.Fatalf("%d events, want %d", len(evs), i+1)
+			}
+			ev := evs[i]
+			atts := ev.GetAttachments()
+			if ev.GetText() != "q" || len(ev.GetContext()) != c.context || len(atts) != c.atts {
+				t.Fatalf("text %q, %d context messages, %d attachments; want q, %d, %d", ev.GetText(), len(ev.GetContext()), len(atts), c.context, c.atts)
+			}
+			if len(atts) > 0 && (atts[15].GetUrl() != "https://x/a.png" || atts[16].GetLocation() != nil || atts[16].GetUnavailable() == "") {
+				t.Fatalf("pictures %v, want 16 taken and one more not", atts)
+			}
+		})
 	}
 }

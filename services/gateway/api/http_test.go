@@ -169,7 +169,7 @@ func TestHTTPErrorsAndHeaders(t *testing.T) {
 		{"malformed json", "POST", chat, testKey, `{"messages":`, nil, 400, "invalid_request"},
 		{"no user message", "POST", chat, testKey, `{"messages":[{"role":"system","content":"x"}]}`, nil, 400, "invalid_request"},
 		{"bad session id", "POST", chat, testKey, good, map[string]string{HeaderSession: "a:b"}, 400, "invalid_session_id"},
-		{"too large", "POST", chat, testKey, `{"messages":[{"role":"user","content":"` + strings.Repeat("x", 2048) + `"}]}`, nil, 413, "request_too_large"},
+		{"too large", "POST", chat, testKey, `{"messages":[{"role":"user","content":"` + strings.Repeat("x", 2048) + `"}]}`, nil, 413, "body_too_large"},
 		{"stream_options without a stream", "POST", chat, testKey, `{"messages":[{"role":"user","content":"hi"}],"stream_options":{"include_usage":true}}`, nil, 400, "invalid_request"},
 		{"no answer in time", "POST", chat, testKey, good, nil, 504, "timeout"},
 		{"unknown endpoint", "POST", base + "/v1/embeddings", testKey, good, nil, 404, "unknown_url"},

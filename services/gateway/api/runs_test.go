@@ -1207,7 +1207,7 @@ func TestRunErrors(t *testing.T) {
 		{"bad session_id", "POST", "", testKey, `{"input":"x","session_id":"a b"}`, nil, 400, "invalid_session_id"},
 		{"two sessions", "POST", "", testKey, `{"input":"x","session_id":"a"}`, map[string]string{HeaderSession: "b"}, 400, "invalid_request"},
 		{"unknown previous response", "POST", "", testKey, `{"input":"x","previous_response_id":"resp_nope"}`, nil, 400, "previous_response_not_found"},
-		{"too large", "POST", "", testKey, `{"input":"` + strings.Repeat("x", 2<<10) + `"}`, nil, 413, "request_too_large"},
+		{"too large", "POST", "", testKey, `{"input":"` + strings.Repeat("x", 2<<10) + `"}`, nil, 413, "body_too_large"},
 		{"approval body not JSON", "POST", "/" + id + "/approval", testKey, `once`, nil, 400, "invalid_request"},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -32,7 +32,9 @@ func (s *Service) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
 			s.rn().Reject(r.Context(), "request body too large", err)
-			writeError(w, http.StatusRequestEntityTooLarge, "invalid_request_error", "request_too_large", "", fmt.Sprintf("Request body exceeds %d bytes.", s.cfg.MaxBodyBytes))
+			// As Hermes's body_limit_middleware answers it
+			// (gateway/platforms/api_server.py).
+			writeError(w, http.StatusRequestEntityTooLarge, "invalid_request_error", "body_too_large", "", "Request body too large.")
 			return nil, false
 		}
 		writeError(w, http.StatusBadRequest, "invalid_request_error", "", "", "Could not read the request body.")

@@ -3,6 +3,7 @@ package openai
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"strconv"
@@ -17,51 +18,55 @@ import (
 // historyText reads the content of a conversation_history entry.
 type historyText func(raw json.RawMessage, param string) (string, error)
 
-// historyMessages reads the conversation_history of a run or a
-// Responses request (Hermes takes it on both). As Hermes's API server:
-// an empty or false value (null, [], "", 0, false, {}) is none; anything
-// else must be an array of objects with a "role" and a "content" (so
-// spelled), whatever their values. Each entry is kept with its role, which the context
+// eachHistoryEntry calls f with each entry of the conversation_history
+// of a run or a Responses request (Hermes takes it on both), in order,
+// and returns their number. As Hermes's API server: an empty or false
+// value (null, [], "", 0, false, {}) is none; anything else must be an
+// array of objects with a "role" and a "content" (so spelled), whatever
+// their values. Each entry is given with its role, which the context
 // reads as Hermes's agent does (contextRole): a role other than system,
 // developer, user or assistant — a tool's or a function's result, a
-// role the agent does not know, a role that is not a string — is
+// role the agent does not know, a role that is not a string ("") — is
 // dropped, not refused.
-func historyMessages(raw json.RawMessage) ([]message, error) {
-	raw = bytes.TrimSpace(raw)
+func eachHistoryEntry(raw json.RawMessage, f func(message) error) (int, error) {
 	if falsy(raw) {
-		return nil, nil
+		return 0, nil
 	}
-	var entries []json.RawMessage
-	if raw[0] != '[' || json.Unmarshal(raw, &entries) != nil {
-		return nil, invalid("conversation_history", "conversation_history must be an array of message objects")
-	}
-	if len(entries) > maxMessages {
-		return nil, invalid("conversation_history", "at most %d messages", maxMessages)
-	}
-	msgs := make([]message, 0, len(entries))
-	for i, e := range entries {
-		param := fmt.Sprintf("conversation_history[%d]", i)
-		// The fields as spelled, as Hermes looks them up in the entry's
-		// dict: a struct would take "Role" or "CONTENT" for them too. A
-		// null value is a key that is there (Hermes: "role" in entry); a
-		// repeated key's last value counts, as in Python.
-		var h map[string]json.RawMessage
-		e = bytes.TrimSpace(e)
-		if len(e) == 0 || e[0] != '{' || json.Unmarshal(e, &h) != nil {
-			return nil, invalid(param, "%s must have 'role' and 'content' fields", param)
+	n, err := eachElement(raw, func(i int, e json.RawMessage) error {
+		m, err := historyEntry(i, e)
+		if err != nil {
+			return err
 		}
-		roleOf, hasRole := h["role"]
-		content, hasContent := h["content"]
-		if !hasRole || !hasContent {
-			return nil, invalid(param, "%s must have 'role' and 'content' fields", param)
-		}
-		var role string
-		if roleOf = bytes.TrimSpace(roleOf); len(roleOf) > 0 && roleOf[0] == '"' {
-			_ = json.Unmarshal(roleOf, &role)
-		}
-		msgs = append(msgs, message{role: role, content: content, param: param})
+		return f(m)
+	})
+	if errors.Is(err, errNotArray) {
+		return 0, invalid("conversation_history", "conversation_history must be an array of message objects")
 	}
-	return msgs, nil
+	return n, err
+}
+
+// historyEntry reads entry i of a conversation_history.
+func historyEntry(i int, e json.RawMessage) (message, error) {
+	param := fmt.Sprintf("conversation_history[%d]", i)
+	// The fields as spelled, as Hermes looks them up in the entry's
+	// dict: a struct would take "Role" or "CONTENT" for them too. A
+	// null value is a key that is there (Hermes: "role" in entry); a
+	// repeated key's last value counts, as in Python.
+	var h map[string]json.RawMessage
+	e = bytes.TrimSpace(e)
+	if len(e) == 0 || e[0] != '{' || json.Unmarshal(e, &h) != nil {
+		return message{}, invalid(param, "%s must have 'role' and 'content' fields", param)
+	}
+	roleOf, hasRole := h["role"]
+	content, hasContent := h["content"]
+	if !hasRole || !hasContent {
+		return message{}, invalid(param, "%s must have 'role' and 'content' fields", param)
+	}
+	var role string
+	if roleOf = bytes.TrimSpace(roleOf); len(roleOf) > 0 && roleOf[0] == '"' {
+		_ = json.Unmarshal(roleOf, &role)
+	}
+	return message{role: role, content: content, param: param}, nil
 }
 
 // falsy reports whether raw, JSON, is a value Python holds false: null,

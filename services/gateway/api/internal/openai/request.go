@@ -7,11 +7,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
+	"slices"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
 	"github.com/switchboard-chat/switchboard/pkg/attachment"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+	"github.com/switchboard-chat/switchboard/pkg/platform"
 )
 
 // chatRequest is the part of an OpenAI chat completion request the
@@ -21,18 +25,18 @@ import (
 // (supported) rather than answered with plain text the client cannot
 // take.
 type chatRequest struct {
-	Model    string        `json:"model"`
-	Messages []chatMessage `json:"messages"`
-	Stream   bool          `json:"stream"`
-	User     string        `json:"user"`
+	Model    string          `json:"model"`
+	Messages json.RawMessage `json:"messages"` // read one at a time (eachElement)
+	Stream   truth           `json:"stream"`
+	User     string          `json:"user"`
 	// N is how many choices the client asks for: the agent gives one
 	// answer, so any other number is refused rather than answered with
-	// fewer choices than asked.
-	N *int64 `json:"n"`
+	// fewer choices than asked (checkN).
+	N json.RawMessage `json:"n"`
 	// StreamOptions.IncludeUsage asks a stream for a last chunk with the
 	// usage; stream_options (null aside) without stream: true is refused.
 	StreamOptions *struct {
-		IncludeUsage bool `json:"include_usage"`
+		IncludeUsage truth `json:"include_usage"`
 	} `json:"stream_options"`
 	// ToolChoice and FunctionCall (its legacy spelling) other than auto
 	// or none (allowed tools in mode auto included) ask for the client's
@@ -88,15 +92,19 @@ type chatMessage struct {
 }
 
 // UnmarshalJSON reads the message's "role" and "content" as spelled, as
-// Hermes's msg.get looks them up: "Role" is another key.
+// Hermes's msg.get looks them up: "Role" is another key. A role that is
+// no string is none (""): Hermes compares it with "system", "user" and
+// "assistant" and reads no message whose role is none of them.
 func (m *chatMessage) UnmarshalJSON(b []byte) error {
 	f, err := exactMembers(b)
 	if err != nil {
 		return err
 	}
 	m.Content = f["content"]
-	m.Role, err = stringMember(f, "role")
-	return err
+	if role := bytes.TrimSpace(f["role"]); len(role) > 0 && role[0] == '"' {
+		return json.Unmarshal(role, &m.Role)
+	}
+	return nil
 }
 
 // Input is what a request asks the agent: the newest user message (its
@@ -107,8 +115,8 @@ type Input struct {
 	Context     []*eventsv1.ContextMessage
 }
 
-// Chat is a validated chat completion request: the newest user message
-// is the input, everything before it is context.
+// Chat is a validated chat completion request: the newest user or
+// assistant message is the input, the messages around it its context.
 type Chat struct {
 	Input
 	Model  string
@@ -118,11 +126,8 @@ type Chat struct {
 	User         string
 }
 
-// Limits on what one request may carry.
-const (
-	maxMessages = 1000
-	maxRoleLen  = 32
-)
+// maxRoleLen bounds the role an error message quotes.
+const maxRoleLen = 32
 
 // InvalidError is a request the client must fix (400).
 type InvalidError struct {
@@ -164,41 +169,24 @@ func Parse(body []byte) (*Chat, error) {
 		// why none came.
 		return nil, invalid("stream_options", "The 'stream_options' parameter is only allowed when 'stream' is enabled.")
 	}
-	if req.N != nil && *req.N != 1 {
-		if *req.N < 1 {
-			return nil, invalid("n", "n must be at least 1")
+	if err := checkN(req.N); err != nil {
+		return nil, err
+	}
+	out := &Chat{Model: req.Model, Stream: bool(req.Stream), User: req.User,
+		IncludeUsage: bool(req.Stream) && req.StreamOptions != nil && bool(req.StreamOptions.IncludeUsage)}
+	// As Hermes's _handle_chat_completions: the last user or assistant
+	// message is the input (a trailing assistant message too, which
+	// Hermes gives the agent as the user's), the user and assistant
+	// messages before it its history. Each message is read as it comes,
+	// into the context, and the input taken out of it at the end.
+	last, param := -1, ""
+	var images []string // the input's
+	n, err := eachElement(req.Messages, func(i int, raw json.RawMessage) error {
+		var m chatMessage
+		if raw = bytes.TrimSpace(raw); raw[0] != '{' || json.Unmarshal(raw, &m) != nil {
+			return invalid(fmt.Sprintf("messages[%d]", i), "a message must be an object")
 		}
-		return nil, unsupported("n", "n must be 1: the agent gives one answer per request")
-	}
-	if len(req.Messages) == 0 {
-		return nil, invalid("messages", "messages must be a non-empty array")
-	}
-	if len(req.Messages) > maxMessages {
-		return nil, invalid("messages", "at most %d messages", maxMessages)
-	}
-	last := -1
-	for i, m := range req.Messages {
-		switch m.Role {
-		case "system", "developer", "user", "assistant", "tool", "function":
-		default:
-			if len(m.Role) > maxRoleLen {
-				m.Role = m.Role[:maxRoleLen]
-			}
-			return nil, invalid(fmt.Sprintf("messages[%d].role", i), "unknown role %q", m.Role)
-		}
-		if m.Role == "user" {
-			last = i
-		}
-	}
-	if last < 0 {
-		return nil, invalid("messages", "messages must contain a user message")
-	}
-	out := &Chat{Model: req.Model, Stream: req.Stream, User: req.User,
-		IncludeUsage: req.Stream && req.StreamOptions != nil && req.StreamOptions.IncludeUsage}
-	for i, m := range req.Messages {
-		param := fmt.Sprintf("messages[%d].content", i)
 		var text string
-		var images []string
 		switch m.Role {
 		case "user", "assistant":
 			// What the conversation says is taken as Hermes takes it
@@ -206,47 +194,169 @@ func Parse(body []byte) (*Chat, error) {
 			// another kind (a file, audio) is refused rather than dropped,
 			// or the agent would answer without what the client sent.
 			var err error
+			param = fmt.Sprintf("messages[%d].content", i)
 			if text, images, err = responseContent(m.Content, param); err != nil {
-				return nil, err
+				return err
 			}
+			last = len(out.Context)
 		case "system":
 			// As Hermes reads a system message: for its text only, nothing
 			// refused (chatText).
 			text = chatText(m.Content)
 		default:
-			// A developer message, which Hermes's _handle_chat_completions
-			// reads neither as system nor as conversation (it takes only
-			// system, user and assistant), so its text is not the request's
-			// instructions; or a tool's or a function's result, of the
-			// client's own tool loop, for which the context has no place.
-			continue
+			// As Hermes's _handle_chat_completions, which reads the
+			// messages whose role is system, user or assistant (so spelled)
+			// and no other: a developer message, whose text is then not the
+			// request's instructions; a tool's or a function's result, of
+			// the client's own tool loop, for which the context has no
+			// place; a role it does not know, or none.
+			return nil
 		}
-		if i == last {
-			out.Text, out.Attachments = text, imageAttachments(images)
-			continue
+		if len(out.Context) > maxContext {
+			// With the input, one more than the context can hold.
+			return tooMuchContext("messages")
 		}
-		if role := contextRole(m.Role); role != "" {
-			out.Context = append(out.Context, &eventsv1.ContextMessage{Role: role, Content: text})
-		}
+		out.Context = append(out.Context, &eventsv1.ContextMessage{Role: m.Role, Content: text})
+		return nil
+	})
+	switch {
+	case err != nil && !errors.Is(err, errNotArray):
+		return nil, err
+	case err != nil || n == 0:
+		return nil, invalid("messages", "messages must be a non-empty array")
+	case last < 0:
+		return nil, invalid("messages", "messages must contain a user message")
 	}
+	out.Text, out.Attachments = out.Context[last].GetContent(), imageAttachments(images)
+	out.Context = slices.Delete(out.Context, last, last+1)
 	if strings.TrimSpace(out.Text) == "" && len(out.Attachments) == 0 {
-		return nil, invalid(fmt.Sprintf("messages[%d].content", last), "the last user message is empty")
+		return nil, invalid(param, "the last user or assistant message is empty")
 	}
 	return out, nil
 }
 
+// errNotArray: what eachElement was given is no JSON array.
+var errNotArray = errors.New("not a JSON array")
+
+// eachElement calls f with each element of raw, a JSON array, in order,
+// and returns their number (errNotArray when raw is no array). It holds
+// one element at a time: a body's array of many small elements, which
+// decoded at once would take many times the body's size, costs no more
+// memory than what f keeps of them.
+func eachElement(raw json.RawMessage, f func(int, json.RawMessage) error) (int, error) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('[') {
+		return 0, errNotArray
+	}
+	n := 0
+	for ; dec.More(); n++ {
+		var elem json.RawMessage
+		if err := dec.Decode(&elem); err != nil {
+			return n, errNotArray
+		}
+		if err := f(n, elem); err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+// maxContext is the most messages a request's context can hold: the
+// event that takes a request to the agent (within pkg/platform's
+// DefaultMaxEventBytes) spends at least minContextBytes on each (a
+// context entry of a role and no content), so a request with more could
+// never be published. It is refused as its context is read, before the
+// rest of it takes memory. Hermes counts no messages: its bound is the
+// body's size.
+const maxContext = platform.DefaultMaxEventBytes / minContextBytes
+
+// minContextBytes is the least a context message takes in an encoded
+// event: its field's tag and length, and its role's tag, length and four
+// bytes ("user").
+const minContextBytes = 8
+
+// tooMuchContext refuses a request with more than maxContext messages of
+// context.
+func tooMuchContext(param string) error {
+	return invalid(param, "too many messages: a request carries at most %d besides its input", maxContext)
+}
+
+// checkN refuses an n other than 1 (or null): less than 1 is invalid,
+// more, or NaN, is more than one answer. A number that is 1, as Python
+// compares it (1.0, 1e0), is 1.
+func checkN(raw json.RawMessage) error {
+	raw = bytes.TrimSpace(raw)
+	switch {
+	case len(raw) == 0 || bytes.Equal(raw, []byte("null")):
+		return nil
+	case raw[0] != '-' && (raw[0] < '0' || raw[0] > '9'):
+		return invalid("n", "n must be a number")
+	case string(raw) == nanNumber:
+		// NaN is not 1 answer.
+	case parseNumber(raw) == 1:
+		return nil
+	case parseNumber(raw) < 1:
+		return invalid("n", "n must be at least 1")
+	}
+	return unsupported("n", "n must be 1: the agent gives one answer per request")
+}
+
+// parseNumber is the value of raw, a JSON number: ±Inf past the float
+// range, as Python reads it.
+func parseNumber(raw json.RawMessage) float64 {
+	f, _ := strconv.ParseFloat(string(raw), 64)
+	return f
+}
+
+// truth is a boolean parameter read as Python holds its value true or
+// false (falsy), as Hermes reads stream (if stream: …): NaN, 1, "no" and
+// [0] are true; 0, "", [], {}, false and null false.
+type truth bool
+
+func (t *truth) UnmarshalJSON(b []byte) error {
+	*t = truth(!falsy(b))
+	return nil
+}
+
 // decode reads body, one JSON object, into v. The literals NaN,
 // Infinity and -Infinity are taken, as Python's json module (Hermes's
-// request.json()) takes them (pythonLiterals).
+// request.json()) takes them (pythonLiterals). A parameter of the wrong
+// type is refused with its name (typeError), not as JSON that is not
+// valid.
 func decode(body []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(pythonLiterals(body)))
 	if err := dec.Decode(v); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) && te.Field != "" {
+			return typeError(te)
+		}
 		return invalid("", "request body is not valid JSON: %v", err)
 	}
 	if dec.More() {
 		return invalid("", "request body has data after the JSON object")
 	}
 	return nil
+}
+
+// typeError refuses a parameter whose JSON value is not of its type:
+// the message names the parameter and the type, not the value (a NaN is
+// nanNumber there, which the client did not send).
+func typeError(te *json.UnmarshalTypeError) error {
+	want := "of another type"
+	switch te.Type.Kind() {
+	case reflect.String:
+		want = "a string"
+	case reflect.Bool:
+		want = "true or false"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64, reflect.Float32, reflect.Float64:
+		want = "a number"
+	case reflect.Map, reflect.Struct, reflect.Pointer:
+		want = "an object"
+	case reflect.Slice, reflect.Array:
+		want = "an array"
+	}
+	// The field, and the type of what is in it (a map's value's).
+	return invalid(te.Field, "%s: expected %s", te.Field, want)
 }
 
 // nanNumber stands for NaN in a body whose Python literals are made
@@ -517,19 +627,28 @@ func imageError(param string, err error) error {
 	return invalid(param, "%v", err)
 }
 
-// imageAttachments are the input's pictures, by URL.
+// imageAttachments are the input's pictures, by URL: the first
+// maxImages, and when more came, one picture more that is not taken and
+// says how many (unavailable), so that the agent knows of them.
 func imageAttachments(urls []string) []*eventsv1.Attachment {
 	var out []*eventsv1.Attachment
-	for _, u := range urls {
+	for _, u := range urls[:min(len(urls), maxImages)] {
 		out = append(out, &eventsv1.Attachment{
 			Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, Location: &eventsv1.Attachment_Url{Url: u},
 		})
 	}
+	if len(urls) > maxImages {
+		out = append(out, &eventsv1.Attachment{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE,
+			Unavailable: fmt.Sprintf("the message came with %d pictures; only its first %d are taken", len(urls), maxImages)})
+	}
 	return out
 }
 
-// maxImages bounds the image parts of one message (the agent shows the
-// model at most 8 of a message's pictures).
+// maxImages bounds the pictures of one message taken (the agent shows
+// the model at most 8 of them): each inline one is a write to the
+// attachment store. Hermes takes them all (within its 1,000 content
+// items), with 200, and so are they all checked and answered here; past
+// the first maxImages they are named, not taken (imageAttachments).
 const maxImages = 16
 
 // checkDataURL accepts what OpenAI's API does inline: a PNG, JPEG, GIF or

@@ -2,6 +2,7 @@ package openai
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -211,6 +212,106 @@ func TestChatContentAsHermes(t *testing.T) {
 	}
 }
 
+// A chat completion's messages are read as Hermes's
+// _handle_chat_completions reads them: those whose role is system, user
+// or assistant, so spelled; a message of another role (one it does not
+// know, in another case, no string, none) is not read, not refused.
+func TestChatRolesAsHermes(t *testing.T) {
+	t.Parallel()
+	msgs := func(m ...string) string {
+		return `{"messages":[` + strings.Join(m, ",") + `]}`
+	}
+	const q = `{"role":"user","content":"q"}`
+	for _, c := range []struct {
+		name, body, text, context string
+		invalid                   bool
+	}{
+		{name: "a role it does not know", body: msgs(`{"role":"robot","content":"beep"}`, `{"role":"user","content":"a"}`, q), text: "q", context: "user:a"},
+		{name: "a role in another case", body: msgs(`{"role":"User","content":"a"}`, `{"role":"SYSTEM","content":"s"}`, q), text: "q"},
+		{name: "a role of spaces", body: msgs(`{"role":" user ","content":"a"}`, q), text: "q"},
+		{name: "a long role", body: msgs(`{"role":"`+strings.Repeat("r", 100)+`","content":"a"}`, q), text: "q"},
+		{name: "a role that is no string", body: msgs(`{"role":5,"content":"a"}`, `{"role":["user"],"content":"b"}`, `{"role":{"k":"user"},"content":"c"}`, `{"role":true,"content":"d"}`, q), text: "q"},
+		{name: "a null role", body: msgs(`{"role":null,"content":"a"}`, q), text: "q"},
+		{name: "no role", body: msgs(`{"content":"a"}`, q, `{"content":"b"}`), text: "q"},
+		{name: "an unknown role's content unchecked", body: msgs(`{"role":"robot","content":[{"type":"file","file":{}}]}`, q), text: "q"},
+		{name: "nothing but unknown roles", body: msgs(`{"role":"robot","content":"a"}`, `{"content":"b"}`), invalid: true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			req, err := Parse([]byte(c.body))
+			if c.invalid {
+				var inv *InvalidError
+				if !errors.As(err, &inv) {
+					t.Fatalf("error %v, want a refusal", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ctx []string
+			for _, m := range req.Context {
+				ctx = append(ctx, m.GetRole()+":"+m.GetContent())
+			}
+			if req.Text != c.text || strings.Join(ctx, "|") != c.context {
+				t.Fatalf("text %q, context %q; want %q, %q", req.Text, strings.Join(ctx, "|"), c.text, c.context)
+			}
+		})
+	}
+}
+
+// A chat completion's input is its last user or assistant message, as
+// Hermes's _handle_chat_completions takes it (conversation_messages[-1]):
+// an assistant message after the last user's is the input, not context,
+// and an empty one is refused even after a user message with text; the
+// user and assistant messages before it are the context, system
+// messages in their places.
+func TestChatInputAsHermes(t *testing.T) {
+	t.Parallel()
+	msgs := func(m ...string) string {
+		return `{"messages":[` + strings.Join(m, ",") + `]}`
+	}
+	for _, c := range []struct {
+		name, body, text, context string
+		images                    int
+		param                     string // of the refusal
+	}{
+		{name: "an assistant message after the user's", body: msgs(`{"role":"user","content":"a"}`, `{"role":"assistant","content":"b"}`),
+			text: "b", context: "user:a"},
+		{name: "then system and unread messages", body: msgs(`{"role":"system","content":"s"}`, `{"role":"user","content":"a"}`, `{"role":"assistant","content":"b"}`,
+			`{"role":"system","content":"t"}`, `{"role":"tool","content":"r"}`, `{"role":"developer","content":"d"}`), text: "b", context: "system:s|user:a|system:t"},
+		{name: "only an assistant message", body: msgs(`{"role":"assistant","content":"hi"}`), text: "hi"},
+		{name: "an assistant's picture", body: msgs(`{"role":"user","content":"a"}`, `{"role":"assistant","content":[{"type":"image_url","image_url":{"url":"https://x/a.png"}}]}`),
+			images: 1, context: "user:a"},
+		{name: "an empty assistant message after the user's", body: msgs(`{"role":"user","content":"a"}`, `{"role":"assistant","content":" "}`), param: "messages[1].content"},
+		{name: "a null assistant message after the user's", body: msgs(`{"role":"user","content":"a"}`, `{"role":"assistant","content":null}`), param: "messages[1].content"},
+		{name: "a user message after the assistant's", body: msgs(`{"role":"assistant","content":"a"}`, `{"role":"user","content":"b"}`), text: "b", context: "assistant:a"},
+		{name: "no user or assistant message", body: msgs(`{"role":"system","content":"s"}`, `{"role":"tool","content":"r"}`), param: "messages"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			req, err := Parse([]byte(c.body))
+			if c.param != "" {
+				var inv *InvalidError
+				if !errors.As(err, &inv) || inv.Param != c.param {
+					t.Fatalf("error %v, want a refusal at %s", err, c.param)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ctx []string
+			for _, m := range req.Context {
+				ctx = append(ctx, m.GetRole()+":"+m.GetContent())
+			}
+			if req.Text != c.text || strings.Join(ctx, "|") != c.context || len(req.Attachments) != c.images {
+				t.Fatalf("text %q, context %q, %d pictures; want %q, %q, %d", req.Text, strings.Join(ctx, "|"), len(req.Attachments), c.text, c.context, c.images)
+			}
+		})
+	}
+}
+
 // A message's, an input item's and a content part's fields are read by
 // their exact names, as Hermes's API server looks them up in their dicts
 // (msg.get("role"), part.get("type"), image_ref.get("url")): "Type" or
@@ -235,8 +336,8 @@ func TestFieldNamesAsSpelled(t *testing.T) {
 		{name: "an image's url in another case", body: chat(`[{"type":"image_url","image_url":{"URL":"https://x/a.png"}}]`),
 			param: "messages[0].content"},
 		{name: "a message's content in another case", body: `{"messages":[{"role":"user","Content":"a"}]}`, param: "messages[0].content"},
-		{name: "a message's role in another case", body: `{"messages":[{"Role":"system","content":"s"},{"role":"user","content":"q"}]}`,
-			param: "messages[0].role"},
+		{name: "a message's role in another case is none", body: `{"messages":[{"Role":"system","content":"s"},{"role":"user","content":"q"}]}`,
+			text: "q"},
 		{name: "an input item's role in another case is none", responses: true,
 			body: `{"input":[{"Role":"assistant","content":"a"},{"role":"user","content":"q"}]}`, text: "q", context: "user:a"},
 		{name: "an input item's part type in another case", responses: true,
@@ -406,6 +507,183 @@ func TestPythonLiterals(t *testing.T) {
 			}
 			if in.Text != c.text || strings.Join(ctx, "|") != c.context {
 				t.Fatalf("text %q, context %q; want %q, %q", in.Text, strings.Join(ctx, "|"), c.text, c.context)
+			}
+		})
+	}
+}
+
+// Hermes's API server takes a request's messages and pictures whatever
+// their number (its bound is the body's size): 1,001 messages of a chat
+// completion, 1,001 input items, 1,001 history entries, 17 pictures are
+// taken, not refused. Past maxImages a message's pictures are named in
+// one picture that is not taken; past maxContext messages of context —
+// more than an event could carry — a request is refused, unless its
+// truncation keeps only the latest.
+func TestHermesTakesEveryMessage(t *testing.T) {
+	t.Parallel()
+	many := func(n int, item string) string {
+		return strings.TrimSuffix(strings.Repeat(item+",", n), ",")
+	}
+	pictures := `[` + many(maxImages+1, `{"type":"image_url","image_url":{"url":"https://x/a.png"}}`) + `]`
+	for _, c := range []struct {
+		name, api, body string
+		context         int    // messages
+		pictures        int    // taken
+		param           string // of the refusal
+	}{
+		{name: "a chat completion's 1,001 messages", body: `{"messages":[` + many(1_001, `{"role":"user","content":"m"}`) + `]}`, context: 1_000},
+		{name: "1,001 input items", api: "responses", body: `{"input":[` + many(1_001, `"m"`) + `]}`, context: 1_000},
+		{name: "1,001 history entries", api: "responses", body: `{"input":"q","conversation_history":[` + many(1_001, `{"role":"user","content":"m"}`) + `]}`, context: 1_001},
+		{name: "a run's 1,001 history entries and input items", api: "run",
+			body: `{"input":[` + many(1_001, `"m"`) + `],"conversation_history":[` + many(1_001, `{"role":"assistant","content":"m"}`) + `]}`, context: 2_001},
+		{name: "17 pictures", body: `{"messages":[{"role":"user","content":` + pictures + `}]}`, pictures: maxImages},
+		{name: "17 pictures of an input item", api: "responses", body: `{"input":[{"role":"user","content":` + pictures + `}]}`, pictures: maxImages},
+		{name: "17 pictures before the input", body: `{"messages":[{"role":"user","content":` + pictures + `},{"role":"user","content":"q"}]}`, context: 1},
+		{name: "more messages than an event carries", body: `{"messages":[` + many(maxContext+2, `{"role":"user"}`) + `]}`, param: "messages"},
+		{name: "more input items than an event carries", api: "responses", body: `{"input":[` + many(maxContext+2, `"m"`) + `]}`, param: fmt.Sprintf("input[%d]", maxContext)},
+		{name: "more history than an event carries", api: "run", body: `{"input":"q","conversation_history":[` + many(maxContext+1, `{"role":"user","content":""}`) + `]}`,
+			param: fmt.Sprintf("conversation_history[%d]", maxContext)},
+		{name: "more history than an event carries, truncated", api: "responses",
+			body: `{"input":"q","truncation":"auto","conversation_history":[` + many(maxContext+1, `{"role":"user","content":""}`) + `]}`, context: 100},
+		{name: "more messages than an event carries, most not read", body: `{"messages":[` + many(maxContext+2, `{"role":"tool"}`) + `,{"role":"user","content":"q"}]}`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			var in Input
+			var err error
+			switch c.api {
+			case "responses":
+				var req *Responses
+				if req, err = ParseResponses([]byte(c.body)); req != nil {
+					in = req.Input
+				}
+			case "run":
+				var req *Run
+				if req, err = ParseRun([]byte(c.body)); req != nil {
+					in = req.Input
+				}
+			default:
+				var req *Chat
+				if req, err = Parse([]byte(c.body)); req != nil {
+					in = req.Input
+				}
+			}
+			if c.param != "" {
+				var inv *InvalidError
+				if !errors.As(err, &inv) || inv.Param != c.param {
+					t.Fatalf("error %v, want a refusal at %s", err, c.param)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			taken := 0
+			for _, a := range in.Attachments {
+				if a.GetUrl() != "" {
+					taken++
+				}
+			}
+			if len(in.Context) != c.context || taken != c.pictures {
+				t.Fatalf("%d context messages, %d pictures taken; want %d, %d", len(in.Context), taken, c.context, c.pictures)
+			}
+			if c.pictures > 0 {
+				if n := len(in.Attachments); n != c.pictures+1 || !strings.Contains(in.Attachments[n-1].GetUnavailable(), "17 pictures") {
+					t.Fatalf("pictures %v, want one more saying there were 17", in.Attachments)
+				}
+			}
+		})
+	}
+}
+
+// A flag is read as Python holds its value true or false, as Hermes
+// reads stream (if stream: …, bool(body.get("stream"))) and a Responses
+// request's store (absent: true): NaN, Infinity, 1 and "false" are
+// true; 0, "", [], null false. n is 1 when Python's 1 == n (1.0); NaN is
+// not 1. A parameter of the wrong type (NaN for a string) is refused
+// with its name, not as JSON that is not valid, and the message does not
+// show the number NaN stands for.
+func TestParametersAsPythonReadsThem(t *testing.T) {
+	t.Parallel()
+	const q = `"messages":[{"role":"user","content":"q"}]`
+	for _, c := range []struct {
+		name, body string
+		responses  bool
+		// want: "stream", "stream,usage", "stream,store", "store" or ""
+		// (neither); or the refusal's param and code.
+		want, param, code string
+	}{
+		{name: "stream NaN", body: `{"stream":NaN,` + q + `}`, want: "stream"},
+		{name: "stream Infinity", body: `{"stream":Infinity,` + q + `}`, want: "stream"},
+		{name: "stream 1", body: `{"stream":1,` + q + `}`, want: "stream"},
+		{name: "stream \"false\"", body: `{"stream":"false",` + q + `}`, want: "stream"},
+		{name: "stream [0]", body: `{"stream":[0],` + q + `}`, want: "stream"},
+		{name: "stream 0", body: `{"stream":0,` + q + `}`},
+		{name: "stream -0.0", body: `{"stream":-0.0,` + q + `}`},
+		{name: "stream \"\"", body: `{"stream":"",` + q + `}`},
+		{name: "stream null", body: `{"stream":null,` + q + `}`},
+		{name: "stream {}", body: `{"stream":{},` + q + `}`},
+		{name: "include_usage NaN", body: `{"stream":NaN,"stream_options":{"include_usage":NaN},` + q + `}`, want: "stream,usage"},
+		{name: "stream_options without a true stream", body: `{"stream":0,"stream_options":{"include_usage":1},` + q + `}`, param: "stream_options"},
+		{name: "n 1.0", body: `{"n":1.0,` + q + `}`},
+		{name: "n 1e0", body: `{"n":1e0,` + q + `}`},
+		{name: "n NaN", body: `{"n":NaN,` + q + `}`, param: "n", code: CodeUnsupported},
+		{name: "n Infinity", body: `{"n":Infinity,` + q + `}`, param: "n", code: CodeUnsupported},
+		{name: "n -Infinity", body: `{"n":-Infinity,` + q + `}`, param: "n"},
+		{name: "n 0.5", body: `{"n":0.5,` + q + `}`, param: "n"},
+		{name: "n 1.5", body: `{"n":1.5,` + q + `}`, param: "n", code: CodeUnsupported},
+		{name: "n \"1\"", body: `{"n":"1",` + q + `}`, param: "n"},
+		{name: "temperature NaN", body: `{"temperature":NaN,"top_p":NaN,` + q + `}`},
+		{name: "model NaN", body: `{"model":NaN,` + q + `}`, param: "model"},
+		{name: "user NaN", body: `{"user":NaN,` + q + `}`, param: "user"},
+		{name: "Responses stream NaN", responses: true, body: `{"input":"q","stream":NaN}`, want: "stream,store"},
+		{name: "Responses stream \"no\"", responses: true, body: `{"input":"q","stream":"no"}`, want: "stream,store"},
+		{name: "Responses store NaN", responses: true, body: `{"input":"q","store":NaN}`, want: "store"},
+		{name: "Responses store 0", responses: true, body: `{"input":"q","store":0}`},
+		{name: "Responses store null", responses: true, body: `{"input":"q","store":null}`},
+		{name: "Responses store \"\"", responses: true, body: `{"input":"q","store":""}`},
+		{name: "Responses background NaN", responses: true, body: `{"input":"q","background":NaN}`, param: "background", code: CodeUnsupported},
+		{name: "Responses background 0", responses: true, body: `{"input":"q","background":0}`, want: "store"},
+		{name: "Responses instructions NaN", responses: true, body: `{"input":"q","instructions":NaN}`, param: "instructions"},
+		{name: "Responses metadata NaN", responses: true, body: `{"input":"q","metadata":{"k":NaN}}`, param: "metadata"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			var got []string
+			var err error
+			if c.responses {
+				var req *Responses
+				if req, err = ParseResponses([]byte(c.body)); req != nil {
+					if req.Stream {
+						got = append(got, "stream")
+					}
+					if req.Store {
+						got = append(got, "store")
+					}
+				}
+			} else {
+				var req *Chat
+				if req, err = Parse([]byte(c.body)); req != nil {
+					if req.Stream {
+						got = append(got, "stream")
+					}
+					if req.IncludeUsage {
+						got = append(got, "usage")
+					}
+				}
+			}
+			if c.param != "" {
+				var inv *InvalidError
+				if !errors.As(err, &inv) || inv.Param != c.param || inv.Code != c.code || strings.Contains(inv.Msg, nanNumber) {
+					t.Fatalf("error %#v, want %q at %s", err, c.code, c.param)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if strings.Join(got, ",") != c.want {
+				t.Fatalf("%q, want %q", strings.Join(got, ","), c.want)
 			}
 		})
 	}

@@ -20,13 +20,13 @@ type responsesRequest struct {
 	Model              string            `json:"model"`
 	Input              json.RawMessage   `json:"input"`
 	Instructions       *string           `json:"instructions"`
-	Stream             bool              `json:"stream"`
-	Store              *bool             `json:"store"`
+	Stream             truth             `json:"stream"`
+	Store              json.RawMessage   `json:"store"` // Hermes's: absent true, else as Python holds it (falsy)
 	PreviousResponseID string            `json:"previous_response_id"`
 	Conversation       json.RawMessage   `json:"conversation"`
 	User               string            `json:"user"`
 	Metadata           map[string]string `json:"metadata"`
-	Background         bool              `json:"background"`
+	Background         truth             `json:"background"`
 	Tools              []json.RawMessage `json:"tools"`
 	ToolChoice         json.RawMessage   `json:"tool_choice"`
 	Prompt             json.RawMessage   `json:"prompt"`
@@ -171,9 +171,9 @@ func ParseResponses(body []byte) (*Responses, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := &Responses{Model: req.Model, Stream: req.Stream, User: req.User, Store: req.Store == nil || *req.Store,
+	out := &Responses{Model: req.Model, Stream: bool(req.Stream), User: req.User, Store: len(req.Store) == 0 || !falsy(req.Store),
 		PreviousResponseID: in.previous, Conversation: conversation, Metadata: req.Metadata,
-		InstructionsSent: req.Instructions != nil, HistorySent: len(in.history) > 0, Truncation: "disabled"}
+		InstructionsSent: req.Instructions != nil, HistorySent: in.historySent, Truncation: "disabled"}
 	keep := 0
 	if truncateAuto(req.Truncation) {
 		out.Truncation, keep, out.ContextLimit = "auto", truncateKeep, truncateKeep
@@ -291,59 +291,63 @@ func (m message) read() (string, []string, error) {
 	return responseContent(m.content, m.param+".content")
 }
 
-// inputMessages reads the input: a string (one user message) or an
-// array of input items.
-func inputMessages(raw json.RawMessage) ([]message, error) {
+// eachInputMessage calls f with each message of the input, in order,
+// and returns their number: a string is one user message, an array
+// holds input items (inputItemMessage).
+func eachInputMessage(raw json.RawMessage, f func(int, message) error) (int, error) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
-		return nil, invalid("input", "input is required: a string or an array of input items")
+		return 0, invalid("input", "input is required: a string or an array of input items")
 	}
 	switch raw[0] {
 	case '"':
-		return []message{{role: "user", content: raw, param: "input", verbatim: true}}, nil
+		return 1, f(0, message{role: "user", content: raw, param: "input", verbatim: true})
 	case '[':
 	default:
-		return nil, invalid("input", "input must be a string or an array of input items")
+		return 0, invalid("input", "input must be a string or an array of input items")
 	}
-	var items []json.RawMessage
-	if err := json.Unmarshal(raw, &items); err != nil {
-		return nil, invalid("input", "input must be a string or an array of input items")
+	n, err := eachElement(raw, func(i int, item json.RawMessage) error {
+		m, err := inputItemMessage(i, item)
+		if err != nil {
+			return err
+		}
+		return f(i, m)
+	})
+	switch {
+	case errors.Is(err, errNotArray):
+		return 0, invalid("input", "input must be a string or an array of input items")
+	case err == nil && n == 0:
+		return 0, invalid("input", "input must not be empty")
 	}
-	if len(items) == 0 {
-		return nil, invalid("input", "input must not be empty")
+	return n, err
+}
+
+// inputItemMessage reads item i of the input array: a string (a user
+// message, as Hermes takes it) or a message item.
+func inputItemMessage(i int, item json.RawMessage) (message, error) {
+	param := fmt.Sprintf("input[%d]", i)
+	item = bytes.TrimSpace(item)
+	if len(item) > 0 && item[0] == '"' {
+		return message{role: "user", content: item, param: param, verbatim: true}, nil
 	}
-	if len(items) > maxMessages {
-		return nil, invalid("input", "at most %d input items", maxMessages)
+	var it inputItem
+	if len(item) == 0 || item[0] != '{' || json.Unmarshal(item, &it) != nil {
+		return message{}, invalid(param, "an input item must be an object")
 	}
-	msgs := make([]message, 0, len(items))
-	for i, item := range items {
-		param := fmt.Sprintf("input[%d]", i)
-		item = bytes.TrimSpace(item)
-		if len(item) > 0 && item[0] == '"' {
-			// A bare string is a user message (Hermes takes it too).
-			msgs = append(msgs, message{role: "user", content: item, param: param, verbatim: true})
-			continue
-		}
-		var it inputItem
-		if len(item) == 0 || item[0] != '{' || json.Unmarshal(item, &it) != nil {
-			return nil, invalid(param, "an input item must be an object")
-		}
-		if it.Type != "" && it.Type != "message" {
-			return nil, &InvalidError{Param: param + ".type", Code: CodeUnsupportedContent,
-				Msg: fmt.Sprintf("input items of type %q are not supported: the gateway takes messages (the agent runs its own tools)", Clip(it.Type, 40))}
-		}
-		if it.Role == "" {
-			// As Hermes reads an item without a role: the user's.
-			it.Role = "user"
-		}
-		switch it.Role {
-		case "user", "system", "developer", "assistant":
-		default:
-			return nil, invalid(param+".role", "unknown role %q", Clip(it.Role, maxRoleLen))
-		}
-		msgs = append(msgs, message{role: it.Role, content: it.Content, param: param})
+	if it.Type != "" && it.Type != "message" {
+		return message{}, &InvalidError{Param: param + ".type", Code: CodeUnsupportedContent,
+			Msg: fmt.Sprintf("input items of type %q are not supported: the gateway takes messages (the agent runs its own tools)", Clip(it.Type, 40))}
 	}
-	return msgs, nil
+	if it.Role == "" {
+		// As Hermes reads an item without a role: the user's.
+		it.Role = "user"
+	}
+	switch it.Role {
+	case "user", "system", "developer", "assistant":
+	default:
+		return message{}, invalid(param+".role", "unknown role %q", Clip(it.Role, maxRoleLen))
+	}
+	return message{role: it.Role, content: it.Content, param: param}, nil
 }
 
 // responseContent reads a message's content (a Responses input item's,
@@ -405,9 +409,6 @@ func responseContent(raw json.RawMessage, param string) (string, []string, error
 			return "", nil, &InvalidError{Param: fmt.Sprintf("%s[%d].type", param, i), Code: CodeUnsupportedContent,
 				Msg: fmt.Sprintf("content parts of type %q are not supported: only text and images (text, input_text, image_url, input_image)", Clip(p.Type, 40))}
 		}
-	}
-	if len(images) > maxImages {
-		return "", nil, invalid(param, "at most %d images per message", maxImages)
 	}
 	return strings.Join(texts, "\n"), images, nil
 }

@@ -77,39 +77,42 @@ func (r *Run) CarryInstructions(text string) {
 }
 
 // input is a Responses or run request's input read with its
-// conversation_history: the input's messages, the index of the last
-// user message among them, the history's messages, and the response to
-// continue.
+// conversation_history: both as they came (JSON, raw), each read again
+// where it is needed, one message at a time, so that a request of many
+// small messages holds no more memory than its body; the input's last
+// user message; and the response to continue.
 type input struct {
-	msgs     []message
-	last     int
-	history  []message
-	previous string
+	raw, history json.RawMessage
+	// last is the index of the input's last user message, lastMsg that
+	// message.
+	last    int
+	lastMsg message
+	// historySent: the conversation_history has entries.
+	historySent bool
+	previous    string
 }
 
 // readInput reads a request's input and conversation_history (both
 // JSON, raw) and the previous_response_id it names.
 func readInput(rawInput, rawHistory json.RawMessage, previousResponseID string) (input, error) {
-	msgs, err := inputMessages(rawInput)
+	in := input{raw: rawInput, history: rawHistory, last: -1, previous: previousResponseID}
+	_, err := eachInputMessage(rawInput, func(i int, m message) error {
+		if m.role == "user" {
+			in.last, in.lastMsg = i, m
+		}
+		return nil
+	})
 	if err != nil {
 		return input{}, err
-	}
-	in := input{msgs: msgs, last: -1, previous: previousResponseID}
-	for i, m := range msgs {
-		if m.role == "user" {
-			in.last = i
-		}
 	}
 	if in.last < 0 {
 		return input{}, invalid("input", "input must contain a user message")
 	}
-	if in.history, err = historyMessages(rawHistory); err != nil {
+	n, err := eachHistoryEntry(rawHistory, func(message) error { return nil })
+	if err != nil {
 		return input{}, err
 	}
-	if len(in.history)+len(msgs) > maxMessages {
-		return input{}, invalid("conversation_history", "at most %d messages with the input", maxMessages)
-	}
-	if len(in.history) > 0 {
+	if in.historySent = n > 0; in.historySent {
 		// As Hermes: the client's own history wins over the server's
 		// copy; the response it names is not continued (nor read).
 		in.previous = ""
@@ -119,37 +122,58 @@ func readInput(rawInput, rawHistory json.RawMessage, previousResponseID string) 
 
 // context is the input's context, oldest first: the history's messages,
 // then the input's other than its last user message. Every message is
-// read (a refused one refuses the request) before, with keep > 0, only
-// the last keep are kept, as Hermes truncates its conversation_history
-// (entries it later drops count); then those without a role the
-// context has (contextRole) are dropped.
+// read (a refused one refuses the request) and, with keep > 0, only the
+// last keep are kept, as Hermes truncates its conversation_history
+// (entries it later drops count); then those without a role the context
+// has (contextRole) are dropped. Without keep, a context of more than
+// maxContext messages is refused.
 func (in input) context(read historyText, keep int) ([]*eventsv1.ContextMessage, error) {
 	type entry struct{ role, text string }
-	all := make([]entry, 0, len(in.history)+len(in.msgs)-1)
-	for _, m := range in.history {
+	var kept []entry
+	add := func(m message, text string) error {
+		role := contextRole(m.role)
+		switch {
+		case keep > 0:
+			// The latest keep, in at most twice their room.
+			if len(kept) == 2*keep {
+				kept = append(kept[:0], kept[keep:]...)
+			}
+		case role == "":
+			return nil
+		case len(kept) == maxContext:
+			return tooMuchContext(m.param)
+		}
+		kept = append(kept, entry{role, text})
+		return nil
+	}
+	if _, err := eachHistoryEntry(in.history, func(m message) error {
 		text, err := read(m.content, m.param+".content")
 		if err != nil {
-			return nil, err
+			return err
 		}
-		all = append(all, entry{contextRole(m.role), text})
+		return add(m, text)
+	}); err != nil {
+		return nil, err
 	}
-	for i, m := range in.msgs {
+	if _, err := eachInputMessage(in.raw, func(i int, m message) error {
 		if i == in.last {
-			continue
+			return nil
 		}
 		// The history's pictures, and the pictures of the input's other
 		// messages, are not carried: context is text.
 		text, _, err := m.read()
 		if err != nil {
-			return nil, err
+			return err
 		}
-		all = append(all, entry{contextRole(m.role), text})
+		return add(m, text)
+	}); err != nil {
+		return nil, err
 	}
-	if keep > 0 && len(all) > keep {
-		all = all[len(all)-keep:]
+	if keep > 0 && len(kept) > keep {
+		kept = kept[len(kept)-keep:]
 	}
 	var out []*eventsv1.ContextMessage
-	for _, m := range all {
+	for _, m := range kept {
 		if m.role != "" {
 			out = append(out, &eventsv1.ContextMessage{Role: m.role, Content: m.text})
 		}
@@ -159,7 +183,7 @@ func (in input) context(read historyText, keep int) ([]*eventsv1.ContextMessage,
 
 // text reads the input's last user message: its text and pictures.
 func (in input) text() (string, []*eventsv1.Attachment, error) {
-	m := in.msgs[in.last]
+	m := in.lastMsg
 	text, images, err := m.read()
 	if err != nil {
 		return "", nil, err

@@ -96,7 +96,7 @@ func FuzzParseRun(f *testing.F) {
 		if strings.TrimSpace(run.Text) == "" && len(run.Attachments) == 0 {
 			t.Fatal("accepted a run without input")
 		}
-		if len(run.Context) >= maxMessages+1 {
+		if len(run.Context) > maxContext+1 {
 			t.Fatalf("%d context messages", len(run.Context))
 		}
 		for _, c := range run.Context {
