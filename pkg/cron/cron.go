@@ -948,42 +948,65 @@ WHERE id = $1 AND (last_run_id = $2
 const StatusDeliveryFailed = "delivery_failed"
 
 // RecordDeliveryFailure records on the job of the run runID (RunID) that
-// its answer was not delivered, and why (the delivery service gave a
-// message of it up: dead-lettered, expired): last_delivery_error, and
-// last_status delivery_failed unless the run failed itself (error stays,
-// as Hermes's). The first failure of a run is kept (the later ones, such
-// as the notice that the answer failed, say less). As RecordOutcome, it
+// its answer was not delivered to target ("<platform>:<chat>[:<thread>]",
+// as a deliver value names it; "" for a failure of no one target), and
+// why (the delivery service gave a message of it up: dead-lettered,
+// expired): last_delivery_error, and last_status delivery_failed unless
+// the run failed itself (error stays, as Hermes's). A target's failure
+// reads "delivery to <target> failed: <reason>", and a run's failures to
+// different targets are joined with "; ", as Hermes's _deliver_result
+// words and joins them; a later failure to a target recorded for the run
+// already (such as the notice that the answer failed), or one of no
+// target after any other, is dropped: it says less. As RecordOutcome, it
 // applies only to the job's last run or one it has not recorded yet; a
 // failure of an older run, or of a removed job, is dropped. False: not
 // applied.
-func RecordDeliveryFailure(ctx context.Context, db DBTX, runID, reason string) (bool, error) {
+func RecordDeliveryFailure(ctx context.Context, db DBTX, runID, target, reason string) (bool, error) {
 	id, at, manual, err := ParseRunID(runID)
 	if err != nil {
 		return false, err
 	}
-	if reason = strings.TrimSpace(reason); reason == "" {
+	reason = strings.TrimSpace(reason)
+	// mark is what a recorded failure to the same target contains ("",
+	// in every text, for a failure of no target).
+	var mark string
+	switch {
+	case target != "":
+		mark = "delivery to " + target + " failed"
+		if reason != "" {
+			reason = mark + ": " + reason
+		} else {
+			reason = mark
+		}
+	case reason == "":
 		reason = "not delivered"
 	}
 	tag, err := db.Exec(ctx, `
 UPDATE cron_jobs SET
-  last_delivery_error = CASE WHEN last_run_id = $2 AND last_delivery_error <> '' THEN last_delivery_error ELSE $3 END,
+  last_delivery_error = CASE
+    WHEN last_run_id <> $2 OR last_delivery_error = '' THEN $3
+    WHEN strpos(last_delivery_error, $7) > 0 THEN last_delivery_error
+    ELSE left(last_delivery_error || '; ' || $3, $8) END,
   last_status = CASE WHEN last_run_id = $2 AND last_status NOT IN ('', 'ok') THEN last_status ELSE $6 END,
   last_error = CASE WHEN last_run_id = $2 THEN last_error ELSE '' END,
   last_run_id = $2, updated_at = now()
 WHERE id = $1 AND (last_run_id = $2
   OR ($4 AND manual_run_at = $5)
   OR (NOT $4 AND date_trunc('second', next_run_at) = $5))`,
-		id, runID, truncate(reason, 2000), manual, at, StatusDeliveryFailed)
+		id, runID, truncate(reason, maxDeliveryError), manual, at, StatusDeliveryFailed, mark, maxDeliveryError)
 	if err != nil {
 		return false, fmt.Errorf("record cron delivery failure of %s: %w", runID, err)
 	}
 	return tag.RowsAffected() == 1, nil
 }
 
+// maxDeliveryError bounds a job's last_delivery_error.
+const maxDeliveryError = 2000
+
 // RecordDeliveryFailure is RecordDeliveryFailure on the store's
 // database.
-func (s *Store) RecordDeliveryFailure(ctx context.Context, runID, reason string) (bool, error) {
-	return RecordDeliveryFailure(ctx, s.db, runID, reason)
+func (s *Store) RecordDeliveryFailure(ctx context.Context, runID, target, reason string) (bool, error) {
+	return RecordDeliveryFailure(ctx, s.db, runID, target, reason)
 }
 
 // RunOfSession is the run (RunID) whose session key is key

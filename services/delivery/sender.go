@@ -724,11 +724,7 @@ func (s *Service) cronUndelivered(ctx context.Context, log warner, r outbox.Row,
 	if r.ThreadID != "" {
 		target += ":" + r.ThreadID
 	}
-	why := "delivery to " + target + " failed"
-	if reason = strings.TrimSpace(reason); reason != "" {
-		why += ": " + reason
-	}
-	applied, err := cron.RecordDeliveryFailure(ctx, s.db, run, why)
+	applied, err := cron.RecordDeliveryFailure(ctx, s.db, run, target, reason)
 	if err != nil {
 		log.Warn("record a cron run's delivery failure failed", "run", run, "err", err)
 		return

@@ -200,7 +200,7 @@ func TestCronCommand(t *testing.T) {
 	if _, err := e.db.Exec(context.Background(), `UPDATE cron_jobs SET last_run_at = now(), last_status = 'ok', last_run_id = $2 WHERE id = $1`, id, run); err != nil {
 		t.Fatal(err)
 	}
-	if ok, err := cron.RecordDeliveryFailure(context.Background(), e.db, run, "Forbidden: bot was blocked by the user"); err != nil || !ok {
+	if ok, err := cron.RecordDeliveryFailure(context.Background(), e.db, run, "", "Forbidden: bot was blocked by the user"); err != nil || !ok {
 		t.Fatalf("record the delivery failure: %v %v", ok, err)
 	}
 	if got := e.ask("alice", "/cron list"); !regexp.MustCompile(`\n  Last run: \d{4}-\d\d-\d\d \d\d:\d\d UTC \(delivery_failed\)\n  Delivery failed: Forbidden: bot was blocked by the user`).MatchString(got) ||

@@ -104,14 +104,14 @@ func (r *turnRun) readCopyTargets(ctx context.Context) ([]*deliveryv1.Target, er
 // to the others, as Hermes's _deliver_result keeps sending to the rest
 // and records each target it could not deliver to, "; "-joined, as the
 // job's last_delivery_error: the owner sees it in /cron list, the
-// cronjob tool and /api/jobs (cron.RecordDeliveryFailure, which keeps a
-// run's first failure; delivery records a copy given up the same way).
+// cronjob tool and /api/jobs (cron.RecordDeliveryFailure; delivery
+// records each copy given up the same way, joined to it).
 // Best effort, as delivery's record.
 func (r *turnRun) recordSkipped(ctx context.Context, run string, skipped []string) {
 	if len(skipped) == 0 {
 		return
 	}
-	applied, err := r.s.jobs.RecordDeliveryFailure(ctx, run, "not delivered to "+strings.Join(skipped, "; "))
+	applied, err := r.s.jobs.RecordDeliveryFailure(ctx, run, "", "not delivered to "+strings.Join(skipped, "; "))
 	switch {
 	case err != nil:
 		r.log.Warn("record a cron run's skipped deliver targets", "run", run, "err", err)

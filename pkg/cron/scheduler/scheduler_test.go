@@ -808,7 +808,8 @@ func TestOutcomeBeforeItsRunIsRecorded(t *testing.T) {
 
 // TestDeliveryFailures: a run whose answer was not delivered (Hermes's
 // last_delivery_error) says so on its job: status delivery_failed with
-// the first reason, unless the run failed itself; a failure of an older
+// the first reason, and each other target's after it, unless the run
+// failed itself; a failure of an older
 // run is dropped; the next run clears it. A failure of a run whose commit
 // failed after its publish applies, and the retry keeps it.
 func TestDeliveryFailures(t *testing.T) {
@@ -819,9 +820,9 @@ func TestDeliveryFailures(t *testing.T) {
 	s := e.scheduler(t, nil)
 	first := cron.RunID(j.ID, t0.Add(time.Hour), false)
 	second := cron.RunID(j.ID, t0.Add(2*time.Hour), false)
-	record := func(run, reason string) bool {
+	record := func(run, target, reason string) bool {
 		t.Helper()
-		ok, err := cron.RecordDeliveryFailure(ctx, e.db, run, reason)
+		ok, err := cron.RecordDeliveryFailure(ctx, e.db, run, target, reason)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -836,20 +837,31 @@ func TestDeliveryFailures(t *testing.T) {
 		status, deliver string
 		lastErr         string
 	}{
-		{"the answer is dead-lettered", func() bool { return record(first, "gave up after 5 attempts: no gateway serves telegram") },
+		{"the answer is dead-lettered", func() bool { return record(first, "", "gave up after 5 attempts: no gateway serves telegram") },
 			true, "delivery_failed", "gave up after 5 attempts: no gateway serves telegram", ""},
-		{"the undelivered notice fails too", func() bool { return record(first, "chat not found") },
+		{"the undelivered notice fails too", func() bool { return record(first, "", "chat not found") },
 			true, "delivery_failed", "gave up after 5 attempts: no gateway serves telegram", ""},
 		{"the turn failed as well", func() bool { return e.fail(t, first, "the model is unavailable") },
 			true, "error", "gave up after 5 attempts: no gateway serves telegram", "the model is unavailable"},
 		{"the next run", func() bool { e.ended(t); e.clock.Set(t0.Add(2 * time.Hour)); return tick(t, s) == 1 },
 			true, "ok", "", ""},
-		{"the older run's failure", func() bool { return record(first, "late") },
+		{"the older run's failure", func() bool { return record(first, "", "late") },
 			false, "ok", "", ""},
-		{"the run of a removed job", func() bool { return record("000000000000_20260310_090000", "gone") },
+		{"the run of a removed job", func() bool { return record("000000000000_20260310_090000", "", "gone") },
 			false, "ok", "", ""},
-		{"the new run's answer expires", func() bool { return record(second, "expired before it could be sent") },
+		{"the new run's answer expires", func() bool { return record(second, "", "expired before it could be sent") },
 			true, "delivery_failed", "expired before it could be sent", ""},
+		// Failures to targets, as delivery records them: one line each,
+		// "; "-joined, as Hermes's _deliver_result; a target's second
+		// failure says less, one of no target after them too.
+		{"its copy to a target fails", func() bool { return record(second, "telegram:42", "Forbidden: bot was blocked by the user") },
+			true, "delivery_failed", "expired before it could be sent; delivery to telegram:42 failed: Forbidden: bot was blocked by the user", ""},
+		{"another copy fails", func() bool { return record(second, "telegram:4", "chat not found") },
+			true, "delivery_failed", "expired before it could be sent; delivery to telegram:42 failed: Forbidden: bot was blocked by the user; delivery to telegram:4 failed: chat not found", ""},
+		{"the notice to the first target fails too", func() bool { return record(second, "telegram:42", "chat not found") },
+			true, "delivery_failed", "expired before it could be sent; delivery to telegram:42 failed: Forbidden: bot was blocked by the user; delivery to telegram:4 failed: chat not found", ""},
+		{"a failure of no target", func() bool { return record(second, "", "late") },
+			true, "delivery_failed", "expired before it could be sent; delivery to telegram:42 failed: Forbidden: bot was blocked by the user; delivery to telegram:4 failed: chat not found", ""},
 	}
 	for _, st := range steps {
 		if got := st.do(); got != st.applied {
@@ -875,7 +887,7 @@ func TestDeliveryFailures(t *testing.T) {
 		t.Fatal("the crashing tick succeeded")
 	}
 	run := cron.RunID(k.ID, t0.Add(time.Hour), false)
-	if ok, err := cron.RecordDeliveryFailure(ctx, e2.db, run, "chat not found"); err != nil || !ok {
+	if ok, err := cron.RecordDeliveryFailure(ctx, e2.db, run, "", "chat not found"); err != nil || !ok {
 		t.Fatalf("the pending run's delivery failure: %v %v", ok, err)
 	}
 	e2.clock.Set(t0.Add(time.Hour + time.Minute))
@@ -2037,7 +2049,7 @@ func TestTimezoneChangeAfterAStatusWrite(t *testing.T) {
 			return e.store.RecordOutcome(ctx, run, "error", "the model failed")
 		}},
 		{"its answer's delivery failure", func(ctx context.Context, e *env, run string) (bool, error) {
-			return cron.RecordDeliveryFailure(ctx, e.db, run, "dead-lettered")
+			return cron.RecordDeliveryFailure(ctx, e.db, run, "", "dead-lettered")
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
