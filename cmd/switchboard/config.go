@@ -102,6 +102,10 @@ type STTConfig struct {
 	// BaseURL including /v1; empty: as Provider says.
 	BaseURL string `koanf:"base_url"`
 	APIKey  string `koanf:"api_key"`
+	// Timeout bounds one transcription whole, the read of its audio
+	// from the attachment store included (default Hermes's 30 s); a
+	// voice message not transcribed by then is only named to the model.
+	Timeout time.Duration `koanf:"timeout"`
 }
 
 // TTSConfig selects text-to-speech for voice replies (/voice).
@@ -255,6 +259,7 @@ func defaultConfig() *Config {
 		Agent:       worker.DefaultConfig().Agent,
 		LLM:         LLMConfig{MaxAttempts: 4, CallTimeout: 10 * time.Minute, StreamIdleTimeout: 3 * time.Minute},
 		Attachments: attachment.DefaultConfig(),
+		STT:         STTConfig{Timeout: llm.DefaultTranscriptionTimeout},
 		TTS:         TTSConfig{Model: llm.DefaultSpeechModel, Voice: llm.DefaultSpeechVoice, Format: llm.DefaultSpeechFormat, Timeout: time.Minute},
 		Cron:        scheduler.DefaultConfig(),
 		Sessions:    retention.DefaultConfig(),
@@ -327,6 +332,9 @@ func (c *Config) Validate() error {
 	case "", "openai", "off":
 	default:
 		return config.Invalid("stt.provider", c.STT.Provider, "openai or off")
+	}
+	if c.STT.Timeout <= 0 {
+		return config.Invalid("stt.timeout", c.STT.Timeout, "more than 0")
 	}
 	switch c.TTS.Provider {
 	case "", "openai", "off":

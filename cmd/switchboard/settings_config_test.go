@@ -3,10 +3,13 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/switchboard-chat/switchboard/pkg/approvalmode"
+	"github.com/switchboard-chat/switchboard/pkg/config"
 )
 
 // agent.personalities from the file add to Hermes's built-in ones (an
@@ -250,4 +253,52 @@ func TestMisplacedSessionResetFindsTheRouterSection(t *testing.T) {
 			t.Errorf("%q: warnings %v", yaml, warnings)
 		}
 	}
+}
+
+// stt.timeout bounds a transcription (Hermes's 30 s by default, its
+// speech-to-text clients' timeout), from the file or the environment as
+// every key; it reaches the worker, and a duration of 0 or less, or no
+// duration, stops the start naming the key.
+func TestSTTTimeoutConfig(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "c.yaml")
+	for _, tt := range []struct {
+		yaml string
+		want time.Duration
+		err  string // a part of the error; "" for none
+	}{
+		{yaml: "", want: 30 * time.Second},
+		{yaml: "stt:\n  timeout: 45s\n", want: 45 * time.Second},
+		{yaml: "stt:\n  provider: openai\n  timeout: 2m\n", want: 2 * time.Minute},
+		{yaml: "stt:\n  timeout: 0s\n", err: "stt.timeout"},
+		{yaml: "stt:\n  timeout: -5s\n", err: "stt.timeout"},
+		{yaml: "stt:\n  timeout: soon\n", err: "stt.timeout"},
+	} {
+		if err := os.WriteFile(p, []byte(tt.yaml), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		cfg, warnings, err := loadConfig(p)
+		switch {
+		case tt.err != "":
+			if err == nil || !strings.Contains(err.Error(), tt.err) {
+				t.Errorf("%q: %v, want an error naming %s", tt.yaml, err, tt.err)
+			}
+		case err != nil || sttWarned(warnings):
+			t.Errorf("%q: %v, warnings %v", tt.yaml, err, warnings)
+		case workerConfig(cfg).TranscribeTimeout != tt.want:
+			t.Errorf("%q: the worker's transcription bound %v, want %v", tt.yaml, workerConfig(cfg).TranscribeTimeout, tt.want)
+		}
+	}
+	t.Setenv("SWITCHBOARD_STT__TIMEOUT", "90s")
+	cfg, warnings, err := loadConfig("")
+	if err != nil || sttWarned(warnings) {
+		t.Fatalf("from the environment: %v, warnings %v", err, warnings)
+	}
+	if got := workerConfig(cfg).TranscribeTimeout; got != 90*time.Second {
+		t.Errorf("from the environment: the worker's %v, want 90s", got)
+	}
+}
+
+// sttWarned reports whether a warning is about an stt key (one not known).
+func sttWarned(warnings []config.Warning) bool {
+	return slices.ContainsFunc(warnings, func(w config.Warning) bool { return strings.HasPrefix(w.Key, "stt.") })
 }

@@ -29,22 +29,7 @@ func startWorker(ctx context.Context, a *app) (func(context.Context) error, erro
 	if err != nil {
 		return nil, err
 	}
-	cfg := a.cfg.Worker
-	cfg.Agent = a.cfg.Agent
-	cfg.RedisPrefix = a.cfg.Redis.Prefix
-	cfg.RedactPII = a.cfg.Privacy.RedactPII
-	cfg.MemoryWriteApproval = a.cfg.Memory.WriteApproval
-	cfg.ApprovalsMode = a.cfg.Approvals.Mode
-	cfg.ApprovalsSmartPolicy = a.cfg.Approvals.SmartPolicy
-	cfg.ApprovalsDenialBreakerThreshold = a.cfg.Approvals.DenialBreakerThreshold
-	// A picture the gateways may keep is one the worker may read to fit it.
-	cfg.Agent.MaxImageSourceBytes = max(cfg.Agent.MaxImageSourceBytes, a.cfg.Attachments.MaxBytes)
-	// And the voice messages and audio files it may keep, the worker
-	// transcribes.
-	cfg.MaxAttachmentBytes = a.cfg.Attachments.MaxBytes
-	// A transcription is bounded as a model call is, its audio's read
-	// from the store included.
-	cfg.TranscribeTimeout = a.cfg.LLM.CallTimeout
+	cfg := workerConfig(a.cfg)
 	loc, err := a.cfg.Cron.Location()
 	if err != nil {
 		return nil, err
@@ -65,6 +50,27 @@ func startWorker(ctx context.Context, a *app) (func(context.Context) error, erro
 		return nil, err
 	}
 	return w.Run, nil
+}
+
+// workerConfig is the worker's section with what it takes from the
+// others.
+func workerConfig(c *Config) worker.Config {
+	cfg := c.Worker
+	cfg.Agent = c.Agent
+	cfg.RedisPrefix = c.Redis.Prefix
+	cfg.RedactPII = c.Privacy.RedactPII
+	cfg.MemoryWriteApproval = c.Memory.WriteApproval
+	cfg.ApprovalsMode = c.Approvals.Mode
+	cfg.ApprovalsSmartPolicy = c.Approvals.SmartPolicy
+	cfg.ApprovalsDenialBreakerThreshold = c.Approvals.DenialBreakerThreshold
+	// A picture the gateways may keep is one the worker may read to fit it.
+	cfg.Agent.MaxImageSourceBytes = max(cfg.Agent.MaxImageSourceBytes, c.Attachments.MaxBytes)
+	// And the voice messages and audio files it may keep, the worker
+	// transcribes, each within stt.timeout, its audio's read from the
+	// store included.
+	cfg.MaxAttachmentBytes = c.Attachments.MaxBytes
+	cfg.TranscribeTimeout = c.STT.Timeout
+	return cfg
 }
 
 // llmBackend builds the provider from the llm section, else from the
@@ -217,7 +223,7 @@ func (a *app) transcriber(llmKind string) (worker.Transcriber, error) {
 	if model == "" {
 		model = llm.DefaultTranscriptionModel
 	}
-	a.log.Info("speech-to-text configured", "from", from, "model", model, "base_url", cfg.BaseURL)
+	a.log.Info("speech-to-text configured", "from", from, "model", model, "base_url", cfg.BaseURL, "timeout", c.Timeout)
 	return transcriber{p: llm.NewOpenAI(cfg), model: model}, nil
 }
 

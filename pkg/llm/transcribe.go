@@ -8,6 +8,7 @@ import (
 	"mime/multipart"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
@@ -15,6 +16,11 @@ import (
 
 // DefaultTranscriptionModel is OpenAI's speech-to-text model.
 const DefaultTranscriptionModel = "whisper-1"
+
+// DefaultTranscriptionTimeout bounds one transcription: Hermes's, whose
+// speech-to-text clients (tools/transcription_tools.py, _transcribe_openai
+// and _transcribe_groq) give a request 30 s and retry none.
+const DefaultTranscriptionTimeout = 30 * time.Second
 
 // errUploadDone ends the writing of an upload whose request is over.
 var errUploadDone = errors.New("transcription request ended")

@@ -14,6 +14,7 @@ import (
 
 	"github.com/switchboard-chat/switchboard/pkg/attachment"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+	"github.com/switchboard-chat/switchboard/pkg/llm"
 )
 
 // fetchWait bounds a gateway's download for the worker: the gateway's
@@ -254,8 +255,9 @@ func quotedName(a *eventsv1.Attachment) string {
 var errNoTranscriber = errors.New("no speech-to-text provider configured")
 
 // defaultTranscribeTimeout bounds a transcription when
-// Config.TranscribeTimeout is not set: llm.call_timeout's default.
-const defaultTranscribeTimeout = 10 * time.Minute
+// Config.TranscribeTimeout is not set: Hermes's 30 s (stt.timeout's
+// default).
+const defaultTranscribeTimeout = llm.DefaultTranscriptionTimeout
 
 // errTranscribeTimeout ends a transcription that took longer than
 // Config.TranscribeTimeout.

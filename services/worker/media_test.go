@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -238,7 +240,7 @@ func TestVoiceAndDocumentsAreReadIntoTheMessage(t *testing.T) {
 // audio the attachment store does not deliver (its chunks are gone while
 // the file is still listed, so the read waits for them) is named to the
 // model as not transcribed once the transcription's bound
-// (TranscribeTimeout, llm.call_timeout) is over; the read waited on the
+// (TranscribeTimeout, stt.timeout) is over; the read waited on the
 // turn, which it held until a /stop.
 func TestAStuckStoreReadEndsWithTheTranscription(t *testing.T) {
 	t.Parallel()
@@ -284,6 +286,65 @@ func TestAStuckStoreReadEndsWithTheTranscription(t *testing.T) {
 	}
 	if got, want := h.fake.Requests()[0].LastUserText(), "[Attachment: voice (unavailable: it could not be transcribed)]"; got != want {
 		t.Fatalf("the model read %q, want %q", got, want)
+	}
+}
+
+// TestASilentSpeechToTextServerEndsWithTheTranscription: a
+// speech-to-text server that takes the upload and never answers holds the
+// turn no longer than the transcription's bound (TranscribeTimeout,
+// stt.timeout: Hermes's 30 s by default, not llm.call_timeout's 10
+// minutes); the voice message is then only named to the model, as for a
+// failed transcription, and the turn is answered.
+func TestASilentSpeechToTextServerEndsWithTheTranscription(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	ctx := context.Background()
+	store := attachment.New(h.bus.JetStream(), h.bus.Topology(), attachment.Config{})
+	if _, err := store.Keep(ctx, "speech", "audio/ogg", strings.NewReader("turn the lights off")); err != nil {
+		t.Fatal(err)
+	}
+	asked := make(chan struct{}, 1)
+	hangUp := make(chan struct{})
+	silent := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		asked <- struct{}{}
+		select { // no answer while the test runs
+		case <-r.Context().Done():
+		case <-hangUp:
+		}
+	}))
+	t.Cleanup(silent.Close)
+	t.Cleanup(func() { close(hangUp) }) // before the server closes
+	stt := llm.NewOpenAI(llm.OpenAIConfig{BaseURL: silent.URL + "/v1"})
+	const bound = 300 * time.Millisecond
+	h.setGeneration("s1", 1)
+	h.startWorker("w1", func(c *worker.Config, d *worker.Deps) {
+		c.TranscribeTimeout = bound
+		d.Transcriber = sttFunc(func(ctx context.Context, audio io.Reader, filename, mime string) (string, error) {
+			return stt.Transcribe(ctx, "", audio, filename, mime)
+		})
+	})
+	start := time.Now()
+	req := h.requestTurn("s1", "", turnOpts{attachments: []*eventsv1.Attachment{{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_VOICE,
+		MimeType: "audio/ogg", Location: &eventsv1.Attachment_BytesRef{BytesRef: "speech"}}}})
+	var c *turnsv1.TurnCompleted
+	waitFor(t, 10*time.Second, "the turn to complete", func() bool {
+		c = h.completed(req.TurnId)
+		return c != nil
+	})
+	took := time.Since(start)
+	if c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_COMPLETED {
+		t.Fatalf("status %v (%s)", c.GetStatus(), c.GetError())
+	}
+	select {
+	case <-asked:
+	default:
+		t.Fatal("the speech-to-text server was never asked")
+	}
+	if got, want := h.fake.Requests()[0].LastUserText(), "[Attachment: voice (unavailable: it could not be transcribed)]"; got != want {
+		t.Fatalf("the model read %q, want %q", got, want)
+	}
+	if took < bound {
+		t.Fatalf("the turn completed in %v, before the transcription's bound of %v", took, bound)
 	}
 }
 

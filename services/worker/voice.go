@@ -42,7 +42,7 @@ const maxInlineVoice = 512 << 10
 // (all), or /voice on (voice_only) and an input of the turn is a voice
 // message; never without a speaker, a target, or for an answer that is
 // not the completed turn's text.
-func (r *turnRun) wantsVoice(f store.Final) bool {
+func (r *turnRun) wantsVoice(ctx context.Context, f store.Final) bool {
 	if r.s.tts == nil || r.target == nil || f.Kind != store.FinalText || f.Status != store.StatusCompleted ||
 		strings.TrimSpace(f.Text) == "" || strings.HasPrefix(f.Text, "Error:") {
 		return false
@@ -51,7 +51,7 @@ func (r *turnRun) wantsVoice(f store.Final) bool {
 	case voiceAll:
 		return true
 	case voiceOnly:
-		return r.voiceInput()
+		return r.voiceInput(ctx)
 	}
 	return false
 }
@@ -60,9 +60,24 @@ func (r *turnRun) wantsVoice(f store.Final) bool {
 // (Hermes's MessageType.VOICE: a voice note, not an audio file; the
 // Slack and Mattermost gateways mark an audio file one, as Hermes, and
 // it is one only once downloaded: voiceByDownload).
-func (r *turnRun) voiceInput() bool {
+//
+// What was downloaded is asked of the gateway as the turn's beginning
+// asks it (fetchAttachments, which finds a file kept already in one
+// lookup and asks nothing again of one this attempt read): an attempt
+// that resumed an earlier one's committed steps, or republishes its
+// answer, did not read the inputs, and its request alone describes no
+// download, so a file whose download failed would count as downloaded.
+// A gateway that cannot be asked now counts the message's files as not
+// downloaded: no voice reply, the text answer is sent.
+func (r *turnRun) voiceInput(ctx context.Context) bool {
 	for _, in := range r.req.GetInputs() {
 		if in.GetVoiceByDownload() {
+			if r.s.agent == nil { // a plug-in agent's turns download nothing
+				if err := r.fetchAttachments(ctx, in, r.readAtBegin); err != nil {
+					r.log.Warn("message not answered as a voice message: the gateway could not say whether its audio was downloaded", "err", err)
+					continue
+				}
+			}
 			if voiceByDownload(in) {
 				return true
 			}
@@ -110,7 +125,7 @@ func voiceByDownload(in *eventsv1.MessageReceived) bool {
 // idempotency key (turn:seq) deduplicate. A failure is logged and
 // counted, never the turn's: the user has the text.
 func (r *turnRun) voiceReply(ctx context.Context, f store.Final) {
-	if !r.wantsVoice(f) {
+	if !r.wantsVoice(ctx, f) {
 		return
 	}
 	text := spoken.Text(f.Text)

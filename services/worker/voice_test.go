@@ -3,11 +3,15 @@ package worker_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/switchboard-chat/switchboard/pkg/attachment"
+	"github.com/switchboard-chat/switchboard/pkg/bus"
 	"github.com/switchboard-chat/switchboard/pkg/fakellm"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	repliesv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/replies/v1"
@@ -15,6 +19,7 @@ import (
 	"github.com/switchboard-chat/switchboard/pkg/llm"
 	"github.com/switchboard-chat/switchboard/pkg/platform/platformtest"
 	"github.com/switchboard-chat/switchboard/services/worker"
+	"github.com/switchboard-chat/switchboard/services/worker/internal/tools"
 )
 
 // speakFunc is a Speaker over the harness's fake model server.
@@ -247,4 +252,121 @@ func TestVoiceReplyInlineWithoutTheStore(t *testing.T) {
 	if !ok || err != nil || mime != "audio/ogg" || !bytes.HasPrefix(data, []byte("OggS")) {
 		t.Errorf("inline voice reply %.60q: %q %v %v", u, mime, ok, err)
 	}
+}
+
+// TestResumedTurnAsksWhetherItsAudioWasDownloaded: a turn of a message
+// typed by its downloads (voice_by_download) that another attempt takes
+// over (its worker died after the user's message was committed, or the
+// turn was delivered again after its answer) does not read the message
+// again, so its request tells nothing of the downloads: it asks the
+// gateway again, as the first attempt did, whether the audio was
+// downloaded. An audio file whose download failed is not a voice message
+// then either (no voice reply under /voice on, the gateway asked again);
+// one downloaded is found kept, without a second download, and answered
+// with speech again (the same voice message, deduplicated).
+func TestResumedTurnAsksWhetherItsAudioWasDownloaded(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	p := &fetchingPlatform{Memory: platformtest.NewMemory("bot1", false), files: map[string]string{"a1": "see you at noon"}}
+	startGateway(t, h, p)
+	stt := llm.NewOpenAI(llm.OpenAIConfig{BaseURL: h.fakeURL + "/v1"})
+	entered := make(chan struct{}, 1)
+	start := func(id string, dies bool) *runningWorker {
+		clock := tools.Tool{Name: "clock", Run: func(ctx context.Context, _ tools.Call, _ json.RawMessage) (string, error) {
+			if !dies {
+				return "12:00", nil
+			}
+			entered <- struct{}{}
+			<-ctx.Done() // the worker dies here, the user's message committed
+			return "", ctx.Err()
+		}}
+		return h.startWorker(id, func(c *worker.Config, d *worker.Deps) {
+			h.withSpeaker(c, d)
+			d.Transcriber = sttFunc(func(ctx context.Context, audio io.Reader, filename, mime string) (string, error) {
+				return stt.Transcribe(ctx, "", audio, filename, mime)
+			})
+			d.Tools = []tools.Tool{clock}
+			c.DrainTimeout = 50 * time.Millisecond // a stop is a kill: handlers are cut off at once
+		})
+	}
+	origin := &eventsv1.SessionSource{Platform: "memory", Account: "bot1", ChatId: "99", ChatType: "dm", UserId: "u1"}
+	for i, tt := range []struct {
+		name  string
+		file  string // the audio's platform file id: a1 downloads, gone fails
+		crash bool   // the first worker dies mid-turn; else the answered turn is delivered again
+		voice bool
+	}{
+		{"resumed after a crash, audio not downloaded", "gone", true, false},
+		{"resumed after a crash, audio downloaded", "a1", true, true},
+		{"delivered again after its answer, audio not downloaded", "gone", false, false},
+		{"delivered again after its answer, audio downloaded", "a1", false, true},
+	} {
+		key := fmt.Sprintf("s%d", i)
+		h.setGeneration(key, 1)
+		downloads, speeches := p.fetches.Load(), len(h.fake.Speeches())
+		attach := []*eventsv1.Attachment{{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_AUDIO, PlatformFileId: tt.file, MimeType: "audio/ogg"}}
+		opts := turnOpts{origin: origin, attachments: attach, voiceMode: "voice_only", voiceByDownload: true}
+		var req *turnsv1.TurnRequested
+		if tt.crash {
+			w1 := start("w1", true)
+			h.fake.Enqueue(fakellm.Reply{ToolCalls: []fakellm.ToolCall{{ID: "c1", Name: "clock", Arguments: `{}`}}}, fakellm.Reply{Text: "It is noon."})
+			req = h.requestTurn(key, "", opts)
+			select {
+			case <-entered:
+			case <-time.After(30 * time.Second):
+				t.Fatalf("%s: the tool never ran", tt.name)
+			}
+			w1.stop(t)
+			if h.completed(req.TurnId) != nil {
+				t.Fatalf("%s: the killed worker completed the turn", tt.name)
+			}
+			// The lock expires (a real crash stops its renewals).
+			if err := h.rdb.Del(context.Background(), h.locker.Key(key)).Err(); err != nil {
+				t.Fatal(err)
+			}
+			w2 := start("w2", false)
+			if c := h.waitCompleted(req.TurnId); c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_COMPLETED || c.GetWorkerId() != "w2" {
+				t.Fatalf("%s: status %v by %s (%s)", tt.name, c.GetStatus(), c.GetWorkerId(), c.GetError())
+			}
+			w2.stop(t)
+		} else {
+			w := start("w1", false)
+			req = h.requestTurn(key, "", opts)
+			h.waitCompleted(req.TurnId)
+			if _, media := split(t, h.replies(req.TurnId)); len(media) != btoi(tt.voice) {
+				t.Fatalf("%s: the first attempt sent %d voice replies", tt.name, len(media))
+			}
+			ok, err := h.locker.Acquire(context.Background(), key, req.LockToken, 5*time.Second)
+			if err != nil || !ok {
+				t.Fatalf("lock: %v", err)
+			}
+			if _, err := h.bus.Publish(context.Background(), h.bus.Topology().Subject(bus.SubjectTurnRequested), "turn:"+req.TurnId+":again", req); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, 30*time.Second, "the second attempt to end", func() bool {
+				o, _ := h.locker.Owner(context.Background(), key)
+				return o == ""
+			})
+			w.stop(t)
+		}
+		_, media := split(t, h.replies(req.TurnId))
+		if len(media) != btoi(tt.voice) {
+			t.Errorf("%s: %d voice replies, want %d", tt.name, len(media), btoi(tt.voice))
+		}
+		if tt.voice && len(h.fake.Speeches()) == speeches {
+			t.Errorf("%s: nothing spoken", tt.name)
+		}
+		// The failed download is tried again when the second attempt asks;
+		// the kept one is found.
+		if got, want := p.fetches.Load()-downloads, int32(1+btoi(tt.file == "gone")); got != want {
+			t.Errorf("%s: %d downloads, want %d", tt.name, got, want)
+		}
+	}
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

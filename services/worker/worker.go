@@ -73,8 +73,9 @@ type Config struct {
 	MaxAttachmentBytes int64 `koanf:"-"`
 	// TranscribeTimeout bounds one transcription whole: the audio's read
 	// from the attachment store as much as its upload and the answer
-	// (llm.call_timeout, as for a model call; 0: its default, 10
-	// minutes). A stuck store read ends with it, not with the turn.
+	// (stt.timeout; 0: its default, Hermes's 30 s). A stuck store read
+	// or a speech-to-text server that does not answer ends with it, not
+	// with the turn, and the voice message is only named.
 	TranscribeTimeout time.Duration `koanf:"-"`
 	// RedisPrefix prefixes Redis keys (redis.prefix).
 	RedisPrefix string `koanf:"-"`
