@@ -584,11 +584,19 @@ func (s *Store) TurnMayRun(ctx context.Context, sess Session) (bool, error) {
 	if sess.LastTurnID == "" {
 		return false, nil
 	}
+	ended, err := s.TurnEnded(ctx, sess.LastTurnID)
+	return !ended, err
+}
+
+// TurnEnded reports whether the worker of the turn turnID recorded its
+// end in worker_turns (TurnMayRun): a final, whose answer may be in the
+// chat already, a memory flush's usage, or a fenced end.
+func (s *Store) TurnEnded(ctx context.Context, turnID string) (bool, error) {
 	var ended bool
-	if err := s.db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM worker_turns WHERE turn_id = $1)`, sess.LastTurnID).Scan(&ended); err != nil {
-		return false, fmt.Errorf("read last turn: %w", err)
+	if err := s.db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM worker_turns WHERE turn_id = $1)`, turnID).Scan(&ended); err != nil {
+		return false, fmt.Errorf("read turn %s: %w", turnID, err)
 	}
-	return !ended, nil
+	return ended, nil
 }
 
 // Stop fences the running turn (next generation) and drops the waiting

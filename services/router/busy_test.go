@@ -739,3 +739,46 @@ func TestSteeringIsNotCountedAsWaiting(t *testing.T) {
 		})
 	}
 }
+
+// A message that comes after the running turn's worker recorded its end
+// (its answer may be in the chat already) but before the router took its
+// completion (a router restarting after a kill -9, one behind) is the
+// next turn's, as after the completion: no "⚡ Interrupting current task"
+// nor "⏳ Queued" for a task the user saw end, and no interrupt. The
+// chaos run's Telegram chats got the notice as the first answer to their
+// next message after a router was killed.
+func TestMessageAfterTheTurnsRecordedEndIsNotBusy(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []string{BusyInterrupt, BusyQueue, BusySteer} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			cfg := testConfig()
+			cfg.BusyMode = mode
+			e, g, w := busySession(t, cfg, "alice", "long")
+			running, _ := w.snapshot()
+			turn := running[0]
+			// The worker recorded the turn's end; its completion is not
+			// published yet (the gate holds it).
+			if _, err := e.db.Exec(context.Background(), `INSERT INTO worker_turns (turn_id, session_key, session_id, generation, status, final_kind, final_text)
+				VALUES ($1, $2, $3, $4, 'completed', 'text', 'the answer')`, turn.TurnId, turn.SessionKey, turn.SessionId, turn.Generation); err != nil {
+				t.Fatal(err)
+			}
+			e.publish(dm("alice", "next question"))
+			waitFor(t, "inbound drained", e.inboundDrained)
+			g.open()
+			waitFor(t, "the next turn", func() bool { turns, _ := w.snapshot(); return len(turns) == 2 })
+			turns, _ := w.snapshot()
+			if in := turns[1].Inputs; len(in) != 1 || in[0].Text != "next question" {
+				t.Fatalf("next turn inputs %v, want the message", in)
+			}
+			if n := len(e.controls(controlInterrupt)) + len(e.controls(controlSteer)); n != 0 {
+				t.Errorf("%d interrupt or steer controls for an ended turn, want none", n)
+			}
+			for _, word := range []string{"Interrupting", "Queued", "Steered"} {
+				if n := e.countNotices("alice", word); n != 0 {
+					t.Errorf("%d %q notices for an ended turn, want none", n, word)
+				}
+			}
+		})
+	}
+}

@@ -908,6 +908,23 @@ func (s *Service) route(ctx context.Context, m *msgCtx, sess sessionstore.Sessio
 		}
 	}
 
+	// A turn whose worker recorded its end is over for the user, whose
+	// chat may show its answer already: the router has not taken its
+	// completion yet (a router restarting after a crash, one behind),
+	// which starts the next turn. A message now waits for it as for a
+	// free session's lock taken meanwhile: nothing to interrupt or steer,
+	// no "⚡ Interrupting current task" nor "⏳ Queued" for a task that
+	// ended. /queue and /steer are answered as ever.
+	if busy && o.command == "" && !ownTurn && redisx.GrantOf(owner) != owner {
+		if turn := heldBy(owner); turn != "" {
+			ended, err := s.store.TurnEnded(ctx, turn)
+			if err != nil {
+				return err
+			}
+			busy = !ended
+		}
+	}
+
 	// Steering reaches a turn a worker has claimed (the lock holds its
 	// own value, not the router's bare grant); text no running turn took
 	// (none claimed yet, or its answer is decided) is queued instead. An
