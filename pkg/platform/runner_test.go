@@ -447,8 +447,9 @@ func TestReservationOfAGoneReplicaIsTakenOver(t *testing.T) {
 	busA := bustest.NewWith(t, url, busB.Topology())
 	mA, mB := platformtest.NewMemory("bot-gone", false), platformtest.NewMemory("bot-gone", false)
 	slow := slowMemory{Memory: mA, release: make(chan struct{}), entered: make(chan struct{}, 1), fail: &atomic.Bool{}}
-	a, ctx := runRunner(t, slow, busA)
-	b, _ := runRunner(t, mB, busB)
+	a := startRunner(t, slow, busA, platform.Options{Instance: "replica-a"}).r
+	b, ctx := runRunner(t, mB, busB)
+	platformtest.WaitFor(t, "replica A to start", func() bool { return state(a) == platform.StateConnected })
 	t.Cleanup(func() { close(slow.release) }) // before the runners stop
 	req := &deliveryv1.SendRequested{IdempotencyKey: "t3:1:0", Op: deliveryv1.SendOp_SEND_OP_SEND,
 		Target: &deliveryv1.Target{Platform: "memory", ChatId: "chat"}, Text: "once"}
@@ -459,8 +460,13 @@ func TestReservationOfAGoneReplicaIsTakenOver(t *testing.T) {
 		t.Fatalf("retry while replica A is sending: receipt %+v, want RETRYABLE with a retry delay", rec)
 	}
 
-	// A's process dies: its connection closes, its send never ends.
+	// A's process dies: its connection closes, its send never ends; the
+	// server drops its subscriptions as it sees the close.
 	busA.Conn().Close()
+	platformtest.WaitFor(t, "the server to drop replica A", func() bool {
+		_, err := busB.Conn().Request(busB.Topology().SendingSubject("memory", "replica-a"), nil, time.Second)
+		return errors.Is(err, nats.ErrNoResponders)
+	})
 	rec := b.Execute(ctx, req)
 	if !rec.GetOk() || rec.GetDuplicate() {
 		t.Fatalf("retry after replica A died: receipt %+v, want it sent now", rec)
