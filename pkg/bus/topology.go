@@ -166,6 +166,16 @@ func (t Topology) SendingSubject(platform, instance string) string {
 	return t.Subject(fmt.Sprintf("%s.%s.sending.%016x", subjectGateway, platform, h.Sum64()))
 }
 
+// DeliveryAliveSubject is the core NATS subject on which one delivery
+// replica (its replica id, hashed into one token) answers while it runs:
+// a replica that finds outbox rows being sent under another's lease asks
+// there, and no responder means that replica is gone.
+func (t Topology) DeliveryAliveSubject(replica string) string {
+	h := fnv.New64a()
+	h.Write([]byte(replica))
+	return t.Subject(fmt.Sprintf("delivery.alive.%016x", h.Sum64()))
+}
+
 // PressSubject is the core NATS subject of the answer to one button
 // press whose gateway holds it (a Telegram callback query, a Teams
 // invoke, answered once): the replica holding it subscribes while it

@@ -365,6 +365,34 @@ func (s *Store) ClaimNext(ctx context.Context, now time.Time, lease time.Duratio
 	return s.claim(ctx, now, lease, owner, limit, true)
 }
 
+// Senders returns the replicas other than owner that are sending rows
+// under a lease that has not run out at now (the sending rows' lease
+// index, migration 00305).
+func (s *Store) Senders(ctx context.Context, now time.Time, owner string) ([]string, error) {
+	rows, err := s.db.Query(ctx, `SELECT DISTINCT claimed_by FROM delivery_outbox
+	WHERE state = 'sending' AND lease_until >= $1 AND claimed_by <> $2`, now, owner)
+	if err != nil {
+		return nil, fmt.Errorf("list delivery senders: %w", err)
+	}
+	senders, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("list delivery senders: %w", err)
+	}
+	return senders, nil
+}
+
+// Release ends the leases of the rows owner is sending, as if they had
+// run out before now: owner is gone, and the next claim takes them over
+// (sent again under the same idempotency key). It returns how many.
+func (s *Store) Release(ctx context.Context, now time.Time, owner string) (int64, error) {
+	tag, err := s.db.Exec(ctx, `UPDATE delivery_outbox SET lease_until = $1
+	WHERE state = 'sending' AND claimed_by = $2 AND lease_until >= $1`, now.Add(-time.Microsecond), owner)
+	if err != nil {
+		return 0, fmt.Errorf("release a gone sender's deliveries: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}
+
 // nextTakeoverSQL reads the earliest lease of a row being sent that has
 // not run out at $1 (NULL: none), the first entry of the index from $1
 // on.

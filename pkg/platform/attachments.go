@@ -79,11 +79,18 @@ func (r *Runner) prepareAttachments(ctx context.Context, ev *eventsv1.MessageRec
 	}
 }
 
-// serveFetch answers a worker's AttachmentFetchRequested.
+// serveFetch answers a worker's AttachmentFetchRequested, after naming
+// this replica to a worker that asked (its sending subject, which
+// serveSending answers, tells the worker it is still there).
 func (r *Runner) serveFetch(ctx context.Context, m *nats.Msg) {
 	ctx, span := otel.Tracer("github.com/switchboard-chat/switchboard/pkg/platform").Start(ctx, "platform fetch "+r.name,
 		trace.WithSpanKind(trace.SpanKindServer))
 	defer span.End()
+	// The worker watches this replica while it downloads: killed, it is
+	// found gone and another replica is asked (bus.RequestWatched).
+	if err := bus.AckServedBy(m, r.opts.Instance); err != nil {
+		r.log.Debug("name the fetch's replica", "err", err)
+	}
 	req := &eventsv1.AttachmentFetchRequested{}
 	var reply *eventsv1.AttachmentFetched
 	if err := proto.Unmarshal(m.Data, req); err != nil {

@@ -156,8 +156,18 @@ func (s *Service) Run(ctx context.Context) error {
 	if err := s.share.announce(ctx); err != nil {
 		s.log.Warn("announce delivery replica failed", "err", err)
 	}
+	// Before the first send, until the last ended (gone.go).
+	alive, err := s.serveAlive()
+	if err != nil {
+		if lis != nil {
+			_ = lis.Close()
+		}
+		return err
+	}
+	defer func() { _ = alive.Unsubscribe() }()
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return s.announceLoop(gctx) })
+	g.Go(func() error { return s.takeOverGone(gctx) })
 	for p := range s.bus.Topology().PartitionCount() {
 		g.Go(func() error { return s.ownPartition(gctx, p) })
 	}
@@ -177,7 +187,7 @@ func (s *Service) Run(ctx context.Context) error {
 			return nil
 		})
 	}
-	err := g.Wait()
+	err = g.Wait()
 	s.typing.stopAll()
 	if err != nil && !errors.Is(err, grpc.ErrServerStopped) && ctx.Err() == nil {
 		return err

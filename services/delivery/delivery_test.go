@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/nats-io/nats.go"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -442,6 +443,64 @@ func TestKilledMidSendEveryReplyExactlyOnce(t *testing.T) {
 		if c != 1 {
 			t.Errorf("%q posted %d times", text, c)
 		}
+	}
+}
+
+// A row being sent by a replica that was killed (its NATS connection
+// closed: no one answers on its alive subject) is taken over at once,
+// not when its lease (30 s) runs out, and the chat's next row follows;
+// a row of a replica that answers waits out its lease.
+func TestRowsOfAGoneReplicaAreTakenOverAtOnce(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		alive bool
+	}{{"gone", false}, {"alive", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			cfg := testConfig()
+			cfg.SendTimeout, cfg.Lease = 5*time.Second, 30*time.Second
+			var asked atomic.Int32
+			if tc.alive {
+				sub, err := e.bus.Conn().Subscribe(e.bus.Topology().DeliveryAliveSubject("x"), func(m *nats.Msg) {
+					asked.Add(1)
+					_ = m.Respond(nil)
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = sub.Unsubscribe() })
+			}
+			ctx := context.Background()
+			ev := event("t1", 1, "s1", final("first"))
+			req := func(key, text string) *deliveryv1.SendRequested {
+				return &deliveryv1.SendRequested{IdempotencyKey: key, Op: deliveryv1.SendOp_SEND_OP_SEND, Target: ev.GetTarget(),
+					TurnId: "t1", SessionKey: "s1", Text: text, ChunkCount: 1}
+			}
+			store := outbox.New(e.db)
+			// Replica x claimed the first and died mid-send; the second
+			// waits behind it in the chat.
+			if _, ok, err := store.EnqueueClaimed(ctx, e.clock.Now(), cfg.TTL, cfg.Lease, "x", req("t1:1:0", "first")); err != nil || !ok {
+				t.Fatalf("claimed row: %v %v", ok, err)
+			}
+			if _, err := store.Enqueue(ctx, e.clock.Now(), cfg.TTL, req("t1:2:0", "second")); err != nil {
+				t.Fatal(err)
+			}
+			began := time.Now()
+			e.start(t, cfg, "b")
+			if tc.alive {
+				eventually(t, e.clock, 0, "replica x asked twice", func() bool { return asked.Load() >= 2 })
+				if got := len(e.gw.postedTexts()); got != 0 || rowState(t, e.db, "t1:1:0") != "sending" {
+					t.Fatalf("%d posted, row %s: want the live replica's row left to its lease", got, rowState(t, e.db, "t1:1:0"))
+				}
+				return
+			}
+			eventually(t, e.clock, 0, "both rows sent", func() bool { return len(e.gw.postedTexts()) == 2 })
+			if took := time.Since(began); took > 10*time.Second {
+				t.Fatalf("the rows were sent %v after the replica started, want well within the lease (30 s)", took)
+			}
+		})
 	}
 }
 

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	"github.com/switchboard-chat/switchboard/pkg/outbox"
 )
@@ -132,11 +134,18 @@ func TestPollTakesRowsNoReplicaKnows(t *testing.T) {
 // with a poll interval of an hour, nothing else wakes the send loop of
 // the replica that started meanwhile, whose first round found the row
 // still leased. The row behind it in its chat follows it, each sent
-// once, in order.
+// once, in order. The sender here still answers whether it runs (one
+// that does not is taken over at once: TestRowsOfAGoneReplicaAreTakenOverAtOnce),
+// as a sender hung mid-send, or one whose answer does not come.
 func TestTakeoverWakesTheSendLoop(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
+	sub, err := e.bus.Conn().Subscribe(e.bus.Topology().DeliveryAliveSubject("died"), func(m *nats.Msg) { _ = m.Respond(nil) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
 	store := outbox.New(e.db)
 	reqs := []*deliveryv1.SendRequested{
 		{IdempotencyKey: "died-mid-send", Op: deliveryv1.SendOp_SEND_OP_SEND,

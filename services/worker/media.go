@@ -13,6 +13,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/switchboard-chat/switchboard/pkg/attachment"
+	"github.com/switchboard-chat/switchboard/pkg/bus"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	"github.com/switchboard-chat/switchboard/pkg/llm"
 )
@@ -20,6 +21,10 @@ import (
 // fetchWait bounds a gateway's download for the worker: the gateway's
 // own bound (platform.FetchTimeout) and a margin.
 const fetchWait = 70 * time.Second
+
+// fetchAliveEvery is how often a fetch asks whether the gateway replica
+// downloading the attachment is still there (bus.RequestWatched).
+const fetchAliveEvery = time.Second
 
 // errFetchLater: no gateway replica could download an attachment now
 // (none answering, all busy, stopping, no answer in time). The turn is
@@ -59,7 +64,7 @@ func (r *turnRun) fetchAttachments(ctx context.Context, in *eventsv1.MessageRece
 		req := &eventsv1.AttachmentFetchRequested{Attachment: a, Account: src.GetAccount(),
 			Name: attachment.Name(src.GetPlatform(), src.GetAccount(), in.GetEventId(), i)}
 		resp := &eventsv1.AttachmentFetched{}
-		err := r.s.bus.Request(fctx, r.s.bus.Topology().FetchSubject(src.GetPlatform()), req, resp)
+		err := r.fetch(fctx, src.GetPlatform(), req, resp)
 		switch {
 		case stoppedByUser(ctx):
 			a.Unavailable = "it was not read: the request was stopped first"
@@ -78,6 +83,22 @@ func (r *turnRun) fetchAttachments(ctx context.Context, in *eventsv1.MessageRece
 		}
 	}
 	return nil
+}
+
+// fetch asks a gateway replica of platform to download req's attachment.
+// A replica that is gone before it answered (killed mid-download: its
+// connection closed) is found so within fetchAliveEvery, and another
+// replica is asked at once, instead of the turn waiting fetchWait for an
+// answer that will not come and then being tried again later.
+func (r *turnRun) fetch(ctx context.Context, platform string, req *eventsv1.AttachmentFetchRequested, resp *eventsv1.AttachmentFetched) error {
+	alive := func(instance string) string { return r.s.bus.Topology().SendingSubject(platform, instance) }
+	for {
+		err := r.s.bus.RequestWatched(ctx, r.s.bus.Topology().FetchSubject(platform), req, resp, alive, fetchAliveEvery)
+		if !errors.Is(err, bus.ErrServerGone) {
+			return err
+		}
+		r.log.Info("gateway replica gone mid-download; another is asked", "platform", platform, "err", err)
+	}
 }
 
 // hasAttachments reports whether any input of the turn has one: turns

@@ -16,6 +16,7 @@ import (
 
 	"github.com/switchboard-chat/switchboard/pkg/attachment"
 	"github.com/switchboard-chat/switchboard/pkg/bus"
+	"github.com/switchboard-chat/switchboard/pkg/bus/bustest"
 	"github.com/switchboard-chat/switchboard/pkg/fakellm"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
@@ -363,7 +364,13 @@ type fetchingPlatform struct {
 // startGateway runs p's gateway with attachments on, for the test.
 func startGateway(t *testing.T, h *harness, p platform.Platform) *platform.Runner {
 	t.Helper()
-	runner, err := platform.NewRunner(p, h.bus, platform.Options{Attachments: attachment.Config{Enabled: true}})
+	return startGatewayOn(t, h.bus, p)
+}
+
+// startGatewayOn is startGateway on the connection of b.
+func startGatewayOn(t *testing.T, b *bus.Bus, p platform.Platform) *platform.Runner {
+	t.Helper()
+	runner, err := platform.NewRunner(p, b, platform.Options{Attachments: attachment.Config{Enabled: true}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -488,6 +495,42 @@ func TestUnreachableGatewayTriesTheTurnAgain(t *testing.T) {
 	}
 	if attempts != 2 || len(h.fake.Requests()) != 1 {
 		t.Fatalf("%d attempts and %d model calls, want the first attempt to give up before the model and the second to answer", attempts, len(h.fake.Requests()))
+	}
+}
+
+// A gateway replica killed while it downloads an attachment (its
+// connection closed, its download never answered) is found gone within
+// a second or two, and another replica downloads it: the turn does not
+// wait out fetchWait (70 s) and then a redelivery, as it did.
+func TestGoneGatewayReplicaIsNotWaitedFor(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	busA := bustest.NewWith(t, h.url, h.bus.Topology())
+	pic := "\x89PNG\r\n\x1a\n pixels"
+	a := &fetchingPlatform{Memory: platformtest.NewMemory("bot1", false), entered: make(chan struct{}, 1), hangUp: make(chan struct{})}
+	startGatewayOn(t, busA, a)
+	t.Cleanup(func() { close(a.hangUp) }) // before the gateway stops
+	h.setGeneration("s1", 1)
+	h.startWorker("w1", nil)
+	origin := &eventsv1.SessionSource{Platform: "memory", Account: "bot1", ChatId: "99", ChatType: "dm", UserId: "u1"}
+	req := h.requestTurn("s1", "look", turnOpts{origin: origin, attachments: []*eventsv1.Attachment{
+		{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, PlatformFileId: "p1", MimeType: "image/png"}}})
+	<-a.entered
+	// Replica B comes up; replica A's process dies mid-download.
+	b := &fetchingPlatform{Memory: platformtest.NewMemory("bot1", false), files: map[string]string{"p1": pic}}
+	startGateway(t, h, b)
+	killed := time.Now()
+	busA.Conn().Close()
+	c := h.waitCompleted(req.TurnId)
+	if c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_COMPLETED {
+		t.Fatalf("status %v (%s)", c.GetStatus(), c.GetError())
+	}
+	if took := time.Since(killed); took > 15*time.Second {
+		t.Fatalf("the turn completed %v after replica A died, want a few seconds", took)
+	}
+	model := h.fake.Requests()
+	if len(model) != 1 || len(model[0].Messages[len(model[0].Messages)-1].Images) != 1 || b.fetches.Load() != 1 {
+		t.Fatalf("%d model calls, %d downloads by replica B: want the picture downloaded by B and seen once", len(model), b.fetches.Load())
 	}
 }
 

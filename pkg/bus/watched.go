@@ -1,0 +1,138 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/switchboard-chat/switchboard/pkg/telemetry"
+)
+
+// A watched request (RequestWatched) asks its server, with
+// HeaderWatchServer on the request, to say at once who serves it: the
+// server replies first with a message of no body whose HeaderServedBy
+// names its replica (AckServedBy), then with its answer. Meanwhile the
+// requester asks the replica's liveness subject, every so often, and a
+// replica that is gone (NATS answers no responders at once, as it does
+// once a kill -9 closed its connection) ends the request with
+// ErrServerGone, instead of the request waiting out its whole bound for
+// an answer that will never come. A server of an older release sends no
+// such message: the request then waits as any.
+const (
+	// HeaderWatchServer, on a request, asks the server to name itself
+	// first (AckServedBy). A requester that does not send it takes the
+	// first reply as the answer, which the naming message is not.
+	HeaderWatchServer = "Switchboard-Watch-Server"
+	// HeaderServedBy, on a reply of no body, names the replica serving
+	// the request (its instance).
+	HeaderServedBy = "Switchboard-Served-By"
+)
+
+// ErrServerGone: the replica that took a watched request is gone before
+// it answered; the request may be sent again.
+var ErrServerGone = errors.New("the replica serving the request is gone")
+
+// noResponders is the status NATS replies with to a request nothing is
+// subscribed to.
+const noResponders = "503"
+
+// AckServedBy names instance as the server of m, when its requester
+// asked (HeaderWatchServer); else it sends nothing.
+func AckServedBy(m *nats.Msg, instance string) error {
+	if m.Reply == "" || m.Header.Get(HeaderWatchServer) == "" || instance == "" {
+		return nil
+	}
+	ack := nats.NewMsg(m.Reply)
+	ack.Header.Set(HeaderServedBy, instance)
+	if err := m.RespondMsg(ack); err != nil {
+		return fmt.Errorf("name the server of %s: %w", m.Subject, err)
+	}
+	return nil
+}
+
+// RequestWatched is Request, watching the replica that serves it: once
+// it named itself (AckServedBy), its liveness subject alive(instance)
+// is asked every every; no responders there ends the request with
+// ErrServerGone. An unanswered question counts as alive.
+func (b *Bus) RequestWatched(ctx context.Context, subject string, req, resp proto.Message, alive func(instance string) string, every time.Duration) error {
+	ctx, span := otel.Tracer(tracerName).Start(ctx, "request "+subject, trace.WithSpanKind(trace.SpanKindClient))
+	defer span.End()
+	msg, err := newMsg(ctx, subject, req)
+	if err != nil {
+		return err
+	}
+	msg.Header.Set(HeaderWatchServer, "1")
+	msg.Reply = b.nc.NewInbox()
+	replies := make(chan *nats.Msg, 4)
+	sub, err := b.nc.ChanSubscribe(msg.Reply, replies)
+	if err != nil {
+		return fmt.Errorf("request %s: %w", subject, err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := b.nc.PublishMsg(msg); err != nil {
+		return fmt.Errorf("request %s: %w", subject, err)
+	}
+	fail := func(err error) error {
+		telemetry.SpanMessageError(span, err, req)
+		return fmt.Errorf("request %s: %w", subject, err)
+	}
+	var tick <-chan time.Time
+	var server string
+	stopTick := func() {}
+	defer func() { stopTick() }()
+	// take takes a reply: done once it is the answer (or says none
+	// serves the request).
+	take := func(m *nats.Msg) (done bool, err error) {
+		switch {
+		case len(m.Data) == 0 && m.Header.Get("Status") == noResponders:
+			return true, fail(nats.ErrNoResponders)
+		case m.Header.Get(HeaderServedBy) != "":
+			if server == "" {
+				server = m.Header.Get(HeaderServedBy)
+				t := time.NewTicker(every)
+				tick, stopTick = t.C, t.Stop
+			}
+			return false, nil
+		}
+		if err := proto.Unmarshal(m.Data, resp); err != nil {
+			return true, fmt.Errorf("%w: reply on %s: %v", ErrDecode, subject, err)
+		}
+		return true, nil
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return fail(ctx.Err())
+		case m := <-replies:
+			if done, err := take(m); done {
+				return err
+			}
+		case <-tick:
+			actx, cancel := context.WithTimeout(ctx, every)
+			_, err := b.nc.RequestWithContext(actx, alive(server), nil)
+			cancel()
+			if !errors.Is(err, nats.ErrNoResponders) {
+				continue
+			}
+			// Gone; unless its answer came meanwhile.
+		drain:
+			for {
+				select {
+				case m := <-replies:
+					if done, err := take(m); done {
+						return err
+					}
+				default:
+					break drain
+				}
+			}
+			return fail(fmt.Errorf("%w (%s)", ErrServerGone, server))
+		}
+	}
+}
