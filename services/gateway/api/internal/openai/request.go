@@ -126,9 +126,6 @@ type Chat struct {
 	User         string
 }
 
-// maxRoleLen bounds the role an error message quotes.
-const maxRoleLen = 32
-
 // InvalidError is a request the client must fix (400).
 type InvalidError struct {
 	Msg   string

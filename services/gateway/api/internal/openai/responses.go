@@ -55,6 +55,10 @@ type inputItem struct {
 	Content json.RawMessage
 }
 
+// A role that is absent is the user's, as Hermes's item.get("role",
+// "user"); so is a null or empty one, which Hermes would hand the model
+// as it is. A role that is no string is none (""): it is no role the
+// context has (contextRole).
 func (it *inputItem) UnmarshalJSON(b []byte) error {
 	f, err := exactMembers(b)
 	if err != nil {
@@ -64,8 +68,20 @@ func (it *inputItem) UnmarshalJSON(b []byte) error {
 	if it.Type, err = stringMember(f, "type"); err != nil {
 		return err
 	}
-	it.Role, err = stringMember(f, "role")
-	return err
+	switch role := bytes.TrimSpace(f["role"]); {
+	case len(role) == 0 || bytes.Equal(role, []byte("null")):
+		it.Role = "user"
+	case role[0] == '"':
+		if err := json.Unmarshal(role, &it.Role); err != nil {
+			return err
+		}
+		if it.Role == "" {
+			it.Role = "user"
+		}
+	default:
+		it.Role = ""
+	}
+	return nil
 }
 
 // inputPart is one part of a message's content (a Responses message's,
@@ -96,10 +112,10 @@ func (p *inputPart) UnmarshalJSON(b []byte) error {
 	return err
 }
 
-// Responses is a validated Responses API request: the newest user
-// message of the input is the input; the instructions, the
-// conversation_history and every other message of the input, in that
-// order, are its context.
+// Responses is a validated Responses API request: the input's last
+// message, whatever its role, is the input; the instructions, the
+// conversation_history and the input's other messages, in that order,
+// are its context.
 type Responses struct {
 	Input
 	Model  string
@@ -292,8 +308,10 @@ func (m message) read() (string, []string, error) {
 }
 
 // eachInputMessage calls f with each message of the input, in order,
-// and returns their number: a string is one user message, an array
-// holds input items (inputItemMessage).
+// with its index, and returns the input's length: a string is one user
+// message, an array holds input items (inputItemMessage); an item that
+// is neither a string nor an object is skipped, as Hermes's
+// _handle_responses skips it.
 func eachInputMessage(raw json.RawMessage, f func(int, message) error) (int, error) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
@@ -307,8 +325,8 @@ func eachInputMessage(raw json.RawMessage, f func(int, message) error) (int, err
 		return 0, invalid("input", "input must be a string or an array of input items")
 	}
 	n, err := eachElement(raw, func(i int, item json.RawMessage) error {
-		m, err := inputItemMessage(i, item)
-		if err != nil {
+		m, ok, err := inputItemMessage(i, item)
+		if err != nil || !ok {
 			return err
 		}
 		return f(i, m)
@@ -323,31 +341,32 @@ func eachInputMessage(raw json.RawMessage, f func(int, message) error) (int, err
 }
 
 // inputItemMessage reads item i of the input array: a string (a user
-// message, as Hermes takes it) or a message item.
-func inputItemMessage(i int, item json.RawMessage) (message, error) {
+// message, as Hermes takes it) or a message item, of any role: one the
+// context has not (a tool's, one Hermes's agent does not know) is read,
+// and its content checked, as Hermes reads it, and only then left out of
+// the context (contextRole). Anything else is no message (false).
+func inputItemMessage(i int, item json.RawMessage) (message, bool, error) {
 	param := fmt.Sprintf("input[%d]", i)
 	item = bytes.TrimSpace(item)
-	if len(item) > 0 && item[0] == '"' {
-		return message{role: "user", content: item, param: param, verbatim: true}, nil
+	switch {
+	case len(item) == 0:
+		return message{}, false, nil
+	case item[0] == '"':
+		return message{role: "user", content: item, param: param, verbatim: true}, true, nil
+	case item[0] != '{':
+		// A number, null, a boolean or an array: Hermes's
+		// _handle_responses takes strings and dicts, and skips the rest.
+		return message{}, false, nil
 	}
 	var it inputItem
-	if len(item) == 0 || item[0] != '{' || json.Unmarshal(item, &it) != nil {
-		return message{}, invalid(param, "an input item must be an object")
+	if json.Unmarshal(item, &it) != nil {
+		return message{}, false, invalid(param, "an input item must be an object")
 	}
 	if it.Type != "" && it.Type != "message" {
-		return message{}, &InvalidError{Param: param + ".type", Code: CodeUnsupportedContent,
+		return message{}, false, &InvalidError{Param: param + ".type", Code: CodeUnsupportedContent,
 			Msg: fmt.Sprintf("input items of type %q are not supported: the gateway takes messages (the agent runs its own tools)", Clip(it.Type, 40))}
 	}
-	if it.Role == "" {
-		// As Hermes reads an item without a role: the user's.
-		it.Role = "user"
-	}
-	switch it.Role {
-	case "user", "system", "developer", "assistant":
-	default:
-		return message{}, invalid(param+".role", "unknown role %q", Clip(it.Role, maxRoleLen))
-	}
-	return message{role: it.Role, content: it.Content, param: param}, nil
+	return message{role: it.Role, content: it.Content, param: param}, true, nil
 }
 
 // responseContent reads a message's content (a Responses input item's,
