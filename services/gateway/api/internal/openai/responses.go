@@ -401,7 +401,7 @@ func responseContent(raw json.RawMessage, param string) (string, []string, error
 			continue
 		}
 		// As Hermes: str(type).strip().lower().
-		switch strings.ToLower(strings.TrimSpace(p.Type)) {
+		switch strings.ToLower(pythonStrip(p.Type)) {
 		case "input_text", "output_text", "text":
 			if text := clipText(partText(p.Text)); text != "" {
 				texts = append(texts, text)

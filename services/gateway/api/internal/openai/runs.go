@@ -2,7 +2,6 @@ package openai
 
 import (
 	"encoding/json"
-	"strings"
 
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 )
@@ -190,7 +189,7 @@ func (in input) text() (string, []*eventsv1.Attachment, error) {
 	if err != nil {
 		return "", nil, err
 	}
-	if strings.TrimSpace(text) == "" && len(images) == 0 {
+	if pythonStrip(text) == "" && len(images) == 0 {
 		return "", nil, invalid(m.param, "the input's last message is empty")
 	}
 	return text, imageAttachments(images), nil
