@@ -410,6 +410,9 @@ func responseContent(raw json.RawMessage, param string) (string, []string, error
 			// An earlier answer's refusal: nothing to carry.
 		case "input_image", "image_url":
 			u, err := imageURLOf(p.ImageURL)
+			// Stripped, as Hermes's url_value.strip() before it checks
+			// the URL and passes it on.
+			u = pythonStrip(u)
 			if err == nil && u == "" {
 				if p.FileID != "" {
 					return "", nil, &InvalidError{Param: fmt.Sprintf("%s[%d].file_id", param, i), Code: CodeUnsupportedContent,
