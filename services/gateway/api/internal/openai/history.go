@@ -82,12 +82,14 @@ func falsy(raw json.RawMessage) bool {
 	case '"':
 		var s string
 		return json.Unmarshal(raw, &s) == nil && s == ""
-	case '[':
-		var a []json.RawMessage
-		return json.Unmarshal(raw, &a) == nil && len(a) == 0
-	case '{':
-		var o map[string]json.RawMessage
-		return json.Unmarshal(raw, &o) == nil && len(o) == 0
+	case '[', '{':
+		// Empty or not, read no further than its first token: decoded
+		// whole, an array of many small items takes many times its size.
+		dec := json.NewDecoder(bytes.NewReader(raw))
+		if _, err := dec.Token(); err != nil {
+			return false
+		}
+		return !dec.More()
 	case 't':
 		return false
 	}

@@ -236,8 +236,13 @@ func Parse(body []byte) (*Chat, error) {
 // errNotArray: what eachElement was given is no JSON array.
 var errNotArray = errors.New("not a JSON array")
 
+// errEnough, from eachElement's f, stops it: the elements after are not
+// read.
+var errEnough = errors.New("enough elements read")
+
 // eachElement calls f with each element of raw, a JSON array, in order,
-// and returns their number (errNotArray when raw is no array). It holds
+// and returns how many it read (errNotArray when raw is no array); f
+// returns errEnough to read no more. It holds
 // one element at a time: a body's array of many small elements, which
 // decoded at once would take many times the body's size, costs no more
 // memory than what f keeps of them.
@@ -252,7 +257,9 @@ func eachElement(raw json.RawMessage, f func(int, json.RawMessage) error) (int, 
 		if err := dec.Decode(&elem); err != nil {
 			return n, errNotArray
 		}
-		if err := f(n, elem); err != nil {
+		if err := f(n, elem); errors.Is(err, errEnough) {
+			return n, nil
+		} else if err != nil {
 			return n, err
 		}
 	}
@@ -461,11 +468,6 @@ func clipText(s string) string {
 	return s
 }
 
-// firstItems is items cut to its first maxListItems.
-func firstItems(items []json.RawMessage) []json.RawMessage {
-	return items[:min(len(items), maxListItems)]
-}
-
 // chatText is the text of a chat completion's system message, as
 // Hermes's _normalize_chat_content reads it
 // (gateway/platforms/api_server.py): a string is itself, null nothing,
@@ -502,13 +504,14 @@ func nestedText(raw json.RawMessage, depth int) string {
 	if depth > maxContentDepth {
 		return ""
 	}
-	var items []json.RawMessage
-	if json.Unmarshal(raw, &items) != nil {
-		return ""
-	}
+	// Read one item at a time, and no further than Hermes reads
+	// (eachElement), not decoded whole.
 	var parts []string
 	total := 0
-	for _, item := range firstItems(items) {
+	_, err := eachElement(raw, func(i int, item json.RawMessage) error {
+		if i == maxListItems {
+			return errEnough
+		}
 		var text string
 		switch item = bytes.TrimSpace(item); {
 		case len(item) == 0:
@@ -530,8 +533,12 @@ func nestedText(raw json.RawMessage, depth int) string {
 		}
 		if total >= maxTextLen {
 			// As Hermes: no more parts once they hold maxTextLen.
-			break
+			return errEnough
 		}
+		return nil
+	})
+	if err != nil {
+		return ""
 	}
 	return clipText(strings.Join(parts, "\n"))
 }

@@ -27,7 +27,7 @@ type responsesRequest struct {
 	User               string            `json:"user"`
 	Metadata           map[string]string `json:"metadata"`
 	Background         truth             `json:"background"`
-	Tools              []json.RawMessage `json:"tools"`
+	Tools              json.RawMessage   `json:"tools"` // refused unless empty; not decoded whole
 	ToolChoice         json.RawMessage   `json:"tool_choice"`
 	Prompt             json.RawMessage   `json:"prompt"`
 	Text               *struct {
@@ -235,7 +235,10 @@ func (r *responsesRequest) supported() error {
 	if r.Background {
 		return unsupported("background", "background responses are not supported: send the request without background (with stream: true the answer shows as it is written)")
 	}
-	if len(r.Tools) > 0 {
+	if tools := bytes.TrimSpace(r.Tools); len(tools) > 0 && tools[0] != '[' && !bytes.Equal(tools, []byte("null")) {
+		return invalid("tools", "tools: expected an array")
+	}
+	if !falsy(r.Tools) {
 		return unsupported("tools", "tools are not supported: the agent runs its own tools on the server and does not hand tool calls back to the client")
 	}
 	if choice := bytes.TrimSpace(r.ToolChoice); len(choice) > 0 && !bytes.Equal(choice, []byte("null")) &&
@@ -384,21 +387,23 @@ func responseContent(raw json.RawMessage, param string) (string, []string, error
 	if raw[0] != '[' {
 		return clipText(pythonText(raw)), nil, nil
 	}
-	var items []json.RawMessage
-	if err := json.Unmarshal(raw, &items); err != nil {
-		return "", nil, invalid(param, "content must be a string or an array of parts")
-	}
+	// Read one part at a time, and no further than Hermes reads: the
+	// array is not decoded whole (a body of many small items would take
+	// many times its size).
 	var texts, images []string
-	for i, item := range firstItems(items) {
+	_, err := eachElement(raw, func(i int, item json.RawMessage) error {
+		if i == maxListItems {
+			return errEnough
+		}
 		p, ok, err := partOf(item, func(text string) inputPart {
 			raw, _ := json.Marshal(text)
 			return inputPart{Type: "text", Text: raw}
 		})
 		if err != nil {
-			return "", nil, invalid(param, "content parts must be objects with a type")
+			return invalid(param, "content parts must be objects with a type")
 		}
 		if !ok {
-			continue
+			return nil
 		}
 		// As Hermes: str(type).strip().lower().
 		switch strings.ToLower(pythonStrip(p.Type)) {
@@ -415,22 +420,29 @@ func responseContent(raw json.RawMessage, param string) (string, []string, error
 			u = pythonStrip(u)
 			if err == nil && u == "" {
 				if p.FileID != "" {
-					return "", nil, &InvalidError{Param: fmt.Sprintf("%s[%d].file_id", param, i), Code: CodeUnsupportedContent,
+					return &InvalidError{Param: fmt.Sprintf("%s[%d].file_id", param, i), Code: CodeUnsupportedContent,
 						Msg: "uploaded files are not supported: send the picture as image_url (a web address or a data: URL)"}
 				}
 				err = errors.New("an input_image needs an image_url")
 			}
 			if err != nil {
-				return "", nil, invalid(param, "%v", err)
+				return invalid(param, "%v", err)
 			}
 			if err := image(u); err != nil {
-				return "", nil, imageError(param, err)
+				return imageError(param, err)
 			}
 			images = append(images, u)
 		default:
-			return "", nil, &InvalidError{Param: fmt.Sprintf("%s[%d].type", param, i), Code: CodeUnsupportedContent,
+			return &InvalidError{Param: fmt.Sprintf("%s[%d].type", param, i), Code: CodeUnsupportedContent,
 				Msg: fmt.Sprintf("content parts of type %q are not supported: only text and images (text, input_text, image_url, input_image)", Clip(p.Type, 40))}
 		}
+		return nil
+	})
+	switch {
+	case errors.Is(err, errNotArray):
+		return "", nil, invalid(param, "content must be a string or an array of parts")
+	case err != nil:
+		return "", nil, err
 	}
 	return strings.Join(texts, "\n"), images, nil
 }
