@@ -52,9 +52,12 @@ func historyEntry(i int, e json.RawMessage) (message, error) {
 	// dict: a struct would take "Role" or "CONTENT" for them too. A
 	// null value is a key that is there (Hermes: "role" in entry); a
 	// repeated key's last value counts, as in Python.
-	var h map[string]json.RawMessage
 	e = bytes.TrimSpace(e)
-	if len(e) == 0 || e[0] != '{' || json.Unmarshal(e, &h) != nil {
+	if len(e) == 0 || e[0] != '{' {
+		return message{}, invalid(param, "%s must have 'role' and 'content' fields", param)
+	}
+	h, err := exactMembers(e, "role", "content")
+	if err != nil {
 		return message{}, invalid(param, "%s must have 'role' and 'content' fields", param)
 	}
 	roleOf, hasRole := h["role"]

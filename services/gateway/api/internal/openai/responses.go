@@ -60,7 +60,7 @@ type inputItem struct {
 // as it is. A role that is no string is none (""): it is no role the
 // context has (contextRole).
 func (it *inputItem) UnmarshalJSON(b []byte) error {
-	f, err := exactMembers(b)
+	f, err := exactMembers(b, "type", "role", "content")
 	if err != nil {
 		return err
 	}
@@ -100,7 +100,7 @@ type inputPart struct {
 }
 
 func (p *inputPart) UnmarshalJSON(b []byte) error {
-	f, err := exactMembers(b)
+	f, err := exactMembers(b, "type", "text", "image_url", "file_id")
 	if err != nil {
 		return err
 	}
@@ -470,7 +470,7 @@ func imageURLOf(raw json.RawMessage) (string, error) {
 		return u, nil
 	}
 	// {"url": …} as spelled, as Hermes's image_ref.get("url").
-	obj, err := exactMembers(raw)
+	obj, err := exactMembers(raw, "url")
 	if err != nil {
 		return "", errors.New("image_url must be a URL")
 	}
