@@ -236,7 +236,11 @@ func (s *Service) readJobBody(w http.ResponseWriter, r *http.Request) ([]byte, b
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			writeJobError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("Request body exceeds %d bytes", limit))
+			// As Hermes's body_limit_middleware answers a body too large
+			// on every path, the jobs API's too (gateway/platforms/
+			// api_server.py), and as readBody answers it.
+			s.rn().Reject(r.Context(), "job body too large", err)
+			writeError(w, http.StatusRequestEntityTooLarge, "invalid_request_error", "body_too_large", "", "Request body too large.")
 			return nil, false
 		}
 		writeJobError(w, http.StatusBadRequest, "Could not read the request body")

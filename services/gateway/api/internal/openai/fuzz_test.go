@@ -192,3 +192,46 @@ func attachmentsOf(c *Chat) int {
 	}
 	return len(c.Attachments)
 }
+
+// A picture's URL is stripped as Hermes's _normalize_multimodal_content
+// strips it (url_value.strip()) before it checks it and passes it on: a
+// web address or a data: URL with blanks around it is taken, without
+// them; one of blanks alone has no URL.
+func TestImageURLStrippedAsHermes(t *testing.T) {
+	t.Parallel()
+	const png = "data:image/png;base64,iVBORw0KGgo="
+	for _, c := range []struct {
+		name, body, url string
+	}{
+		{"a chat picture", `{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":" https://x/a.png\n"}}]}]}`, "https://x/a.png"},
+		{"an input picture", `{"input":[{"role":"user","content":[{"type":"input_image","image_url":"\thttps://x/b.png \u001f"}]}]}`, "https://x/b.png"},
+		{"an inline picture", `{"input":[{"role":"user","content":[{"type":"input_image","image_url":"  ` + png + ` "}]}]}`, png},
+		{"blanks alone", `{"input":[{"role":"user","content":[{"type":"input_text","text":"q"},{"type":"input_image","image_url":" \n "}]}]}`, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			var in Input
+			var err error
+			if strings.Contains(c.body, `"messages"`) {
+				var req *Chat
+				if req, err = Parse([]byte(c.body)); req != nil {
+					in = req.Input
+				}
+			} else {
+				var req *Responses
+				if req, err = ParseResponses([]byte(c.body)); req != nil {
+					in = req.Input
+				}
+			}
+			if c.url == "" {
+				if _, ok := err.(*InvalidError); !ok {
+					t.Fatalf("error %v, want a refusal", err)
+				}
+				return
+			}
+			if err != nil || len(in.Attachments) != 1 || in.Attachments[0].GetUrl() != c.url {
+				t.Fatalf("%v, %v; want the picture %q", in.Attachments, err, c.url)
+			}
+		})
+	}
+}

@@ -52,9 +52,12 @@ func historyEntry(i int, e json.RawMessage) (message, error) {
 	// dict: a struct would take "Role" or "CONTENT" for them too. A
 	// null value is a key that is there (Hermes: "role" in entry); a
 	// repeated key's last value counts, as in Python.
-	var h map[string]json.RawMessage
 	e = bytes.TrimSpace(e)
-	if len(e) == 0 || e[0] != '{' || json.Unmarshal(e, &h) != nil {
+	if len(e) == 0 || e[0] != '{' {
+		return message{}, invalid(param, "%s must have 'role' and 'content' fields", param)
+	}
+	h, err := exactMembers(e, "role", "content")
+	if err != nil {
 		return message{}, invalid(param, "%s must have 'role' and 'content' fields", param)
 	}
 	roleOf, hasRole := h["role"]
@@ -82,12 +85,14 @@ func falsy(raw json.RawMessage) bool {
 	case '"':
 		var s string
 		return json.Unmarshal(raw, &s) == nil && s == ""
-	case '[':
-		var a []json.RawMessage
-		return json.Unmarshal(raw, &a) == nil && len(a) == 0
-	case '{':
-		var o map[string]json.RawMessage
-		return json.Unmarshal(raw, &o) == nil && len(o) == 0
+	case '[', '{':
+		// Empty or not, read no further than its first token: decoded
+		// whole, an array of many small items takes many times its size.
+		dec := json.NewDecoder(bytes.NewReader(raw))
+		if _, err := dec.Token(); err != nil {
+			return false
+		}
+		return !dec.More()
 	case 't':
 		return false
 	}

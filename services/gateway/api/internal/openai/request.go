@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/switchboard-chat/switchboard/pkg/attachment"
@@ -96,7 +97,7 @@ type chatMessage struct {
 // no string is none (""): Hermes compares it with "system", "user" and
 // "assistant" and reads no message whose role is none of them.
 func (m *chatMessage) UnmarshalJSON(b []byte) error {
-	f, err := exactMembers(b)
+	f, err := exactMembers(b, "role", "content")
 	if err != nil {
 		return err
 	}
@@ -125,9 +126,6 @@ type Chat struct {
 	IncludeUsage bool
 	User         string
 }
-
-// maxRoleLen bounds the role an error message quotes.
-const maxRoleLen = 32
 
 // InvalidError is a request the client must fix (400).
 type InvalidError struct {
@@ -229,7 +227,7 @@ func Parse(body []byte) (*Chat, error) {
 	}
 	out.Text, out.Attachments = out.Context[last].GetContent(), imageAttachments(images)
 	out.Context = slices.Delete(out.Context, last, last+1)
-	if strings.TrimSpace(out.Text) == "" && len(out.Attachments) == 0 {
+	if pythonStrip(out.Text) == "" && len(out.Attachments) == 0 {
 		return nil, invalid(param, "the last user or assistant message is empty")
 	}
 	return out, nil
@@ -238,25 +236,39 @@ func Parse(body []byte) (*Chat, error) {
 // errNotArray: what eachElement was given is no JSON array.
 var errNotArray = errors.New("not a JSON array")
 
+// errEnough, from eachElement's f, stops it: the elements after are not
+// read.
+var errEnough = errors.New("enough elements read")
+
 // eachElement calls f with each element of raw, a JSON array, in order,
-// and returns their number (errNotArray when raw is no array). It holds
-// one element at a time: a body's array of many small elements, which
-// decoded at once would take many times the body's size, costs no more
-// memory than what f keeps of them.
+// and returns how many it read (errNotArray when raw is no array); f
+// returns errEnough to read no more. raw is JSON the body's decoding
+// checked; each element is a slice of it (valueEnd), not a copy, so that
+// a body's array of many small elements, which decoded at once would
+// take many times the body's size, costs no more memory than what f
+// keeps of them.
 func eachElement(raw json.RawMessage, f func(int, json.RawMessage) error) (int, error) {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	if tok, err := dec.Token(); err != nil || tok != json.Delim('[') {
+	i := skipSpace(raw, 0)
+	if i == len(raw) || raw[i] != '[' {
 		return 0, errNotArray
 	}
 	n := 0
-	for ; dec.More(); n++ {
-		var elem json.RawMessage
-		if err := dec.Decode(&elem); err != nil {
+	for i = skipSpace(raw, i+1); i < len(raw) && raw[i] != ']'; n++ {
+		end := valueEnd(raw, i)
+		if end == i {
 			return n, errNotArray
 		}
-		if err := f(n, elem); err != nil {
+		if err := f(n, raw[i:end:end]); errors.Is(err, errEnough) {
+			return n, nil
+		} else if err != nil {
 			return n, err
 		}
+		if i = skipSpace(raw, end); i < len(raw) && raw[i] == ',' {
+			i = skipSpace(raw, i+1)
+		}
+	}
+	if i == len(raw) {
+		return n, errNotArray
 	}
 	return n, nil
 }
@@ -416,14 +428,123 @@ func pythonLiterals(body []byte) []byte {
 	return append(out, body[done:]...)
 }
 
-// exactMembers reads a JSON object's members by their exact names, as
-// Python's dict.get looks them up, where encoding/json matches a
-// struct's fields in any case ("Type" or "TEXT" for type and text); a
+// exactMembers reads the members names of a JSON object by their exact
+// names, as Python's dict.get looks them up, where encoding/json matches
+// a struct's fields in any case ("Type" or "TEXT" for type and text); a
 // repeated name's last value counts, as in Python. null has no members.
-func exactMembers(b []byte) (map[string]json.RawMessage, error) {
-	var f map[string]json.RawMessage
-	err := json.Unmarshal(b, &f)
-	return f, err
+// b is JSON the body's decoding checked; each member read is a slice of
+// it (valueEnd), the others are skipped, so that an object of many keys
+// holds no more memory than itself.
+func exactMembers(b []byte, names ...string) (map[string]json.RawMessage, error) {
+	i := skipSpace(b, 0)
+	if bytes.HasPrefix(b[i:], []byte("null")) {
+		return nil, nil
+	}
+	if i == len(b) || b[i] != '{' {
+		return nil, errNotObject
+	}
+	f := make(map[string]json.RawMessage, len(names))
+	for i = skipSpace(b, i+1); i < len(b) && b[i] != '}'; {
+		if b[i] != '"' {
+			return nil, errNotObject
+		}
+		keyEnd := stringEnd(b, i)
+		key := b[i:keyEnd]
+		if i = skipSpace(b, keyEnd); i == len(b) || b[i] != ':' {
+			return nil, errNotObject
+		}
+		i = skipSpace(b, i+1)
+		end := valueEnd(b, i)
+		if end == i {
+			return nil, errNotObject
+		}
+		if name, ok := memberName(key, names); ok {
+			f[name] = b[i:end:end]
+		}
+		if i = skipSpace(b, end); i < len(b) && b[i] == ',' {
+			i = skipSpace(b, i+1)
+		}
+	}
+	if i == len(b) {
+		return nil, errNotObject
+	}
+	return f, nil
+}
+
+// errNotObject: what exactMembers was given is no JSON object.
+var errNotObject = errors.New("not a JSON object")
+
+// memberName reports which of names key, a JSON string, is.
+func memberName(key []byte, names []string) (string, bool) {
+	if len(key) < 2 {
+		return "", false
+	}
+	if bytes.IndexByte(key, '\\') < 0 {
+		// No escapes: the name is what is between the quotes.
+		for _, n := range names {
+			if string(key[1:len(key)-1]) == n {
+				return n, true
+			}
+		}
+		return "", false
+	}
+	var k string
+	if json.Unmarshal(key, &k) != nil || !slices.Contains(names, k) {
+		return "", false
+	}
+	return k, true
+}
+
+// skipSpace is the index of the first byte of b from i on that is no
+// JSON whitespace.
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// stringEnd is the index just past the JSON string that starts at b[i].
+func stringEnd(b []byte, i int) int {
+	for i++; i < len(b); i++ {
+		switch b[i] {
+		case '\\':
+			i++
+		case '"':
+			return i + 1
+		}
+	}
+	return len(b)
+}
+
+// valueEnd is the index just past the JSON value that starts at b[i]
+// (i itself when none does). b is JSON the body's decoding checked, read
+// here without decoding it again (and without copying what is read).
+func valueEnd(b []byte, i int) int {
+	depth := 0
+	for ; i < len(b); i++ {
+		switch c := b[i]; c {
+		case '"':
+			i = stringEnd(b, i) - 1
+			if depth == 0 {
+				return i + 1
+			}
+		case '[', '{':
+			depth++
+		case ']', '}':
+			if depth == 0 {
+				return i
+			}
+			if depth--; depth == 0 {
+				return i + 1
+			}
+		case ',', ':', ' ', '\t', '\n', '\r':
+			if depth == 0 {
+				return i
+			}
+		}
+	}
+	return i
 }
 
 // stringMember is the string member name of f: "" when it is absent or
@@ -463,11 +584,6 @@ func clipText(s string) string {
 	return s
 }
 
-// firstItems is items cut to its first maxListItems.
-func firstItems(items []json.RawMessage) []json.RawMessage {
-	return items[:min(len(items), maxListItems)]
-}
-
 // chatText is the text of a chat completion's system message, as
 // Hermes's _normalize_chat_content reads it
 // (gateway/platforms/api_server.py): a string is itself, null nothing,
@@ -504,13 +620,14 @@ func nestedText(raw json.RawMessage, depth int) string {
 	if depth > maxContentDepth {
 		return ""
 	}
-	var items []json.RawMessage
-	if json.Unmarshal(raw, &items) != nil {
-		return ""
-	}
+	// Read one item at a time, and no further than Hermes reads
+	// (eachElement), not decoded whole.
 	var parts []string
 	total := 0
-	for _, item := range firstItems(items) {
+	_, err := eachElement(raw, func(i int, item json.RawMessage) error {
+		if i == maxListItems {
+			return errEnough
+		}
 		var text string
 		switch item = bytes.TrimSpace(item); {
 		case len(item) == 0:
@@ -519,8 +636,7 @@ func nestedText(raw json.RawMessage, depth int) string {
 		case item[0] == '{':
 			// Hermes's item.get("type"), item.get("text"): the keys as
 			// spelled, not in any case as a struct would take them.
-			var p map[string]json.RawMessage
-			if json.Unmarshal(item, &p) == nil && textType(p["type"]) && !falsy(p["text"]) {
+			if p, err := exactMembers(item, "type", "text"); err == nil && textType(p["type"]) && !falsy(p["text"]) {
 				text = pythonText(p["text"])
 			}
 		case item[0] == '[':
@@ -532,8 +648,12 @@ func nestedText(raw json.RawMessage, depth int) string {
 		}
 		if total >= maxTextLen {
 			// As Hermes: no more parts once they hold maxTextLen.
-			break
+			return errEnough
 		}
+		return nil
+	})
+	if err != nil {
+		return ""
 	}
 	return clipText(strings.Join(parts, "\n"))
 }
@@ -546,7 +666,7 @@ func textType(raw json.RawMessage) bool {
 	if json.Unmarshal(raw, &t) != nil {
 		return false
 	}
-	switch strings.ToLower(strings.TrimSpace(t)) {
+	switch strings.ToLower(pythonStrip(t)) {
 	case "text", "input_text", "output_text":
 		return true
 	}
@@ -666,6 +786,16 @@ func checkDataURL(u string) error {
 		return errors.New("image_url: the data URL's base64 is invalid")
 	}
 	return nil
+}
+
+// pythonStrip is s without its leading and trailing whitespace as
+// Python's str.strip() takes it (Hermes strips a message to find it
+// empty, a part's type to read it): Go's (unicode.IsSpace) and the
+// separators U+001C to U+001F, which Python's str.isspace counts too.
+func pythonStrip(s string) string {
+	return strings.TrimFunc(s, func(r rune) bool {
+		return unicode.IsSpace(r) || (r >= 0x1c && r <= 0x1f)
+	})
 }
 
 // Clip cuts s to at most n bytes on a rune boundary, for error messages.

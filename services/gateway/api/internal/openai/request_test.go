@@ -688,3 +688,64 @@ func TestParametersAsPythonReadsThem(t *testing.T) {
 		})
 	}
 }
+
+// Blank is what Python's str.strip() strips, as Hermes reads a message
+// (_content_has_visible_payload: content.strip()) and a part's type
+// (str(type).strip().lower()): the separators U+001C to U+001F too,
+// which Go's unicode.IsSpace does not count. A message of them alone
+// is refused as empty; a part type among them is read.
+func TestBlankAsPython(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name, api, body string
+		text, param     string // the input's text, or the refusal's param
+	}{
+		{name: "a chat message of separators", body: `{"messages":[{"role":"user","content":"\u001c\u001d \u001e\u001f"}]}`, param: "messages[0].content"},
+		{name: "a Responses input of separators", api: "responses", body: `{"input":"\u001f"}`, param: "input"},
+		{name: "a Responses item of separators", api: "responses", body: `{"input":[{"role":"user","content":[{"type":"input_text","text":"\u001e"}]}]}`, param: "input[0]"},
+		{name: "a run's input of separators", api: "run", body: `{"input":"\u001c\n"}`, param: "input"},
+		{name: "a zero-width space is no blank", body: `{"messages":[{"role":"user","content":"\u200b"}]}`, text: "\u200b"},
+		{name: "a part type among separators", body: `{"messages":[{"role":"user","content":[{"type":"\u001ftext\u001c","text":"a"}]}]}`, text: "a"},
+		{name: "an input part type among separators", api: "responses", body: `{"input":[{"role":"user","content":[{"type":" input_text\u001d","text":"b"}]}]}`, text: "b"},
+		{name: "a system part type among separators", body: `{"messages":[{"role":"system","content":[{"type":"\u001etext","text":"s"}]},{"role":"user","content":"q"}]}`, text: "q"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			var in Input
+			var err error
+			switch c.api {
+			case "responses":
+				var req *Responses
+				if req, err = ParseResponses([]byte(c.body)); req != nil {
+					in = req.Input
+				}
+			case "run":
+				var req *Run
+				if req, err = ParseRun([]byte(c.body)); req != nil {
+					in = req.Input
+				}
+			default:
+				var req *Chat
+				if req, err = Parse([]byte(c.body)); req != nil {
+					in = req.Input
+				}
+			}
+			if c.param != "" {
+				var inv *InvalidError
+				if !errors.As(err, &inv) || inv.Param != c.param {
+					t.Fatalf("error %v, want a refusal at %s", err, c.param)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if in.Text != c.text {
+				t.Fatalf("text %q, want %q", in.Text, c.text)
+			}
+			if strings.HasPrefix(c.name, "a system") && (len(in.Context) != 1 || in.Context[0].Content != "s") {
+				t.Fatalf("context %v, want the system message s", in.Context)
+			}
+		})
+	}
+}

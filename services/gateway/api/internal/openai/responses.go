@@ -27,7 +27,7 @@ type responsesRequest struct {
 	User               string            `json:"user"`
 	Metadata           map[string]string `json:"metadata"`
 	Background         truth             `json:"background"`
-	Tools              []json.RawMessage `json:"tools"`
+	Tools              json.RawMessage   `json:"tools"` // refused unless empty; not decoded whole
 	ToolChoice         json.RawMessage   `json:"tool_choice"`
 	Prompt             json.RawMessage   `json:"prompt"`
 	Text               *struct {
@@ -55,8 +55,12 @@ type inputItem struct {
 	Content json.RawMessage
 }
 
+// A role that is absent is the user's, as Hermes's item.get("role",
+// "user"); so is a null or empty one, which Hermes would hand the model
+// as it is. A role that is no string is none (""): it is no role the
+// context has (contextRole).
 func (it *inputItem) UnmarshalJSON(b []byte) error {
-	f, err := exactMembers(b)
+	f, err := exactMembers(b, "type", "role", "content")
 	if err != nil {
 		return err
 	}
@@ -64,8 +68,20 @@ func (it *inputItem) UnmarshalJSON(b []byte) error {
 	if it.Type, err = stringMember(f, "type"); err != nil {
 		return err
 	}
-	it.Role, err = stringMember(f, "role")
-	return err
+	switch role := bytes.TrimSpace(f["role"]); {
+	case len(role) == 0 || bytes.Equal(role, []byte("null")):
+		it.Role = "user"
+	case role[0] == '"':
+		if err := json.Unmarshal(role, &it.Role); err != nil {
+			return err
+		}
+		if it.Role == "" {
+			it.Role = "user"
+		}
+	default:
+		it.Role = ""
+	}
+	return nil
 }
 
 // inputPart is one part of a message's content (a Responses message's,
@@ -84,7 +100,7 @@ type inputPart struct {
 }
 
 func (p *inputPart) UnmarshalJSON(b []byte) error {
-	f, err := exactMembers(b)
+	f, err := exactMembers(b, "type", "text", "image_url", "file_id")
 	if err != nil {
 		return err
 	}
@@ -96,10 +112,10 @@ func (p *inputPart) UnmarshalJSON(b []byte) error {
 	return err
 }
 
-// Responses is a validated Responses API request: the newest user
-// message of the input is the input; the instructions, the
-// conversation_history and every other message of the input, in that
-// order, are its context.
+// Responses is a validated Responses API request: the input's last
+// message, whatever its role, is the input; the instructions, the
+// conversation_history and the input's other messages, in that order,
+// are its context.
 type Responses struct {
 	Input
 	Model  string
@@ -219,7 +235,10 @@ func (r *responsesRequest) supported() error {
 	if r.Background {
 		return unsupported("background", "background responses are not supported: send the request without background (with stream: true the answer shows as it is written)")
 	}
-	if len(r.Tools) > 0 {
+	if tools := bytes.TrimSpace(r.Tools); len(tools) > 0 && tools[0] != '[' && !bytes.Equal(tools, []byte("null")) {
+		return invalid("tools", "tools: expected an array")
+	}
+	if !falsy(r.Tools) {
 		return unsupported("tools", "tools are not supported: the agent runs its own tools on the server and does not hand tool calls back to the client")
 	}
 	if choice := bytes.TrimSpace(r.ToolChoice); len(choice) > 0 && !bytes.Equal(choice, []byte("null")) &&
@@ -292,8 +311,10 @@ func (m message) read() (string, []string, error) {
 }
 
 // eachInputMessage calls f with each message of the input, in order,
-// and returns their number: a string is one user message, an array
-// holds input items (inputItemMessage).
+// with its index, and returns the input's length: a string is one user
+// message, an array holds input items (inputItemMessage); an item that
+// is neither a string nor an object is skipped, as Hermes's
+// _handle_responses skips it.
 func eachInputMessage(raw json.RawMessage, f func(int, message) error) (int, error) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
@@ -307,8 +328,8 @@ func eachInputMessage(raw json.RawMessage, f func(int, message) error) (int, err
 		return 0, invalid("input", "input must be a string or an array of input items")
 	}
 	n, err := eachElement(raw, func(i int, item json.RawMessage) error {
-		m, err := inputItemMessage(i, item)
-		if err != nil {
+		m, ok, err := inputItemMessage(i, item)
+		if err != nil || !ok {
 			return err
 		}
 		return f(i, m)
@@ -323,31 +344,32 @@ func eachInputMessage(raw json.RawMessage, f func(int, message) error) (int, err
 }
 
 // inputItemMessage reads item i of the input array: a string (a user
-// message, as Hermes takes it) or a message item.
-func inputItemMessage(i int, item json.RawMessage) (message, error) {
+// message, as Hermes takes it) or a message item, of any role: one the
+// context has not (a tool's, one Hermes's agent does not know) is read,
+// and its content checked, as Hermes reads it, and only then left out of
+// the context (contextRole). Anything else is no message (false).
+func inputItemMessage(i int, item json.RawMessage) (message, bool, error) {
 	param := fmt.Sprintf("input[%d]", i)
 	item = bytes.TrimSpace(item)
-	if len(item) > 0 && item[0] == '"' {
-		return message{role: "user", content: item, param: param, verbatim: true}, nil
+	switch {
+	case len(item) == 0:
+		return message{}, false, nil
+	case item[0] == '"':
+		return message{role: "user", content: item, param: param, verbatim: true}, true, nil
+	case item[0] != '{':
+		// A number, null, a boolean or an array: Hermes's
+		// _handle_responses takes strings and dicts, and skips the rest.
+		return message{}, false, nil
 	}
 	var it inputItem
-	if len(item) == 0 || item[0] != '{' || json.Unmarshal(item, &it) != nil {
-		return message{}, invalid(param, "an input item must be an object")
+	if json.Unmarshal(item, &it) != nil {
+		return message{}, false, invalid(param, "an input item must be an object")
 	}
 	if it.Type != "" && it.Type != "message" {
-		return message{}, &InvalidError{Param: param + ".type", Code: CodeUnsupportedContent,
+		return message{}, false, &InvalidError{Param: param + ".type", Code: CodeUnsupportedContent,
 			Msg: fmt.Sprintf("input items of type %q are not supported: the gateway takes messages (the agent runs its own tools)", Clip(it.Type, 40))}
 	}
-	if it.Role == "" {
-		// As Hermes reads an item without a role: the user's.
-		it.Role = "user"
-	}
-	switch it.Role {
-	case "user", "system", "developer", "assistant":
-	default:
-		return message{}, invalid(param+".role", "unknown role %q", Clip(it.Role, maxRoleLen))
-	}
-	return message{role: it.Role, content: it.Content, param: param}, nil
+	return message{role: it.Role, content: it.Content, param: param}, true, nil
 }
 
 // responseContent reads a message's content (a Responses input item's,
@@ -365,24 +387,26 @@ func responseContent(raw json.RawMessage, param string) (string, []string, error
 	if raw[0] != '[' {
 		return clipText(pythonText(raw)), nil, nil
 	}
-	var items []json.RawMessage
-	if err := json.Unmarshal(raw, &items); err != nil {
-		return "", nil, invalid(param, "content must be a string or an array of parts")
-	}
+	// Read one part at a time, and no further than Hermes reads: the
+	// array is not decoded whole (a body of many small items would take
+	// many times its size).
 	var texts, images []string
-	for i, item := range firstItems(items) {
+	_, err := eachElement(raw, func(i int, item json.RawMessage) error {
+		if i == maxListItems {
+			return errEnough
+		}
 		p, ok, err := partOf(item, func(text string) inputPart {
 			raw, _ := json.Marshal(text)
 			return inputPart{Type: "text", Text: raw}
 		})
 		if err != nil {
-			return "", nil, invalid(param, "content parts must be objects with a type")
+			return invalid(param, "content parts must be objects with a type")
 		}
 		if !ok {
-			continue
+			return nil
 		}
 		// As Hermes: str(type).strip().lower().
-		switch strings.ToLower(strings.TrimSpace(p.Type)) {
+		switch strings.ToLower(pythonStrip(p.Type)) {
 		case "input_text", "output_text", "text":
 			if text := clipText(partText(p.Text)); text != "" {
 				texts = append(texts, text)
@@ -391,24 +415,34 @@ func responseContent(raw json.RawMessage, param string) (string, []string, error
 			// An earlier answer's refusal: nothing to carry.
 		case "input_image", "image_url":
 			u, err := imageURLOf(p.ImageURL)
+			// Stripped, as Hermes's url_value.strip() before it checks
+			// the URL and passes it on.
+			u = pythonStrip(u)
 			if err == nil && u == "" {
 				if p.FileID != "" {
-					return "", nil, &InvalidError{Param: fmt.Sprintf("%s[%d].file_id", param, i), Code: CodeUnsupportedContent,
+					return &InvalidError{Param: fmt.Sprintf("%s[%d].file_id", param, i), Code: CodeUnsupportedContent,
 						Msg: "uploaded files are not supported: send the picture as image_url (a web address or a data: URL)"}
 				}
 				err = errors.New("an input_image needs an image_url")
 			}
 			if err != nil {
-				return "", nil, invalid(param, "%v", err)
+				return invalid(param, "%v", err)
 			}
 			if err := image(u); err != nil {
-				return "", nil, imageError(param, err)
+				return imageError(param, err)
 			}
 			images = append(images, u)
 		default:
-			return "", nil, &InvalidError{Param: fmt.Sprintf("%s[%d].type", param, i), Code: CodeUnsupportedContent,
+			return &InvalidError{Param: fmt.Sprintf("%s[%d].type", param, i), Code: CodeUnsupportedContent,
 				Msg: fmt.Sprintf("content parts of type %q are not supported: only text and images (text, input_text, image_url, input_image)", Clip(p.Type, 40))}
 		}
+		return nil
+	})
+	switch {
+	case errors.Is(err, errNotArray):
+		return "", nil, invalid(param, "content must be a string or an array of parts")
+	case err != nil:
+		return "", nil, err
 	}
 	return strings.Join(texts, "\n"), images, nil
 }
@@ -436,7 +470,7 @@ func imageURLOf(raw json.RawMessage) (string, error) {
 		return u, nil
 	}
 	// {"url": …} as spelled, as Hermes's image_ref.get("url").
-	obj, err := exactMembers(raw)
+	obj, err := exactMembers(raw, "url")
 	if err != nil {
 		return "", errors.New("image_url must be a URL")
 	}

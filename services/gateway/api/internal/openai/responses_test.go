@@ -21,7 +21,7 @@ func TestParseResponses(t *testing.T) {
 			`{"type":"message","role":"assistant","content":[{"type":"output_text","text":"b"},{"type":"refusal","refusal":"no"}]},` +
 			`{"role":"user","content":[{"type":"input_text","text":"c"},{"type":"input_text","text":"d"}]}]}`,
 			want: "c\nd|system:i,system:d,user:a,assistant:b|0"},
-		{name: "after the last user message", body: `{"input":[{"role":"user","content":"q"},{"role":"assistant","content":"prefill"}]}`, want: "q|assistant:prefill|0"},
+		{name: "an assistant prefill after the user message", body: `{"input":[{"role":"user","content":"q"},{"role":"assistant","content":"prefill"}]}`, want: "prefill|user:q|0"},
 		{name: "a bare string item", body: `{"input":["a","b"]}`, want: "b|user:a|0"},
 		{name: "pictures", body: `{"input":[{"role":"user","content":[{"type":"input_image","image_url":"https://x/a.png"},` +
 			`{"type":"input_image","image_url":{"url":"data:image/png;base64,iVBORw0KGgo="}},{"type":"input_image","image_url":"HTTP://x/b.png"}]}]}`, want: "|" + "|3"},
@@ -32,10 +32,10 @@ func TestParseResponses(t *testing.T) {
 		{name: "empty string", body: `{"input":""}`, err: "empty", param: "input"},
 		{name: "empty list", body: `{"input":[]}`, err: "must not be empty", param: "input"},
 		{name: "an object", body: `{"input":{"role":"user"}}`, err: "string or an array", param: "input"},
-		{name: "an item of another type", body: `{"input":[12]}`, err: "must be an object", param: "input[0]"},
-		{name: "no user message", body: `{"input":[{"role":"assistant","content":"a"}]}`, err: "user message", param: "input"},
+		{name: "only an item neither a string nor an object", body: `{"input":[12]}`, err: "must contain a message", param: "input"},
+		{name: "only an assistant message", body: `{"input":[{"role":"assistant","content":"a"}]}`, want: "a||0"},
 		{name: "an empty last user message", body: `{"input":[{"role":"user","content":"a"},{"role":"user","content":[]}]}`, err: "empty", param: "input[1]"},
-		{name: "unknown role", body: `{"input":[{"role":"tool","content":"a"}]}`, err: "unknown role", param: "input[0].role"},
+		{name: "a tool's role", body: `{"input":[{"role":"tool","content":"a"},"q"]}`, want: "q||0"},
 		{name: "a tool result", body: `{"input":[{"type":"function_call_output","call_id":"c","output":"o"}]}`, err: "function_call_output", param: "input[0].type", code: CodeUnsupportedContent},
 		{name: "a reasoning item", body: `{"input":[{"role":"user","content":"a"},{"type":"reasoning","summary":[]}]}`, err: "reasoning", param: "input[1].type", code: CodeUnsupportedContent},
 		{name: "a file", body: `{"input":[{"role":"user","content":[{"type":"input_file","file_data":"x"}]}]}`, err: "input_file", param: "input[0].content[0].type", code: CodeUnsupportedContent},
@@ -95,5 +95,76 @@ func TestParseResponsesParameters(t *testing.T) {
 	}
 	if req.Store || req.PreviousResponseID != "resp_1" || req.Conversation != "" {
 		t.Fatalf("%+v", req)
+	}
+}
+
+// A Responses request's and a run's input is read as Hermes's
+// _handle_responses reads it (gateway/platforms/api_server.py): its last
+// message, whatever its role, is the input, and the messages before it
+// are the context; an item of a role Hermes's agent does not read (one
+// it does not know, in another case, no string) is answered, not
+// refused, its content checked, and left out of the context, as a
+// conversation_history entry of such a role; an item that is neither a
+// string nor an object is skipped.
+func TestInputAsHermes(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name, input string
+		// want is "text|context (role:content, …)"; else the refusal's
+		// param and code.
+		want, param, code string
+	}{
+		{name: "an assistant item after the user's", input: `[{"role":"user","content":"q"},{"role":"assistant","content":"prefill"}]`, want: "prefill|user:q"},
+		{name: "only an assistant item", input: `[{"role":"assistant","content":"a"}]`, want: "a|"},
+		{name: "a system item last", input: `["q",{"role":"system","content":"s"}]`, want: "s|user:q"},
+		{name: "a developer item last", input: `[{"role":"developer","content":"d"}]`, want: "d|"},
+		{name: "an unknown role before", input: `[{"role":"robot","content":"beep"},{"role":"assistant","content":"a"},"q"]`, want: "q|assistant:a"},
+		{name: "a tool role before", input: `[{"role":"tool","content":"r"},"q"]`, want: "q|"},
+		{name: "a role in another case", input: `[{"role":"User","content":"a"},"q"]`, want: "q|"},
+		{name: "a role that is no string", input: `[{"role":5,"content":"a"},{"role":["user"],"content":"b"},{"role":{},"content":"c"},"q"]`, want: "q|"},
+		{name: "an unknown role last", input: `["a",{"role":"robot","content":"beep"}]`, want: "beep|user:a"},
+		{name: "a role that is no string last", input: `[{"role":true,"content":"q"}]`, want: "q|"},
+		{name: "an unknown role's content checked", input: `[{"role":"robot","content":[{"type":"input_file","file_id":"f"}]},"q"]`,
+			param: "input[0].content[0].type", code: CodeUnsupportedContent},
+		{name: "items neither strings nor objects skipped", input: `["a",5,null,[1],true,"q",0]`, want: "q|user:a"},
+		{name: "no message", input: `[5,null]`, param: "input"},
+		{name: "an empty assistant item after the user's", input: `[{"role":"user","content":"q"},{"role":"assistant","content":" "}]`, param: "input[1]"},
+	} {
+		for _, api := range []string{"responses", "run"} {
+			t.Run(api+": "+c.name, func(t *testing.T) {
+				t.Parallel()
+				body := []byte(`{"input":` + c.input + `}`)
+				var in Input
+				var err error
+				if api == "run" {
+					var req *Run
+					if req, err = ParseRun(body); req != nil {
+						in = req.Input
+					}
+				} else {
+					var req *Responses
+					if req, err = ParseResponses(body); req != nil {
+						in = req.Input
+					}
+				}
+				if c.param != "" {
+					inv, ok := err.(*InvalidError)
+					if !ok || inv.Param != c.param || inv.Code != c.code {
+						t.Fatalf("error %#v, want a refusal at %s (code %q)", err, c.param, c.code)
+					}
+					return
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				var ctx []string
+				for _, m := range in.Context {
+					ctx = append(ctx, m.Role+":"+m.Content)
+				}
+				if got := in.Text + "|" + strings.Join(ctx, ","); got != c.want {
+					t.Fatalf("input %q, want %q", got, c.want)
+				}
+			})
+		}
 	}
 }

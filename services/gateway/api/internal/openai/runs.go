@@ -2,7 +2,6 @@ package openai
 
 import (
 	"encoding/json"
-	"strings"
 
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 )
@@ -18,9 +17,9 @@ type runRequest struct {
 	ConversationHistory json.RawMessage `json:"conversation_history"`
 }
 
-// Run is a validated run request: the newest user message of the input
-// is the input; the instructions, the conversation_history and the
-// input's other messages, in that order, are its context.
+// Run is a validated run request: the input's last message, whatever
+// its role, is the input; the instructions, the conversation_history and
+// the input's other messages, in that order, are its context.
 type Run struct {
 	Input
 	Model string
@@ -80,10 +79,10 @@ func (r *Run) CarryInstructions(text string) {
 // conversation_history: both as they came (JSON, raw), each read again
 // where it is needed, one message at a time, so that a request of many
 // small messages holds no more memory than its body; the input's last
-// user message; and the response to continue.
+// message; and the response to continue.
 type input struct {
 	raw, history json.RawMessage
-	// last is the index of the input's last user message, lastMsg that
+	// last is the index of the input's last message, lastMsg that
 	// message.
 	last    int
 	lastMsg message
@@ -96,17 +95,19 @@ type input struct {
 // JSON, raw) and the previous_response_id it names.
 func readInput(rawInput, rawHistory json.RawMessage, previousResponseID string) (input, error) {
 	in := input{raw: rawInput, history: rawHistory, last: -1, previous: previousResponseID}
+	// As Hermes's _handle_responses (gateway/platforms/api_server.py):
+	// the last message, whatever its role (an assistant's prefill, a
+	// system message, a role the agent does not know), is the input,
+	// and Hermes's run takes the last item alike.
 	_, err := eachInputMessage(rawInput, func(i int, m message) error {
-		if m.role == "user" {
-			in.last, in.lastMsg = i, m
-		}
+		in.last, in.lastMsg = i, m
 		return nil
 	})
 	if err != nil {
 		return input{}, err
 	}
 	if in.last < 0 {
-		return input{}, invalid("input", "input must contain a user message")
+		return input{}, invalid("input", "input must contain a message")
 	}
 	n, err := eachHistoryEntry(rawHistory, func(message) error { return nil })
 	if err != nil {
@@ -121,7 +122,7 @@ func readInput(rawInput, rawHistory json.RawMessage, previousResponseID string) 
 }
 
 // context is the input's context, oldest first: the history's messages,
-// then the input's other than its last user message. Every message is
+// then the input's other than its last. Every message is
 // read (a refused one refuses the request) and, with keep > 0, only the
 // last keep are kept, as Hermes truncates its conversation_history
 // (entries it later drops count); then those without a role the context
@@ -181,15 +182,15 @@ func (in input) context(read historyText, keep int) ([]*eventsv1.ContextMessage,
 	return out, nil
 }
 
-// text reads the input's last user message: its text and pictures.
+// text reads the input's last message: its text and pictures.
 func (in input) text() (string, []*eventsv1.Attachment, error) {
 	m := in.lastMsg
 	text, images, err := m.read()
 	if err != nil {
 		return "", nil, err
 	}
-	if strings.TrimSpace(text) == "" && len(images) == 0 {
-		return "", nil, invalid(m.param, "the last user message is empty")
+	if pythonStrip(text) == "" && len(images) == 0 {
+		return "", nil, invalid(m.param, "the input's last message is empty")
 	}
 	return text, imageAttachments(images), nil
 }
