@@ -472,25 +472,7 @@ func TestPythonLiterals(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			var in Input
-			var err error
-			switch c.api {
-			case "responses":
-				var req *Responses
-				if req, err = ParseResponses([]byte(c.body)); req != nil {
-					in = req.Input
-				}
-			case "run":
-				var req *Run
-				if req, err = ParseRun([]byte(c.body)); req != nil {
-					in = req.Input
-				}
-			default:
-				var req *Chat
-				if req, err = Parse([]byte(c.body)); req != nil {
-					in = req.Input
-				}
-			}
+			in, err := parseInput(c.api, c.body)
 			if c.invalid {
 				var inv *InvalidError
 				if !errors.As(err, &inv) {
@@ -549,25 +531,7 @@ func TestHermesTakesEveryMessage(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			var in Input
-			var err error
-			switch c.api {
-			case "responses":
-				var req *Responses
-				if req, err = ParseResponses([]byte(c.body)); req != nil {
-					in = req.Input
-				}
-			case "run":
-				var req *Run
-				if req, err = ParseRun([]byte(c.body)); req != nil {
-					in = req.Input
-				}
-			default:
-				var req *Chat
-				if req, err = Parse([]byte(c.body)); req != nil {
-					in = req.Input
-				}
-			}
+			in, err := parseInput(c.api, c.body)
 			if c.param != "" {
 				var inv *InvalidError
 				if !errors.As(err, &inv) || inv.Param != c.param {
@@ -711,25 +675,7 @@ func TestBlankAsPython(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			var in Input
-			var err error
-			switch c.api {
-			case "responses":
-				var req *Responses
-				if req, err = ParseResponses([]byte(c.body)); req != nil {
-					in = req.Input
-				}
-			case "run":
-				var req *Run
-				if req, err = ParseRun([]byte(c.body)); req != nil {
-					in = req.Input
-				}
-			default:
-				var req *Chat
-				if req, err = Parse([]byte(c.body)); req != nil {
-					in = req.Input
-				}
-			}
+			in, err := parseInput(c.api, c.body)
 			if c.param != "" {
 				var inv *InvalidError
 				if !errors.As(err, &inv) || inv.Param != c.param {
@@ -748,4 +694,28 @@ func TestBlankAsPython(t *testing.T) {
 			}
 		})
 	}
+}
+
+// parseInput parses body as a request of api ("responses", "run", or a
+// chat completion) and returns its input.
+func parseInput(api, body string) (Input, error) {
+	switch api {
+	case "responses":
+		req, err := ParseResponses([]byte(body))
+		if req == nil {
+			return Input{}, err
+		}
+		return req.Input, err
+	case "run":
+		req, err := ParseRun([]byte(body))
+		if req == nil {
+			return Input{}, err
+		}
+		return req.Input, err
+	}
+	req, err := Parse([]byte(body))
+	if req == nil {
+		return Input{}, err
+	}
+	return req.Input, err
 }
