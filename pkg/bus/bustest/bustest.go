@@ -74,7 +74,10 @@ func NewWith(t testing.TB, url string, topo bus.Topology, opts ...nats.Option) *
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	// Generous: under CI's load (every package's tests at once on two
+	// cores) the embedded server once took more than 10 s to answer a
+	// stream lookup here (BlueBubbles' contract suite, session 50).
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := b.EnsureStreams(ctx); err != nil {
 		t.Fatal(err)
