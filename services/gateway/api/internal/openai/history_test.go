@@ -82,11 +82,7 @@ func TestConversationHistoryAsHermes(t *testing.T) {
 					}
 					got = "error " + inv.Param
 				} else {
-					var ctx []string
-					for _, m := range in.Context {
-						ctx = append(ctx, m.GetRole()+":"+m.GetContent())
-					}
-					got = strings.Join(ctx, "|")
+					got = contextLine(in.Context)
 					if in.Text != "now" {
 						t.Errorf("%s: input %q", api, in.Text)
 					}
@@ -131,11 +127,7 @@ func TestConversationHistoryFieldNamesAsSpelled(t *testing.T) {
 					}
 					text = "error " + inv.Param
 				} else {
-					var ctx []string
-					for _, m := range got.in.Context {
-						ctx = append(ctx, m.GetRole()+":"+m.GetContent())
-					}
-					text = strings.Join(ctx, "|")
+					text = contextLine(got.in.Context)
 				}
 				if text != c.want {
 					t.Errorf("%s: %q, want %q", api, text, c.want)
@@ -250,11 +242,8 @@ func TestTextPartsOfNumbersAndBooleans(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", c.name, err)
 		}
-		var ctx []string
-		for _, m := range req.Context {
-			ctx = append(ctx, m.GetRole()+":"+m.GetContent())
-		}
-		if req.Text != c.text || strings.Join(ctx, "|") != c.context {
+		ctx := contextLine(req.Context)
+		if req.Text != c.text || ctx != c.context {
 			t.Errorf("%s: text %q, context %q; want %q, %q", c.name, req.Text, ctx, c.text, c.context)
 		}
 	}

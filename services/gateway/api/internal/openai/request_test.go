@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 )
 
 // The parts of a chat completion's content, as Hermes takes them: text
@@ -201,12 +203,9 @@ func TestChatContentAsHermes(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var ctx []string
-			for _, m := range req.Context {
-				ctx = append(ctx, m.GetRole()+":"+m.GetContent())
-			}
-			if req.Text != tt.text || strings.Join(ctx, "|") != tt.context {
-				t.Fatalf("text %q, context %q; want %q, %q", req.Text, strings.Join(ctx, "|"), tt.text, tt.context)
+			ctx := contextLine(req.Context)
+			if req.Text != tt.text || ctx != tt.context {
+				t.Fatalf("text %q, context %q; want %q, %q", req.Text, ctx, tt.text, tt.context)
 			}
 		})
 	}
@@ -249,12 +248,9 @@ func TestChatRolesAsHermes(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var ctx []string
-			for _, m := range req.Context {
-				ctx = append(ctx, m.GetRole()+":"+m.GetContent())
-			}
-			if req.Text != c.text || strings.Join(ctx, "|") != c.context {
-				t.Fatalf("text %q, context %q; want %q, %q", req.Text, strings.Join(ctx, "|"), c.text, c.context)
+			ctx := contextLine(req.Context)
+			if req.Text != c.text || ctx != c.context {
+				t.Fatalf("text %q, context %q; want %q, %q", req.Text, ctx, c.text, c.context)
 			}
 		})
 	}
@@ -301,12 +297,9 @@ func TestChatInputAsHermes(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var ctx []string
-			for _, m := range req.Context {
-				ctx = append(ctx, m.GetRole()+":"+m.GetContent())
-			}
-			if req.Text != c.text || strings.Join(ctx, "|") != c.context || len(req.Attachments) != c.images {
-				t.Fatalf("text %q, context %q, %d pictures; want %q, %q, %d", req.Text, strings.Join(ctx, "|"), len(req.Attachments), c.text, c.context, c.images)
+			ctx := contextLine(req.Context)
+			if req.Text != c.text || ctx != c.context || len(req.Attachments) != c.images {
+				t.Fatalf("text %q, context %q, %d pictures; want %q, %q, %d", req.Text, ctx, len(req.Attachments), c.text, c.context, c.images)
 			}
 		})
 	}
@@ -324,7 +317,7 @@ func TestFieldNamesAsSpelled(t *testing.T) {
 	}
 	for _, c := range []struct {
 		name, body string
-		responses  bool
+		api        string
 		// text and context ("role:content" joined by "|"), or the refusal's
 		// param and code.
 		text, context, param, code string
@@ -338,26 +331,14 @@ func TestFieldNamesAsSpelled(t *testing.T) {
 		{name: "a message's content in another case", body: `{"messages":[{"role":"user","Content":"a"}]}`, param: "messages[0].content"},
 		{name: "a message's role in another case is none", body: `{"messages":[{"Role":"system","content":"s"},{"role":"user","content":"q"}]}`,
 			text: "q"},
-		{name: "an input item's role in another case is none", responses: true,
+		{name: "an input item's role in another case is none", api: "responses",
 			body: `{"input":[{"Role":"assistant","content":"a"},{"role":"user","content":"q"}]}`, text: "q", context: "user:a"},
-		{name: "an input item's part type in another case", responses: true,
+		{name: "an input item's part type in another case", api: "responses",
 			body: `{"input":[{"role":"user","content":[{"TYPE":"input_text","text":"q"}]}]}`, param: "input[0].content[0].type", code: CodeUnsupportedContent},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			var in Input
-			var err error
-			if c.responses {
-				var req *Responses
-				if req, err = ParseResponses([]byte(c.body)); req != nil {
-					in = req.Input
-				}
-			} else {
-				var req *Chat
-				if req, err = Parse([]byte(c.body)); req != nil {
-					in = req.Input
-				}
-			}
+			in, err := parseInput(c.api, c.body)
 			if c.param != "" {
 				var inv *InvalidError
 				if !errors.As(err, &inv) || inv.Param != c.param || inv.Code != c.code {
@@ -368,12 +349,9 @@ func TestFieldNamesAsSpelled(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var ctx []string
-			for _, m := range in.Context {
-				ctx = append(ctx, m.GetRole()+":"+m.GetContent())
-			}
-			if in.Text != c.text || strings.Join(ctx, "|") != c.context {
-				t.Fatalf("text %q, context %q; want %q, %q", in.Text, strings.Join(ctx, "|"), c.text, c.context)
+			ctx := contextLine(in.Context)
+			if in.Text != c.text || ctx != c.context {
+				t.Fatalf("text %q, context %q; want %q, %q", in.Text, ctx, c.text, c.context)
 			}
 		})
 	}
@@ -394,7 +372,7 @@ func TestContentWithinHermesBounds(t *testing.T) {
 	chat := func(m ...string) string { return `{"messages":[` + strings.Join(m, ",") + `]}` }
 	for _, c := range []struct {
 		name, body    string
-		responses     bool
+		api           string
 		text, context string
 	}{
 		{name: "a long user message", body: chat(`{"role":"user","content":"` + long + `"}`), text: long[:2*65_536]},
@@ -409,34 +387,19 @@ func TestContentWithinHermesBounds(t *testing.T) {
 			text: "q", context: "system:" + (x + y)[:65_536]},
 		{name: "system parts past the first 1,000", body: chat(`{"role":"system","content":[`+strings.Repeat(`"s",`, 1_000)+`"t"]}`, `{"role":"user","content":"q"}`),
 			text: "q", context: "system:" + strings.TrimSuffix(strings.Repeat("s\n", 1_000), "\n")},
-		{name: "the Responses input string", responses: true, body: `{"input":"` + x + y + `"}`, text: x + y},
-		{name: "a string item of the input", responses: true, body: `{"input":["` + x + y + `","q"]}`, text: "q", context: "user:" + x + y},
-		{name: "an input item's content", responses: true, body: `{"input":[{"role":"user","content":"` + x + y + `"}]}`, text: (x + y)[:65_536]},
+		{name: "the Responses input string", api: "responses", body: `{"input":"` + x + y + `"}`, text: x + y},
+		{name: "a string item of the input", api: "responses", body: `{"input":["` + x + y + `","q"]}`, text: "q", context: "user:" + x + y},
+		{name: "an input item's content", api: "responses", body: `{"input":[{"role":"user","content":"` + x + y + `"}]}`, text: (x + y)[:65_536]},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			var in Input
-			var err error
-			if c.responses {
-				var req *Responses
-				if req, err = ParseResponses([]byte(c.body)); req != nil {
-					in = req.Input
-				}
-			} else {
-				var req *Chat
-				if req, err = Parse([]byte(c.body)); req != nil {
-					in = req.Input
-				}
-			}
+			in, err := parseInput(c.api, c.body)
 			if err != nil {
 				t.Fatal(err)
 			}
-			var ctx []string
-			for _, m := range in.Context {
-				ctx = append(ctx, m.GetRole()+":"+m.GetContent())
-			}
-			if in.Text != c.text || strings.Join(ctx, "|") != c.context {
-				t.Fatalf("text of %d bytes, context of %d; want %d, %d", len(in.Text), len(strings.Join(ctx, "|")), len(c.text), len(c.context))
+			ctx := contextLine(in.Context)
+			if in.Text != c.text || ctx != c.context {
+				t.Fatalf("text of %d bytes, context of %d; want %d, %d", len(in.Text), len(ctx), len(c.text), len(c.context))
 			}
 		})
 	}
@@ -483,12 +446,9 @@ func TestPythonLiterals(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var ctx []string
-			for _, m := range in.Context {
-				ctx = append(ctx, m.GetRole()+":"+m.GetContent())
-			}
-			if in.Text != c.text || strings.Join(ctx, "|") != c.context {
-				t.Fatalf("text %q, context %q; want %q, %q", in.Text, strings.Join(ctx, "|"), c.text, c.context)
+			ctx := contextLine(in.Context)
+			if in.Text != c.text || ctx != c.context {
+				t.Fatalf("text %q, context %q; want %q, %q", in.Text, ctx, c.text, c.context)
 			}
 		})
 	}
@@ -718,4 +678,13 @@ func parseInput(api, body string) (Input, error) {
 		return Input{}, err
 	}
 	return req.Input, err
+}
+
+// contextLine is a context as "role:content" entries joined with "|".
+func contextLine(context []*eventsv1.ContextMessage) string {
+	var out []string
+	for _, m := range context {
+		out = append(out, m.GetRole()+":"+m.GetContent())
+	}
+	return strings.Join(out, "|")
 }
