@@ -479,6 +479,47 @@ func TestReservationOfAGoneReplicaIsTakenOver(t *testing.T) {
 	}
 }
 
+// TestReservationOfAReconnectingReplicaIsNotTakenOver: a replica whose
+// NATS connection dropped while its send was at the platform (its NATS
+// server restarted, its cluster node left) has no subscription anywhere
+// until it has reconnected, and NATS answers no responders for it as for
+// a killed one, though its send goes on. A retry another replica serves
+// meanwhile waits for it instead of posting the message a second time.
+func TestReservationOfAReconnectingReplicaIsNotTakenOver(t *testing.T) {
+	t.Parallel()
+	url := bustest.EmbeddedURL(t)
+	busB := bustest.New(t, url)
+	relay := bustest.NewCuttable(t, url)
+	busA := bustest.NewWith(t, relay.URL(), busB.Topology(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	mA, mB := platformtest.NewMemory("bot-reconnect", false), platformtest.NewMemory("bot-reconnect", false)
+	slow := slowMemory{Memory: mA, release: make(chan struct{}), entered: make(chan struct{}, 1), fail: &atomic.Bool{}}
+	a := startRunner(t, slow, busA, platform.Options{Instance: "replica-a"}).r
+	b, ctx := runRunner(t, mB, busB)
+	platformtest.WaitFor(t, "replica A to start", func() bool { return state(a) == platform.StateConnected })
+	t.Cleanup(func() { close(slow.release) }) // before the runners stop
+	req := &deliveryv1.SendRequested{IdempotencyKey: "t4:1:0", Op: deliveryv1.SendOp_SEND_OP_SEND,
+		Target: &deliveryv1.Target{Platform: "memory", ChatId: "chat"}, Text: "once"}
+
+	go a.Execute(ctx, req)
+	<-slow.entered
+	// A's connection drops mid-send; it reconnects half a second later.
+	relay.Cut()
+	platformtest.WaitFor(t, "the server to drop replica A", func() bool {
+		_, err := busB.Conn().Request(busB.Topology().SendingSubject("memory", "replica-a"), nil, time.Second)
+		return errors.Is(err, nats.ErrNoResponders)
+	})
+	restored := make(chan struct{})
+	time.AfterFunc(500*time.Millisecond, func() { relay.Restore(); close(restored) })
+	rec := b.Execute(ctx, req)
+	<-restored
+	if rec.GetOk() || rec.GetErrorClass() != deliveryv1.ErrorClass_ERROR_CLASS_RETRYABLE || rec.GetRetryAfterMs() <= 0 {
+		t.Fatalf("retry while replica A reconnects mid-send: receipt %+v, want RETRYABLE with a retry delay", rec)
+	}
+	if got := len(mB.Fake().Sent(t, ctx, req.GetTarget())); got != 0 {
+		t.Fatalf("replica B sent %d times while replica A was still sending, want none", got)
+	}
+}
+
 // leasePair is replica A (active) and B (standby) of one memory bot on
 // an embedded server of the test's own, whose outage the test chooses:
 // restart stops it for down, runs meanwhile, and starts it again on the

@@ -15,6 +15,17 @@ import (
 // replica counts as alive: the send waits out the reservation.
 const sendingAskTimeout = time.Second
 
+// goneGrace is how long after a first "no responders" the replica that
+// reserved a key is asked again before it counts as gone. NATS answers
+// so for a replica that runs but whose connection dropped (its server
+// restarted, its cluster node left, the server closed it as a slow
+// consumer) as for a killed one, until it has reconnected and its
+// subscriptions are back; its send goes on at the platform meanwhile,
+// and taking its key over would post the message twice. A reconnect
+// takes up to bus.Connect's ReconnectWait (1 s) and its jitter once a
+// server is there to take it.
+const goneGrace = 3 * time.Second
+
 // inProgress is the receipts bucket's value for a key whose send is under
 // way, followed by the instance name of the replica sending it: not a
 // protobuf SendReceipt (field number 0 is invalid). A value of inProgress
@@ -91,10 +102,11 @@ func (r *Runner) serveSending() (*nats.Subscription, error) {
 }
 
 // senderAlive reports whether the replica that reserved key may still be
-// sending it. A replica that is gone (nothing subscribed to its subject:
-// NATS answers no responders at once, as it does after a kill -9 closed
-// its connection) or that answers it is not sending the key is not; one
-// that does not answer in time, or an unnamed reservation, may be.
+// sending it. A replica that is gone (nothing subscribed to its subject,
+// still after goneGrace: NATS answers no responders at once, as it does
+// after a kill -9 closed its connection) or that answers it is not
+// sending the key is not; one that does not answer in time, or an
+// unnamed reservation, may be.
 func (r *Runner) senderAlive(ctx context.Context, key, instance string) bool {
 	switch instance {
 	case "":
@@ -103,9 +115,14 @@ func (r *Runner) senderAlive(ctx context.Context, key, instance string) bool {
 		// Counted, the asking request is one of them.
 		return r.sending.count(key) > 1
 	}
-	ctx, cancel := context.WithTimeout(ctx, sendingAskTimeout)
-	defer cancel()
-	m, err := r.bus.Conn().RequestWithContext(ctx, r.bus.Topology().SendingSubject(r.name, instance), []byte(key))
+	answer, err := r.askSending(ctx, key, instance)
+	if errors.Is(err, nats.ErrNoResponders) {
+		// Gone, or reconnecting: asked again once a reconnect is over.
+		if sleep(ctx, goneGrace); ctx.Err() != nil {
+			return true
+		}
+		answer, err = r.askSending(ctx, key, instance)
+	}
 	switch {
 	case errors.Is(err, nats.ErrNoResponders):
 		r.log.Info("reservation of a gone replica taken over", "replica", instance)
@@ -113,5 +130,17 @@ func (r *Runner) senderAlive(ctx context.Context, key, instance string) bool {
 	case err != nil:
 		return true
 	}
-	return !bytes.Equal(m.Data, notSending)
+	return !bytes.Equal(answer, notSending)
+}
+
+// askSending asks replica instance whether it is sending key now, within
+// sendingAskTimeout.
+func (r *Runner) askSending(ctx context.Context, key, instance string) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, sendingAskTimeout)
+	defer cancel()
+	m, err := r.bus.Conn().RequestWithContext(ctx, r.bus.Topology().SendingSubject(r.name, instance), []byte(key))
+	if err != nil {
+		return nil, err
+	}
+	return m.Data, nil
 }
