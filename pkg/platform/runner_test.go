@@ -1,6 +1,7 @@
 package platform_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/switchboard-chat/switchboard/pkg/bus"
 	"github.com/switchboard-chat/switchboard/pkg/bus/bustest"
@@ -518,6 +520,52 @@ func TestReservationOfAReconnectingReplicaIsNotTakenOver(t *testing.T) {
 	if got := len(mB.Fake().Sent(t, ctx, req.GetTarget())); got != 0 {
 		t.Fatalf("replica B sent %d times while replica A was still sending, want none", got)
 	}
+}
+
+// TestReservationIsInProgressToThePreviousRelease: in a rolling upgrade
+// the replicas of the release before reservations named their replica
+// serve retries beside this release's. They take a reservation only as
+// the exact in-progress value, and send past any other entry that is no
+// receipt: a retry reaching one while a replica of this release was
+// still sending posted the message twice.
+func TestReservationIsInProgressToThePreviousRelease(t *testing.T) {
+	t.Parallel()
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	m := platformtest.NewMemory("bot-upgrade", false)
+	slow := slowMemory{Memory: m, release: make(chan struct{}), entered: make(chan struct{}, 1), fail: &atomic.Bool{}}
+	r, ctx := runRunner(t, slow, b)
+	t.Cleanup(func() { close(slow.release) }) // before the runner stops
+	req := &deliveryv1.SendRequested{IdempotencyKey: "t5:1:0", Op: deliveryv1.SendOp_SEND_OP_SEND,
+		Target: &deliveryv1.Target{Platform: "memory", ChatId: "chat"}, Text: "once"}
+
+	go r.Execute(ctx, req)
+	<-slow.entered
+	kv, err := b.JetStream().KeyValue(ctx, b.Topology().Stream(platform.BucketReceipts))
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, err := kv.Keys(ctx)
+	if err != nil || len(keys) != 1 {
+		t.Fatalf("receipt keys %v (%v), want the one reserved", keys, err)
+	}
+	e, err := kv.Get(ctx, keys[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if previousReleaseSends(e.Value()) {
+		t.Fatalf("reservation %q: the previous release would send the key again", e.Value())
+	}
+}
+
+// previousReleaseSends is how a replica of the release before named
+// reservations read a receipts entry it found: the exact in-progress
+// value waits, a receipt answers the retry, and anything else is a
+// broken entry the send goes past.
+func previousReleaseSends(v []byte) bool {
+	if bytes.Equal(v, []byte("\x00in-progress")) {
+		return false
+	}
+	return proto.Unmarshal(v, &deliveryv1.SendReceipt{}) != nil
 }
 
 // leasePair is replica A (active) and B (standby) of one memory bot on
