@@ -150,6 +150,9 @@ type Runner struct {
 	seen        jetstream.KeyValue
 	attachments *attachment.Store // nil: attachments are not kept
 	react       *reactions        // nil: the platform does not react, or reactions are off
+	// receiptsStream is the receipts bucket's stream: the headers of its
+	// entries (a reservation's holder, writeReservation).
+	receiptsStream jetstream.Stream
 	// typing are the typing calls in flight, which a message to their
 	// chat waits for.
 	typing typingCalls
@@ -265,6 +268,9 @@ func (r *Runner) openBuckets(ctx context.Context) error {
 	})
 	if err != nil {
 		return fmt.Errorf("receipts bucket: %w", err)
+	}
+	if r.receiptsStream, err = js.Stream(ctx, "KV_"+r.bucket(BucketReceipts)); err != nil {
+		return fmt.Errorf("receipts bucket's stream: %w", err)
 	}
 	r.seen, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket: r.bucket(BucketSeen), Description: "inbound event ids already published",
@@ -910,17 +916,16 @@ func (r *Runner) reserve(ctx context.Context, key string) (first *deliveryv1.Sen
 		e, err := r.receipts.Get(ctx, key)
 		switch {
 		case errors.Is(err, jetstream.ErrKeyNotFound):
-			rev, err = r.receipts.Create(ctx, key, reservation(r.opts.Instance))
+			rev, err = r.createReservation(ctx, key)
 			if errors.Is(err, jetstream.ErrKeyExists) {
 				continue // another request reserved it just now: look again
 			}
 		case err != nil:
 		case bytes.HasPrefix(e.Value(), inProgress):
-			holder, _ := reservedBy(e.Value())
-			if age := time.Since(e.Created()); age < r.opts.SendTimeout+time.Second && r.senderAlive(ctx, key, holder) {
+			if age := time.Since(e.Created()); age < r.opts.SendTimeout+time.Second && r.senderAlive(ctx, key, r.holderOf(ctx, e)) {
 				return nil, 0, r.opts.SendTimeout + time.Second - age
 			}
-			rev, err = r.receipts.Update(ctx, key, reservation(r.opts.Instance), e.Revision())
+			rev, err = r.writeReservation(ctx, key, e.Revision())
 			if err != nil {
 				continue
 			}

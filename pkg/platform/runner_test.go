@@ -1,6 +1,7 @@
 package platform_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/switchboard-chat/switchboard/pkg/bus"
 	"github.com/switchboard-chat/switchboard/pkg/bus/bustest"
@@ -477,6 +479,93 @@ func TestReservationOfAGoneReplicaIsTakenOver(t *testing.T) {
 	if again := b.Execute(ctx, req); !again.GetOk() || !again.GetDuplicate() {
 		t.Fatalf("repeat after the takeover: receipt %+v, want its duplicate", again)
 	}
+}
+
+// TestReservationOfAReconnectingReplicaIsNotTakenOver: a replica whose
+// NATS connection dropped while its send was at the platform (its NATS
+// server restarted, its cluster node left) has no subscription anywhere
+// until it has reconnected, and NATS answers no responders for it as for
+// a killed one, though its send goes on. A retry another replica serves
+// meanwhile waits for it instead of posting the message a second time.
+func TestReservationOfAReconnectingReplicaIsNotTakenOver(t *testing.T) {
+	t.Parallel()
+	url := bustest.EmbeddedURL(t)
+	busB := bustest.New(t, url)
+	relay := bustest.NewCuttable(t, url)
+	busA := bustest.NewWith(t, relay.URL(), busB.Topology(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	mA, mB := platformtest.NewMemory("bot-reconnect", false), platformtest.NewMemory("bot-reconnect", false)
+	slow := slowMemory{Memory: mA, release: make(chan struct{}), entered: make(chan struct{}, 1), fail: &atomic.Bool{}}
+	a := startRunner(t, slow, busA, platform.Options{Instance: "replica-a"}).r
+	b, ctx := runRunner(t, mB, busB)
+	platformtest.WaitFor(t, "replica A to start", func() bool { return state(a) == platform.StateConnected })
+	t.Cleanup(func() { close(slow.release) }) // before the runners stop
+	req := &deliveryv1.SendRequested{IdempotencyKey: "t4:1:0", Op: deliveryv1.SendOp_SEND_OP_SEND,
+		Target: &deliveryv1.Target{Platform: "memory", ChatId: "chat"}, Text: "once"}
+
+	go a.Execute(ctx, req)
+	<-slow.entered
+	// A's connection drops mid-send; it reconnects half a second later.
+	relay.Cut()
+	platformtest.WaitFor(t, "the server to drop replica A", func() bool {
+		_, err := busB.Conn().Request(busB.Topology().SendingSubject("memory", "replica-a"), nil, time.Second)
+		return errors.Is(err, nats.ErrNoResponders)
+	})
+	restored := make(chan struct{})
+	time.AfterFunc(500*time.Millisecond, func() { relay.Restore(); close(restored) })
+	rec := b.Execute(ctx, req)
+	<-restored
+	if rec.GetOk() || rec.GetErrorClass() != deliveryv1.ErrorClass_ERROR_CLASS_RETRYABLE || rec.GetRetryAfterMs() <= 0 {
+		t.Fatalf("retry while replica A reconnects mid-send: receipt %+v, want RETRYABLE with a retry delay", rec)
+	}
+	if got := len(mB.Fake().Sent(t, ctx, req.GetTarget())); got != 0 {
+		t.Fatalf("replica B sent %d times while replica A was still sending, want none", got)
+	}
+}
+
+// TestReservationIsInProgressToThePreviousRelease: in a rolling upgrade
+// the replicas of the release before reservations named their replica
+// serve retries beside this release's. They take a reservation only as
+// the exact in-progress value, and send past any other entry that is no
+// receipt: a retry reaching one while a replica of this release was
+// still sending posted the message twice.
+func TestReservationIsInProgressToThePreviousRelease(t *testing.T) {
+	t.Parallel()
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	m := platformtest.NewMemory("bot-upgrade", false)
+	slow := slowMemory{Memory: m, release: make(chan struct{}), entered: make(chan struct{}, 1), fail: &atomic.Bool{}}
+	r, ctx := runRunner(t, slow, b)
+	t.Cleanup(func() { close(slow.release) }) // before the runner stops
+	req := &deliveryv1.SendRequested{IdempotencyKey: "t5:1:0", Op: deliveryv1.SendOp_SEND_OP_SEND,
+		Target: &deliveryv1.Target{Platform: "memory", ChatId: "chat"}, Text: "once"}
+
+	go r.Execute(ctx, req)
+	<-slow.entered
+	kv, err := b.JetStream().KeyValue(ctx, b.Topology().Stream(platform.BucketReceipts))
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, err := kv.Keys(ctx)
+	if err != nil || len(keys) != 1 {
+		t.Fatalf("receipt keys %v (%v), want the one reserved", keys, err)
+	}
+	e, err := kv.Get(ctx, keys[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if previousReleaseSends(e.Value()) {
+		t.Fatalf("reservation %q: the previous release would send the key again", e.Value())
+	}
+}
+
+// previousReleaseSends is how a replica of the release before named
+// reservations read a receipts entry it found: the exact in-progress
+// value waits, a receipt answers the retry, and anything else is a
+// broken entry the send goes past.
+func previousReleaseSends(v []byte) bool {
+	if bytes.Equal(v, []byte("\x00in-progress")) {
+		return false
+	}
+	return proto.Unmarshal(v, &deliveryv1.SendReceipt{}) != nil
 }
 
 // leasePair is replica A (active) and B (standby) of one memory bot on

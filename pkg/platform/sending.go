@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // sendingAskTimeout bounds the question to the replica whose reservation
@@ -15,24 +17,115 @@ import (
 // replica counts as alive: the send waits out the reservation.
 const sendingAskTimeout = time.Second
 
+// goneGrace is how long after a first "no responders" the replica that
+// reserved a key is asked again before it counts as gone. NATS answers
+// so for a replica that runs but whose connection dropped (its server
+// restarted, its cluster node left, the server closed it as a slow
+// consumer) as for a killed one, until it has reconnected and its
+// subscriptions are back; its send goes on at the platform meanwhile,
+// and taking its key over would post the message twice. A reconnect
+// takes up to bus.Connect's ReconnectWait (1 s) and its jitter once a
+// server is there to take it.
+const goneGrace = 3 * time.Second
+
 // inProgress is the receipts bucket's value for a key whose send is under
-// way, followed by the instance name of the replica sending it: not a
-// protobuf SendReceipt (field number 0 is invalid). A value of inProgress
-// alone was written by a replica of a release that did not name itself.
+// way: not a protobuf SendReceipt (field number 0 is invalid). The entry's
+// header names the replica sending it (headerReservedBy); a release
+// before wrote the name after the value instead, and one before that
+// wrote no name.
 var inProgress = []byte{0, 'i', 'n', '-', 'p', 'r', 'o', 'g', 'r', 'e', 's', 's'}
 
-// reservation is the in-progress value naming instance.
-func reservation(instance string) []byte {
-	return append(append([]byte{}, inProgress...), instance...)
-}
+// headerReservedBy, on a reservation's entry in the receipts bucket,
+// names the replica that wrote it (its instance). The value stays
+// inProgress alone: a replica of a release before names takes only that
+// exact value for a send under way and sends past any other entry that
+// is no receipt, so in a rolling upgrade a retry reaching one of them
+// would post the message a second time.
+const headerReservedBy = "Switchboard-Reserved-By"
 
 // reservedBy reports whether v is an in-progress value and, if so, the
-// instance that wrote it ("" for an unnamed one).
+// instance it names after inProgress ("" for none).
 func reservedBy(v []byte) (instance string, ok bool) {
 	if !bytes.HasPrefix(v, inProgress) {
 		return "", false
 	}
 	return string(v[len(inProgress):]), true
+}
+
+// holderOf is the instance that wrote the reservation e: named in its
+// value (a release before) or in its header; "" when neither names one
+// or the header cannot be read (its holder is then waited out).
+func (r *Runner) holderOf(ctx context.Context, e jetstream.KeyValueEntry) string {
+	if name, _ := reservedBy(e.Value()); name != "" {
+		return name
+	}
+	m, err := r.receiptsStream.GetMsg(ctx, e.Revision())
+	if err != nil {
+		r.log.Debug("read a reservation's holder", "err", err)
+		return ""
+	}
+	return m.Header.Get(headerReservedBy)
+}
+
+// receiptSubject is the receipts bucket's subject of key: the bucket's
+// own ("$KV.<bucket>.<key>"; this bus has no JetStream API prefix).
+func (r *Runner) receiptSubject(key string) string {
+	return "$KV." + r.bucket(BucketReceipts) + "." + key
+}
+
+// writeReservation writes this replica's reservation of key over the
+// key's revision last (0: none), named in its header: the bucket's
+// Update (or Create, at 0) with the header the bucket's calls do not
+// write.
+func (r *Runner) writeReservation(ctx context.Context, key string, last uint64) (uint64, error) {
+	m := nats.NewMsg(r.receiptSubject(key))
+	m.Data = inProgress
+	m.Header.Set(headerReservedBy, r.opts.Instance)
+	ack, err := r.bus.JetStream().PublishMsg(ctx, m, jetstream.WithExpectLastSequencePerSubject(last))
+	if err != nil {
+		return 0, fmt.Errorf("reserve %s: %w", key, err)
+	}
+	return ack.Sequence, nil
+}
+
+// createReservation is writeReservation of a key with no entry, or whose
+// entry was deleted (a failed send frees its key so), as the bucket's
+// Create: jetstream.ErrKeyExists when another request wrote it first.
+func (r *Runner) createReservation(ctx context.Context, key string) (uint64, error) {
+	rev, err := r.writeReservation(ctx, key, 0)
+	if !wrongRevision(err) {
+		return rev, err
+	}
+	last, lerr := r.receiptsStream.GetLastMsgForSubject(ctx, r.receiptSubject(key))
+	if lerr == nil && deletedEntry(last) {
+		if rev, err = r.writeReservation(ctx, key, last.Sequence); !wrongRevision(err) {
+			return rev, err
+		}
+	}
+	return 0, jetstream.ErrKeyExists
+}
+
+// wrongRevision reports whether err is the server's refusal of a write
+// over a revision that is not the key's last.
+func wrongRevision(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
+}
+
+// deletedEntry reports whether m marks its key deleted, as the bucket's
+// Get reads it: the bucket's Delete or Purge, or a marker the server
+// wrote.
+func deletedEntry(m *jetstream.RawStreamMsg) bool {
+	switch m.Header.Get("KV-Operation") {
+	case "DEL", "PURGE":
+		return true
+	}
+	switch m.Header.Get(jetstream.MarkerReasonHeader) {
+	case "MaxAge", "Purge", "Remove":
+		return true
+	}
+	return false
 }
 
 // sendingKeys counts this replica's requests for each receipt key that
@@ -91,10 +184,11 @@ func (r *Runner) serveSending() (*nats.Subscription, error) {
 }
 
 // senderAlive reports whether the replica that reserved key may still be
-// sending it. A replica that is gone (nothing subscribed to its subject:
-// NATS answers no responders at once, as it does after a kill -9 closed
-// its connection) or that answers it is not sending the key is not; one
-// that does not answer in time, or an unnamed reservation, may be.
+// sending it. A replica that is gone (nothing subscribed to its subject,
+// still after goneGrace: NATS answers no responders at once, as it does
+// after a kill -9 closed its connection) or that answers it is not
+// sending the key is not; one that does not answer in time, or an
+// unnamed reservation, may be.
 func (r *Runner) senderAlive(ctx context.Context, key, instance string) bool {
 	switch instance {
 	case "":
@@ -103,9 +197,14 @@ func (r *Runner) senderAlive(ctx context.Context, key, instance string) bool {
 		// Counted, the asking request is one of them.
 		return r.sending.count(key) > 1
 	}
-	ctx, cancel := context.WithTimeout(ctx, sendingAskTimeout)
-	defer cancel()
-	m, err := r.bus.Conn().RequestWithContext(ctx, r.bus.Topology().SendingSubject(r.name, instance), []byte(key))
+	answer, err := r.askSending(ctx, key, instance)
+	if errors.Is(err, nats.ErrNoResponders) {
+		// Gone, or reconnecting: asked again once a reconnect is over.
+		if sleep(ctx, goneGrace); ctx.Err() != nil {
+			return true
+		}
+		answer, err = r.askSending(ctx, key, instance)
+	}
 	switch {
 	case errors.Is(err, nats.ErrNoResponders):
 		r.log.Info("reservation of a gone replica taken over", "replica", instance)
@@ -113,5 +212,17 @@ func (r *Runner) senderAlive(ctx context.Context, key, instance string) bool {
 	case err != nil:
 		return true
 	}
-	return !bytes.Equal(m.Data, notSending)
+	return !bytes.Equal(answer, notSending)
+}
+
+// askSending asks replica instance whether it is sending key now, within
+// sendingAskTimeout.
+func (r *Runner) askSending(ctx context.Context, key, instance string) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, sendingAskTimeout)
+	defer cancel()
+	m, err := r.bus.Conn().RequestWithContext(ctx, r.bus.Topology().SendingSubject(r.name, instance), []byte(key))
+	if err != nil {
+		return nil, err
+	}
+	return m.Data, nil
 }

@@ -2,6 +2,7 @@ package delivery_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"slices"
@@ -21,6 +22,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/switchboard-chat/switchboard/pkg/bus"
+	"github.com/switchboard-chat/switchboard/pkg/bus/bustest"
 	"github.com/switchboard-chat/switchboard/pkg/cron"
 	adminv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/admin/v1"
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
@@ -501,6 +503,58 @@ func TestRowsOfAGoneReplicaAreTakenOverAtOnce(t *testing.T) {
 				t.Fatalf("the rows were sent %v after the replica started, want well within the lease (30 s)", took)
 			}
 		})
+	}
+}
+
+// A row being sent by a replica whose NATS connection dropped (its
+// server restarted, its cluster node left) is not taken over while the
+// replica reconnects: NATS answers no responders for it until then, as
+// for a killed one, though its send goes on. The replica answers again
+// a moment later, and its row waits out its lease.
+func TestRowsOfAReconnectingReplicaAreNotTakenOver(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	cfg := testConfig()
+	cfg.SendTimeout, cfg.Lease = 5*time.Second, 30*time.Second
+	relay := bustest.NewCuttable(t, e.url)
+	nc, err := nats.Connect(relay.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	var asked atomic.Int32
+	if _, err := nc.Subscribe(e.bus.Topology().DeliveryAliveSubject("x"), func(m *nats.Msg) {
+		asked.Add(1)
+		_ = m.Respond(nil)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	ev := event("t1", 1, "s1", final("first"))
+	store := outbox.New(e.db)
+	req := &deliveryv1.SendRequested{IdempotencyKey: "t1:1:0", Op: deliveryv1.SendOp_SEND_OP_SEND, Target: ev.GetTarget(),
+		TurnId: "t1", SessionKey: "s1", Text: "first", ChunkCount: 1}
+	if _, ok, err := store.EnqueueClaimed(ctx, e.clock.Now(), cfg.TTL, cfg.Lease, "x", req); err != nil || !ok {
+		t.Fatalf("claimed row: %v %v", ok, err)
+	}
+	// Replica x's connection drops mid-send; it is back 2.5 s later, after
+	// replica b asked it at least once meanwhile.
+	relay.Cut()
+	eventually(t, e.clock, 0, "the server to drop replica x", func() bool {
+		_, err := e.bus.Conn().Request(e.bus.Topology().DeliveryAliveSubject("x"), nil, time.Second)
+		return errors.Is(err, nats.ErrNoResponders)
+	})
+	e.start(t, cfg, "b")
+	time.Sleep(2500 * time.Millisecond)
+	relay.Restore()
+	eventually(t, e.clock, 0, "replica x to answer again, or its row to be sent", func() bool {
+		return asked.Load() >= 2 || len(e.gw.postedTexts()) > 0
+	})
+	if got := len(e.gw.postedTexts()); got != 0 || rowState(t, e.db, "t1:1:0") != "sending" {
+		t.Fatalf("%d posted, row %s: want the reconnecting replica's row left to its lease", got, rowState(t, e.db, "t1:1:0"))
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -20,11 +21,20 @@ import (
 // claim takes them over (sent again under the same idempotency keys,
 // which the gateways answer once). A question not answered in time, as
 // a replica whose NATS connection is down, counts as alive: its rows
-// wait out their leases, as before.
+// wait out their leases, as before. So does a replica whose question
+// got no responders for less than goneAfter: NATS answers so for one
+// whose connection dropped (its server restarted, its cluster node left)
+// until it has reconnected, though it runs and its send goes on.
 
 // goneEvery is how often a replica looks for rows being sent by a
 // replica that is gone.
 const goneEvery = time.Second
+
+// goneAfter is how long a replica's question must have got no responders,
+// asked every goneEvery, before the replica counts as gone: longer than
+// a live replica's reconnect (bus.Connect's ReconnectWait, 1 s, and its
+// jitter, once a server is there to take it).
+const goneAfter = 3 * time.Second
 
 // serveAlive answers the other replicas' question whether this one still
 // runs. Subscribed before the first send and unsubscribed after the last
@@ -46,19 +56,22 @@ func (s *Service) serveAlive() (*nats.Subscription, error) {
 func (s *Service) takeOverGone(ctx context.Context) error {
 	t := time.NewTicker(goneEvery)
 	defer t.Stop()
+	silent := map[string]time.Time{}
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
-			s.releaseGone(ctx)
+			s.releaseGone(ctx, silent)
 		}
 	}
 }
 
 // releaseGone ends the leases of the rows being sent by replicas that no
-// longer answer (no responders), and wakes the send loop to take them.
-func (s *Service) releaseGone(ctx context.Context) {
+// longer answer (no responders since goneAfter), and wakes the send loop
+// to take them. silent holds when each replica that got no responders
+// got them first, since: it is the caller's, from one round to the next.
+func (s *Service) releaseGone(ctx context.Context, silent map[string]time.Time) {
 	senders, err := s.store.Senders(ctx, s.now(), s.owner)
 	if err != nil {
 		if ctx.Err() == nil {
@@ -66,13 +79,28 @@ func (s *Service) releaseGone(ctx context.Context) {
 		}
 		return
 	}
+	for r := range silent {
+		if !slices.Contains(senders, r) {
+			delete(silent, r) // no rows of its under a lease now
+		}
+	}
 	for _, r := range senders {
 		actx, cancel := context.WithTimeout(ctx, time.Second)
 		_, err := s.bus.Conn().RequestWithContext(actx, s.bus.Topology().DeliveryAliveSubject(r), nil)
 		cancel()
 		if !errors.Is(err, nats.ErrNoResponders) {
+			delete(silent, r)
 			continue
 		}
+		since, ok := silent[r]
+		if !ok {
+			silent[r] = time.Now()
+			continue
+		}
+		if time.Since(since) < goneAfter {
+			continue // maybe reconnecting
+		}
+		delete(silent, r)
 		n, err := s.store.Release(ctx, s.now(), r)
 		if err != nil {
 			s.log.Warn("take over a gone replica's deliveries failed", "replica", r, "err", err)
