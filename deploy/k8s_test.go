@@ -109,7 +109,55 @@ func TestKustomizeOverlays(t *testing.T) {
 			checkRouterProvider(t, o.objs)
 			checkSkillsMounts(t, o.objs)
 			checkDownloadEgress(t, o.objs)
+			checkImages(t, o.name, o.objs)
 		})
+	}
+}
+
+// checkImages: every Switchboard container of an overlay, the base's
+// Deployments and migrate Job as much as the components' gateways, runs
+// the image the overlay's `images` entry names. An images transformer
+// in the base would rename the base's containers before the overlay's
+// entry (`name: switchboard`) sees them: the overlay would pin only its
+// components, and prod would run two releases side by side.
+func checkImages(t *testing.T, overlay string, objs []Object) {
+	root, err := Root()
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(filepath.Join(root, OverlaysDir, overlay, "kustomization.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var k struct {
+		Images []struct {
+			Name    string `json:"name"`
+			NewName string `json:"newName"`
+			NewTag  string `json:"newTag"`
+		} `json:"images"`
+	}
+	if err := yaml.Unmarshal(raw, &k); err != nil {
+		t.Fatalf("overlay %s: %v", overlay, err)
+	}
+	want := ""
+	for _, img := range k.Images {
+		if img.Name == "switchboard" {
+			want = img.NewName + ":" + img.NewTag
+		}
+	}
+	if want == "" {
+		t.Fatalf("overlay %s: no images entry for switchboard", overlay)
+	}
+	for _, o := range objs {
+		spec := PodSpec(o)
+		if spec == nil {
+			continue
+		}
+		for _, c := range append(spec.InitContainers, spec.Containers...) {
+			if IsSwitchboardImage(c.Image) && c.Image != want {
+				t.Errorf("overlay %s: %s %s runs %s, want the overlay's %s", overlay, o.GVK.Kind, o.Name, c.Image, want)
+			}
+		}
 	}
 }
 
