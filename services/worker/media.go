@@ -57,8 +57,7 @@ func (r *turnRun) fetchAttachments(ctx context.Context, in *eventsv1.MessageRece
 	fctx, cancel := context.WithTimeout(ctx, fetchWait)
 	defer cancel()
 	for i, a := range in.GetAttachments() {
-		if !attachment.Wanted(a) || !want(a) || a.GetBytesRef() != "" || a.GetUnavailable() != "" ||
-			(a.GetPlatformFileId() == "" && a.GetUrl() == "") {
+		if !toFetch(a, want) {
 			continue
 		}
 		req := &eventsv1.AttachmentFetchRequested{Attachment: a, Account: src.GetAccount(),
@@ -83,6 +82,15 @@ func (r *turnRun) fetchAttachments(ctx context.Context, in *eventsv1.MessageRece
 		}
 	}
 	return nil
+}
+
+// toFetch reports whether a is one a turn has its gateway download:
+// read by the agent (want), neither kept nor known unavailable (by its
+// gateway, or this attempt's reading), and with an id or address to
+// download it by.
+func toFetch(a *eventsv1.Attachment, want func(*eventsv1.Attachment) bool) bool {
+	return attachment.Wanted(a) && want(a) && a.GetBytesRef() == "" && a.GetUnavailable() == "" &&
+		(a.GetPlatformFileId() != "" || a.GetUrl() != "")
 }
 
 // fetch asks a gateway replica of platform to download req's attachment.

@@ -10,8 +10,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/switchboard-chat/switchboard/pkg/attachment"
 	"github.com/switchboard-chat/switchboard/pkg/bus"
+	"github.com/switchboard-chat/switchboard/pkg/bus/bustest"
 	"github.com/switchboard-chat/switchboard/pkg/fakellm"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	repliesv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/replies/v1"
@@ -336,17 +339,7 @@ func TestResumedTurnAsksWhetherItsAudioWasDownloaded(t *testing.T) {
 			if _, media := split(t, h.replies(req.TurnId)); len(media) != btoi(tt.voice) {
 				t.Fatalf("%s: the first attempt sent %d voice replies", tt.name, len(media))
 			}
-			ok, err := h.locker.Acquire(context.Background(), key, req.LockToken, 5*time.Second)
-			if err != nil || !ok {
-				t.Fatalf("lock: %v", err)
-			}
-			if _, err := h.bus.Publish(context.Background(), h.bus.Topology().Subject(bus.SubjectTurnRequested), "turn:"+req.TurnId+":again", req); err != nil {
-				t.Fatal(err)
-			}
-			waitFor(t, 30*time.Second, "the second attempt to end", func() bool {
-				o, _ := h.locker.Owner(context.Background(), key)
-				return o == ""
-			})
+			deliverAgain(t, h, key, req)
 			w.stop(t)
 		}
 		_, media := split(t, h.replies(req.TurnId))
@@ -361,6 +354,71 @@ func TestResumedTurnAsksWhetherItsAudioWasDownloaded(t *testing.T) {
 		if got, want := p.fetches.Load()-downloads, int32(1+btoi(tt.file == "gone")); got != want {
 			t.Errorf("%s: %d downloads, want %d", tt.name, got, want)
 		}
+	}
+}
+
+// deliverAgain delivers req, a turn answered already, again (its
+// completion was lost, say), as a new bus message, and waits for that
+// attempt to end: it republishes the answer.
+func deliverAgain(t *testing.T, h *harness, key string, req *turnsv1.TurnRequested) {
+	t.Helper()
+	ok, err := h.locker.Acquire(context.Background(), key, req.LockToken, 5*time.Second)
+	if err != nil || !ok {
+		t.Fatalf("lock: %v", err)
+	}
+	if _, err := h.bus.Publish(context.Background(), h.bus.Topology().Subject(bus.SubjectTurnRequested), "turn:"+req.TurnId+":again", req); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "the second attempt to end", func() bool {
+		o, _ := h.locker.Owner(context.Background(), key)
+		return o == ""
+	})
+}
+
+// TestResumedTurnDoesNotWaitForAHangingGateway: whether a resumed turn's
+// audio was downloaded is a yes or no, bounded as the worker's other
+// short questions are (a second), not as a download (fetchWait, 70 s): a
+// gateway replica that takes the question and never answers holds the
+// turn about that second. Unanswered, the message counts as its gateway
+// described it, a voice message, as Hermes decides a voice reply by the
+// type of the message it received.
+func TestResumedTurnDoesNotWaitForAHangingGateway(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	busA := bustest.NewWith(t, h.url, h.bus.Topology())
+	startGatewayOn(t, busA, &fetchingPlatform{Memory: platformtest.NewMemory("bot1", false), files: map[string]string{"a1": "see you at noon"}})
+	stt := llm.NewOpenAI(llm.OpenAIConfig{BaseURL: h.fakeURL + "/v1"})
+	h.setGeneration("s1", 1)
+	w := h.startWorker("w1", func(c *worker.Config, d *worker.Deps) {
+		h.withSpeaker(c, d)
+		d.Transcriber = sttFunc(func(ctx context.Context, audio io.Reader, filename, mime string) (string, error) {
+			return stt.Transcribe(ctx, "", audio, filename, mime)
+		})
+	})
+	defer w.stop(t)
+	origin := &eventsv1.SessionSource{Platform: "memory", Account: "bot1", ChatId: "99", ChatType: "dm", UserId: "u1"}
+	req := h.requestTurn("s1", "", turnOpts{origin: origin, voiceMode: "voice_only", voiceByDownload: true, attachments: []*eventsv1.Attachment{
+		{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_AUDIO, PlatformFileId: "a1", MimeType: "audio/ogg"}}})
+	h.waitCompleted(req.TurnId)
+	if _, media := split(t, h.replies(req.TurnId)); len(media) != 1 {
+		t.Fatalf("the first attempt sent %d voice replies, want 1", len(media))
+	}
+	// The gateway hangs: its replica is replaced by one that takes every
+	// question and answers none.
+	busA.Conn().Close()
+	hung, err := h.bus.Conn().Subscribe(h.bus.Topology().FetchSubject("memory"), func(*nats.Msg) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = hung.Unsubscribe() }()
+	speeches := len(h.fake.Speeches())
+	began := time.Now()
+	deliverAgain(t, h, "s1", req)
+	if took := time.Since(began); took > 15*time.Second {
+		t.Errorf("the second attempt took %v, want a few seconds", took)
+	}
+	if got := len(h.fake.Speeches()) - speeches; got != 1 {
+		t.Errorf("the second attempt spoke %d answers, want the voice reply again", got)
 	}
 }
 
