@@ -2,7 +2,6 @@ package worker
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"encoding/base64"
 	"fmt"
@@ -11,7 +10,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 
-	"github.com/switchboard-chat/switchboard/pkg/attachment"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	repliesv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/replies/v1"
 	"github.com/switchboard-chat/switchboard/pkg/spoken"
@@ -66,12 +64,13 @@ func (r *turnRun) wantsVoice(ctx context.Context, f store.Final) bool {
 // An attempt that resumed an earlier one's committed steps, or
 // republishes its answer, did not read the inputs, and its request
 // alone describes no download, so a file whose download failed would
-// count as downloaded: it asks the gateway (askDownloaded).
+// count as downloaded: it finds what the first reading downloaded
+// (lookUpAttachments), and so decides as that reading's attempt did.
 func (r *turnRun) voiceInput(ctx context.Context) bool {
 	for _, in := range r.req.GetInputs() {
 		if in.GetVoiceByDownload() {
 			if r.s.agent == nil { // a plug-in agent's turns download nothing
-				r.askDownloaded(ctx, in)
+				r.lookUpAttachments(ctx, in, r.readAtBegin)
 			}
 			if voiceByDownload(in) {
 				return true
@@ -85,47 +84,6 @@ func (r *turnRun) voiceInput(ctx context.Context) bool {
 		}
 	}
 	return false
-}
-
-// voiceAskWait bounds the question whether a message's files were
-// downloaded (askDownloaded): a yes or no, bounded as the worker's other
-// short question to a gateway replica, whether it is still there
-// (fetchAliveEvery), not as a download (fetchWait, 70 s), which a
-// gateway that hangs would make the turn wait out.
-const voiceAskWait = fetchAliveEvery
-
-// askDownloaded asks the gateway of in's platform whether each file the
-// turn's beginning reads (readAtBegin) and this attempt did not read was
-// downloaded, as that beginning asks it (the gateway finds a file kept
-// already in one lookup), and marks it so. A question not answered
-// within voiceAskWait leaves the file as its gateway described it, which
-// counts (voiceByDownload), as Hermes decides a voice reply by the type
-// of the message as it came: the user sent audio.
-func (r *turnRun) askDownloaded(ctx context.Context, in *eventsv1.MessageReceived) {
-	src := in.GetSource()
-	if src.GetPlatform() == "api" {
-		return
-	}
-	ctx, cancel := context.WithTimeout(ctx, voiceAskWait)
-	defer cancel()
-	for i, a := range in.GetAttachments() {
-		if !toFetch(a, r.readAtBegin) {
-			continue
-		}
-		req := &eventsv1.AttachmentFetchRequested{Attachment: a, Account: src.GetAccount(),
-			Name: attachment.Name(src.GetPlatform(), src.GetAccount(), in.GetEventId(), i)}
-		resp := &eventsv1.AttachmentFetched{}
-		err := r.fetch(ctx, src.GetPlatform(), req, resp)
-		switch {
-		case err != nil || resp.GetRetry():
-			r.log.Warn("the gateway did not say whether a file was downloaded; it counts as described", "platform", src.GetPlatform(), "index", i, "err", err)
-		case resp.GetBytesRef() == "":
-			a.Unavailable = cmp.Or(resp.GetUnavailable(), "it could not be downloaded")
-		default:
-			a.Location = &eventsv1.Attachment_BytesRef{BytesRef: resp.GetBytesRef()}
-			a.MimeType = cmp.Or(resp.GetMimeType(), a.GetMimeType())
-		}
-	}
 }
 
 // voiceByDownload types a message with voice_by_download as Hermes's
