@@ -31,20 +31,20 @@ type mediaSource interface {
 	Get(ctx context.Context, ref string, limit int64) ([]byte, string, error)
 	Reader(ctx context.Context, ref string, limit int64) (*attachment.Object, error)
 	Head(ctx context.Context, ref string, n int64) ([]byte, int64, string, error)
+	Info(ctx context.Context, ref string) (int64, string, error)
 	Keep(ctx context.Context, name, mime string, r io.Reader) (int64, error)
 }
 
 // attachImages gives the turn's input messages their pictures, read again
 // for every attempt (they are not stored with the transcript, whose text
 // names them). A picture that cannot be read is only named: the turn goes
-// on without it. It returns errFetchLater when a gateway could not be
-// asked (fetchAttachments).
-func (r *turnRun) attachImages(ctx context.Context, ls *loopState) error {
+// on without it.
+func (r *turnRun) attachImages(ctx context.Context, ls *loopState) {
 	if r.s.media == nil || r.s.cfg.Agent.Images == ImagesOff {
-		return nil
+		return
 	}
 	if _, ok := transcriptCommandOf(r.req); ok {
-		return nil
+		return
 	}
 	// The steps begin gave the inputs: each input's context messages,
 	// then its own.
@@ -55,10 +55,8 @@ func (r *turnRun) attachImages(ctx context.Context, ls *loopState) error {
 				step++
 			}
 		}
-		// A resumed turn's first attempt may have fetched them elsewhere.
-		if err := r.fetchAttachments(ctx, in, isPicture); err != nil {
-			return err
-		}
+		// A resumed turn's are found as its first attempt downloaded them.
+		r.lookUpAttachments(ctx, in, isPicture)
 		if images := r.loadImages(ctx, in); len(images) > 0 {
 			for i := range ls.turn {
 				if m := &ls.turn[i]; m.Step == step && m.Role == llm.RoleUser {
@@ -68,7 +66,6 @@ func (r *turnRun) attachImages(ctx context.Context, ls *loopState) error {
 		}
 		step++
 	}
-	return nil
 }
 
 // loadImages reads in's pictures: the bytes a gateway kept, or a URL an

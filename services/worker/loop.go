@@ -260,9 +260,8 @@ func (r *turnRun) runLoop(ctx context.Context) (store.Final, error) {
 		return r.sideQuestion(ctx, ls)
 	}
 	if r.hasAttachments() {
-		if err := r.cancellable(ctx, func(ctx context.Context) error { return r.attachImages(ctx, ls) }); err != nil {
-			return store.Final{}, err
-		}
+		// A picture not read fails no turn: it is only named.
+		_ = r.cancellable(ctx, func(ctx context.Context) error { r.attachImages(ctx, ls); return nil })
 		// Reading attachments may have taken a while: a /stop or a newer
 		// message meanwhile ends the turn before it shows any progress.
 		if err := r.checkpoint(ctx); err != nil {

@@ -57,8 +57,7 @@ func (r *turnRun) fetchAttachments(ctx context.Context, in *eventsv1.MessageRece
 	fctx, cancel := context.WithTimeout(ctx, fetchWait)
 	defer cancel()
 	for i, a := range in.GetAttachments() {
-		if !attachment.Wanted(a) || !want(a) || a.GetBytesRef() != "" || a.GetUnavailable() != "" ||
-			(a.GetPlatformFileId() == "" && a.GetUrl() == "") {
+		if !toFetch(a, want) {
 			continue
 		}
 		req := &eventsv1.AttachmentFetchRequested{Attachment: a, Account: src.GetAccount(),
@@ -83,6 +82,60 @@ func (r *turnRun) fetchAttachments(ctx context.Context, in *eventsv1.MessageRece
 		}
 	}
 	return nil
+}
+
+// toFetch reports whether a is one a turn has its gateway download:
+// read by the agent (want), neither kept nor known unavailable (by its
+// gateway, or this attempt's reading), and with an id or address to
+// download it by.
+func toFetch(a *eventsv1.Attachment, want func(*eventsv1.Attachment) bool) bool {
+	return attachment.Wanted(a) && want(a) && a.GetBytesRef() == "" && a.GetUnavailable() == "" &&
+		(a.GetPlatformFileId() != "" || a.GetUrl() != "")
+}
+
+// lookupWait bounds a look-up of what a turn's reading downloaded
+// (lookUpAttachments): a yes or no, bounded as the worker's other short
+// question, whether a gateway replica is still there (fetchAliveEvery),
+// not as a download (fetchWait).
+const lookupWait = fetchAliveEvery
+
+// lookUpAttachments is fetchAttachments for an attempt that did not read
+// in: one that resumed an earlier attempt's committed steps, or
+// republishes its answer. It downloads nothing: it finds in the
+// attachment store what the reading downloaded, which the stored message
+// was written from. A download keeps its file under the turn's name
+// (attachment.Name, the same for every attempt), a failed one keeps
+// nothing, so a file kept is read as the reading read it and one not
+// kept is unavailable, as the stored message names it: downloaded now,
+// it would show the model, or answer with speech (voiceInput), what the
+// turn's text says it never had, and a resumed turn would decide
+// otherwise than its first attempt. A store that does not answer within
+// lookupWait leaves the file as its gateway described it, which
+// voiceByDownload counts, as Hermes decides a voice reply by the type of
+// the message as it came: the user sent audio.
+func (r *turnRun) lookUpAttachments(ctx context.Context, in *eventsv1.MessageReceived, want func(*eventsv1.Attachment) bool) {
+	src := in.GetSource()
+	if src.GetPlatform() == "api" {
+		return // inline pictures are kept as they arrive
+	}
+	ctx, cancel := context.WithTimeout(ctx, lookupWait)
+	defer cancel()
+	for i, a := range in.GetAttachments() {
+		if !toFetch(a, want) {
+			continue
+		}
+		name := attachment.Name(src.GetPlatform(), src.GetAccount(), in.GetEventId(), i)
+		size, mime, err := r.s.media.Info(ctx, name)
+		switch {
+		case err == nil:
+			a.Location, a.SizeBytes = &eventsv1.Attachment_BytesRef{BytesRef: name}, size
+			a.MimeType = cmp.Or(mime, a.GetMimeType())
+		case errors.Is(err, attachment.ErrNotFound):
+			a.Unavailable = "it could not be downloaded"
+		default:
+			r.log.Warn("what the turn's reading downloaded is unknown; the file counts as described", "platform", src.GetPlatform(), "index", i, "err", err)
+		}
+	}
 }
 
 // fetch asks a gateway replica of platform to download req's attachment.

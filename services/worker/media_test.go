@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -355,6 +356,10 @@ type fetchingPlatform struct {
 	*platformtest.Memory
 	files   map[string]string
 	fetches atomic.Int32
+	// flaky are ids whose first download fails, as a platform's
+	// download does that fails for a moment.
+	flaky   map[string]bool
+	mu      sync.Mutex
 	entered chan struct{} // set: every download hangs, after saying so here
 	// hangUp, when closed, ends a hanging download: the test is over. (A
 	// gateway's stop waits for its downloads up to its SendTimeout, 30 s.)
@@ -392,6 +397,13 @@ func (p *fetchingPlatform) Fetch(ctx context.Context, a *eventsv1.Attachment) (i
 		case <-p.hangUp:
 			return nil, "", errors.New("the test ended")
 		}
+	}
+	p.mu.Lock()
+	flaky := p.flaky[a.GetPlatformFileId()]
+	delete(p.flaky, a.GetPlatformFileId())
+	p.mu.Unlock()
+	if flaky {
+		return nil, "", errors.New("service unavailable (HTTP 503)")
 	}
 	data, ok := p.files[a.GetPlatformFileId()]
 	if !ok {

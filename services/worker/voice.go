@@ -61,22 +61,16 @@ func (r *turnRun) wantsVoice(ctx context.Context, f store.Final) bool {
 // Slack and Mattermost gateways mark an audio file one, as Hermes, and
 // it is one only once downloaded: voiceByDownload).
 //
-// What was downloaded is asked of the gateway as the turn's beginning
-// asks it (fetchAttachments, which finds a file kept already in one
-// lookup and asks nothing again of one this attempt read): an attempt
-// that resumed an earlier one's committed steps, or republishes its
-// answer, did not read the inputs, and its request alone describes no
-// download, so a file whose download failed would count as downloaded.
-// A gateway that cannot be asked now counts the message's files as not
-// downloaded: no voice reply, the text answer is sent.
+// An attempt that resumed an earlier one's committed steps, or
+// republishes its answer, did not read the inputs, and its request
+// alone describes no download, so a file whose download failed would
+// count as downloaded: it finds what the first reading downloaded
+// (lookUpAttachments), and so decides as that reading's attempt did.
 func (r *turnRun) voiceInput(ctx context.Context) bool {
 	for _, in := range r.req.GetInputs() {
 		if in.GetVoiceByDownload() {
 			if r.s.agent == nil { // a plug-in agent's turns download nothing
-				if err := r.fetchAttachments(ctx, in, r.readAtBegin); err != nil {
-					r.log.Warn("message not answered as a voice message: the gateway could not say whether its audio was downloaded", "err", err)
-					continue
-				}
+				r.lookUpAttachments(ctx, in, r.readAtBegin)
 			}
 			if voiceByDownload(in) {
 				return true

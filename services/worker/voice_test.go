@@ -10,8 +10,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/switchboard-chat/switchboard/pkg/attachment"
 	"github.com/switchboard-chat/switchboard/pkg/bus"
+	"github.com/switchboard-chat/switchboard/pkg/bus/bustest"
 	"github.com/switchboard-chat/switchboard/pkg/fakellm"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	repliesv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/replies/v1"
@@ -258,16 +261,21 @@ func TestVoiceReplyInlineWithoutTheStore(t *testing.T) {
 // typed by its downloads (voice_by_download) that another attempt takes
 // over (its worker died after the user's message was committed, or the
 // turn was delivered again after its answer) does not read the message
-// again, so its request tells nothing of the downloads: it asks the
-// gateway again, as the first attempt did, whether the audio was
-// downloaded. An audio file whose download failed is not a voice message
-// then either (no voice reply under /voice on, the gateway asked again);
-// one downloaded is found kept, without a second download, and answered
-// with speech again (the same voice message, deduplicated).
+// again, so its request tells nothing of the downloads: it finds what
+// the first attempt's reading downloaded, which the stored message was
+// written from, and downloads nothing. An audio file whose download
+// failed is not a voice message then either (no voice reply under
+// /voice on), even when a download would work now; one downloaded is
+// found kept and answered with speech again (the same voice message,
+// deduplicated); a picture whose download failed at first still does
+// not make the message a photo, nor is it shown to the model.
 func TestResumedTurnAsksWhetherItsAudioWasDownloaded(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
-	p := &fetchingPlatform{Memory: platformtest.NewMemory("bot1", false), files: map[string]string{"a1": "see you at noon"}}
+	pic := "\x89PNG\r\n\x1a\n pixels"
+	p := &fetchingPlatform{Memory: platformtest.NewMemory("bot1", false),
+		files: map[string]string{"a1": "see you at noon", "fa1": "see you at noon", "fa2": "see you at noon", "fp1": pic, "fp2": pic},
+		flaky: map[string]bool{"fa1": true, "fa2": true, "fp1": true, "fp2": true}}
 	startGateway(t, h, p)
 	stt := llm.NewOpenAI(llm.OpenAIConfig{BaseURL: h.fakeURL + "/v1"})
 	entered := make(chan struct{}, 1)
@@ -290,22 +298,31 @@ func TestResumedTurnAsksWhetherItsAudioWasDownloaded(t *testing.T) {
 		})
 	}
 	origin := &eventsv1.SessionSource{Platform: "memory", Account: "bot1", ChatId: "99", ChatType: "dm", UserId: "u1"}
+	audio := func(id string) *eventsv1.Attachment {
+		return &eventsv1.Attachment{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_AUDIO, PlatformFileId: id, MimeType: "audio/ogg"}
+	}
+	image := func(id string) *eventsv1.Attachment {
+		return &eventsv1.Attachment{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, PlatformFileId: id, MimeType: "image/png"}
+	}
 	for i, tt := range []struct {
-		name  string
-		file  string // the audio's platform file id: a1 downloads, gone fails
-		crash bool   // the first worker dies mid-turn; else the answered turn is delivered again
-		voice bool
+		name   string
+		attach []*eventsv1.Attachment // a1 downloads, gone fails, fa* and fp* fail at first and download on a second try
+		crash  bool                   // the first worker dies mid-turn; else the answered turn is delivered again
+		voice  bool
 	}{
-		{"resumed after a crash, audio not downloaded", "gone", true, false},
-		{"resumed after a crash, audio downloaded", "a1", true, true},
-		{"delivered again after its answer, audio not downloaded", "gone", false, false},
-		{"delivered again after its answer, audio downloaded", "a1", false, true},
+		{"resumed after a crash, audio not downloaded", []*eventsv1.Attachment{audio("gone")}, true, false},
+		{"resumed after a crash, audio downloaded", []*eventsv1.Attachment{audio("a1")}, true, true},
+		{"resumed after a crash, audio downloadable now", []*eventsv1.Attachment{audio("fa1")}, true, false},
+		{"resumed after a crash, picture downloadable now", []*eventsv1.Attachment{audio("a1"), image("fp1")}, true, true},
+		{"delivered again after its answer, audio not downloaded", []*eventsv1.Attachment{audio("gone")}, false, false},
+		{"delivered again after its answer, audio downloaded", []*eventsv1.Attachment{audio("a1")}, false, true},
+		{"delivered again after its answer, audio downloadable now", []*eventsv1.Attachment{audio("fa2")}, false, false},
+		{"delivered again after its answer, picture downloadable now", []*eventsv1.Attachment{audio("a1"), image("fp2")}, false, true},
 	} {
 		key := fmt.Sprintf("s%d", i)
 		h.setGeneration(key, 1)
 		downloads, speeches := p.fetches.Load(), len(h.fake.Speeches())
-		attach := []*eventsv1.Attachment{{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_AUDIO, PlatformFileId: tt.file, MimeType: "audio/ogg"}}
-		opts := turnOpts{origin: origin, attachments: attach, voiceMode: "voice_only", voiceByDownload: true}
+		opts := turnOpts{origin: origin, attachments: tt.attach, voiceMode: "voice_only", voiceByDownload: true}
 		var req *turnsv1.TurnRequested
 		if tt.crash {
 			w1 := start("w1", true)
@@ -329,6 +346,9 @@ func TestResumedTurnAsksWhetherItsAudioWasDownloaded(t *testing.T) {
 				t.Fatalf("%s: status %v by %s (%s)", tt.name, c.GetStatus(), c.GetWorkerId(), c.GetError())
 			}
 			w2.stop(t)
+			if calls := h.fake.Requests(); hasPictures(calls[len(calls)-1]) {
+				t.Errorf("%s: the resumed attempt showed the model a picture the stored message says was not downloaded", tt.name)
+			}
 		} else {
 			w := start("w1", false)
 			req = h.requestTurn(key, "", opts)
@@ -336,17 +356,7 @@ func TestResumedTurnAsksWhetherItsAudioWasDownloaded(t *testing.T) {
 			if _, media := split(t, h.replies(req.TurnId)); len(media) != btoi(tt.voice) {
 				t.Fatalf("%s: the first attempt sent %d voice replies", tt.name, len(media))
 			}
-			ok, err := h.locker.Acquire(context.Background(), key, req.LockToken, 5*time.Second)
-			if err != nil || !ok {
-				t.Fatalf("lock: %v", err)
-			}
-			if _, err := h.bus.Publish(context.Background(), h.bus.Topology().Subject(bus.SubjectTurnRequested), "turn:"+req.TurnId+":again", req); err != nil {
-				t.Fatal(err)
-			}
-			waitFor(t, 30*time.Second, "the second attempt to end", func() bool {
-				o, _ := h.locker.Owner(context.Background(), key)
-				return o == ""
-			})
+			deliverAgain(t, h, key, req)
 			w.stop(t)
 		}
 		_, media := split(t, h.replies(req.TurnId))
@@ -356,12 +366,86 @@ func TestResumedTurnAsksWhetherItsAudioWasDownloaded(t *testing.T) {
 		if tt.voice && len(h.fake.Speeches()) == speeches {
 			t.Errorf("%s: nothing spoken", tt.name)
 		}
-		// The failed download is tried again when the second attempt asks;
-		// the kept one is found.
-		if got, want := p.fetches.Load()-downloads, int32(1+btoi(tt.file == "gone")); got != want {
+		// Each file was downloaded once, by the first attempt: the second
+		// found the kept ones and tried no failed one again.
+		if got, want := p.fetches.Load()-downloads, int32(len(tt.attach)); got != want {
 			t.Errorf("%s: %d downloads, want %d", tt.name, got, want)
 		}
 	}
+}
+
+// deliverAgain delivers req, a turn answered already, again (its
+// completion was lost, say), as a new bus message, and waits for that
+// attempt to end: it republishes the answer.
+func deliverAgain(t *testing.T, h *harness, key string, req *turnsv1.TurnRequested) {
+	t.Helper()
+	ok, err := h.locker.Acquire(context.Background(), key, req.LockToken, 5*time.Second)
+	if err != nil || !ok {
+		t.Fatalf("lock: %v", err)
+	}
+	if _, err := h.bus.Publish(context.Background(), h.bus.Topology().Subject(bus.SubjectTurnRequested), "turn:"+req.TurnId+":again", req); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "the second attempt to end", func() bool {
+		o, _ := h.locker.Owner(context.Background(), key)
+		return o == ""
+	})
+}
+
+// TestResumedTurnDoesNotWaitForAHangingGateway: whether a resumed turn's
+// audio was downloaded is a yes or no, looked up in the attachment store
+// (lookUpAttachments) and bounded as the worker's other short questions
+// are (a second), not a download (fetchWait, 70 s): a gateway replica
+// that takes every question and never answers holds the turn no longer.
+// The audio downloaded at first is a voice message again.
+func TestResumedTurnDoesNotWaitForAHangingGateway(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	busA := bustest.NewWith(t, h.url, h.bus.Topology())
+	startGatewayOn(t, busA, &fetchingPlatform{Memory: platformtest.NewMemory("bot1", false), files: map[string]string{"a1": "see you at noon"}})
+	stt := llm.NewOpenAI(llm.OpenAIConfig{BaseURL: h.fakeURL + "/v1"})
+	h.setGeneration("s1", 1)
+	w := h.startWorker("w1", func(c *worker.Config, d *worker.Deps) {
+		h.withSpeaker(c, d)
+		d.Transcriber = sttFunc(func(ctx context.Context, audio io.Reader, filename, mime string) (string, error) {
+			return stt.Transcribe(ctx, "", audio, filename, mime)
+		})
+	})
+	defer w.stop(t)
+	origin := &eventsv1.SessionSource{Platform: "memory", Account: "bot1", ChatId: "99", ChatType: "dm", UserId: "u1"}
+	req := h.requestTurn("s1", "", turnOpts{origin: origin, voiceMode: "voice_only", voiceByDownload: true, attachments: []*eventsv1.Attachment{
+		{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_AUDIO, PlatformFileId: "a1", MimeType: "audio/ogg"}}})
+	h.waitCompleted(req.TurnId)
+	if _, media := split(t, h.replies(req.TurnId)); len(media) != 1 {
+		t.Fatalf("the first attempt sent %d voice replies, want 1", len(media))
+	}
+	// The gateway hangs: its replica is replaced by one that takes every
+	// question and answers none.
+	busA.Conn().Close()
+	hung, err := h.bus.Conn().Subscribe(h.bus.Topology().FetchSubject("memory"), func(*nats.Msg) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = hung.Unsubscribe() }()
+	speeches := len(h.fake.Speeches())
+	began := time.Now()
+	deliverAgain(t, h, "s1", req)
+	if took := time.Since(began); took > 15*time.Second {
+		t.Errorf("the second attempt took %v, want a few seconds", took)
+	}
+	if got := len(h.fake.Speeches()) - speeches; got != 1 {
+		t.Errorf("the second attempt spoke %d answers, want the voice reply again", got)
+	}
+}
+
+// hasPictures reports whether a model call showed any picture.
+func hasPictures(req fakellm.Request) bool {
+	for _, m := range req.Messages {
+		if len(m.Images) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 func btoi(b bool) int {
