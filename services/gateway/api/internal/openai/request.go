@@ -712,9 +712,22 @@ func contextRole(role string) string {
 	return ""
 }
 
-// CodeInvalidImageURL is the code of a picture whose URL is neither a
-// web address nor a data: URL (Hermes's invalid_image_url).
+// CodeInvalidImageURL is the code of a picture without a URL, or whose
+// URL is neither a web address nor a data: URL (Hermes's
+// invalid_image_url).
 const CodeInvalidImageURL = "invalid_image_url"
+
+// CodeInvalidContentPart is the code of a picture whose detail is given
+// and is no text (Hermes's invalid_content_part).
+const CodeInvalidContentPart = "invalid_content_part"
+
+// Hermes's refusals of a picture (_normalize_multimodal_content), in its
+// words.
+const (
+	msgNoImageURL  = "Image parts must include a non-empty image URL."
+	msgImageScheme = "Image inputs must use http(s) URLs or data:image/... URLs."
+	msgImageDetail = "Image detail must be a non-empty string when provided."
+)
 
 // image checks a picture's URL: web addresses (the scheme in any case),
 // which the model provider fetches, and pictures sent inline (data:
@@ -733,8 +746,7 @@ func image(u string) error {
 			return nil
 		}
 	}
-	return &InvalidError{Code: CodeInvalidImageURL,
-		Msg: fmt.Sprintf("image_url: a picture must be an http(s) URL or a data:image/... URL, not %q", Clip(u, 40))}
+	return &InvalidError{Code: CodeInvalidImageURL, Msg: msgImageScheme}
 }
 
 // imageError is err, the refusal of a picture, as the refusal of the

@@ -327,7 +327,7 @@ func TestFieldNamesAsSpelled(t *testing.T) {
 		{name: "a part's text in another case", body: chat(`[{"type":"text","TEXT":"a"},{"type":"text","text":"b"}]`), text: "b"},
 		{name: "a part's text beside one in another case", body: chat(`[{"type":"text","text":"a","Text":"b"}]`), text: "a"},
 		{name: "an image's url in another case", body: chat(`[{"type":"image_url","image_url":{"URL":"https://x/a.png"}}]`),
-			param: "messages[0].content"},
+			param: "messages[0].content", code: CodeInvalidImageURL},
 		{name: "a message's content in another case", body: `{"messages":[{"role":"user","Content":"a"}]}`, param: "messages[0].content"},
 		{name: "a message's role in another case is none", body: `{"messages":[{"Role":"system","content":"s"},{"role":"user","content":"q"}]}`,
 			text: "q"},

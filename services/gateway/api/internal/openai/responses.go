@@ -96,15 +96,18 @@ type inputPart struct {
 	// ImageURL is a string in the Responses API, an object {"url": …} in
 	// Chat Completions' image_url parts; both are taken.
 	ImageURL json.RawMessage
-	FileID   string
+	// Detail is a picture's detail beside its image_url (the Responses
+	// API's); an image_url object's own detail wins (imageRef).
+	Detail json.RawMessage
+	FileID string
 }
 
 func (p *inputPart) UnmarshalJSON(b []byte) error {
-	f, err := exactMembers(b, "type", "text", "image_url", "file_id")
+	f, err := exactMembers(b, "type", "text", "image_url", "detail", "file_id")
 	if err != nil {
 		return err
 	}
-	p.Text, p.ImageURL = f["text"], f["image_url"]
+	p.Text, p.ImageURL, p.Detail = f["text"], f["image_url"], f["detail"]
 	if p.Type, err = stringMember(f, "type"); err != nil {
 		return err
 	}
@@ -414,22 +417,22 @@ func responseContent(raw json.RawMessage, param string) (string, []string, error
 		case "refusal":
 			// An earlier answer's refusal: nothing to carry.
 		case "input_image", "image_url":
-			u, err := imageURLOf(p.ImageURL)
+			u, detail, ok := imageRef(p)
 			// Stripped, as Hermes's url_value.strip() before it checks
 			// the URL and passes it on.
-			u = pythonStrip(u)
-			if err == nil && u == "" {
+			if u = pythonStrip(u); !ok || u == "" {
 				if p.FileID != "" {
 					return &InvalidError{Param: fmt.Sprintf("%s[%d].file_id", param, i), Code: CodeUnsupportedContent,
 						Msg: "uploaded files are not supported: send the picture as image_url (a web address or a data: URL)"}
 				}
-				err = errors.New("an input_image needs an image_url")
-			}
-			if err != nil {
-				return invalid(param, "%v", err)
+				return &InvalidError{Param: param, Code: CodeInvalidImageURL, Msg: msgNoImageURL}
 			}
 			if err := image(u); err != nil {
 				return imageError(param, err)
+			}
+			if !goodDetail(detail) {
+				// After the URL, as Hermes checks them.
+				return &InvalidError{Param: param, Code: CodeInvalidContentPart, Msg: msgImageDetail}
 			}
 			images = append(images, u)
 		default:
@@ -458,25 +461,39 @@ func partText(raw json.RawMessage) string {
 	return pythonText(raw)
 }
 
-// imageURLOf reads an image part's image_url: a string, or an object
-// with the url.
-func imageURLOf(raw json.RawMessage) (string, error) {
+// imageRef reads an image part's URL and detail as Hermes's
+// _normalize_multimodal_content: image_url is the URL, a string (the
+// Responses API's) or an object {"url", "detail"} (Chat Completions',
+// its keys as spelled), whose "detail", when it has one (null too),
+// is the picture's instead of the part's own. ok is false when there is
+// no URL string: image_url or its url absent, null or of another type.
+func imageRef(p inputPart) (u string, detail json.RawMessage, ok bool) {
+	detail = p.Detail
+	raw := bytes.TrimSpace(p.ImageURL)
+	if len(raw) > 0 && raw[0] == '{' {
+		obj, err := exactMembers(raw, "url", "detail")
+		if err != nil {
+			return "", detail, false
+		}
+		if d, has := obj["detail"]; has {
+			detail = d
+		}
+		raw = bytes.TrimSpace(obj["url"])
+	}
+	if len(raw) == 0 || raw[0] != '"' || json.Unmarshal(raw, &u) != nil {
+		return "", detail, false
+	}
+	return u, detail, true
+}
+
+// goodDetail reports whether a picture's detail is as Hermes takes it:
+// none (absent or null), or a string that is not blank (Python's
+// strip()).
+func goodDetail(raw json.RawMessage) bool {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
-		return "", nil
+		return true
 	}
-	var u string
-	if err := json.Unmarshal(raw, &u); err == nil {
-		return u, nil
-	}
-	// {"url": …} as spelled, as Hermes's image_ref.get("url").
-	obj, err := exactMembers(raw, "url")
-	if err != nil {
-		return "", errors.New("image_url must be a URL")
-	}
-	u, err = stringMember(obj, "url")
-	if err != nil {
-		return "", errors.New("image_url must be a URL")
-	}
-	return u, nil
+	var d string
+	return raw[0] == '"' && json.Unmarshal(raw, &d) == nil && pythonStrip(d) != ""
 }
