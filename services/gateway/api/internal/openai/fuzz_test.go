@@ -307,3 +307,30 @@ func TestPictureRefusalsAsHermes(t *testing.T) {
 		})
 	}
 }
+
+// A data: URL's scheme and media type are read in any case, as Hermes
+// lowercases the URL before it compares it with "data:image/"; the
+// picture is passed on with them in lower case (and its base64 as it
+// came), as the runner finds the inline pictures it keeps (data:) and
+// as the attachment store and the model take a media type.
+func TestDataURLInAnyCaseAsHermes(t *testing.T) {
+	t.Parallel()
+	const payload = "iVBORw0KGgo="
+	for _, c := range []struct{ name, api, url string }{
+		{"an upper-case scheme", "", "DATA:image/png;base64," + payload},
+		{"an upper-case media type", "responses", "data:IMAGE/PNG;base64," + payload},
+		{"an upper-case encoding", "run", "Data:Image/Png;BASE64," + payload},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			body := `{"input":[{"role":"user","content":[{"type":"input_image","image_url":"` + c.url + `"}]}]}`
+			if c.api == "" {
+				body = `{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"` + c.url + `"}}]}]}`
+			}
+			in, err := parseInput(c.api, body)
+			if want := "data:image/png;base64," + payload; err != nil || len(in.Attachments) != 1 || in.Attachments[0].GetUrl() != want {
+				t.Fatalf("%v, %v; want the picture %s", in.Attachments, err, want)
+			}
+		})
+	}
+}

@@ -729,24 +729,40 @@ const (
 	msgImageDetail = "Image detail must be a non-empty string when provided."
 )
 
-// image checks a picture's URL: web addresses (the scheme in any case),
-// which the model provider fetches, and pictures sent inline (data:
-// URLs), which the gateway keeps in the attachment store. A data: URL
+// image checks a picture's URL and returns it as it is passed on: web
+// addresses (the scheme in any case), which the model provider fetches,
+// and pictures sent inline (data: URLs), which the gateway keeps in the
+// attachment store. A data: URL's scheme and media type are read in any
+// case, as Hermes lowercases the URL before it compares it with
+// "data:image/", and passed on in lower case (inlineURL). A data: URL
 // that is no picture is an error, and so, as Hermes has it, is any other
 // URL (ftp:, file:, a bucket's): no provider fetches it, and dropping it
 // would have the agent answer without the picture the client sent.
-func image(u string) error {
+func image(u string) (string, error) {
 	scheme, _, _ := strings.Cut(u, ":")
 	switch {
-	case scheme == "data":
-		// In lower case, as the runner finds the inline pictures it keeps.
-		return checkDataURL(u)
+	case strings.EqualFold(scheme, "data"):
+		u = inlineURL(u)
+		return u, checkDataURL(u)
 	case strings.EqualFold(scheme, "https"), strings.EqualFold(scheme, "http"):
 		if rest := u[len(scheme):]; strings.HasPrefix(rest, "://") && len(rest) > len("://") {
-			return nil
+			return u, nil
 		}
 	}
-	return &InvalidError{Code: CodeInvalidImageURL, Msg: msgImageScheme}
+	return "", &InvalidError{Code: CodeInvalidImageURL, Msg: msgImageScheme}
+}
+
+// inlineURL is u, a data: URL, with what comes before its data (the
+// scheme, the media type and its parameters) in lower case, as the
+// runner finds the inline pictures it keeps (by "data:"), as the
+// attachment store keeps a media type and as the data URL is checked
+// (base64); the data itself is left as it came.
+func inlineURL(u string) string {
+	meta, data, found := strings.Cut(u, ",")
+	if !found {
+		return strings.ToLower(u)
+	}
+	return strings.ToLower(meta) + "," + data
 }
 
 // imageError is err, the refusal of a picture, as the refusal of the

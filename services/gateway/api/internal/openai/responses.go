@@ -427,7 +427,8 @@ func responseContent(raw json.RawMessage, param string) (string, []string, error
 				}
 				return &InvalidError{Param: param, Code: CodeInvalidImageURL, Msg: msgNoImageURL}
 			}
-			if err := image(u); err != nil {
+			var err error
+			if u, err = image(u); err != nil {
 				return imageError(param, err)
 			}
 			if !goodDetail(detail) {
