@@ -31,8 +31,8 @@ type chatRequest struct {
 	Stream   truth           `json:"stream"`
 	User     string          `json:"user"`
 	// N is how many choices the client asks for: the agent gives one
-	// answer, so any other number is refused rather than answered with
-	// fewer choices than asked (checkN).
+	// answer, so a number asking for more is refused rather than
+	// answered with fewer choices than asked (checkN).
 	N json.RawMessage `json:"n"`
 	// StreamOptions.IncludeUsage asks a stream for a last chunk with the
 	// usage; stream_options (null aside) without stream: true is refused.
@@ -293,19 +293,24 @@ func tooMuchContext(param string) error {
 	return invalid(param, "too many messages: a request carries at most %d besides its input", maxContext)
 }
 
-// checkN refuses an n other than 1 (or null): less than 1 is invalid,
-// more, or NaN, is more than one answer. A number that is 1, as Python
-// compares it (1.0, 1e0), is 1.
+// checkN refuses an n that asks for other than one answer: more, or
+// NaN, is more than one answer; less than 1 (0 aside) is invalid. n is
+// compared as Python compares it: 1.0, 1e0 and true are 1 (Python's
+// bool is an int, True == 1). Hermes reads no n and gives one answer
+// whatever it is; 0 (0.0, false), which asks for fewer answers, not
+// more, is answered as Hermes answers it, with one.
 func checkN(raw json.RawMessage) error {
 	raw = bytes.TrimSpace(raw)
 	switch {
 	case len(raw) == 0 || bytes.Equal(raw, []byte("null")):
 		return nil
+	case bytes.Equal(raw, []byte("true")) || bytes.Equal(raw, []byte("false")):
+		return nil
 	case raw[0] != '-' && (raw[0] < '0' || raw[0] > '9'):
 		return invalid("n", "n must be a number")
 	case string(raw) == nanNumber:
 		// NaN is not 1 answer.
-	case parseNumber(raw) == 1:
+	case parseNumber(raw) == 1 || parseNumber(raw) == 0:
 		return nil
 	case parseNumber(raw) < 1:
 		return invalid("n", "n must be at least 1")

@@ -41,7 +41,8 @@ func TestParseContentParts(t *testing.T) {
 			"b", 0, "", "", 2},
 		{"n of 1", `{"n":1,"messages":[{"role":"user","content":"q"}]}`, "q", 0, "", "", 0},
 		{"n of 2", `{"n":2,"messages":[{"role":"user","content":"q"}]}`, "", 0, CodeUnsupported, "n", 0},
-		{"n of 0", `{"n":0,"messages":[{"role":"user","content":"q"}]}`, "", 0, "", "n", 0},
+		{"n of 0, which Hermes reads not", `{"n":0,"messages":[{"role":"user","content":"q"}]}`, "q", 0, "", "", 0},
+		{"n below 1", `{"n":-1,"messages":[{"role":"user","content":"q"}]}`, "", 0, "", "n", 0},
 		{"tools the agent may leave alone", `{"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":"auto","messages":[{"role":"user","content":"q"}]}`,
 			"q", 0, "", "", 0},
 		{"no tool call", `{"tool_choice":"none","function_call":"none","response_format":{"type":"text"},"messages":[{"role":"user","content":"q"}]}`,
@@ -523,8 +524,10 @@ func TestHermesTakesEveryMessage(t *testing.T) {
 // A flag is read as Python holds its value true or false, as Hermes
 // reads stream (if stream: …, bool(body.get("stream"))) and a Responses
 // request's store (absent: true): NaN, Infinity, 1 and "false" are
-// true; 0, "", [], null false. n is 1 when Python's 1 == n (1.0); NaN is
-// not 1. A parameter of the wrong type (NaN for a string) is refused
+// true; 0, "", [], null false. n is 1 when Python's 1 == n (1.0, True:
+// Python's bool is an int); NaN is not 1. Hermes reads no n: it gives
+// one answer whatever n is, so an n of 0 (0.0, False), which asks for
+// fewer answers than one, not more, is answered as Hermes answers it. A parameter of the wrong type (NaN for a string) is refused
 // with its name, not as JSON that is not valid, and the message does not
 // show the number NaN stands for.
 func TestParametersAsPythonReadsThem(t *testing.T) {
@@ -551,6 +554,11 @@ func TestParametersAsPythonReadsThem(t *testing.T) {
 		{name: "stream_options without a true stream", body: `{"stream":0,"stream_options":{"include_usage":1},` + q + `}`, param: "stream_options"},
 		{name: "n 1.0", body: `{"n":1.0,` + q + `}`},
 		{name: "n 1e0", body: `{"n":1e0,` + q + `}`},
+		{name: "n true", body: `{"n":true,` + q + `}`},
+		{name: "n false", body: `{"n":false,` + q + `}`},
+		{name: "n 0", body: `{"n":0,` + q + `}`},
+		{name: "n -0.0", body: `{"n":-0.0,` + q + `}`},
+		{name: "n -1", body: `{"n":-1,` + q + `}`, param: "n"},
 		{name: "n NaN", body: `{"n":NaN,` + q + `}`, param: "n", code: CodeUnsupported},
 		{name: "n Infinity", body: `{"n":Infinity,` + q + `}`, param: "n", code: CodeUnsupported},
 		{name: "n -Infinity", body: `{"n":-Infinity,` + q + `}`, param: "n"},
