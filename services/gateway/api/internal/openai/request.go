@@ -438,42 +438,66 @@ func pythonLiterals(body []byte) []byte {
 // a struct's fields in any case ("Type" or "TEXT" for type and text); a
 // repeated name's last value counts, as in Python. null has no members.
 // b is JSON the body's decoding checked; each member read is a slice of
-// it (valueEnd), the others are skipped, so that an object of many keys
-// holds no more memory than itself.
+// it (eachMember), the others are skipped, so that an object of many
+// keys holds no more memory than itself.
 func exactMembers(b []byte, names ...string) (map[string]json.RawMessage, error) {
-	i := skipSpace(b, 0)
-	if bytes.HasPrefix(b[i:], []byte("null")) {
+	if i := skipSpace(b, 0); bytes.HasPrefix(b[i:], []byte("null")) {
 		return nil, nil
 	}
-	if i == len(b) || b[i] != '{' {
-		return nil, errNotObject
-	}
 	f := make(map[string]json.RawMessage, len(names))
+	err := eachMember(b, func(key, value []byte) error {
+		if name, ok := memberName(key, names); ok {
+			f[name] = value
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// eachMember calls f with each member of b, a JSON object, in order: its
+// key (the JSON string, quotes and escapes as they are) and its value,
+// each a slice of b (valueEnd), not a copy; f returns errEnough to read
+// no more. null has no members; what is no object is errNotObject. b is
+// JSON the body's decoding checked, read here without decoding it
+// again.
+func eachMember(b []byte, f func(key, value []byte) error) error {
+	i := skipSpace(b, 0)
+	if bytes.HasPrefix(b[i:], []byte("null")) {
+		return nil
+	}
+	if i == len(b) || b[i] != '{' {
+		return errNotObject
+	}
 	for i = skipSpace(b, i+1); i < len(b) && b[i] != '}'; {
 		if b[i] != '"' {
-			return nil, errNotObject
+			return errNotObject
 		}
 		keyEnd := stringEnd(b, i)
-		key := b[i:keyEnd]
+		key := b[i:keyEnd:keyEnd]
 		if i = skipSpace(b, keyEnd); i == len(b) || b[i] != ':' {
-			return nil, errNotObject
+			return errNotObject
 		}
 		i = skipSpace(b, i+1)
 		end := valueEnd(b, i)
 		if end == i {
-			return nil, errNotObject
+			return errNotObject
 		}
-		if name, ok := memberName(key, names); ok {
-			f[name] = b[i:end:end]
+		if err := f(key, b[i:end:end]); errors.Is(err, errEnough) {
+			return nil
+		} else if err != nil {
+			return err
 		}
 		if i = skipSpace(b, end); i < len(b) && b[i] == ',' {
 			i = skipSpace(b, i+1)
 		}
 	}
 	if i == len(b) {
-		return nil, errNotObject
+		return errNotObject
 	}
-	return f, nil
+	return nil
 }
 
 // errNotObject: what exactMembers was given is no JSON object.

@@ -17,19 +17,19 @@ import (
 // to the agent; those that would change what the client gets, and that
 // the gateway cannot honour, are refused (supported).
 type responsesRequest struct {
-	Model              string            `json:"model"`
-	Input              json.RawMessage   `json:"input"`
-	Instructions       *string           `json:"instructions"`
-	Stream             truth             `json:"stream"`
-	Store              json.RawMessage   `json:"store"` // Hermes's: absent true, else as Python holds it (falsy)
-	PreviousResponseID string            `json:"previous_response_id"`
-	Conversation       json.RawMessage   `json:"conversation"`
-	User               string            `json:"user"`
-	Metadata           map[string]string `json:"metadata"`
-	Background         truth             `json:"background"`
-	Tools              json.RawMessage   `json:"tools"` // refused unless empty; not decoded whole
-	ToolChoice         json.RawMessage   `json:"tool_choice"`
-	Prompt             json.RawMessage   `json:"prompt"`
+	Model              string          `json:"model"`
+	Input              json.RawMessage `json:"input"`
+	Instructions       *string         `json:"instructions"`
+	Stream             truth           `json:"stream"`
+	Store              json.RawMessage `json:"store"` // Hermes's: absent true, else as Python holds it (falsy)
+	PreviousResponseID string          `json:"previous_response_id"`
+	Conversation       json.RawMessage `json:"conversation"`
+	User               string          `json:"user"`
+	Metadata           json.RawMessage `json:"metadata"` // counted as it is read (metadataOf)
+	Background         truth           `json:"background"`
+	Tools              json.RawMessage `json:"tools"` // refused unless empty; not decoded whole
+	ToolChoice         json.RawMessage `json:"tool_choice"`
+	Prompt             json.RawMessage `json:"prompt"`
 	Text               *struct {
 		Format *struct {
 			Type string `json:"type"`
@@ -183,7 +183,8 @@ func ParseResponses(body []byte) (*Responses, error) {
 	if conversation != "" && req.PreviousResponseID != "" {
 		return nil, invalid("conversation", "conversation and previous_response_id cannot both be set")
 	}
-	if err := checkMetadata(req.Metadata); err != nil {
+	metadata, err := metadataOf(req.Metadata)
+	if err != nil {
 		return nil, err
 	}
 	in, err := readInput(req.Input, req.ConversationHistory, req.PreviousResponseID)
@@ -191,7 +192,7 @@ func ParseResponses(body []byte) (*Responses, error) {
 		return nil, err
 	}
 	out := &Responses{Model: req.Model, Stream: bool(req.Stream), User: req.User, Store: len(req.Store) == 0 || !falsy(req.Store),
-		PreviousResponseID: in.previous, Conversation: conversation, Metadata: req.Metadata,
+		PreviousResponseID: in.previous, Conversation: conversation, Metadata: metadata,
 		InstructionsSent: req.Instructions != nil, HistorySent: in.historySent, Truncation: "disabled"}
 	keep := 0
 	if truncateAuto(req.Truncation) {
@@ -277,16 +278,60 @@ func conversationOf(raw json.RawMessage) (string, error) {
 	return ref.ID, nil
 }
 
-func checkMetadata(m map[string]string) error {
-	if len(m) > maxMetadata {
-		return invalid("metadata", "at most %d metadata pairs", maxMetadata)
+// metadataOf reads a request's metadata: null or an object of at most
+// maxMetadata pairs of strings (a repeated key's last value counts, as
+// in Python), keys of at most maxMetadataKey bytes and values of at most
+// maxMetadataValue. Its members are counted as they are read (eachMember)
+// and it is refused at the first pair too many, the values and the
+// members after it not decoded, so that a body's large metadata costs no
+// more than the body; a key or a value too long to be within its bound
+// (escapes included) is refused before it is decoded.
+func metadataOf(raw json.RawMessage) (map[string]string, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
+		return nil, nil
 	}
-	for k, v := range m {
-		if len(k) > maxMetadataKey || len(v) > maxMetadataValue {
-			return invalid("metadata", "metadata keys are at most %d characters and values at most %d", maxMetadataKey, maxMetadataValue)
+	if raw[0] != '{' {
+		return nil, invalid("metadata", "metadata: expected an object")
+	}
+	m := map[string]string{}
+	err := eachMember(raw, func(key, value []byte) error {
+		k, ok := boundedString(key, maxMetadataKey)
+		if !ok {
+			return tooLongMetadata()
 		}
+		if _, seen := m[k]; !seen && len(m) == maxMetadata {
+			return invalid("metadata", "at most %d metadata pairs", maxMetadata)
+		}
+		if value[0] != '"' {
+			return invalid("metadata", "metadata: expected a string")
+		}
+		v, ok := boundedString(value, maxMetadataValue)
+		if !ok {
+			return tooLongMetadata()
+		}
+		m[k] = v
+		return nil
+	})
+	if errors.Is(err, errNotObject) {
+		return nil, invalid("metadata", "metadata: expected an object")
 	}
-	return nil
+	return m, err
+}
+
+// boundedString decodes raw, a JSON string, when it is at most max bytes
+// long: one longer in JSON than max characters can be, each escaped
+// (\u0041 is six bytes for one), is refused without being decoded.
+func boundedString(raw []byte, max int) (string, bool) {
+	var s string
+	if len(raw) > 2+6*max || json.Unmarshal(raw, &s) != nil || len(s) > max {
+		return "", false
+	}
+	return s, true
+}
+
+func tooLongMetadata() error {
+	return invalid("metadata", "metadata keys are at most %d characters and values at most %d", maxMetadataKey, maxMetadataValue)
 }
 
 // message is one message of a request's input or conversation_history.
