@@ -205,7 +205,7 @@ func ParseResponses(body []byte) (*Responses, error) {
 	if req.Instructions != nil {
 		out.CarryInstructions(*req.Instructions)
 	}
-	if out.Text, out.Attachments, err = in.text(); err != nil {
+	if out.Text, out.Attachments, err = in.text(true); err != nil {
 		return nil, err
 	}
 	return out, nil
