@@ -227,7 +227,7 @@ func Parse(body []byte) (*Chat, error) {
 	}
 	out.Text, out.Attachments = out.Context[last].GetContent(), imageAttachments(images)
 	out.Context = slices.Delete(out.Context, last, last+1)
-	if pythonStrip(out.Text) == "" && len(out.Attachments) == 0 {
+	if PythonStrip(out.Text) == "" && len(out.Attachments) == 0 {
 		return nil, invalid(param, "the last user or assistant message is empty")
 	}
 	return out, nil
@@ -695,7 +695,7 @@ func textType(raw json.RawMessage) bool {
 	if json.Unmarshal(raw, &t) != nil {
 		return false
 	}
-	switch strings.ToLower(pythonStrip(t)) {
+	switch strings.ToLower(PythonStrip(t)) {
 	case "text", "input_text", "output_text":
 		return true
 	}
@@ -845,11 +845,12 @@ func checkDataURL(u string) error {
 	return nil
 }
 
-// pythonStrip is s without its leading and trailing whitespace as
+// PythonStrip is s without its leading and trailing whitespace as
 // Python's str.strip() takes it (Hermes strips a message to find it
-// empty, a part's type to read it): Go's (unicode.IsSpace) and the
-// separators U+001C to U+001F, which Python's str.isspace counts too.
-func pythonStrip(s string) string {
+// empty, a part's type to read it, a job's name and schedule): Go's
+// (unicode.IsSpace) and the separators U+001C to U+001F, which Python's
+// str.isspace counts too.
+func PythonStrip(s string) string {
 	return strings.TrimFunc(s, func(r rune) bool {
 		return unicode.IsSpace(r) || (r >= 0x1c && r <= 0x1f)
 	})

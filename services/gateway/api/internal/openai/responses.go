@@ -454,7 +454,7 @@ func responseContent(raw json.RawMessage, param string) (string, []string, error
 			return nil
 		}
 		// As Hermes: str(type).strip().lower().
-		switch strings.ToLower(pythonStrip(p.Type)) {
+		switch strings.ToLower(PythonStrip(p.Type)) {
 		case "input_text", "output_text", "text":
 			if text := clipText(partText(p.Text)); text != "" {
 				texts = append(texts, text)
@@ -465,7 +465,7 @@ func responseContent(raw json.RawMessage, param string) (string, []string, error
 			u, detail, ok := imageRef(p)
 			// Stripped, as Hermes's url_value.strip() before it checks
 			// the URL and passes it on.
-			if u = pythonStrip(u); !ok || u == "" {
+			if u = PythonStrip(u); !ok || u == "" {
 				if p.FileID != "" {
 					return &InvalidError{Param: fmt.Sprintf("%s[%d].file_id", param, i), Code: CodeUnsupportedContent,
 						Msg: "uploaded files are not supported: send the picture as image_url (a web address or a data: URL)"}
@@ -541,5 +541,5 @@ func goodDetail(raw json.RawMessage) bool {
 		return true
 	}
 	var d string
-	return raw[0] == '"' && json.Unmarshal(raw, &d) == nil && pythonStrip(d) != ""
+	return raw[0] == '"' && json.Unmarshal(raw, &d) == nil && PythonStrip(d) != ""
 }

@@ -194,7 +194,7 @@ func (in input) text(blankRefused bool) (string, []*eventsv1.Attachment, error) 
 	if err != nil {
 		return "", nil, err
 	}
-	if len(images) == 0 && (text == "" || blankRefused && pythonStrip(text) == "") {
+	if len(images) == 0 && (text == "" || blankRefused && PythonStrip(text) == "") {
 		return "", nil, invalid(m.param, "the input's last message is empty")
 	}
 	return text, imageAttachments(images), nil
