@@ -97,6 +97,15 @@ func TestWholeSystemAnswersTheOpenAIClient(t *testing.T) {
 	if want := "echo: what is this?\n[Attachment: image] [image " + (fakellm.Image{MediaType: "image/png", Data: pic}).String() + "]"; got != want {
 		t.Fatalf("picture answer = %q, want %q", got, want)
 	}
+	// Its scheme and media type in any case, as Hermes reads them: the
+	// model is shown the same picture.
+	got = ask(newClient(randomID()), openai.UserMessage([]openai.ChatCompletionContentPartUnionParam{
+		openai.TextContentPart("and this?"),
+		openai.ImageContentPart(openai.ChatCompletionContentPartImageImageURLParam{URL: "DATA:Image/PNG;Base64," + base64.StdEncoding.EncodeToString(pic)}),
+	}))
+	if want := "echo: and this?\n[Attachment: image] [image " + (fakellm.Image{MediaType: "image/png", Data: pic}).String() + "]"; got != want {
+		t.Fatalf("upper-case picture answer = %q, want %q", got, want)
+	}
 	// A turn the model provider failed is an HTTP error the SDK raises,
 	// not a completion whose text explains the failure.
 	for _, c := range []struct {

@@ -9,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/switchboard-chat/switchboard/pkg/cron"
+	"github.com/switchboard-chat/switchboard/services/gateway/api/internal/openai"
 )
 
 // The bodies of Hermes's jobs API (POST /api/jobs, PATCH
@@ -48,12 +49,19 @@ func parseJobCreate(body []byte) (jobBody, error) {
 	if err != nil {
 		return jobBody{}, err
 	}
+	// As Hermes's (body.get("name") or "").strip(), and the schedule's:
+	// the job takes them stripped.
+	for _, p := range []*string{j.Name, j.Schedule} {
+		if p != nil {
+			*p = openai.PythonStrip(*p)
+		}
+	}
 	switch {
-	case j.Name == nil || strings.TrimSpace(*j.Name) == "":
+	case j.Name == nil || *j.Name == "":
 		return jobBody{}, fmt.Errorf("%w: Name is required", errJobBody)
-	case j.Schedule == nil || strings.TrimSpace(*j.Schedule) == "":
+	case j.Schedule == nil || *j.Schedule == "":
 		return jobBody{}, fmt.Errorf("%w: Schedule is required", errJobBody)
-	case j.Prompt == nil || strings.TrimSpace(*j.Prompt) == "":
+	case j.Prompt == nil || openai.PythonStrip(*j.Prompt) == "":
 		return jobBody{}, fmt.Errorf("%w: Prompt is required", errJobBody)
 	case fields["enabled"] && j.Enabled != nil && !*j.Enabled:
 		return jobBody{}, fmt.Errorf("%w: a job is created enabled; pause it after", errJobBody)
@@ -77,10 +85,10 @@ func parseJobUpdate(body []byte) (jobBody, error) {
 	if n == 0 {
 		return jobBody{}, fmt.Errorf("%w: No valid fields to update", errJobBody)
 	}
-	if j.Name != nil && strings.TrimSpace(*j.Name) == "" {
+	if j.Name != nil && openai.PythonStrip(*j.Name) == "" {
 		return jobBody{}, fmt.Errorf("%w: name must not be empty", errJobBody)
 	}
-	if j.Schedule != nil && strings.TrimSpace(*j.Schedule) == "" {
+	if j.Schedule != nil && openai.PythonStrip(*j.Schedule) == "" {
 		return jobBody{}, fmt.Errorf("%w: schedule must not be empty", errJobBody)
 	}
 	return j, nil
@@ -110,7 +118,7 @@ func parseJobBody(body []byte) (jobBody, map[string]bool, error) {
 			return jobBody{}, nil, err
 		}
 	}
-	if j.Name != nil && utf8.RuneCountInString(strings.TrimSpace(*j.Name)) > maxJobName {
+	if j.Name != nil && utf8.RuneCountInString(openai.PythonStrip(*j.Name)) > maxJobName {
 		return jobBody{}, nil, fmt.Errorf("%w: Name must be ≤ %d characters", errJobBody, maxJobName)
 	}
 	if j.Prompt != nil && len(*j.Prompt) > cron.MaxPromptBytes {

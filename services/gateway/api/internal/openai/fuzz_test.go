@@ -1,6 +1,7 @@
 package openai
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -231,6 +232,104 @@ func TestImageURLStrippedAsHermes(t *testing.T) {
 			}
 			if err != nil || len(in.Attachments) != 1 || in.Attachments[0].GetUrl() != c.url {
 				t.Fatalf("%v, %v; want the picture %q", in.Attachments, err, c.url)
+			}
+		})
+	}
+}
+
+// A picture Hermes's _normalize_multimodal_content refuses is refused
+// with its code and message (its _multimodal_validation_error): no URL,
+// or one of blanks or no string, is invalid_image_url "Image parts must
+// include a non-empty image URL."; a URL of another scheme
+// invalid_image_url too; a detail (the image_url object's, else the
+// part's) that is given and is no non-empty string invalid_content_part,
+// checked after the URL. A detail that is null is none.
+func TestPictureRefusalsAsHermes(t *testing.T) {
+	t.Parallel()
+	const (
+		noURL     = "Image parts must include a non-empty image URL."
+		badScheme = "Image inputs must use http(s) URLs or data:image/... URLs."
+		badDetail = "Image detail must be a non-empty string when provided."
+		// Hermes's code of a malformed part.
+		contentPart = "invalid_content_part"
+	)
+	chat := func(part string) string {
+		return `{"messages":[{"role":"user","content":[{"type":"text","text":"q"},` + part + `]}]}`
+	}
+	input := func(part string) string {
+		return `{"input":[{"role":"user","content":[{"type":"input_text","text":"q"},` + part + `]}]}`
+	}
+	for _, c := range []struct {
+		name, api, body  string
+		code, msg, param string // the refusal's; none: taken
+	}{
+		{name: "an image_url object without url", body: chat(`{"type":"image_url","image_url":{}}`), code: CodeInvalidImageURL, msg: noURL},
+		{name: "an empty url", body: chat(`{"type":"image_url","image_url":{"url":""}}`), code: CodeInvalidImageURL, msg: noURL},
+		{name: "a url of blanks", body: chat(`{"type":"image_url","image_url":{"url":" \u001f "}}`), code: CodeInvalidImageURL, msg: noURL},
+		{name: "a url that is no string", body: chat(`{"type":"image_url","image_url":{"url":5}}`), code: CodeInvalidImageURL, msg: noURL},
+		{name: "an image_url that is a number", body: chat(`{"type":"image_url","image_url":5}`), code: CodeInvalidImageURL, msg: noURL},
+		{name: "an image_url that is an array", body: chat(`{"type":"image_url","image_url":["https://x/a.png"]}`), code: CodeInvalidImageURL, msg: noURL},
+		{name: "a part without image_url", body: chat(`{"type":"image_url"}`), code: CodeInvalidImageURL, msg: noURL},
+		{name: "an input_image without image_url", api: "responses", body: input(`{"type":"input_image"}`), code: CodeInvalidImageURL, msg: noURL, param: "input[0].content"},
+		{name: "an input_image with a null image_url", api: "responses", body: input(`{"type":"input_image","image_url":null}`), code: CodeInvalidImageURL, msg: noURL, param: "input[0].content"},
+		{name: "an ftp URL", body: chat(`{"type":"image_url","image_url":{"url":"ftp://x/a.png"}}`), code: CodeInvalidImageURL, msg: badScheme},
+		{name: "no scheme", api: "run", body: input(`{"type":"input_image","image_url":"a.png"}`), code: CodeInvalidImageURL, msg: badScheme, param: "input[0].content"},
+		{name: "an empty detail", body: chat(`{"type":"image_url","image_url":{"url":"https://x/a.png","detail":""}}`), code: contentPart, msg: badDetail},
+		{name: "a detail of blanks", body: chat(`{"type":"image_url","image_url":{"url":"https://x/a.png","detail":" \u001c"}}`), code: contentPart, msg: badDetail},
+		{name: "a detail that is no string", body: chat(`{"type":"image_url","image_url":{"url":"https://x/a.png","detail":1}}`), code: contentPart, msg: badDetail},
+		{name: "a part's detail", api: "responses", body: input(`{"type":"input_image","image_url":"https://x/a.png","detail":false}`), code: contentPart, msg: badDetail, param: "input[0].content"},
+		{name: "a part's detail beside an image_url object", body: chat(`{"type":"image_url","image_url":{"url":"https://x/a.png"},"detail":[]}`), code: contentPart, msg: badDetail},
+		{name: "a history entry's detail", api: "responses", body: `{"input":"q","conversation_history":[{"role":"user","content":[{"type":"input_image","image_url":"https://x/a.png","detail":""}]}]}`,
+			code: contentPart, msg: badDetail, param: "conversation_history[0].content"},
+		{name: "the URL is checked before the detail", body: chat(`{"type":"image_url","image_url":{"url":"","detail":""}}`), code: CodeInvalidImageURL, msg: noURL},
+		{name: "a detail", body: chat(`{"type":"image_url","image_url":{"url":"https://x/a.png","detail":"low"}}`)},
+		{name: "a null detail", body: chat(`{"type":"image_url","image_url":{"url":"https://x/a.png","detail":null}}`)},
+		{name: "the object's null detail hides the part's", body: chat(`{"type":"image_url","image_url":{"url":"https://x/a.png","detail":null},"detail":""}`)},
+		{name: "a part's good detail", api: "responses", body: input(`{"type":"input_image","image_url":"https://x/a.png","detail":" auto "}`)},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			in, err := parseInput(c.api, c.body)
+			if c.code == "" {
+				if err != nil || len(in.Attachments) != 1 {
+					t.Fatalf("%v, %v; want one picture", in.Attachments, err)
+				}
+				return
+			}
+			param := c.param
+			if param == "" {
+				param = "messages[0].content"
+			}
+			var inv *InvalidError
+			if !errors.As(err, &inv) || inv.Code != c.code || inv.Msg != c.msg || inv.Param != param {
+				t.Fatalf("error %#v, want %s %q at %s", err, c.code, c.msg, param)
+			}
+		})
+	}
+}
+
+// A data: URL's scheme and media type are read in any case, as Hermes
+// lowercases the URL before it compares it with "data:image/"; the
+// picture is passed on with them in lower case (and its base64 as it
+// came), as the runner finds the inline pictures it keeps (data:) and
+// as the attachment store and the model take a media type.
+func TestDataURLInAnyCaseAsHermes(t *testing.T) {
+	t.Parallel()
+	const payload = "iVBORw0KGgo="
+	for _, c := range []struct{ name, api, url string }{
+		{"an upper-case scheme", "", "DATA:image/png;base64," + payload},
+		{"an upper-case media type", "responses", "data:IMAGE/PNG;base64," + payload},
+		{"an upper-case encoding", "run", "Data:Image/Png;BASE64," + payload},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			body := `{"input":[{"role":"user","content":[{"type":"input_image","image_url":"` + c.url + `"}]}]}`
+			if c.api == "" {
+				body = `{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"` + c.url + `"}}]}]}`
+			}
+			in, err := parseInput(c.api, body)
+			if want := "data:image/png;base64," + payload; err != nil || len(in.Attachments) != 1 || in.Attachments[0].GetUrl() != want {
+				t.Fatalf("%v, %v; want the picture %s", in.Attachments, err, want)
 			}
 		})
 	}

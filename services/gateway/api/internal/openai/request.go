@@ -31,8 +31,8 @@ type chatRequest struct {
 	Stream   truth           `json:"stream"`
 	User     string          `json:"user"`
 	// N is how many choices the client asks for: the agent gives one
-	// answer, so any other number is refused rather than answered with
-	// fewer choices than asked (checkN).
+	// answer, so a number asking for more is refused rather than
+	// answered with fewer choices than asked (checkN).
 	N json.RawMessage `json:"n"`
 	// StreamOptions.IncludeUsage asks a stream for a last chunk with the
 	// usage; stream_options (null aside) without stream: true is refused.
@@ -227,7 +227,7 @@ func Parse(body []byte) (*Chat, error) {
 	}
 	out.Text, out.Attachments = out.Context[last].GetContent(), imageAttachments(images)
 	out.Context = slices.Delete(out.Context, last, last+1)
-	if pythonStrip(out.Text) == "" && len(out.Attachments) == 0 {
+	if PythonStrip(out.Text) == "" && len(out.Attachments) == 0 {
 		return nil, invalid(param, "the last user or assistant message is empty")
 	}
 	return out, nil
@@ -293,19 +293,24 @@ func tooMuchContext(param string) error {
 	return invalid(param, "too many messages: a request carries at most %d besides its input", maxContext)
 }
 
-// checkN refuses an n other than 1 (or null): less than 1 is invalid,
-// more, or NaN, is more than one answer. A number that is 1, as Python
-// compares it (1.0, 1e0), is 1.
+// checkN refuses an n that asks for other than one answer: more, or
+// NaN, is more than one answer; less than 1 (0 aside) is invalid. n is
+// compared as Python compares it: 1.0, 1e0 and true are 1 (Python's
+// bool is an int, True == 1). Hermes reads no n and gives one answer
+// whatever it is; 0 (0.0, false), which asks for fewer answers, not
+// more, is answered as Hermes answers it, with one.
 func checkN(raw json.RawMessage) error {
 	raw = bytes.TrimSpace(raw)
 	switch {
 	case len(raw) == 0 || bytes.Equal(raw, []byte("null")):
 		return nil
+	case bytes.Equal(raw, []byte("true")) || bytes.Equal(raw, []byte("false")):
+		return nil
 	case raw[0] != '-' && (raw[0] < '0' || raw[0] > '9'):
 		return invalid("n", "n must be a number")
 	case string(raw) == nanNumber:
 		// NaN is not 1 answer.
-	case parseNumber(raw) == 1:
+	case parseNumber(raw) == 1 || parseNumber(raw) == 0:
 		return nil
 	case parseNumber(raw) < 1:
 		return invalid("n", "n must be at least 1")
@@ -433,42 +438,66 @@ func pythonLiterals(body []byte) []byte {
 // a struct's fields in any case ("Type" or "TEXT" for type and text); a
 // repeated name's last value counts, as in Python. null has no members.
 // b is JSON the body's decoding checked; each member read is a slice of
-// it (valueEnd), the others are skipped, so that an object of many keys
-// holds no more memory than itself.
+// it (eachMember), the others are skipped, so that an object of many
+// keys holds no more memory than itself.
 func exactMembers(b []byte, names ...string) (map[string]json.RawMessage, error) {
-	i := skipSpace(b, 0)
-	if bytes.HasPrefix(b[i:], []byte("null")) {
+	if i := skipSpace(b, 0); bytes.HasPrefix(b[i:], []byte("null")) {
 		return nil, nil
 	}
-	if i == len(b) || b[i] != '{' {
-		return nil, errNotObject
-	}
 	f := make(map[string]json.RawMessage, len(names))
+	err := eachMember(b, func(key, value []byte) error {
+		if name, ok := memberName(key, names); ok {
+			f[name] = value
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// eachMember calls f with each member of b, a JSON object, in order: its
+// key (the JSON string, quotes and escapes as they are) and its value,
+// each a slice of b (valueEnd), not a copy; f returns errEnough to read
+// no more. null has no members; what is no object is errNotObject. b is
+// JSON the body's decoding checked, read here without decoding it
+// again.
+func eachMember(b []byte, f func(key, value []byte) error) error {
+	i := skipSpace(b, 0)
+	if bytes.HasPrefix(b[i:], []byte("null")) {
+		return nil
+	}
+	if i == len(b) || b[i] != '{' {
+		return errNotObject
+	}
 	for i = skipSpace(b, i+1); i < len(b) && b[i] != '}'; {
 		if b[i] != '"' {
-			return nil, errNotObject
+			return errNotObject
 		}
 		keyEnd := stringEnd(b, i)
-		key := b[i:keyEnd]
+		key := b[i:keyEnd:keyEnd]
 		if i = skipSpace(b, keyEnd); i == len(b) || b[i] != ':' {
-			return nil, errNotObject
+			return errNotObject
 		}
 		i = skipSpace(b, i+1)
 		end := valueEnd(b, i)
 		if end == i {
-			return nil, errNotObject
+			return errNotObject
 		}
-		if name, ok := memberName(key, names); ok {
-			f[name] = b[i:end:end]
+		if err := f(key, b[i:end:end]); errors.Is(err, errEnough) {
+			return nil
+		} else if err != nil {
+			return err
 		}
 		if i = skipSpace(b, end); i < len(b) && b[i] == ',' {
 			i = skipSpace(b, i+1)
 		}
 	}
 	if i == len(b) {
-		return nil, errNotObject
+		return errNotObject
 	}
-	return f, nil
+	return nil
 }
 
 // errNotObject: what exactMembers was given is no JSON object.
@@ -666,7 +695,7 @@ func textType(raw json.RawMessage) bool {
 	if json.Unmarshal(raw, &t) != nil {
 		return false
 	}
-	switch strings.ToLower(pythonStrip(t)) {
+	switch strings.ToLower(PythonStrip(t)) {
 	case "text", "input_text", "output_text":
 		return true
 	}
@@ -712,29 +741,57 @@ func contextRole(role string) string {
 	return ""
 }
 
-// CodeInvalidImageURL is the code of a picture whose URL is neither a
-// web address nor a data: URL (Hermes's invalid_image_url).
+// CodeInvalidImageURL is the code of a picture without a URL, or whose
+// URL is neither a web address nor a data: URL (Hermes's
+// invalid_image_url).
 const CodeInvalidImageURL = "invalid_image_url"
 
-// image checks a picture's URL: web addresses (the scheme in any case),
-// which the model provider fetches, and pictures sent inline (data:
-// URLs), which the gateway keeps in the attachment store. A data: URL
+// CodeInvalidContentPart is the code of a picture whose detail is given
+// and is no text (Hermes's invalid_content_part).
+const CodeInvalidContentPart = "invalid_content_part"
+
+// Hermes's refusals of a picture (_normalize_multimodal_content), in its
+// words.
+const (
+	msgNoImageURL  = "Image parts must include a non-empty image URL."
+	msgImageScheme = "Image inputs must use http(s) URLs or data:image/... URLs."
+	msgImageDetail = "Image detail must be a non-empty string when provided."
+)
+
+// image checks a picture's URL and returns it as it is passed on: web
+// addresses (the scheme in any case), which the model provider fetches,
+// and pictures sent inline (data: URLs), which the gateway keeps in the
+// attachment store. A data: URL's scheme and media type are read in any
+// case, as Hermes lowercases the URL before it compares it with
+// "data:image/", and passed on in lower case (inlineURL). A data: URL
 // that is no picture is an error, and so, as Hermes has it, is any other
 // URL (ftp:, file:, a bucket's): no provider fetches it, and dropping it
 // would have the agent answer without the picture the client sent.
-func image(u string) error {
+func image(u string) (string, error) {
 	scheme, _, _ := strings.Cut(u, ":")
 	switch {
-	case scheme == "data":
-		// In lower case, as the runner finds the inline pictures it keeps.
-		return checkDataURL(u)
+	case strings.EqualFold(scheme, "data"):
+		u = inlineURL(u)
+		return u, checkDataURL(u)
 	case strings.EqualFold(scheme, "https"), strings.EqualFold(scheme, "http"):
 		if rest := u[len(scheme):]; strings.HasPrefix(rest, "://") && len(rest) > len("://") {
-			return nil
+			return u, nil
 		}
 	}
-	return &InvalidError{Code: CodeInvalidImageURL,
-		Msg: fmt.Sprintf("image_url: a picture must be an http(s) URL or a data:image/... URL, not %q", Clip(u, 40))}
+	return "", &InvalidError{Code: CodeInvalidImageURL, Msg: msgImageScheme}
+}
+
+// inlineURL is u, a data: URL, with what comes before its data (the
+// scheme, the media type and its parameters) in lower case, as the
+// runner finds the inline pictures it keeps (by "data:"), as the
+// attachment store keeps a media type and as the data URL is checked
+// (base64); the data itself is left as it came.
+func inlineURL(u string) string {
+	meta, data, found := strings.Cut(u, ",")
+	if !found {
+		return strings.ToLower(u)
+	}
+	return strings.ToLower(meta) + "," + data
 }
 
 // imageError is err, the refusal of a picture, as the refusal of the
@@ -788,11 +845,12 @@ func checkDataURL(u string) error {
 	return nil
 }
 
-// pythonStrip is s without its leading and trailing whitespace as
+// PythonStrip is s without its leading and trailing whitespace as
 // Python's str.strip() takes it (Hermes strips a message to find it
-// empty, a part's type to read it): Go's (unicode.IsSpace) and the
-// separators U+001C to U+001F, which Python's str.isspace counts too.
-func pythonStrip(s string) string {
+// empty, a part's type to read it, a job's name and schedule): Go's
+// (unicode.IsSpace) and the separators U+001C to U+001F, which Python's
+// str.isspace counts too.
+func PythonStrip(s string) string {
 	return strings.TrimFunc(s, func(r rune) bool {
 		return unicode.IsSpace(r) || (r >= 0x1c && r <= 0x1f)
 	})

@@ -41,7 +41,8 @@ func TestParseContentParts(t *testing.T) {
 			"b", 0, "", "", 2},
 		{"n of 1", `{"n":1,"messages":[{"role":"user","content":"q"}]}`, "q", 0, "", "", 0},
 		{"n of 2", `{"n":2,"messages":[{"role":"user","content":"q"}]}`, "", 0, CodeUnsupported, "n", 0},
-		{"n of 0", `{"n":0,"messages":[{"role":"user","content":"q"}]}`, "", 0, "", "n", 0},
+		{"n of 0, which Hermes reads not", `{"n":0,"messages":[{"role":"user","content":"q"}]}`, "q", 0, "", "", 0},
+		{"n below 1", `{"n":-1,"messages":[{"role":"user","content":"q"}]}`, "", 0, "", "n", 0},
 		{"tools the agent may leave alone", `{"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":"auto","messages":[{"role":"user","content":"q"}]}`,
 			"q", 0, "", "", 0},
 		{"no tool call", `{"tool_choice":"none","function_call":"none","response_format":{"type":"text"},"messages":[{"role":"user","content":"q"}]}`,
@@ -327,7 +328,7 @@ func TestFieldNamesAsSpelled(t *testing.T) {
 		{name: "a part's text in another case", body: chat(`[{"type":"text","TEXT":"a"},{"type":"text","text":"b"}]`), text: "b"},
 		{name: "a part's text beside one in another case", body: chat(`[{"type":"text","text":"a","Text":"b"}]`), text: "a"},
 		{name: "an image's url in another case", body: chat(`[{"type":"image_url","image_url":{"URL":"https://x/a.png"}}]`),
-			param: "messages[0].content"},
+			param: "messages[0].content", code: CodeInvalidImageURL},
 		{name: "a message's content in another case", body: `{"messages":[{"role":"user","Content":"a"}]}`, param: "messages[0].content"},
 		{name: "a message's role in another case is none", body: `{"messages":[{"Role":"system","content":"s"},{"role":"user","content":"q"}]}`,
 			text: "q"},
@@ -523,8 +524,10 @@ func TestHermesTakesEveryMessage(t *testing.T) {
 // A flag is read as Python holds its value true or false, as Hermes
 // reads stream (if stream: …, bool(body.get("stream"))) and a Responses
 // request's store (absent: true): NaN, Infinity, 1 and "false" are
-// true; 0, "", [], null false. n is 1 when Python's 1 == n (1.0); NaN is
-// not 1. A parameter of the wrong type (NaN for a string) is refused
+// true; 0, "", [], null false. n is 1 when Python's 1 == n (1.0, True:
+// Python's bool is an int); NaN is not 1. Hermes reads no n: it gives
+// one answer whatever n is, so an n of 0 (0.0, False), which asks for
+// fewer answers than one, not more, is answered as Hermes answers it. A parameter of the wrong type (NaN for a string) is refused
 // with its name, not as JSON that is not valid, and the message does not
 // show the number NaN stands for.
 func TestParametersAsPythonReadsThem(t *testing.T) {
@@ -551,6 +554,11 @@ func TestParametersAsPythonReadsThem(t *testing.T) {
 		{name: "stream_options without a true stream", body: `{"stream":0,"stream_options":{"include_usage":1},` + q + `}`, param: "stream_options"},
 		{name: "n 1.0", body: `{"n":1.0,` + q + `}`},
 		{name: "n 1e0", body: `{"n":1e0,` + q + `}`},
+		{name: "n true", body: `{"n":true,` + q + `}`},
+		{name: "n false", body: `{"n":false,` + q + `}`},
+		{name: "n 0", body: `{"n":0,` + q + `}`},
+		{name: "n -0.0", body: `{"n":-0.0,` + q + `}`},
+		{name: "n -1", body: `{"n":-1,` + q + `}`, param: "n"},
 		{name: "n NaN", body: `{"n":NaN,` + q + `}`, param: "n", code: CodeUnsupported},
 		{name: "n Infinity", body: `{"n":Infinity,` + q + `}`, param: "n", code: CodeUnsupported},
 		{name: "n -Infinity", body: `{"n":-Infinity,` + q + `}`, param: "n"},
@@ -617,7 +625,8 @@ func TestParametersAsPythonReadsThem(t *testing.T) {
 // (_content_has_visible_payload: content.strip()) and a part's type
 // (str(type).strip().lower()): the separators U+001C to U+001F too,
 // which Go's unicode.IsSpace does not count. A message of them alone
-// is refused as empty; a part type among them is read.
+// is refused as empty (a run's is not: TestRunInputAsHermes); a part
+// type among them is read.
 func TestBlankAsPython(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
@@ -627,7 +636,6 @@ func TestBlankAsPython(t *testing.T) {
 		{name: "a chat message of separators", body: `{"messages":[{"role":"user","content":"\u001c\u001d \u001e\u001f"}]}`, param: "messages[0].content"},
 		{name: "a Responses input of separators", api: "responses", body: `{"input":"\u001f"}`, param: "input"},
 		{name: "a Responses item of separators", api: "responses", body: `{"input":[{"role":"user","content":[{"type":"input_text","text":"\u001e"}]}]}`, param: "input[0]"},
-		{name: "a run's input of separators", api: "run", body: `{"input":"\u001c\n"}`, param: "input"},
 		{name: "a zero-width space is no blank", body: `{"messages":[{"role":"user","content":"\u200b"}]}`, text: "\u200b"},
 		{name: "a part type among separators", body: `{"messages":[{"role":"user","content":[{"type":"\u001ftext\u001c","text":"a"}]}]}`, text: "a"},
 		{name: "an input part type among separators", api: "responses", body: `{"input":[{"role":"user","content":[{"type":" input_text\u001d","text":"b"}]}]}`, text: "b"},

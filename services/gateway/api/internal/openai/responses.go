@@ -17,19 +17,19 @@ import (
 // to the agent; those that would change what the client gets, and that
 // the gateway cannot honour, are refused (supported).
 type responsesRequest struct {
-	Model              string            `json:"model"`
-	Input              json.RawMessage   `json:"input"`
-	Instructions       *string           `json:"instructions"`
-	Stream             truth             `json:"stream"`
-	Store              json.RawMessage   `json:"store"` // Hermes's: absent true, else as Python holds it (falsy)
-	PreviousResponseID string            `json:"previous_response_id"`
-	Conversation       json.RawMessage   `json:"conversation"`
-	User               string            `json:"user"`
-	Metadata           map[string]string `json:"metadata"`
-	Background         truth             `json:"background"`
-	Tools              json.RawMessage   `json:"tools"` // refused unless empty; not decoded whole
-	ToolChoice         json.RawMessage   `json:"tool_choice"`
-	Prompt             json.RawMessage   `json:"prompt"`
+	Model              string          `json:"model"`
+	Input              json.RawMessage `json:"input"`
+	Instructions       *string         `json:"instructions"`
+	Stream             truth           `json:"stream"`
+	Store              json.RawMessage `json:"store"` // Hermes's: absent true, else as Python holds it (falsy)
+	PreviousResponseID string          `json:"previous_response_id"`
+	Conversation       json.RawMessage `json:"conversation"`
+	User               string          `json:"user"`
+	Metadata           json.RawMessage `json:"metadata"` // counted as it is read (metadataOf)
+	Background         truth           `json:"background"`
+	Tools              json.RawMessage `json:"tools"` // refused unless empty; not decoded whole
+	ToolChoice         json.RawMessage `json:"tool_choice"`
+	Prompt             json.RawMessage `json:"prompt"`
 	Text               *struct {
 		Format *struct {
 			Type string `json:"type"`
@@ -96,15 +96,18 @@ type inputPart struct {
 	// ImageURL is a string in the Responses API, an object {"url": …} in
 	// Chat Completions' image_url parts; both are taken.
 	ImageURL json.RawMessage
-	FileID   string
+	// Detail is a picture's detail beside its image_url (the Responses
+	// API's); an image_url object's own detail wins (imageRef).
+	Detail json.RawMessage
+	FileID string
 }
 
 func (p *inputPart) UnmarshalJSON(b []byte) error {
-	f, err := exactMembers(b, "type", "text", "image_url", "file_id")
+	f, err := exactMembers(b, "type", "text", "image_url", "detail", "file_id")
 	if err != nil {
 		return err
 	}
-	p.Text, p.ImageURL = f["text"], f["image_url"]
+	p.Text, p.ImageURL, p.Detail = f["text"], f["image_url"], f["detail"]
 	if p.Type, err = stringMember(f, "type"); err != nil {
 		return err
 	}
@@ -180,7 +183,8 @@ func ParseResponses(body []byte) (*Responses, error) {
 	if conversation != "" && req.PreviousResponseID != "" {
 		return nil, invalid("conversation", "conversation and previous_response_id cannot both be set")
 	}
-	if err := checkMetadata(req.Metadata); err != nil {
+	metadata, err := metadataOf(req.Metadata)
+	if err != nil {
 		return nil, err
 	}
 	in, err := readInput(req.Input, req.ConversationHistory, req.PreviousResponseID)
@@ -188,7 +192,7 @@ func ParseResponses(body []byte) (*Responses, error) {
 		return nil, err
 	}
 	out := &Responses{Model: req.Model, Stream: bool(req.Stream), User: req.User, Store: len(req.Store) == 0 || !falsy(req.Store),
-		PreviousResponseID: in.previous, Conversation: conversation, Metadata: req.Metadata,
+		PreviousResponseID: in.previous, Conversation: conversation, Metadata: metadata,
 		InstructionsSent: req.Instructions != nil, HistorySent: in.historySent, Truncation: "disabled"}
 	keep := 0
 	if truncateAuto(req.Truncation) {
@@ -201,7 +205,7 @@ func ParseResponses(body []byte) (*Responses, error) {
 	if req.Instructions != nil {
 		out.CarryInstructions(*req.Instructions)
 	}
-	if out.Text, out.Attachments, err = in.text(); err != nil {
+	if out.Text, out.Attachments, err = in.text(true); err != nil {
 		return nil, err
 	}
 	return out, nil
@@ -274,16 +278,60 @@ func conversationOf(raw json.RawMessage) (string, error) {
 	return ref.ID, nil
 }
 
-func checkMetadata(m map[string]string) error {
-	if len(m) > maxMetadata {
-		return invalid("metadata", "at most %d metadata pairs", maxMetadata)
+// metadataOf reads a request's metadata: null or an object of at most
+// maxMetadata pairs of strings (a repeated key's last value counts, as
+// in Python), keys of at most maxMetadataKey bytes and values of at most
+// maxMetadataValue. Its members are counted as they are read (eachMember)
+// and it is refused at the first pair too many, the values and the
+// members after it not decoded, so that a body's large metadata costs no
+// more than the body; a key or a value too long to be within its bound
+// (escapes included) is refused before it is decoded.
+func metadataOf(raw json.RawMessage) (map[string]string, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
+		return nil, nil
 	}
-	for k, v := range m {
-		if len(k) > maxMetadataKey || len(v) > maxMetadataValue {
-			return invalid("metadata", "metadata keys are at most %d characters and values at most %d", maxMetadataKey, maxMetadataValue)
+	if raw[0] != '{' {
+		return nil, invalid("metadata", "metadata: expected an object")
+	}
+	m := map[string]string{}
+	err := eachMember(raw, func(key, value []byte) error {
+		k, ok := boundedString(key, maxMetadataKey)
+		if !ok {
+			return tooLongMetadata()
 		}
+		if _, seen := m[k]; !seen && len(m) == maxMetadata {
+			return invalid("metadata", "at most %d metadata pairs", maxMetadata)
+		}
+		if value[0] != '"' {
+			return invalid("metadata", "metadata: expected a string")
+		}
+		v, ok := boundedString(value, maxMetadataValue)
+		if !ok {
+			return tooLongMetadata()
+		}
+		m[k] = v
+		return nil
+	})
+	if errors.Is(err, errNotObject) {
+		return nil, invalid("metadata", "metadata: expected an object")
 	}
-	return nil
+	return m, err
+}
+
+// boundedString decodes raw, a JSON string, when it is at most max bytes
+// long: one longer in JSON than max characters can be, each escaped
+// (\u0041 is six bytes for one), is refused without being decoded.
+func boundedString(raw []byte, max int) (string, bool) {
+	var s string
+	if len(raw) > 2+6*max || json.Unmarshal(raw, &s) != nil || len(s) > max {
+		return "", false
+	}
+	return s, true
+}
+
+func tooLongMetadata() error {
+	return invalid("metadata", "metadata keys are at most %d characters and values at most %d", maxMetadataKey, maxMetadataValue)
 }
 
 // message is one message of a request's input or conversation_history.
@@ -406,7 +454,7 @@ func responseContent(raw json.RawMessage, param string) (string, []string, error
 			return nil
 		}
 		// As Hermes: str(type).strip().lower().
-		switch strings.ToLower(pythonStrip(p.Type)) {
+		switch strings.ToLower(PythonStrip(p.Type)) {
 		case "input_text", "output_text", "text":
 			if text := clipText(partText(p.Text)); text != "" {
 				texts = append(texts, text)
@@ -414,22 +462,23 @@ func responseContent(raw json.RawMessage, param string) (string, []string, error
 		case "refusal":
 			// An earlier answer's refusal: nothing to carry.
 		case "input_image", "image_url":
-			u, err := imageURLOf(p.ImageURL)
+			u, detail, ok := imageRef(p)
 			// Stripped, as Hermes's url_value.strip() before it checks
 			// the URL and passes it on.
-			u = pythonStrip(u)
-			if err == nil && u == "" {
+			if u = PythonStrip(u); !ok || u == "" {
 				if p.FileID != "" {
 					return &InvalidError{Param: fmt.Sprintf("%s[%d].file_id", param, i), Code: CodeUnsupportedContent,
 						Msg: "uploaded files are not supported: send the picture as image_url (a web address or a data: URL)"}
 				}
-				err = errors.New("an input_image needs an image_url")
+				return &InvalidError{Param: param, Code: CodeInvalidImageURL, Msg: msgNoImageURL}
 			}
-			if err != nil {
-				return invalid(param, "%v", err)
-			}
-			if err := image(u); err != nil {
+			var err error
+			if u, err = image(u); err != nil {
 				return imageError(param, err)
+			}
+			if !goodDetail(detail) {
+				// After the URL, as Hermes checks them.
+				return &InvalidError{Param: param, Code: CodeInvalidContentPart, Msg: msgImageDetail}
 			}
 			images = append(images, u)
 		default:
@@ -458,25 +507,39 @@ func partText(raw json.RawMessage) string {
 	return pythonText(raw)
 }
 
-// imageURLOf reads an image part's image_url: a string, or an object
-// with the url.
-func imageURLOf(raw json.RawMessage) (string, error) {
+// imageRef reads an image part's URL and detail as Hermes's
+// _normalize_multimodal_content: image_url is the URL, a string (the
+// Responses API's) or an object {"url", "detail"} (Chat Completions',
+// its keys as spelled), whose "detail", when it has one (null too),
+// is the picture's instead of the part's own. ok is false when there is
+// no URL string: image_url or its url absent, null or of another type.
+func imageRef(p inputPart) (u string, detail json.RawMessage, ok bool) {
+	detail = p.Detail
+	raw := bytes.TrimSpace(p.ImageURL)
+	if len(raw) > 0 && raw[0] == '{' {
+		obj, err := exactMembers(raw, "url", "detail")
+		if err != nil {
+			return "", detail, false
+		}
+		if d, has := obj["detail"]; has {
+			detail = d
+		}
+		raw = bytes.TrimSpace(obj["url"])
+	}
+	if len(raw) == 0 || raw[0] != '"' || json.Unmarshal(raw, &u) != nil {
+		return "", detail, false
+	}
+	return u, detail, true
+}
+
+// goodDetail reports whether a picture's detail is as Hermes takes it:
+// none (absent or null), or a string that is not blank (Python's
+// strip()).
+func goodDetail(raw json.RawMessage) bool {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
-		return "", nil
+		return true
 	}
-	var u string
-	if err := json.Unmarshal(raw, &u); err == nil {
-		return u, nil
-	}
-	// {"url": …} as spelled, as Hermes's image_ref.get("url").
-	obj, err := exactMembers(raw, "url")
-	if err != nil {
-		return "", errors.New("image_url must be a URL")
-	}
-	u, err = stringMember(obj, "url")
-	if err != nil {
-		return "", errors.New("image_url must be a URL")
-	}
-	return u, nil
+	var d string
+	return raw[0] == '"' && json.Unmarshal(raw, &d) == nil && PythonStrip(d) != ""
 }

@@ -1,6 +1,7 @@
 package openai
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -41,7 +42,7 @@ func TestParseResponses(t *testing.T) {
 		{name: "a file", body: `{"input":[{"role":"user","content":[{"type":"input_file","file_data":"x"}]}]}`, err: "input_file", param: "input[0].content[0].type", code: CodeUnsupportedContent},
 		{name: "audio", body: `{"input":[{"role":"user","content":[{"type":"input_audio"}]}]}`, err: "input_audio", param: "input[0].content[0].type", code: CodeUnsupportedContent},
 		{name: "an uploaded picture", body: `{"input":[{"role":"user","content":[{"type":"input_image","file_id":"f"}]}]}`, err: "uploaded files", param: "input[0].content[0].file_id", code: CodeUnsupportedContent},
-		{name: "a picture without url", body: `{"input":[{"role":"user","content":[{"type":"input_image"}]}]}`, err: "needs an image_url", param: "input[0].content"},
+		{name: "a picture without url", body: `{"input":[{"role":"user","content":[{"type":"input_image"}]}]}`, err: "Image parts must include a non-empty image URL.", param: "input[0].content", code: CodeInvalidImageURL},
 		{name: "not a picture", body: `{"input":[{"role":"user","content":[{"type":"input_image","image_url":"data:text/plain;base64,aGk="}]}]}`, err: "PNG, JPEG", param: "input[0].content"},
 		{name: "content of another type", body: `{"input":[{"role":"user","content":{"text":"a"}}]}`, want: "{'text': 'a'}||0"},
 		{name: "content of a number or a boolean", body: `{"input":[{"role":"user","content":true},{"role":"user","content":7.0}]}`, want: "7.0|user:True|0"},
@@ -53,6 +54,11 @@ func TestParseResponses(t *testing.T) {
 		{name: "a prompt template", body: `{"input":"a","prompt":{"id":"p"}}`, err: "prompt templates", param: "prompt", code: CodeUnsupported},
 		{name: "both conversations", body: `{"input":"a","conversation":{"id":"c"},"previous_response_id":"resp_1"}`, err: "cannot both", param: "conversation"},
 		{name: "a conversation of another type", body: `{"input":"a","conversation":[1]}`, err: "conversation must be", param: "conversation"},
+		{name: "17 metadata pairs", body: `{"input":"a","metadata":{` + metadataPairs(17) + `}}`, err: "at most 16 metadata pairs", param: "metadata"},
+		{name: "the 17th pair is refused before a later value is read", body: `{"input":"a","metadata":{` + metadataPairs(17) + `,"x":5}}`, err: "at most 16 metadata pairs", param: "metadata"},
+		{name: "a value that is no string", body: `{"input":"a","metadata":{"k":5}}`, err: "metadata: expected a string", param: "metadata"},
+		{name: "metadata that is no object", body: `{"input":"a","metadata":["k"]}`, err: "metadata: expected an object", param: "metadata"},
+		{name: "a value too long", body: `{"input":"a","metadata":{"k":"` + strings.Repeat("v", 513) + `"}}`, err: "metadata", param: "metadata"},
 		{name: "too much metadata", body: `{"input":"a","metadata":{"` + strings.Repeat("k", 65) + `":"v"}}`, err: "metadata", param: "metadata"},
 	}
 	for _, tt := range tests {
@@ -80,6 +86,15 @@ func TestParseResponses(t *testing.T) {
 	}
 }
 
+// metadataPairs is n metadata pairs, a JSON object's members.
+func metadataPairs(n int) string {
+	var pairs []string
+	for i := range n {
+		pairs = append(pairs, fmt.Sprintf(`"k%d":"v"`, i))
+	}
+	return strings.Join(pairs, ",")
+}
+
 func TestParseResponsesParameters(t *testing.T) {
 	t.Parallel()
 	req, err := ParseResponses([]byte(`{"model":"m","input":"a","stream":true,"user":"u","conversation":{"id":"c-1"},"metadata":{"k":"v"},"temperature":0.5}`))
@@ -88,6 +103,12 @@ func TestParseResponsesParameters(t *testing.T) {
 	}
 	if req.Model != "m" || !req.Stream || req.User != "u" || req.Conversation != "c-1" || req.Metadata["k"] != "v" || !req.Store {
 		t.Fatalf("%+v", req)
+	}
+	// 16 pairs, a key repeated (its last value counts, as in Python) and
+	// escapes read.
+	req, err = ParseResponses([]byte(`{"input":"a","metadata":{` + metadataPairs(16) + `,"k0":"w","k\u0031":"\u00e9"}}`))
+	if err != nil || len(req.Metadata) != 16 || req.Metadata["k0"] != "w" || req.Metadata["k1"] != "é" {
+		t.Fatalf("%v, %v", req.Metadata, err)
 	}
 	req, err = ParseResponses([]byte(`{"input":"a","store":false,"previous_response_id":"resp_1","conversation":null}`))
 	if err != nil {
@@ -128,7 +149,8 @@ func TestInputAsHermes(t *testing.T) {
 			param: "input[0].content[0].type", code: CodeUnsupportedContent},
 		{name: "items neither strings nor objects skipped", input: `["a",5,null,[1],true,"q",0]`, want: "q|user:a"},
 		{name: "no message", input: `[5,null]`, param: "input"},
-		{name: "an empty assistant item after the user's", input: `[{"role":"user","content":"q"},{"role":"assistant","content":" "}]`, param: "input[1]"},
+		// Empty: a blank one a run takes (TestRunInputAsHermes).
+		{name: "an empty assistant item after the user's", input: `[{"role":"user","content":"q"},{"role":"assistant","content":""}]`, param: "input[1]"},
 	} {
 		for _, api := range []string{"responses", "run"} {
 			t.Run(api+": "+c.name, func(t *testing.T) {

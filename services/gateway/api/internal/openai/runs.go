@@ -59,7 +59,8 @@ func ParseRun(body []byte) (*Run, error) {
 		return nil, err
 	}
 	out.Context = append(out.Context, around...)
-	if out.Text, out.Attachments, err = in.text(); err != nil {
+	// A blank input is run, as Hermes's run takes it.
+	if out.Text, out.Attachments, err = in.text(false); err != nil {
 		return nil, err
 	}
 	return out, nil
@@ -182,14 +183,18 @@ func (in input) context(read historyText, keep int) ([]*eventsv1.ContextMessage,
 	return out, nil
 }
 
-// text reads the input's last message: its text and pictures.
-func (in input) text() (string, []*eventsv1.Attachment, error) {
+// text reads the input's last message: its text and pictures. One
+// with neither is refused; so, with blankRefused, is one whose text is
+// blank (Python's strip()), as Hermes's _handle_responses refuses it
+// (_content_has_visible_payload), where its run refuses only what
+// Python holds false (if not user_message: TestRunInputAsHermes).
+func (in input) text(blankRefused bool) (string, []*eventsv1.Attachment, error) {
 	m := in.lastMsg
 	text, images, err := m.read()
 	if err != nil {
 		return "", nil, err
 	}
-	if pythonStrip(text) == "" && len(images) == 0 {
+	if len(images) == 0 && (text == "" || blankRefused && PythonStrip(text) == "") {
 		return "", nil, invalid(m.param, "the input's last message is empty")
 	}
 	return text, imageAttachments(images), nil

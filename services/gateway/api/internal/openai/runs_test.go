@@ -67,6 +67,67 @@ func TestParseRun(t *testing.T) {
 	}
 }
 
+// A run's input is read as Hermes's _handle_runs reads it where that is
+// no bug, and says so where it is.
+//   - Blank: Hermes's run refuses an input only when Python holds it
+//     false (if not raw_input, if not user_message: "", [], null, a last
+//     item of empty content), not a blank one, which its chat completions
+//     and Responses API refuse (_content_has_visible_payload strips it);
+//     a run of blanks is started and the agent answers it. An external
+//     UI that sends one gets its run here too.
+//   - Empty text parts: Hermes's run takes a last item whose content is
+//     a list of empty text parts (the list is not empty) and hands the
+//     agent that list, a message of no text, which the model providers
+//     refuse: a bug. It is refused here as empty.
+//   - Earlier items: Hermes's run drops the input's earlier items when
+//     it has a conversation_history or finds the previous_response_id's
+//     (its "if not conversation_history" before it adds them), though
+//     its /v1/responses adds them after either. Dropping them would
+//     have the agent answer without messages the client sent this time:
+//     they are context here after the history, as the Responses API's.
+func TestRunInputAsHermes(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name, body string
+		// want is the text, then "role:content" of each context message;
+		// param the refusal's.
+		want, param string
+	}{
+		{name: "a blank input", body: `{"input":"  "}`, want: "  "},
+		{name: "an input of separators", body: `{"input":"\u001c\n"}`, want: "\x1c\n"},
+		{name: "a blank last item", body: `{"input":["q",{"role":"user","content":" "}]}`, want: " |user:q"},
+		{name: "a blank text part", body: `{"input":[{"role":"user","content":[{"type":"input_text","text":"\t"}]}]}`, want: "\t"},
+		{name: "an empty input", body: `{"input":""}`, param: "input"},
+		{name: "an empty last item", body: `{"input":["q",{"role":"user","content":""}]}`, param: "input[1]"},
+		{name: "a last item without content", body: `{"input":["q",{"role":"user","content":null}]}`, param: "input[1]"},
+		{name: "empty text parts", body: `{"input":[{"role":"user","content":[{"type":"input_text","text":""}]}]}`, param: "input[0]"},
+		{name: "earlier items after a history", body: `{"input":["a","b"],"conversation_history":[{"role":"user","content":"h"}]}`, want: "b|user:h|user:a"},
+		{name: "earlier items with a previous response", body: `{"input":["a","b"],"previous_response_id":"resp_1"}`, want: "b|user:a"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			in, err := parseInput("run", c.body)
+			if c.param != "" {
+				var inv *InvalidError
+				if !errors.As(err, &inv) || inv.Param != c.param {
+					t.Fatalf("error %v, want a refusal at %s", err, c.param)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := in.Text
+			if ctx := contextLine(in.Context); ctx != "" {
+				got += "|" + ctx
+			}
+			if got != c.want {
+				t.Fatalf("%q, want %q", got, c.want)
+			}
+		})
+	}
+}
+
 // FuzzParseRun: a run request is accepted only with a user message to
 // answer; whatever is accepted goes on the bus as it is.
 func FuzzParseRun(f *testing.F) {
@@ -93,7 +154,9 @@ func FuzzParseRun(f *testing.F) {
 			}
 			return
 		}
-		if strings.TrimSpace(run.Text) == "" && len(run.Attachments) == 0 {
+		if run.Text == "" && len(run.Attachments) == 0 {
+			// A blank one is taken, as Hermes's run takes it
+			// (TestRunInputAsHermes).
 			t.Fatal("accepted a run without input")
 		}
 		if len(run.Context) > maxContext+1 {
