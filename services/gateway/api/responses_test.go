@@ -209,8 +209,10 @@ func TestResponsesThroughTheSDK(t *testing.T) {
 			OfInputItemList: responses.ResponseInputParam{responses.ResponseInputItemParamOfMessage(
 				responses.ResponseInputMessageContentListParam{bad}, responses.EasyInputMessageRoleUser)},
 		}})
-		if e := sdkErrorOf(t, err); e.StatusCode != http.StatusBadRequest || !strings.Contains(e.Message, "PNG, JPEG, GIF or WebP") || e.Param != "input[0].content" {
-			t.Fatalf("a data URL that is no picture: %d %q %q", e.StatusCode, e.Message, e.Param)
+		// As Hermes refuses it (_normalize_multimodal_content).
+		if e := sdkErrorOf(t, err); e.StatusCode != http.StatusBadRequest || e.Code != "unsupported_content_type" ||
+			e.Message != "Only image data URLs are supported. Non-image data payloads are not supported." || e.Param != "input[0].content" {
+			t.Fatalf("a data URL that is no picture: %d %s %q %q", e.StatusCode, e.Code, e.Message, e.Param)
 		}
 	})
 }
@@ -768,7 +770,7 @@ func TestResponsesBadRequests(t *testing.T) {
 		{"tool output item", "POST", base, testKey, `{"input":[{"type":"function_call_output","call_id":"c","output":"4"}]}`, nil, 400, "unsupported_content_type", "input[0].type"},
 		{"file part", "POST", base, testKey, item(`[{"type":"input_file","file_id":"file-1"}]`), nil, 400, "unsupported_content_type", "input[0].content[0].type"},
 		{"uploaded picture", "POST", base, testKey, item(`[{"type":"input_image","file_id":"file-1"}]`), nil, 400, "unsupported_content_type", "input[0].content[0].file_id"},
-		{"not a picture", "POST", base, testKey, item(`[{"type":"input_image","image_url":"data:text/html;base64,PGI+"}]`), nil, 400, "invalid_request", "input[0].content"},
+		{"not a picture", "POST", base, testKey, item(`[{"type":"input_image","image_url":"data:text/html;base64,PGI+"}]`), nil, 400, "unsupported_content_type", "input[0].content"},
 		{"broken base64", "POST", base, testKey, item(`[{"type":"input_image","image_url":"data:image/png;base64,@@@@"}]`), nil, 400, "invalid_request", "input[0].content"},
 		{"tools", "POST", base, testKey, `{"input":"a","tools":[{"type":"function","name":"f"}]}`, nil, 400, "unsupported_parameter", "tools"},
 		{"tool choice", "POST", base, testKey, `{"input":"a","tool_choice":"required"}`, nil, 400, "unsupported_parameter", "tool_choice"},

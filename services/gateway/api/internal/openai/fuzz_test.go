@@ -162,7 +162,7 @@ func TestImageParts(t *testing.T) {
 		{"web address, scheme in capitals", "HTTPS://example.com/cat.png", 1, ""},
 		{"another scheme is refused", "ftp://example.com/cat.png", 0, "http(s) URL"},
 		{"a local file is refused", "file:///etc/cat.png", 0, "http(s) URL"},
-		{"not a picture", "data:text/html;base64,PGI+", 0, "PNG, JPEG, GIF or WebP"},
+		{"not a picture", "data:text/html;base64,PGI+", 0, "Only image data URLs are supported."},
 		{"not base64", "data:image/png,rawbytes", 0, "must be base64"},
 		{"broken base64", "data:image/png;base64,@@@@", 0, "base64 is invalid"},
 		{"empty", "data:image/png;base64,", 0, "base64 is invalid"},
@@ -330,6 +330,39 @@ func TestDataURLInAnyCaseAsHermes(t *testing.T) {
 			in, err := parseInput(c.api, body)
 			if want := "data:image/png;base64," + payload; err != nil || len(in.Attachments) != 1 || in.Attachments[0].GetUrl() != want {
 				t.Fatalf("%v, %v; want the picture %s", in.Attachments, err, want)
+			}
+		})
+	}
+}
+
+// A data: URL that is no picture (its media type, in any case, not
+// image/..., or no comma before its data) is refused as Hermes's
+// _normalize_multimodal_content refuses it: unsupported_content_type,
+// in its words, at the content.
+func TestNonPictureDataURLsAsHermes(t *testing.T) {
+	t.Parallel()
+	const msg = "Only image data URLs are supported. Non-image data payloads are not supported."
+	for _, c := range []struct{ name, api, url string }{
+		{"plain text", "", "data:text/plain,hello"},
+		{"a pdf", "responses", "data:application/pdf;base64,JVBERi0="},
+		{"html in capitals", "run", "DATA:TEXT/HTML;BASE64,PGI+"},
+		{"no media type", "", "data:,hello"},
+		{"a picture without a comma", "responses", "data:image/png;base64"},
+		{"nothing after the scheme", "", "data:"},
+		{"a media type that only begins as a picture's", "run", "data:imagex/png;base64,iVBORw0KGgo="},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			body := `{"input":[{"role":"user","content":[{"type":"input_text","text":"q"},{"type":"input_image","image_url":"` + c.url + `"}]}]}`
+			param := "input[0].content"
+			if c.api == "" {
+				body = `{"messages":[{"role":"user","content":[{"type":"text","text":"q"},{"type":"image_url","image_url":{"url":"` + c.url + `"}}]}]}`
+				param = "messages[0].content"
+			}
+			_, err := parseInput(c.api, body)
+			var inv *InvalidError
+			if !errors.As(err, &inv) || inv.Code != CodeUnsupportedContent || inv.Msg != msg || inv.Param != param {
+				t.Fatalf("error %#v, want %s %q at %s", err, CodeUnsupportedContent, msg, param)
 			}
 		})
 	}

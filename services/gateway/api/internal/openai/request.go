@@ -756,6 +756,9 @@ const (
 	msgNoImageURL  = "Image parts must include a non-empty image URL."
 	msgImageScheme = "Image inputs must use http(s) URLs or data:image/... URLs."
 	msgImageDetail = "Image detail must be a non-empty string when provided."
+	// msgDataNotImage (unsupported_content_type): a data: URL whose
+	// media type is not image/..., or without a comma before its data.
+	msgDataNotImage = "Only image data URLs are supported. Non-image data payloads are not supported."
 )
 
 // image checks a picture's URL and returns it as it is passed on: web
@@ -829,9 +832,14 @@ func imageAttachments(urls []string) []*eventsv1.Attachment {
 const maxImages = 16
 
 // checkDataURL accepts what OpenAI's API does inline: a PNG, JPEG, GIF or
-// WebP picture in base64.
+// WebP picture in base64. u's scheme and media type are in lower case
+// (inlineURL). A data: URL that is no picture at all is refused as
+// Hermes refuses it (msgDataNotImage).
 func checkDataURL(u string) error {
-	meta, _, _ := strings.Cut(strings.TrimPrefix(u, "data:"), ",")
+	meta, _, found := strings.Cut(strings.TrimPrefix(u, "data:"), ",")
+	if !found || !strings.HasPrefix(meta, "image/") {
+		return &InvalidError{Code: CodeUnsupportedContent, Msg: msgDataNotImage}
+	}
 	mime, enc, _ := strings.Cut(meta, ";")
 	if !attachment.IsImageType(mime) {
 		return fmt.Errorf("image_url: a data URL must hold a PNG, JPEG, GIF or WebP picture, not %q", Clip(mime, 40))

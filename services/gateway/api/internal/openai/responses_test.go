@@ -43,7 +43,7 @@ func TestParseResponses(t *testing.T) {
 		{name: "audio", body: `{"input":[{"role":"user","content":[{"type":"input_audio"}]}]}`, err: "input_audio", param: "input[0].content[0].type", code: CodeUnsupportedContent},
 		{name: "an uploaded picture", body: `{"input":[{"role":"user","content":[{"type":"input_image","file_id":"f"}]}]}`, err: "uploaded files", param: "input[0].content[0].file_id", code: CodeUnsupportedContent},
 		{name: "a picture without url", body: `{"input":[{"role":"user","content":[{"type":"input_image"}]}]}`, err: "Image parts must include a non-empty image URL.", param: "input[0].content", code: CodeInvalidImageURL},
-		{name: "not a picture", body: `{"input":[{"role":"user","content":[{"type":"input_image","image_url":"data:text/plain;base64,aGk="}]}]}`, err: "PNG, JPEG", param: "input[0].content"},
+		{name: "not a picture", body: `{"input":[{"role":"user","content":[{"type":"input_image","image_url":"data:text/plain;base64,aGk="}]}]}`, err: "Only image data URLs", param: "input[0].content", code: CodeUnsupportedContent},
 		{name: "content of another type", body: `{"input":[{"role":"user","content":{"text":"a"}}]}`, want: "{'text': 'a'}||0"},
 		{name: "content of a number or a boolean", body: `{"input":[{"role":"user","content":true},{"role":"user","content":7.0}]}`, want: "7.0|user:True|0"},
 		{name: "tools", body: `{"input":"a","tools":[{"type":"web_search"}]}`, err: "tools are not supported", param: "tools", code: CodeUnsupported},
