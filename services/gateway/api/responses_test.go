@@ -771,7 +771,7 @@ func TestResponsesBadRequests(t *testing.T) {
 		{"file part", "POST", base, testKey, item(`[{"type":"input_file","file_id":"file-1"}]`), nil, 400, "unsupported_content_type", "input[0].content[0].type"},
 		{"uploaded picture", "POST", base, testKey, item(`[{"type":"input_image","file_id":"file-1"}]`), nil, 400, "unsupported_content_type", "input[0].content[0].file_id"},
 		{"not a picture", "POST", base, testKey, item(`[{"type":"input_image","image_url":"data:text/html;base64,PGI+"}]`), nil, 400, "unsupported_content_type", "input[0].content"},
-		{"broken base64", "POST", base, testKey, item(`[{"type":"input_image","image_url":"data:image/png;base64,@@@@"}]`), nil, 400, "invalid_request", "input[0].content"},
+		{"broken base64", "POST", base, testKey, item(`[{"type":"input_image","image_url":"data:image/png;base64,@@@@"}]`), nil, 400, "invalid_image_url", "input[0].content"},
 		{"tools", "POST", base, testKey, `{"input":"a","tools":[{"type":"function","name":"f"}]}`, nil, 400, "unsupported_parameter", "tools"},
 		{"tool choice", "POST", base, testKey, `{"input":"a","tool_choice":"required"}`, nil, 400, "unsupported_parameter", "tool_choice"},
 		{"background", "POST", base, testKey, `{"input":"a","background":true}`, nil, 400, "unsupported_parameter", "background"},

@@ -163,9 +163,6 @@ func TestImageParts(t *testing.T) {
 		{"another scheme is refused", "ftp://example.com/cat.png", 0, "http(s) URL"},
 		{"a local file is refused", "file:///etc/cat.png", 0, "http(s) URL"},
 		{"not a picture", "data:text/html;base64,PGI+", 0, "Only image data URLs are supported."},
-		{"not base64", "data:image/png,rawbytes", 0, "must be base64"},
-		{"broken base64", "data:image/png;base64,@@@@", 0, "base64 is invalid"},
-		{"empty", "data:image/png;base64,", 0, "base64 is invalid"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -363,6 +360,67 @@ func TestNonPictureDataURLsAsHermes(t *testing.T) {
 			var inv *InvalidError
 			if !errors.As(err, &inv) || inv.Code != CodeUnsupportedContent || inv.Msg != msg || inv.Param != param {
 				t.Fatalf("error %#v, want %s %q at %s", err, CodeUnsupportedContent, msg, param)
+			}
+		})
+	}
+}
+
+// A data: URL of a picture is taken as Hermes takes it (any
+// data:image/... with a comma) where the picture reaches the model: its
+// data in base64 or percent-encoded (the runner decodes either into the
+// attachment store, RFC 2397, and the worker sends the model the bytes),
+// with parameters beside base64. Two refusals Hermes does not make are
+// kept, as their picture would never be shown:
+//   - a format other than PNG, JPEG, GIF and WebP (BMP, SVG, TIFF, HEIC):
+//     OpenAI's and Anthropic's APIs take only these four, and the worker
+//     neither reads nor sends any other (worker readPicture:
+//     errPictureFormat). Taken, the picture would be kept and never
+//     shown, and the client answered as if it had sent none; Hermes passes
+//     it on and its turn fails at the provider. So a 400 up front,
+//     unsupported_content_type, naming the formats taken.
+//   - data that does not decode (bad base64 or percent-escape) or is
+//     empty: nothing to keep. invalid_image_url, Hermes's code of a
+//     picture URL it cannot use.
+func TestImageDataURLFormats(t *testing.T) {
+	t.Parallel()
+	const badData = "The image data URL's data is neither valid base64 nor valid percent-encoding."
+	for _, c := range []struct {
+		name, api, url string
+		code, msg      string // the refusal's; none: taken
+	}{
+		{name: "percent-encoded", url: "data:image/png,%89PNG%0D%0A%1A%0A"},
+		{name: "raw bytes, not base64", api: "responses", url: "data:image/gif,GIF89a"},
+		{name: "a parameter before base64", api: "run", url: "data:image/png;name=a.png;base64,iVBORw0KGgo="},
+		{name: "jpeg", url: "data:image/jpeg;base64,/9j/4AAQ"},
+		{name: "bmp", url: "data:image/bmp;base64,Qk0=", code: CodeUnsupportedContent,
+			msg: "Only PNG, JPEG, GIF and WebP image data URLs are supported, not image/bmp."},
+		{name: "svg, not base64", api: "responses", url: "data:image/svg+xml,%3Csvg%2F%3E", code: CodeUnsupportedContent,
+			msg: "Only PNG, JPEG, GIF and WebP image data URLs are supported, not image/svg+xml."},
+		{name: "no subtype", api: "run", url: "data:image/;base64,iVBORw0KGgo=", code: CodeUnsupportedContent,
+			msg: "Only PNG, JPEG, GIF and WebP image data URLs are supported, not image/."},
+		{name: "broken base64", url: "data:image/png;base64,@@@@", code: CodeInvalidImageURL, msg: badData},
+		{name: "a broken percent-escape", api: "responses", url: "data:image/png,%zz", code: CodeInvalidImageURL, msg: badData},
+		{name: "no data", url: "data:image/png;base64,", code: CodeInvalidImageURL, msg: "The image data URL holds no data."},
+		{name: "no data, not base64", api: "run", url: "data:image/webp,", code: CodeInvalidImageURL, msg: "The image data URL holds no data."},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			body := `{"input":[{"role":"user","content":[{"type":"input_text","text":"q"},{"type":"input_image","image_url":"` + c.url + `"}]}]}`
+			param := "input[0].content"
+			if c.api == "" {
+				body = `{"messages":[{"role":"user","content":[{"type":"text","text":"q"},{"type":"image_url","image_url":{"url":"` + c.url + `"}}]}]}`
+				param = "messages[0].content"
+			}
+			in, err := parseInput(c.api, body)
+			if c.code == "" {
+				if err != nil || len(in.Attachments) != 1 || in.Attachments[0].GetUrl() != c.url {
+					t.Fatalf("%v, %v; want the picture %q", in.Attachments, err, c.url)
+				}
+				return
+			}
+			var inv *InvalidError
+			if !errors.As(err, &inv) || inv.Code != c.code || inv.Msg != c.msg || inv.Param != param {
+				t.Fatalf("error %#v, want %s %q at %s", err, c.code, c.msg, param)
 			}
 		})
 	}

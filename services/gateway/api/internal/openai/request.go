@@ -831,24 +831,31 @@ func imageAttachments(urls []string) []*eventsv1.Attachment {
 // the first maxImages they are named, not taken (imageAttachments).
 const maxImages = 16
 
-// checkDataURL accepts what OpenAI's API does inline: a PNG, JPEG, GIF or
-// WebP picture in base64. u's scheme and media type are in lower case
-// (inlineURL). A data: URL that is no picture at all is refused as
-// Hermes refuses it (msgDataNotImage).
+// checkDataURL accepts a data: URL of a picture whose data the runner can
+// keep (RFC 2397: base64, or percent-encoded, as attachment.ParseDataURL
+// decodes it) in a format the model is shown: PNG, JPEG, GIF or WebP.
+// u's scheme and media type are in lower case (inlineURL). A data: URL
+// that is no picture at all is refused as Hermes refuses it
+// (msgDataNotImage). Hermes passes any other data:image/... on; these
+// are refused here, as their picture would never be shown: another
+// format no provider takes and the worker does not send
+// (TestImageDataURLFormats), data that does not decode or is empty
+// nothing to keep.
 func checkDataURL(u string) error {
 	meta, _, found := strings.Cut(strings.TrimPrefix(u, "data:"), ",")
 	if !found || !strings.HasPrefix(meta, "image/") {
 		return &InvalidError{Code: CodeUnsupportedContent, Msg: msgDataNotImage}
 	}
-	mime, enc, _ := strings.Cut(meta, ";")
-	if !attachment.IsImageType(mime) {
-		return fmt.Errorf("image_url: a data URL must hold a PNG, JPEG, GIF or WebP picture, not %q", Clip(mime, 40))
+	if mime, _, _ := strings.Cut(meta, ";"); !attachment.IsImageType(mime) {
+		return &InvalidError{Code: CodeUnsupportedContent,
+			Msg: fmt.Sprintf("Only PNG, JPEG, GIF and WebP image data URLs are supported, not %s.", Clip(mime, 40))}
 	}
-	if enc != "base64" {
-		return errors.New("image_url: a data URL must be base64 (data:image/png;base64,...)")
-	}
-	if data, _, _, err := attachment.ParseDataURL(u); err != nil || len(data) == 0 {
-		return errors.New("image_url: the data URL's base64 is invalid")
+	data, _, _, err := attachment.ParseDataURL(u)
+	switch {
+	case err != nil:
+		return &InvalidError{Code: CodeInvalidImageURL, Msg: "The image data URL's data is neither valid base64 nor valid percent-encoding."}
+	case len(data) == 0:
+		return &InvalidError{Code: CodeInvalidImageURL, Msg: "The image data URL holds no data."}
 	}
 	return nil
 }
