@@ -425,3 +425,48 @@ func TestImageDataURLFormats(t *testing.T) {
 		})
 	}
 }
+
+// A content part whose type is none Hermes takes (text, input_text,
+// output_text, image_url, input_image, in any case and spacing) — one
+// of another name, or no string at all: a number, a boolean, null, an
+// array, an object, or absent — is refused as Hermes's
+// _normalize_multimodal_content refuses it (str(type), then unknown):
+// unsupported_content_type, in its words, naming the type by its Python
+// repr.
+func TestPartTypeAsHermes(t *testing.T) {
+	t.Parallel()
+	msg := func(repr string) string {
+		return "Unsupported content part type " + repr + ". Only text and image_url/input_image parts are supported."
+	}
+	for _, c := range []struct {
+		name, api, part, repr string
+	}{
+		{name: "a number", part: `{"type":5,"text":"a"}`, repr: "5"},
+		{name: "zero", api: "responses", part: `{"type":0,"text":"a"}`, repr: "0"},
+		{name: "a float", api: "run", part: `{"type":1.50,"text":"a"}`, repr: "1.5"},
+		{name: "true", part: `{"type":true,"text":"a"}`, repr: "True"},
+		{name: "false", api: "responses", part: `{"type":false,"text":"a"}`, repr: "False"},
+		{name: "null", part: `{"type":null,"text":"a"}`, repr: "None"},
+		{name: "absent", api: "run", part: `{"text":"a"}`, repr: "None"},
+		{name: "an array of a good type", part: `{"type":["text"],"text":"a"}`, repr: "['text']"},
+		{name: "an object", api: "responses", part: `{"type":{"k":1},"text":"a"}`, repr: "{'k': 1}"},
+		{name: "another name", part: `{"type":"input_file","file_id":"f"}`, repr: "'input_file'"},
+		{name: "an empty name", api: "run", part: `{"type":"","text":"a"}`, repr: "''"},
+		{name: "a name with a quote", api: "responses", part: `{"type":"it's","text":"a"}`, repr: `"it's"`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			body := `{"input":[{"role":"user","content":[{"type":"input_text","text":"q"},` + c.part + `]}]}`
+			param := "input[0].content[1].type"
+			if c.api == "" {
+				body = `{"messages":[{"role":"user","content":[{"type":"text","text":"q"},` + c.part + `]}]}`
+				param = "messages[0].content[1].type"
+			}
+			_, err := parseInput(c.api, body)
+			var inv *InvalidError
+			if want := msg(c.repr); !errors.As(err, &inv) || inv.Code != CodeUnsupportedContent || inv.Msg != want || inv.Param != param {
+				t.Fatalf("error %#v, want %s %q at %s", err, CodeUnsupportedContent, want, param)
+			}
+		})
+	}
+}

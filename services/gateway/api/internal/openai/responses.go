@@ -89,7 +89,13 @@ func (it *inputItem) UnmarshalJSON(b []byte) error {
 // exact names, as Hermes's part.get looks them up (UnmarshalJSON): a
 // part with "Type" has no type.
 type inputPart struct {
+	// Type is the part's type when it is a string; "" when it is none
+	// (TypeJSON tells which).
 	Type string
+	// TypeJSON is the type as it came (JSON; nil when absent): one that is
+	// no string is refused as Hermes refuses it, by its Python repr
+	// (unknownPart).
+	TypeJSON json.RawMessage
 	// Text is any JSON: a text part's text is read as Hermes reads it
 	// (partText).
 	Text json.RawMessage
@@ -107,10 +113,10 @@ func (p *inputPart) UnmarshalJSON(b []byte) error {
 	if err != nil {
 		return err
 	}
-	p.Text, p.ImageURL, p.Detail = f["text"], f["image_url"], f["detail"]
-	if p.Type, err = stringMember(f, "type"); err != nil {
-		return err
-	}
+	p.Text, p.ImageURL, p.Detail, p.TypeJSON = f["text"], f["image_url"], f["detail"], f["type"]
+	// A type that is no string is no type Hermes takes (str(type) is
+	// never one): refused with the others unknown, not as malformed.
+	_ = json.Unmarshal(p.TypeJSON, &p.Type)
 	p.FileID, err = stringMember(f, "file_id")
 	return err
 }
@@ -482,8 +488,7 @@ func responseContent(raw json.RawMessage, param string) (string, []string, error
 			}
 			images = append(images, u)
 		default:
-			return &InvalidError{Param: fmt.Sprintf("%s[%d].type", param, i), Code: CodeUnsupportedContent,
-				Msg: fmt.Sprintf("content parts of type %q are not supported: only text and images (text, input_text, image_url, input_image)", Clip(p.Type, 40))}
+			return unknownPart(fmt.Sprintf("%s[%d].type", param, i), p.TypeJSON)
 		}
 		return nil
 	})
@@ -494,6 +499,19 @@ func responseContent(raw json.RawMessage, param string) (string, []string, error
 		return "", nil, err
 	}
 	return strings.Join(texts, "\n"), images, nil
+}
+
+// unknownPart refuses a content part of a type Hermes does not take, of
+// JSON typ (nil: absent), as its _normalize_multimodal_content does:
+// unsupported_content_type, in its words, the type as Python's repr
+// gives it ('input_file', 5, True, None, ['text']), cut to 64 bytes.
+func unknownPart(param string, typ json.RawMessage) error {
+	repr := "None"
+	if len(typ) > 0 {
+		repr = pythonRepr(typ)
+	}
+	return &InvalidError{Param: param, Code: CodeUnsupportedContent,
+		Msg: fmt.Sprintf("Unsupported content part type %s. Only text and image_url/input_image parts are supported.", Clip(repr, 64))}
 }
 
 // partText reads a text part's text as Hermes's
