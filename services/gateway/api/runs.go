@@ -443,7 +443,7 @@ func parseSteer(body []byte) (string, error) {
 			}
 			text = strings.Join(texts, "\n")
 		}
-		if text = strings.TrimSpace(text); text == "" {
+		if text = openai.PythonStrip(text); text == "" {
 			return "", empty
 		}
 		return text, nil
@@ -525,7 +525,7 @@ func parseApproval(body []byte) (string, error) {
 	}
 	var choice string
 	_ = json.Unmarshal(req.Choice, &choice)
-	choice = strings.ToLower(strings.TrimSpace(choice))
+	choice = strings.ToLower(openai.PythonStrip(choice))
 	if alias, ok := choiceAliases[choice]; ok {
 		choice = alias
 	}

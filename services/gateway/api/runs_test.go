@@ -18,6 +18,7 @@ import (
 	"github.com/switchboard-chat/switchboard/pkg/bus"
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+	"github.com/switchboard-chat/switchboard/services/gateway/api/internal/openai"
 )
 
 // runAgent stands in for router, worker and delivery for runs: it reads
@@ -1309,8 +1310,8 @@ func FuzzRunMessageIDs(f *testing.F) {
 			t.Fatalf("%q is a request's id", full)
 		}
 		if _, err := parseApproval([]byte(`{"choice":` + fmt.Sprintf("%q", suffix) + `}`)); err == nil {
-			if _, ok := runChoices[strings.ToLower(strings.TrimSpace(suffix))]; !ok {
-				if _, alias := choiceAliases[strings.ToLower(strings.TrimSpace(suffix))]; !alias {
+			if _, ok := runChoices[strings.ToLower(openai.PythonStrip(suffix))]; !ok {
+				if _, alias := choiceAliases[strings.ToLower(openai.PythonStrip(suffix))]; !alias {
 					t.Fatalf("choice %q taken", suffix)
 				}
 			}

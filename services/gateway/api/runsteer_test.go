@@ -1,10 +1,13 @@
 package api
 
 import (
+	"errors"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/switchboard-chat/switchboard/services/gateway/api/internal/openai"
 )
 
 // Steering a running run, as Hermes: the text goes to the run's session
@@ -108,8 +111,8 @@ func TestRunSteerRefused(t *testing.T) {
 }
 
 // FuzzSteerBody checks the steer body parser on any body: it never
-// panics, and text it accepts is non-empty and trimmed (it follows
-// "/steer " in a chat command).
+// panics, and text it accepts is non-empty and stripped as Python strips
+// it (it follows "/steer " in a chat command).
 func FuzzSteerBody(f *testing.F) {
 	f.Add([]byte(`{"input":"also check the tests"}`))
 	f.Add([]byte(`{"message":[{"type":"text","text":"one"},"two",{"type":"input_image"}]}`))
@@ -125,8 +128,61 @@ func FuzzSteerBody(f *testing.F) {
 			}
 			return
 		}
-		if text == "" || text != strings.TrimSpace(text) {
+		if text == "" || text != openai.PythonStrip(text) {
 			t.Fatalf("text %q accepted", text)
 		}
 	})
+}
+
+// A steer's text and an approval's choice are stripped as Python's
+// str.strip() strips them, as the rest of the API reads text
+// (openai.PythonStrip): the separators U+001C to U+001F are blanks too,
+// so a text of them alone is empty and a choice between them is read.
+func TestSteerAndChoiceStrippedAsPython(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name, body, want string // want "": refused
+	}{
+		{"a steer between separators", "{\"input\":\"\\u001c check the tests \\u001f\"}", "check the tests"},
+		{"a steer part between separators", "{\"message\":[{\"type\":\"text\",\"text\":\"\\u001dtests\\u001e\"}]}", "tests"},
+		{"a steer of separators alone", "{\"input\":\"\\u001c\\u001d \\u001e\\u001f\"}", ""},
+		{"a steer of no-break spaces alone", "{\"text\":\"\\u00a0\\u3000\"}", ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			text, err := parseSteer([]byte(c.body))
+			if c.want == "" {
+				var inv *openai.InvalidError
+				if !errors.As(err, &inv) || inv.Code != "invalid_steer_input" {
+					t.Fatalf("%q, %v; want invalid_steer_input", text, err)
+				}
+				return
+			}
+			if err != nil || text != c.want {
+				t.Fatalf("%q, %v; want %q", text, err, c.want)
+			}
+		})
+	}
+	for _, c := range []struct {
+		name, body, want string // want "": refused
+	}{
+		{"a choice between separators", "{\"choice\":\"\\u001fSession\\u001c\"}", "session"},
+		{"an alias between separators", "{\"choice\":\"\\u001e approve\\n\"}", "once"},
+		{"separators alone", "{\"choice\":\"\\u001c\\u001f\"}", ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			choice, err := parseApproval([]byte(c.body))
+			if c.want == "" {
+				var inv *openai.InvalidError
+				if !errors.As(err, &inv) || inv.Code != "invalid_approval_choice" {
+					t.Fatalf("%q, %v; want invalid_approval_choice", choice, err)
+				}
+				return
+			}
+			if err != nil || choice != c.want {
+				t.Fatalf("%q, %v; want %q", choice, err, c.want)
+			}
+		})
+	}
 }
