@@ -59,6 +59,13 @@ func ParseRun(body []byte) (*Run, error) {
 		return nil, err
 	}
 	out.Context = append(out.Context, around...)
+	// As Hermes's run refuses it (if not user_message): a last item
+	// whose content Python holds false — 0, 0.0, false, {} as well as
+	// "", [] and null, which are empty here anyway — where a Responses
+	// request reads it as its Python text ("0", "False", "{}").
+	if m := in.lastMsg; !m.verbatim && falsy(m.content) {
+		return nil, invalid(m.param, "the input's last message is empty")
+	}
 	// A blank input is run, as Hermes's run takes it.
 	if out.Text, out.Attachments, err = in.text(false); err != nil {
 		return nil, err

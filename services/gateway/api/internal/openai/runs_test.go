@@ -101,6 +101,17 @@ func TestRunInputAsHermes(t *testing.T) {
 		{name: "an empty last item", body: `{"input":["q",{"role":"user","content":""}]}`, param: "input[1]"},
 		{name: "a last item without content", body: `{"input":["q",{"role":"user","content":null}]}`, param: "input[1]"},
 		{name: "empty text parts", body: `{"input":[{"role":"user","content":[{"type":"input_text","text":""}]}]}`, param: "input[0]"},
+		// Hermes's run refuses a last item whose content Python holds
+		// false (if not user_message), where a Responses request reads
+		// it as its Python text ("0", "False", "{}").
+		{name: "a last item whose content is 0", body: `{"input":["q",{"role":"user","content":0}]}`, param: "input[1]"},
+		{name: "a last item whose content is 0.0", body: `{"input":[{"role":"user","content":0.0}]}`, param: "input[0]"},
+		{name: "a last item whose content is -0", body: `{"input":[{"role":"user","content":-0}]}`, param: "input[0]"},
+		{name: "a last item whose content is false", body: `{"input":[{"role":"assistant","content":false}]}`, param: "input[0]"},
+		{name: "a last item whose content is an empty object", body: `{"input":[{"role":"user","content":{}}]}`, param: "input[0]"},
+		{name: "a last item whose content is 1", body: `{"input":[{"role":"user","content":1}]}`, want: "1"},
+		{name: "a last item whose content is true", body: `{"input":[{"role":"user","content":true}]}`, want: "True"},
+		{name: "a last item whose content is NaN", body: `{"input":[{"role":"user","content":NaN}]}`, want: "nan"},
 		{name: "earlier items after a history", body: `{"input":["a","b"],"conversation_history":[{"role":"user","content":"h"}]}`, want: "b|user:h|user:a"},
 		{name: "earlier items with a previous response", body: `{"input":["a","b"],"previous_response_id":"resp_1"}`, want: "b|user:a"},
 	} {
