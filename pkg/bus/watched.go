@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -32,11 +33,32 @@ const (
 	// HeaderServedBy, on a reply of no body, names the replica serving
 	// the request (its instance).
 	HeaderServedBy = "Switchboard-Served-By"
+	// HeaderTimeout, on a watched request whose context has a deadline,
+	// is the time left until it (milliseconds, as sent): its requester
+	// waits no longer, so its server has no use for an answer later
+	// (RequestTimeout).
+	HeaderTimeout = "Switchboard-Timeout-Ms"
 )
 
 // ErrServerGone: the replica that took a watched request is gone before
 // it answered; the request may be sent again.
 var ErrServerGone = errors.New("the replica serving the request is gone")
+
+// ErrNotAnswered: the context of a watched request ended while the
+// replica that took it was still there, its answer not come: the server
+// had the request and was working on it (a download that took longer
+// than its requester waits). It wraps the context's error too.
+var ErrNotAnswered = errors.New("the replica serving the request did not answer in time")
+
+// RequestTimeout is how long m's requester waits for the answer from when
+// m came (HeaderTimeout); ok is false when it did not say.
+func RequestTimeout(m *nats.Msg) (time.Duration, bool) {
+	ms, err := strconv.ParseInt(m.Header.Get(HeaderTimeout), 10, 64)
+	if err != nil {
+		return 0, false
+	}
+	return time.Duration(ms) * time.Millisecond, true
+}
 
 // noResponders is the status NATS replies with to a request nothing is
 // subscribed to.
@@ -59,7 +81,9 @@ func AckServedBy(m *nats.Msg, instance string) error {
 // RequestWatched is Request, watching the replica that serves it: once
 // it named itself (AckServedBy), its liveness subject alive(instance)
 // is asked every every; no responders there ends the request with
-// ErrServerGone. An unanswered question counts as alive.
+// ErrServerGone. An unanswered question counts as alive. ctx's deadline
+// is sent with the request (HeaderTimeout), and a ctx that ends after the
+// server named itself, still there, ends the request with ErrNotAnswered.
 func (b *Bus) RequestWatched(ctx context.Context, subject string, req, resp proto.Message, alive func(instance string) string, every time.Duration) error {
 	ctx, span := otel.Tracer(tracerName).Start(ctx, "request "+subject, trace.WithSpanKind(trace.SpanKindClient))
 	defer span.End()
@@ -68,6 +92,9 @@ func (b *Bus) RequestWatched(ctx context.Context, subject string, req, resp prot
 		return err
 	}
 	msg.Header.Set(HeaderWatchServer, "1")
+	if deadline, ok := ctx.Deadline(); ok {
+		msg.Header.Set(HeaderTimeout, strconv.FormatInt(time.Until(deadline).Milliseconds(), 10))
+	}
 	msg.Reply = b.nc.NewInbox()
 	replies := make(chan *nats.Msg, 4)
 	sub, err := b.nc.ChanSubscribe(msg.Reply, replies)
@@ -108,6 +135,9 @@ func (b *Bus) RequestWatched(ctx context.Context, subject string, req, resp prot
 	for {
 		select {
 		case <-ctx.Done():
+			if server != "" {
+				return fail(fmt.Errorf("%w (%s): %w", ErrNotAnswered, server, ctx.Err()))
+			}
 			return fail(ctx.Err())
 		case m := <-replies:
 			if done, err := take(m); done {

@@ -27,9 +27,11 @@ const fetchWait = 70 * time.Second
 const fetchAliveEvery = time.Second
 
 // errFetchLater: no gateway replica could download an attachment now
-// (none answering, all busy, stopping, no answer in time). The turn is
-// tried again later, with nothing written; its last attempt goes on
-// without the attachment, naming it as not downloaded.
+// (none answering, all busy, stopping, gone). The turn is tried again
+// later, with nothing written; its last attempt goes on without the
+// attachment, naming it as not downloaded. A replica that was asked and
+// is there but did not finish within fetchWait is no reason to try
+// again: the turn goes on without the file (afterFetchWait).
 var errFetchLater = errors.New("attachment cannot be downloaded now")
 
 // stoppedByUser reports whether ctx was ended by a /stop, a newer message
@@ -54,7 +56,7 @@ func (r *turnRun) fetchAttachments(ctx context.Context, in *eventsv1.MessageRece
 	}
 	// One bound for the message's attachments together: a gateway that
 	// hangs costs the turn fetchWait once, not once per attachment.
-	fctx, cancel := context.WithTimeout(ctx, fetchWait)
+	fctx, cancel := context.WithTimeout(ctx, r.s.cfg.FetchWait)
 	defer cancel()
 	for i, a := range in.GetAttachments() {
 		if !toFetch(a, want) {
@@ -64,6 +66,11 @@ func (r *turnRun) fetchAttachments(ctx context.Context, in *eventsv1.MessageRece
 			Name: attachment.Name(src.GetPlatform(), src.GetAccount(), in.GetEventId(), i)}
 		resp := &eventsv1.AttachmentFetched{}
 		err := r.fetch(fctx, src.GetPlatform(), req, resp)
+		if errors.Is(err, bus.ErrNotAnswered) && ctx.Err() == nil {
+			// A live replica was downloading it: another attempt would
+			// wait as long again.
+			resp, err = r.afterFetchWait(ctx, req.GetName())
+		}
 		switch {
 		case stoppedByUser(ctx):
 			a.Unavailable = "it was not read: the request was stopped first"
@@ -82,6 +89,32 @@ func (r *turnRun) fetchAttachments(ctx context.Context, in *eventsv1.MessageRece
 		}
 	}
 	return nil
+}
+
+// afterFetchWait answers for a download that a live gateway replica did
+// not finish within fetchWait: the turn goes on now, as its last attempt
+// would, rather than being tried again to wait as long. What the store
+// holds under name now is what a resumed attempt finds
+// (lookUpAttachments): the gateway stores nothing after the time the
+// worker waits (it was told it, less a margin), so a file there was
+// stored in time, its answer lost, and is read, and none is unavailable
+// for good. A store that does not say leaves the attempt to be tried
+// again (errFetchLater).
+func (r *turnRun) afterFetchWait(ctx context.Context, name string) (*eventsv1.AttachmentFetched, error) {
+	if r.s.media == nil {
+		return &eventsv1.AttachmentFetched{Unavailable: "it could not be downloaded"}, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, lookupWait)
+	defer cancel()
+	size, mime, err := r.s.media.Info(ctx, name)
+	switch {
+	case err == nil:
+		return &eventsv1.AttachmentFetched{BytesRef: name, SizeBytes: size, MimeType: mime}, nil
+	case errors.Is(err, attachment.ErrNotFound):
+		r.log.Info("attachment not downloaded in time; the turn goes on without it", "name", name)
+		return &eventsv1.AttachmentFetched{Unavailable: "it could not be downloaded"}, nil
+	}
+	return &eventsv1.AttachmentFetched{}, fmt.Errorf("look up an attachment not downloaded in time: %w", err)
 }
 
 // toFetch reports whether a is one a turn has its gateway download:
