@@ -54,9 +54,13 @@ func (r *turnRun) fetchAttachments(ctx context.Context, in *eventsv1.MessageRece
 	if src.GetPlatform() == "api" {
 		return nil // inline pictures are kept as they arrive; addresses go to the model
 	}
-	// One bound for the message's attachments together: a gateway that
-	// hangs costs the turn fetchWait once, not once per attachment.
-	fctx, cancel := context.WithTimeout(ctx, r.s.cfg.FetchWait)
+	// One bound for the attempt's attachments, of all its messages (a
+	// merged turn has several): a gateway that hangs costs the turn
+	// fetchWait once, not once per attachment or message.
+	if r.fetchBy.IsZero() {
+		r.fetchBy = time.Now().Add(r.s.cfg.FetchWait)
+	}
+	fctx, cancel := context.WithDeadline(ctx, r.fetchBy)
 	defer cancel()
 	for i, a := range in.GetAttachments() {
 		if !toFetch(a, want) {
@@ -65,8 +69,13 @@ func (r *turnRun) fetchAttachments(ctx context.Context, in *eventsv1.MessageRece
 		req := &eventsv1.AttachmentFetchRequested{Attachment: a, Account: src.GetAccount(),
 			Name: attachment.Name(src.GetPlatform(), src.GetAccount(), in.GetEventId(), i)}
 		resp := &eventsv1.AttachmentFetched{}
-		err := r.fetch(fctx, src.GetPlatform(), req, resp)
-		if errors.Is(err, bus.ErrNotAnswered) && ctx.Err() == nil {
+		var err error
+		if time.Until(r.fetchBy) < lookupWait {
+			// The bound went on the attempt's earlier downloads, from a
+			// live replica (the others end the attempt): too little is
+			// left for a replica to even say it took the request.
+			resp, err = r.afterFetchWait(ctx, req.GetName())
+		} else if err = r.fetch(fctx, src.GetPlatform(), req, resp); errors.Is(err, bus.ErrNotAnswered) && ctx.Err() == nil {
 			// A live replica was downloading it: another attempt would
 			// wait as long again.
 			resp, err = r.afterFetchWait(ctx, req.GetName())

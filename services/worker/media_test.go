@@ -406,7 +406,10 @@ func (p *fetchingPlatform) Fetch(ctx context.Context, a *eventsv1.Attachment) (i
 		}
 	}
 	if p.slow > 0 {
-		time.Sleep(p.slow)
+		select {
+		case <-time.After(p.slow):
+		case <-p.hangUp:
+		}
 		p.ended.Add(1)
 	}
 	p.mu.Lock()
@@ -576,6 +579,36 @@ func TestASlowDownloadGoesOnWithoutTheFile(t *testing.T) {
 				t.Fatalf("the store holds %s after the worker gave it up (%v): a resumed attempt would read it", name, err)
 			}
 		})
+	}
+}
+
+// A merged turn's messages share one bound for their downloads
+// (FetchWait), the attempt's: a gateway whose downloads do not end costs
+// the turn that bound once, not once per message.
+func TestAMergedTurnWaitsForItsDownloadsOnce(t *testing.T) {
+	t.Parallel()
+	const wait = 4 * time.Second
+	h := newHarness(t)
+	p := &fetchingPlatform{Memory: platformtest.NewMemory("bot1", false), files: map[string]string{"d1": "late", "d2": "late"},
+		slow: 3 * wait, hangUp: make(chan struct{})}
+	startGateway(t, h, p)
+	t.Cleanup(func() { close(p.hangUp) }) // before the gateway stops
+	h.setGeneration("s1", 1)
+	h.startWorker("w1", func(c *worker.Config, _ *worker.Deps) { c.FetchWait, c.MaxDeliver = wait, 5 })
+	origin := &eventsv1.SessionSource{Platform: "memory", Account: "bot1", ChatId: "99", ChatType: "dm", UserId: "u1"}
+	doc := func(id, name string) []*eventsv1.Attachment {
+		return []*eventsv1.Attachment{{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_DOCUMENT, PlatformFileId: id, MimeType: "text/plain", FileName: name}}
+	}
+	began := time.Now()
+	req := h.requestTurn("s1", "read these", turnOpts{origin: origin, attachments: doc("d1", "a.txt"), merged: [][]*eventsv1.Attachment{doc("d2", "b.txt")}})
+	if c := h.waitCompleted(req.TurnId); c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_COMPLETED {
+		t.Fatalf("status %v (%s)", c.GetStatus(), c.GetError())
+	}
+	if took := time.Since(began); took > 2*wait-time.Second {
+		t.Fatalf("answered after %v: want about %v, the turn's bound once", took, wait)
+	}
+	if got, want := h.fake.Requests()[0].LastUserText(), "[Attachment: document b.txt (unavailable: it could not be downloaded)]"; got != want {
+		t.Fatalf("the model read %q, want %q", got, want)
 	}
 }
 
