@@ -21,7 +21,8 @@ import (
 // names its replica (AckServedBy), then with its answer. Meanwhile the
 // requester asks the replica's liveness subject, every so often, and a
 // replica that is gone (NATS answers no responders at once, as it does
-// once a kill -9 closed its connection) ends the request with
+// once a kill -9 closed its connection, and still after GoneGrace, which
+// a replica that is only reconnecting is not) ends the request with
 // ErrServerGone, instead of the request waiting out its whole bound for
 // an answer that will never come. A server of an older release sends no
 // such message: the request then waits as any.
@@ -60,6 +61,16 @@ func RequestTimeout(m *nats.Msg) (time.Duration, bool) {
 	return time.Duration(ms) * time.Millisecond, true
 }
 
+// GoneGrace is how long a replica's liveness subject must have answered
+// no responders before the replica counts as gone. NATS answers so for a
+// replica that runs but whose connection dropped (its server restarted,
+// its cluster node left, the server closed it as a slow consumer) as for
+// a killed one, until it has reconnected and its subscriptions are back;
+// its work goes on meanwhile, and its answer comes once it is back. A
+// reconnect takes up to Connect's ReconnectWait (1 s) and its jitter
+// once a server is there to take it.
+const GoneGrace = 3 * time.Second
+
 // noResponders is the status NATS replies with to a request nothing is
 // subscribed to.
 const noResponders = "503"
@@ -80,8 +91,8 @@ func AckServedBy(m *nats.Msg, instance string) error {
 
 // RequestWatched is Request, watching the replica that serves it: once
 // it named itself (AckServedBy), its liveness subject alive(instance)
-// is asked every every; no responders there ends the request with
-// ErrServerGone. An unanswered question counts as alive. ctx's deadline
+// is asked every every; no responders there, still after GoneGrace,
+// ends the request with ErrServerGone. An unanswered question counts as alive. ctx's deadline
 // is sent with the request (HeaderTimeout), and a ctx that ends after the
 // server named itself, still there, ends the request with ErrNotAnswered.
 func (b *Bus) RequestWatched(ctx context.Context, subject string, req, resp proto.Message, alive func(instance string) string, every time.Duration) error {
@@ -111,6 +122,7 @@ func (b *Bus) RequestWatched(ctx context.Context, subject string, req, resp prot
 	}
 	var tick <-chan time.Time
 	var server string
+	var silentSince time.Time // of the server's liveness subject's no responders
 	stopTick := func() {}
 	defer func() { stopTick() }()
 	// take takes a reply: done once it is the answer (or says none
@@ -148,7 +160,14 @@ func (b *Bus) RequestWatched(ctx context.Context, subject string, req, resp prot
 			_, err := b.nc.RequestWithContext(actx, alive(server), nil)
 			cancel()
 			if !errors.Is(err, nats.ErrNoResponders) {
+				silentSince = time.Time{}
 				continue
+			}
+			if silentSince.IsZero() {
+				silentSince = time.Now()
+			}
+			if time.Since(silentSince) < GoneGrace {
+				continue // maybe reconnecting
 			}
 			// Gone; unless its answer came meanwhile.
 		drain:

@@ -182,9 +182,11 @@ func (r *turnRun) lookUpAttachments(ctx context.Context, in *eventsv1.MessageRec
 
 // fetch asks a gateway replica of platform to download req's attachment.
 // A replica that is gone before it answered (killed mid-download: its
-// connection closed) is found so within fetchAliveEvery, and another
-// replica is asked at once, instead of the turn waiting fetchWait for an
-// answer that will not come and then being tried again later.
+// connection closed) is found so within bus.GoneGrace and
+// fetchAliveEvery, and another replica is asked at once, instead of the
+// turn waiting fetchWait for an answer that will not come and then being
+// tried again later. One that is only reconnecting is back before, and
+// its download and answer are waited for: not done again elsewhere.
 func (r *turnRun) fetch(ctx context.Context, platform string, req *eventsv1.AttachmentFetchRequested, resp *eventsv1.AttachmentFetched) error {
 	alive := func(instance string) string { return r.s.bus.Topology().SendingSubject(platform, instance) }
 	for {

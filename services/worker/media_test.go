@@ -614,8 +614,9 @@ func TestAMergedTurnWaitsForItsDownloadsOnce(t *testing.T) {
 
 // A gateway replica killed while it downloads an attachment (its
 // connection closed, its download never answered) is found gone within
-// a second or two, and another replica downloads it: the turn does not
-// wait out fetchWait (70 s) and then a redelivery, as it did.
+// a few seconds (bus.GoneGrace), and another replica downloads it: the
+// turn does not wait out fetchWait (70 s) and then a redelivery, as it
+// did.
 func TestGoneGatewayReplicaIsNotWaitedFor(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
