@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -20,7 +21,8 @@ import (
 // names its replica (AckServedBy), then with its answer. Meanwhile the
 // requester asks the replica's liveness subject, every so often, and a
 // replica that is gone (NATS answers no responders at once, as it does
-// once a kill -9 closed its connection) ends the request with
+// once a kill -9 closed its connection, and still after GoneGrace, which
+// a replica that is only reconnecting is not) ends the request with
 // ErrServerGone, instead of the request waiting out its whole bound for
 // an answer that will never come. A server of an older release sends no
 // such message: the request then waits as any.
@@ -32,11 +34,42 @@ const (
 	// HeaderServedBy, on a reply of no body, names the replica serving
 	// the request (its instance).
 	HeaderServedBy = "Switchboard-Served-By"
+	// HeaderTimeout, on a watched request whose context has a deadline,
+	// is the time left until it (milliseconds, as sent): its requester
+	// waits no longer, so its server has no use for an answer later
+	// (RequestTimeout).
+	HeaderTimeout = "Switchboard-Timeout-Ms"
 )
 
 // ErrServerGone: the replica that took a watched request is gone before
 // it answered; the request may be sent again.
 var ErrServerGone = errors.New("the replica serving the request is gone")
+
+// ErrNotAnswered: the context of a watched request ended while the
+// replica that took it was still there, its answer not come: the server
+// had the request and was working on it (a download that took longer
+// than its requester waits). It wraps the context's error too.
+var ErrNotAnswered = errors.New("the replica serving the request did not answer in time")
+
+// RequestTimeout is how long m's requester waits for the answer from when
+// m came (HeaderTimeout); ok is false when it did not say.
+func RequestTimeout(m *nats.Msg) (time.Duration, bool) {
+	ms, err := strconv.ParseInt(m.Header.Get(HeaderTimeout), 10, 64)
+	if err != nil {
+		return 0, false
+	}
+	return time.Duration(ms) * time.Millisecond, true
+}
+
+// GoneGrace is how long a replica's liveness subject must have answered
+// no responders before the replica counts as gone. NATS answers so for a
+// replica that runs but whose connection dropped (its server restarted,
+// its cluster node left, the server closed it as a slow consumer) as for
+// a killed one, until it has reconnected and its subscriptions are back;
+// its work goes on meanwhile, and its answer comes once it is back. A
+// reconnect takes up to Connect's ReconnectWait (1 s) and its jitter
+// once a server is there to take it.
+const GoneGrace = 3 * time.Second
 
 // noResponders is the status NATS replies with to a request nothing is
 // subscribed to.
@@ -58,8 +91,10 @@ func AckServedBy(m *nats.Msg, instance string) error {
 
 // RequestWatched is Request, watching the replica that serves it: once
 // it named itself (AckServedBy), its liveness subject alive(instance)
-// is asked every every; no responders there ends the request with
-// ErrServerGone. An unanswered question counts as alive.
+// is asked every every; no responders there, still after GoneGrace,
+// ends the request with ErrServerGone. An unanswered question counts as alive. ctx's deadline
+// is sent with the request (HeaderTimeout), and a ctx that ends after the
+// server named itself, still there, ends the request with ErrNotAnswered.
 func (b *Bus) RequestWatched(ctx context.Context, subject string, req, resp proto.Message, alive func(instance string) string, every time.Duration) error {
 	ctx, span := otel.Tracer(tracerName).Start(ctx, "request "+subject, trace.WithSpanKind(trace.SpanKindClient))
 	defer span.End()
@@ -68,6 +103,9 @@ func (b *Bus) RequestWatched(ctx context.Context, subject string, req, resp prot
 		return err
 	}
 	msg.Header.Set(HeaderWatchServer, "1")
+	if deadline, ok := ctx.Deadline(); ok {
+		msg.Header.Set(HeaderTimeout, strconv.FormatInt(time.Until(deadline).Milliseconds(), 10))
+	}
 	msg.Reply = b.nc.NewInbox()
 	replies := make(chan *nats.Msg, 4)
 	sub, err := b.nc.ChanSubscribe(msg.Reply, replies)
@@ -84,6 +122,7 @@ func (b *Bus) RequestWatched(ctx context.Context, subject string, req, resp prot
 	}
 	var tick <-chan time.Time
 	var server string
+	var silentSince time.Time // of the server's liveness subject's no responders
 	stopTick := func() {}
 	defer func() { stopTick() }()
 	// take takes a reply: done once it is the answer (or says none
@@ -108,6 +147,9 @@ func (b *Bus) RequestWatched(ctx context.Context, subject string, req, resp prot
 	for {
 		select {
 		case <-ctx.Done():
+			if server != "" {
+				return fail(fmt.Errorf("%w (%s): %w", ErrNotAnswered, server, ctx.Err()))
+			}
 			return fail(ctx.Err())
 		case m := <-replies:
 			if done, err := take(m); done {
@@ -118,7 +160,14 @@ func (b *Bus) RequestWatched(ctx context.Context, subject string, req, resp prot
 			_, err := b.nc.RequestWithContext(actx, alive(server), nil)
 			cancel()
 			if !errors.Is(err, nats.ErrNoResponders) {
+				silentSince = time.Time{}
 				continue
+			}
+			if silentSince.IsZero() {
+				silentSince = time.Now()
+			}
+			if time.Since(silentSince) < GoneGrace {
+				continue // maybe reconnecting
 			}
 			// Gone; unless its answer came meanwhile.
 		drain:

@@ -25,6 +25,14 @@ import (
 // asked for.
 const FetchTimeout = time.Minute
 
+// fetchReplyMargin: a download a worker asked for ends this long before
+// the worker stops waiting for it (bus.RequestTimeout), so its answer
+// reaches the worker in time, and nothing is stored once the worker went
+// on without the file: a resumed attempt of the turn, which looks the
+// file up in the store, would read what its stored message says the
+// turn never had.
+const fetchReplyMargin = 2 * time.Second
+
 // fetchConcurrency bounds the downloads one gateway replica runs at once.
 const fetchConcurrency = 8
 
@@ -81,7 +89,8 @@ func (r *Runner) prepareAttachments(ctx context.Context, ev *eventsv1.MessageRec
 
 // serveFetch answers a worker's AttachmentFetchRequested, after naming
 // this replica to a worker that asked (its sending subject, which
-// serveSending answers, tells the worker it is still there).
+// serveSending answers, tells the worker it is still there), within the
+// time the worker waits, less fetchReplyMargin.
 func (r *Runner) serveFetch(ctx context.Context, m *nats.Msg) {
 	ctx, span := otel.Tracer("github.com/switchboard-chat/switchboard/pkg/platform").Start(ctx, "platform fetch "+r.name,
 		trace.WithSpanKind(trace.SpanKindServer))
@@ -90,6 +99,11 @@ func (r *Runner) serveFetch(ctx context.Context, m *nats.Msg) {
 	// found gone and another replica is asked (bus.RequestWatched).
 	if err := bus.AckServedBy(m, r.opts.Instance); err != nil {
 		r.log.Debug("name the fetch's replica", "err", err)
+	}
+	if wait, ok := bus.RequestTimeout(m); ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, wait-fetchReplyMargin)
+		defer cancel()
 	}
 	req := &eventsv1.AttachmentFetchRequested{}
 	var reply *eventsv1.AttachmentFetched

@@ -10,6 +10,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/switchboard-chat/switchboard/pkg/bus"
 )
 
 // sendingAskTimeout bounds the question to the replica whose reservation
@@ -18,15 +20,11 @@ import (
 const sendingAskTimeout = time.Second
 
 // goneGrace is how long after a first "no responders" the replica that
-// reserved a key is asked again before it counts as gone. NATS answers
-// so for a replica that runs but whose connection dropped (its server
-// restarted, its cluster node left, the server closed it as a slow
-// consumer) as for a killed one, until it has reconnected and its
-// subscriptions are back; its send goes on at the platform meanwhile,
-// and taking its key over would post the message twice. A reconnect
-// takes up to bus.Connect's ReconnectWait (1 s) and its jitter once a
-// server is there to take it.
-const goneGrace = 3 * time.Second
+// reserved a key is asked again before it counts as gone: a replica only
+// reconnecting gets the same answer (bus.GoneGrace), its send goes on at
+// the platform meanwhile, and taking its key over would post the message
+// twice.
+const goneGrace = bus.GoneGrace
 
 // inProgress is the receipts bucket's value for a key whose send is under
 // way: not a protobuf SendReceipt (field number 0 is invalid). The entry's

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/switchboard-chat/switchboard/pkg/bus"
 )
 
 // A replica killed while it sends outbox rows (kill -9) leaves them
@@ -32,9 +34,8 @@ const goneEvery = time.Second
 
 // goneAfter is how long a replica's question must have got no responders,
 // asked every goneEvery, before the replica counts as gone: longer than
-// a live replica's reconnect (bus.Connect's ReconnectWait, 1 s, and its
-// jitter, once a server is there to take it).
-const goneAfter = 3 * time.Second
+// a live replica's reconnect (bus.GoneGrace).
+const goneAfter = bus.GoneGrace
 
 // serveAlive answers the other replicas' question whether this one still
 // runs. Subscribed before the first send and unsubscribed after the last

@@ -224,7 +224,10 @@ type turnOpts struct {
 	// voiceByDownload: the input's gateway types it a voice message by
 	// the files downloaded (Slack, Mattermost).
 	voiceByDownload bool
-	limit           int32 // the turn's context limit (an API request's truncation "auto")
+	// merged are the attachments of further messages merged into the
+	// turn, one message each.
+	merged [][]*eventsv1.Attachment
+	limit  int32 // the turn's context limit (an API request's truncation "auto")
 }
 
 // requestTurn does what the router does: wait for and take the session
@@ -280,6 +283,10 @@ func (h *harness) requestTurn(key, text string, o turnOpts) *turnsv1.TurnRequest
 		SkillsNote:       o.skillsNote,
 		GoalActive:       o.goal,
 		ContextLimit:     o.limit,
+	}
+	for i, atts := range o.merged {
+		req.Inputs = append(req.Inputs, &eventsv1.MessageReceived{EventId: fmt.Sprintf("ev%d.%d", n, i+1),
+			MessageId: fmt.Sprintf("m%d.%d", n, i+1), Source: o.origin, Attachments: atts})
 	}
 	if o.flush {
 		req.MemoryFlush, req.Inputs = true, nil

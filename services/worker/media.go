@@ -27,9 +27,11 @@ const fetchWait = 70 * time.Second
 const fetchAliveEvery = time.Second
 
 // errFetchLater: no gateway replica could download an attachment now
-// (none answering, all busy, stopping, no answer in time). The turn is
-// tried again later, with nothing written; its last attempt goes on
-// without the attachment, naming it as not downloaded.
+// (none answering, all busy, stopping, gone). The turn is tried again
+// later, with nothing written; its last attempt goes on without the
+// attachment, naming it as not downloaded. A replica that was asked and
+// is there but did not finish within fetchWait is no reason to try
+// again: the turn goes on without the file (afterFetchWait).
 var errFetchLater = errors.New("attachment cannot be downloaded now")
 
 // stoppedByUser reports whether ctx was ended by a /stop, a newer message
@@ -52,9 +54,13 @@ func (r *turnRun) fetchAttachments(ctx context.Context, in *eventsv1.MessageRece
 	if src.GetPlatform() == "api" {
 		return nil // inline pictures are kept as they arrive; addresses go to the model
 	}
-	// One bound for the message's attachments together: a gateway that
-	// hangs costs the turn fetchWait once, not once per attachment.
-	fctx, cancel := context.WithTimeout(ctx, fetchWait)
+	// One bound for the attempt's attachments, of all its messages (a
+	// merged turn has several): a gateway that hangs costs the turn
+	// fetchWait once, not once per attachment or message.
+	if r.fetchBy.IsZero() {
+		r.fetchBy = time.Now().Add(r.s.cfg.FetchWait)
+	}
+	fctx, cancel := context.WithDeadline(ctx, r.fetchBy)
 	defer cancel()
 	for i, a := range in.GetAttachments() {
 		if !toFetch(a, want) {
@@ -63,7 +69,17 @@ func (r *turnRun) fetchAttachments(ctx context.Context, in *eventsv1.MessageRece
 		req := &eventsv1.AttachmentFetchRequested{Attachment: a, Account: src.GetAccount(),
 			Name: attachment.Name(src.GetPlatform(), src.GetAccount(), in.GetEventId(), i)}
 		resp := &eventsv1.AttachmentFetched{}
-		err := r.fetch(fctx, src.GetPlatform(), req, resp)
+		var err error
+		if time.Until(r.fetchBy) < lookupWait {
+			// The bound went on the attempt's earlier downloads, from a
+			// live replica (the others end the attempt): too little is
+			// left for a replica to even say it took the request.
+			resp, err = r.afterFetchWait(ctx, req.GetName())
+		} else if err = r.fetch(fctx, src.GetPlatform(), req, resp); errors.Is(err, bus.ErrNotAnswered) && ctx.Err() == nil {
+			// A live replica was downloading it: another attempt would
+			// wait as long again.
+			resp, err = r.afterFetchWait(ctx, req.GetName())
+		}
 		switch {
 		case stoppedByUser(ctx):
 			a.Unavailable = "it was not read: the request was stopped first"
@@ -82,6 +98,32 @@ func (r *turnRun) fetchAttachments(ctx context.Context, in *eventsv1.MessageRece
 		}
 	}
 	return nil
+}
+
+// afterFetchWait answers for a download that a live gateway replica did
+// not finish within fetchWait: the turn goes on now, as its last attempt
+// would, rather than being tried again to wait as long. What the store
+// holds under name now is what a resumed attempt finds
+// (lookUpAttachments): the gateway stores nothing after the time the
+// worker waits (it was told it, less a margin), so a file there was
+// stored in time, its answer lost, and is read, and none is unavailable
+// for good. A store that does not say leaves the attempt to be tried
+// again (errFetchLater).
+func (r *turnRun) afterFetchWait(ctx context.Context, name string) (*eventsv1.AttachmentFetched, error) {
+	if r.s.media == nil {
+		return &eventsv1.AttachmentFetched{Unavailable: "it could not be downloaded"}, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, lookupWait)
+	defer cancel()
+	size, mime, err := r.s.media.Info(ctx, name)
+	switch {
+	case err == nil:
+		return &eventsv1.AttachmentFetched{BytesRef: name, SizeBytes: size, MimeType: mime}, nil
+	case errors.Is(err, attachment.ErrNotFound):
+		r.log.Info("attachment not downloaded in time; the turn goes on without it", "name", name)
+		return &eventsv1.AttachmentFetched{Unavailable: "it could not be downloaded"}, nil
+	}
+	return &eventsv1.AttachmentFetched{}, fmt.Errorf("look up an attachment not downloaded in time: %w", err)
 }
 
 // toFetch reports whether a is one a turn has its gateway download:
@@ -140,9 +182,11 @@ func (r *turnRun) lookUpAttachments(ctx context.Context, in *eventsv1.MessageRec
 
 // fetch asks a gateway replica of platform to download req's attachment.
 // A replica that is gone before it answered (killed mid-download: its
-// connection closed) is found so within fetchAliveEvery, and another
-// replica is asked at once, instead of the turn waiting fetchWait for an
-// answer that will not come and then being tried again later.
+// connection closed) is found so within bus.GoneGrace and
+// fetchAliveEvery, and another replica is asked at once, instead of the
+// turn waiting fetchWait for an answer that will not come and then being
+// tried again later. One that is only reconnecting is back before, and
+// its download and answer are waited for: not done again elsewhere.
 func (r *turnRun) fetch(ctx context.Context, platform string, req *eventsv1.AttachmentFetchRequested, resp *eventsv1.AttachmentFetched) error {
 	alive := func(instance string) string { return r.s.bus.Topology().SendingSubject(platform, instance) }
 	for {

@@ -364,6 +364,12 @@ type fetchingPlatform struct {
 	// hangUp, when closed, ends a hanging download: the test is over. (A
 	// gateway's stop waits for its downloads up to its SendTimeout, 30 s.)
 	hangUp chan struct{}
+	// slow, when set, is how long every download takes, heedless of its
+	// context, as a platform's that does not honour it.
+	slow time.Duration
+	// ended counts the hanging downloads their context ended and the
+	// slow ones that are over.
+	ended atomic.Int32
 }
 
 // startGateway runs p's gateway with attachments on, for the test.
@@ -393,10 +399,18 @@ func (p *fetchingPlatform) Fetch(ctx context.Context, a *eventsv1.Attachment) (i
 		p.entered <- struct{}{}
 		select { // a download that never ends while the test runs
 		case <-ctx.Done():
+			p.ended.Add(1)
 			return nil, "", ctx.Err()
 		case <-p.hangUp:
 			return nil, "", errors.New("the test ended")
 		}
+	}
+	if p.slow > 0 {
+		select {
+		case <-time.After(p.slow):
+		case <-p.hangUp:
+		}
+		p.ended.Add(1)
 	}
 	p.mu.Lock()
 	flaky := p.flaky[a.GetPlatformFileId()]
@@ -510,10 +524,99 @@ func TestUnreachableGatewayTriesTheTurnAgain(t *testing.T) {
 	}
 }
 
+// A live gateway replica whose download does not end within the
+// attempt's bound (FetchWait) leaves the turn to go on at once without
+// the file, as its last attempt does, not to be tried again: each
+// attempt would wait as long, MaxDeliver times. The gateway's download
+// ends with the worker's bound, and one that does not heed it stores
+// nothing late: a resumed attempt (lookUpAttachments) finds the file
+// unavailable, as the stored message says it is.
+func TestASlowDownloadGoesOnWithoutTheFile(t *testing.T) {
+	t.Parallel()
+	const wait = 3 * time.Second
+	for _, tc := range []struct {
+		name string
+		p    *fetchingPlatform
+	}{
+		{"hangs", &fetchingPlatform{Memory: platformtest.NewMemory("bot1", false), entered: make(chan struct{}, 8), hangUp: make(chan struct{})}},
+		{"heedless of its bound", &fetchingPlatform{Memory: platformtest.NewMemory("bot1", false), files: map[string]string{"d1": "late"}, slow: wait + 2*time.Second}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t)
+			p := tc.p
+			startGateway(t, h, p)
+			if p.hangUp != nil {
+				t.Cleanup(func() { close(p.hangUp) }) // before the gateway stops
+			}
+			h.setGeneration("s1", 1)
+			h.startWorker("w1", func(c *worker.Config, _ *worker.Deps) { c.FetchWait, c.MaxDeliver = wait, 5 })
+			origin := &eventsv1.SessionSource{Platform: "memory", Account: "bot1", ChatId: "99", ChatType: "dm", UserId: "u1"}
+			began := time.Now()
+			req := h.requestTurn("s1", "read this", turnOpts{origin: origin, attachments: []*eventsv1.Attachment{
+				{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_DOCUMENT, PlatformFileId: "d1", MimeType: "text/plain", FileName: "a.txt"}}})
+			if c := h.waitCompleted(req.TurnId); c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_COMPLETED {
+				t.Fatalf("status %v (%s)", c.GetStatus(), c.GetError())
+			}
+			took := time.Since(began)
+			attempts := 0
+			for _, s := range streamMsgs[turnsv1.TurnStarted](t, h.bus, bus.StreamTurnEvents, h.bus.Topology().Subject(bus.SubjectTurnStarted)) {
+				if s.GetTurnId() == req.TurnId {
+					attempts++
+				}
+			}
+			if attempts != 1 || took > 2*wait {
+				t.Fatalf("%d attempts, answered after %v: want one attempt, answered after about %v", attempts, took, wait)
+			}
+			if got, want := h.fake.Requests()[0].LastUserText(), "read this\n[Attachment: document a.txt (unavailable: it could not be downloaded)]"; got != want {
+				t.Fatalf("the model read %q, want %q", got, want)
+			}
+			waitFor(t, 10*time.Second, "the gateway's download to end", func() bool { return p.ended.Load() == 1 })
+			time.Sleep(time.Second) // a late download's storing, if it stored
+			store := attachment.New(h.bus.JetStream(), h.bus.Topology(), attachment.Config{})
+			name := attachment.Name("memory", "bot1", req.GetInputs()[0].GetEventId(), 0)
+			if _, _, err := store.Info(context.Background(), name); !errors.Is(err, attachment.ErrNotFound) {
+				t.Fatalf("the store holds %s after the worker gave it up (%v): a resumed attempt would read it", name, err)
+			}
+		})
+	}
+}
+
+// A merged turn's messages share one bound for their downloads
+// (FetchWait), the attempt's: a gateway whose downloads do not end costs
+// the turn that bound once, not once per message.
+func TestAMergedTurnWaitsForItsDownloadsOnce(t *testing.T) {
+	t.Parallel()
+	const wait = 4 * time.Second
+	h := newHarness(t)
+	p := &fetchingPlatform{Memory: platformtest.NewMemory("bot1", false), files: map[string]string{"d1": "late", "d2": "late"},
+		slow: 3 * wait, hangUp: make(chan struct{})}
+	startGateway(t, h, p)
+	t.Cleanup(func() { close(p.hangUp) }) // before the gateway stops
+	h.setGeneration("s1", 1)
+	h.startWorker("w1", func(c *worker.Config, _ *worker.Deps) { c.FetchWait, c.MaxDeliver = wait, 5 })
+	origin := &eventsv1.SessionSource{Platform: "memory", Account: "bot1", ChatId: "99", ChatType: "dm", UserId: "u1"}
+	doc := func(id, name string) []*eventsv1.Attachment {
+		return []*eventsv1.Attachment{{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_DOCUMENT, PlatformFileId: id, MimeType: "text/plain", FileName: name}}
+	}
+	began := time.Now()
+	req := h.requestTurn("s1", "read these", turnOpts{origin: origin, attachments: doc("d1", "a.txt"), merged: [][]*eventsv1.Attachment{doc("d2", "b.txt")}})
+	if c := h.waitCompleted(req.TurnId); c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_COMPLETED {
+		t.Fatalf("status %v (%s)", c.GetStatus(), c.GetError())
+	}
+	if took := time.Since(began); took > 2*wait-time.Second {
+		t.Fatalf("answered after %v: want about %v, the turn's bound once", took, wait)
+	}
+	if got, want := h.fake.Requests()[0].LastUserText(), "[Attachment: document b.txt (unavailable: it could not be downloaded)]"; got != want {
+		t.Fatalf("the model read %q, want %q", got, want)
+	}
+}
+
 // A gateway replica killed while it downloads an attachment (its
 // connection closed, its download never answered) is found gone within
-// a second or two, and another replica downloads it: the turn does not
-// wait out fetchWait (70 s) and then a redelivery, as it did.
+// a few seconds (bus.GoneGrace), and another replica downloads it: the
+// turn does not wait out fetchWait (70 s) and then a redelivery, as it
+// did.
 func TestGoneGatewayReplicaIsNotWaitedFor(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)

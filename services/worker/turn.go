@@ -78,7 +78,10 @@ type turnRun struct {
 	callAttrs []attribute.KeyValue
 	// spent counts the deliveries that used up an attempt (hand-backs of
 	// stopping workers do not): the budget MaxDeliver bounds.
-	spent    int
+	spent int
+	// fetchBy ends the attempt's downloads of attachments, of all its
+	// messages (fetchAttachments): set by the first.
+	fetchBy  time.Time
 	log      *slog.Logger
 	st       store.Turn
 	ttl      time.Duration

@@ -77,6 +77,9 @@ type Config struct {
 	// or a speech-to-text server that does not answer ends with it, not
 	// with the turn, and the voice message is only named.
 	TranscribeTimeout time.Duration `koanf:"-"`
+	// FetchWait bounds the downloads of a turn's attachments by their
+	// gateway (0: fetchWait, 70 s).
+	FetchWait time.Duration `koanf:"-"`
 	// RedisPrefix prefixes Redis keys (redis.prefix).
 	RedisPrefix string `koanf:"-"`
 	// RedactPII hashes user and chat ids in prompts (privacy.redact_pii).
@@ -450,6 +453,9 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	}
 	if cfg.TranscribeTimeout <= 0 {
 		cfg.TranscribeTimeout = defaultTranscribeTimeout
+	}
+	if cfg.FetchWait <= 0 {
+		cfg.FetchWait = fetchWait
 	}
 	mode, err := approvalmode.FromConfig(cfg.ApprovalsMode)
 	if err != nil {

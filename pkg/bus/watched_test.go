@@ -1,0 +1,85 @@
+package bus_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/switchboard-chat/switchboard/pkg/bus"
+	"github.com/switchboard-chat/switchboard/pkg/bus/bustest"
+	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
+)
+
+// A replica serving a watched request whose NATS connection drops (its
+// server restarted, its cluster node left) gets no responders on its
+// liveness subject until it has reconnected, as a killed one does: the
+// request waits that out (bus.GoneGrace) and takes the answer the
+// replica sends once back, rather than have another replica do the work
+// again. One whose liveness subject stays without responders is gone.
+func TestWatchedRequestWaitsOutAReconnect(t *testing.T) {
+	t.Parallel()
+	const every = 200 * time.Millisecond
+	for _, tc := range []struct {
+		name string
+		away time.Duration // how long the replica's liveness subject has no responders; 0: for good
+	}{
+		{"reconnects", 2 * time.Second},
+		{"gone", 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			url := bustest.EmbeddedURL(t)
+			b := bustest.New(t, url)
+			srv := bustest.NewWith(t, url, b.Topology()).Conn()
+			subject, aliveSubject := nats.NewInbox(), nats.NewInbox()
+			respond := func(m *nats.Msg) { _ = m.Respond(nil) }
+			alive, err := srv.Subscribe(aliveSubject, respond)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = srv.Subscribe(subject, func(m *nats.Msg) {
+				if err := bus.AckServedBy(m, "r1"); err != nil {
+					t.Error(err)
+				}
+				go func() {
+					time.Sleep(every)
+					_ = alive.Unsubscribe() // the connection dropped
+					if tc.away == 0 {
+						return
+					}
+					time.Sleep(tc.away)
+					if _, err := srv.Subscribe(aliveSubject, respond); err != nil { // reconnected
+						t.Error(err)
+					}
+					time.Sleep(every)
+					if err := bus.Reply(context.Background(), m, &turnsv1.TurnRequested{TurnId: "answer"}); err != nil {
+						t.Error(err)
+					}
+				}()
+			})
+			if err == nil {
+				err = srv.Flush() // both subscriptions are the server's
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			began := time.Now()
+			resp := &turnsv1.TurnRequested{}
+			err = b.RequestWatched(ctx, subject, &turnsv1.TurnRequested{TurnId: "ask"}, resp, func(string) string { return aliveSubject }, every)
+			took := time.Since(began)
+			switch {
+			case tc.away > 0 && (err != nil || resp.GetTurnId() != "answer"):
+				t.Fatalf("%v after %v, answer %q: want the answer of the replica once back", err, took, resp.GetTurnId())
+			case tc.away == 0 && !errors.Is(err, bus.ErrServerGone):
+				t.Fatalf("%v after %v, want the replica found gone", err, took)
+			case tc.away == 0 && (took < bus.GoneGrace || took > bus.GoneGrace+5*every):
+				t.Fatalf("found gone after %v, want after about %v", took, bus.GoneGrace)
+			}
+		})
+	}
+}
