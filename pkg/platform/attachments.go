@@ -33,6 +33,15 @@ const FetchTimeout = time.Minute
 // turn never had.
 const fetchReplyMargin = 2 * time.Second
 
+// fetchBudget is how long a download may take whose worker waits wait
+// for its answer: wait less fetchReplyMargin, but at least half of wait,
+// so a worker with little of its bound left (a merged turn's later
+// attachments) still gets an answer, a file kept already found, instead
+// of a download ended before it began.
+func fetchBudget(wait time.Duration) time.Duration {
+	return max(wait-fetchReplyMargin, wait/2)
+}
+
 // fetchConcurrency bounds the downloads one gateway replica runs at once.
 const fetchConcurrency = 8
 
@@ -102,7 +111,7 @@ func (r *Runner) serveFetch(ctx context.Context, m *nats.Msg) {
 	}
 	if wait, ok := bus.RequestTimeout(m); ok {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, wait-fetchReplyMargin)
+		ctx, cancel = context.WithTimeout(ctx, fetchBudget(wait))
 		defer cancel()
 	}
 	req := &eventsv1.AttachmentFetchRequested{}

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 
@@ -140,4 +141,18 @@ func (*filePlatform) Delete(context.Context, *deliveryv1.SendRequested) error { 
 func (*filePlatform) Typing(context.Context, *deliveryv1.SendRequested) error { return ErrUnsupported }
 func (*filePlatform) Fetch(context.Context, *eventsv1.Attachment) (io.ReadCloser, string, error) {
 	return nil, "", errors.New("HTTP 404")
+}
+
+func TestFetchBudget(t *testing.T) {
+	for _, tc := range []struct{ wait, want time.Duration }{
+		{70 * time.Second, 68 * time.Second},
+		{4 * time.Second, 2 * time.Second},
+		{3 * time.Second, 1500 * time.Millisecond}, // half, not 1 s
+		{1500 * time.Millisecond, 750 * time.Millisecond},
+		{0, 0},
+	} {
+		if got := fetchBudget(tc.wait); got != tc.want {
+			t.Errorf("fetchBudget(%v) = %v, want %v", tc.wait, got, tc.want)
+		}
+	}
 }
