@@ -172,6 +172,11 @@ type Runner struct {
 	changed chan struct{}
 	// sending are the receipt keys being sent here (serveSending).
 	sending sendingKeys
+	// held are receipts sent here that could not be stored yet.
+	held heldReceipts
+	// storeHook, when set (by a test), runs before each store of a
+	// receipt; its error fails the store, as NATS unavailable would.
+	storeHook atomic.Pointer[func() error]
 }
 
 // NewRunner wraps p; Run starts it.
@@ -803,10 +808,17 @@ func (r *Runner) Execute(ctx context.Context, req *deliveryv1.SendRequested) *de
 	key := req.GetIdempotencyKey()
 	var cacheKey string
 	var reserved uint64
+	var reservedAt time.Time
 	if key != "" && cached(op) && !r.idempotentSends() {
 		cacheKey = r.name + "." + hashKey(key)
 		defer r.sending.add(cacheKey)()
+		if first := r.held.receipt(cacheKey); first != nil {
+			// Sent here, its receipt not stored yet (holdReceipt).
+			sendsTotal.WithLabelValues(r.name, opName, "duplicate").Inc()
+			return first
+		}
 		first, rev, wait := r.reserve(ctx, cacheKey)
+		reservedAt = time.Now()
 		switch {
 		case first != nil:
 			sendsTotal.WithLabelValues(r.name, opName, "duplicate").Inc()
@@ -868,11 +880,30 @@ func (r *Runner) Execute(ctx context.Context, req *deliveryv1.SendRequested) *de
 	sendsTotal.WithLabelValues(r.name, opName, "ok").Inc()
 	if cacheKey != "" {
 		data, _ := proto.Marshal(receipt)
-		if _, err := r.receipts.Put(context.WithoutCancel(ctx), cacheKey, data); err != nil {
-			r.log.Warn("store receipt failed", "err", err)
+		if err := r.storeReceipt(context.WithoutCancel(ctx), cacheKey, data); err != nil {
+			// Held before this request stops counting as sending its key
+			// (the deferred uncount): a question about the key finds one
+			// or the other (serveSending). Until the reservation's
+			// lifetime as reserve counts it is over, other replicas ask.
+			r.log.Warn("store receipt failed; held and stored again in the background", "err", err)
+			r.holdReceipt(cacheKey, data, reservedAt.Add(r.opts.SendTimeout+time.Second))
 		}
 	}
 	return receipt
+}
+
+// storeReceipt writes a send's receipt (data) as key's entry in the
+// receipts bucket.
+func (r *Runner) storeReceipt(ctx context.Context, key string, data []byte) error {
+	if hook := r.storeHook.Load(); hook != nil {
+		if err := (*hook)(); err != nil {
+			return fmt.Errorf("store receipt %s: %w", key, err)
+		}
+	}
+	if _, err := r.receipts.Put(ctx, key, data); err != nil {
+		return fmt.Errorf("store receipt %s: %w", key, err)
+	}
+	return nil
 }
 
 // inflight counts the sends and fetches being served. Once closed (at
@@ -922,8 +953,14 @@ func (r *Runner) reserve(ctx context.Context, key string) (first *deliveryv1.Sen
 			}
 		case err != nil:
 		case bytes.HasPrefix(e.Value(), inProgress):
-			if age := time.Since(e.Created()); age < r.opts.SendTimeout+time.Second && r.senderAlive(ctx, key, r.holderOf(ctx, e)) {
-				return nil, 0, r.opts.SendTimeout + time.Second - age
+			if age := time.Since(e.Created()); age < r.opts.SendTimeout+time.Second {
+				alive, sent := r.senderAlive(ctx, key, r.holderOf(ctx, e))
+				if sent != nil {
+					return sent, 0, 0 // sent, its receipt held by its sender
+				}
+				if alive {
+					return nil, 0, r.opts.SendTimeout + time.Second - age
+				}
 			}
 			rev, err = r.writeReservation(ctx, key, e.Revision())
 			if err != nil {

@@ -522,6 +522,80 @@ func TestReservationOfAReconnectingReplicaIsNotTakenOver(t *testing.T) {
 	}
 }
 
+// TestAReceiptNotStoredIsHeldByItsSender: a replica whose send went out
+// but whose receipt could not be stored (NATS unavailable at that moment)
+// left its reservation behind and answered another replica's question
+// that it was not sending the key: delivery's retry reaching that replica
+// posted the message a second time. The sender holds the receipt instead:
+// a retry reaching either replica gets it, and the store is retried until
+// it succeeds.
+func TestAReceiptNotStoredIsHeldByItsSender(t *testing.T) {
+	t.Parallel()
+	url := bustest.EmbeddedURL(t)
+	busA := bustest.New(t, url)
+	busB := bustest.NewWith(t, url, busA.Topology())
+	mA, mB := platformtest.NewMemory("bot-held", false), platformtest.NewMemory("bot-held", false)
+	a := startRunner(t, mA, busA, platform.Options{Instance: "replica-a"}).r
+	b := startRunner(t, mB, busB, platform.Options{Instance: "replica-b"}).r
+	platformtest.WaitFor(t, "both replicas to start", func() bool {
+		return state(a) == platform.StateConnected && state(b) == platform.StateConnected
+	})
+	var unavailable atomic.Bool
+	unavailable.Store(true)
+	platform.SetReceiptStoreHook(a, func() error {
+		if unavailable.Load() {
+			return errors.New("nats: connection closed")
+		}
+		return nil
+	})
+	ctx := context.Background()
+	req := &deliveryv1.SendRequested{IdempotencyKey: "t6:1:0", Op: deliveryv1.SendOp_SEND_OP_SEND,
+		Target: &deliveryv1.Target{Platform: "memory", ChatId: "chat"}, Text: "once"}
+	first := a.Execute(ctx, req)
+	if !first.GetOk() {
+		t.Fatalf("first receipt %+v", first)
+	}
+
+	for _, tt := range []struct {
+		name string
+		r    *platform.Runner
+	}{{"another replica", b}, {"the sender", a}} {
+		rec := tt.r.Execute(ctx, req)
+		if !rec.GetOk() || !rec.GetDuplicate() || rec.GetPlatformMessageId() != first.GetPlatformMessageId() {
+			t.Fatalf("retry reaching %s: receipt %+v, want the first's duplicate", tt.name, rec)
+		}
+	}
+	if got := len(mA.Fake().Sent(t, ctx, req.GetTarget())) + len(mB.Fake().Sent(t, ctx, req.GetTarget())); got != 1 {
+		t.Fatalf("posted %d times, want once", got)
+	}
+
+	// A replica of the release before takes any answer but "0" for a
+	// send under way, and waits it out instead of posting it again.
+	kv, err := busA.JetStream().KeyValue(ctx, busA.Topology().Stream(platform.BucketReceipts))
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, err := kv.Keys(ctx)
+	if err != nil || len(keys) != 1 {
+		t.Fatalf("receipt keys %v (%v), want the one reserved", keys, err)
+	}
+	answer, err := busB.Conn().Request(busB.Topology().SendingSubject("memory", "replica-a"), []byte(keys[0]), time.Second)
+	if err != nil || bytes.Equal(answer.Data, []byte("0")) {
+		t.Fatalf("replica A's answer about the key %v (%v): the release before would post it again", answer, err)
+	}
+
+	unavailable.Store(false)
+	platformtest.WaitFor(t, "the receipt to be stored", func() bool {
+		keys, err := kv.Keys(ctx)
+		if err != nil || len(keys) != 1 {
+			return false
+		}
+		e, err := kv.Get(ctx, keys[0])
+		stored := &deliveryv1.SendReceipt{}
+		return err == nil && proto.Unmarshal(e.Value(), stored) == nil && stored.GetOk()
+	})
+}
+
 // TestReservationIsInProgressToThePreviousRelease: in a rolling upgrade
 // the replicas of the release before reservations named their replica
 // serve retries beside this release's. They take a reservation only as

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/switchboard-chat/switchboard/pkg/bus"
+	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 )
 
 // sendingAskTimeout bounds the question to the replica whose reservation
@@ -159,20 +160,32 @@ func (s *sendingKeys) count(key string) int {
 	return s.keys[key]
 }
 
-// Answers to a sending question.
+// Answers to a sending question. A replica of a release before
+// receipts were held (heldReceipts) compares an answer with notSending
+// only: sentReceipt, to it, is a replica alive and sending, which it
+// waits out.
 var (
 	stillSending = []byte("1")
 	notSending   = []byte("0")
+	// sentReceipt, followed by the receipt (marshalled): sent, and the
+	// receipt held here, not stored.
+	sentReceipt = []byte("r")
 )
 
 // serveSending answers the other replicas' questions about this one's
 // reservations (Topology.SendingSubject): whether the key asked about is
-// being sent here now. It is unsubscribed after the sends in flight have
-// ended; a replica killed mid-send no longer answers at all.
+// being sent here now, or its receipt if it was sent and is held here.
+// It is unsubscribed after the sends in flight have ended; a replica
+// killed mid-send no longer answers at all.
 func (r *Runner) serveSending() (*nats.Subscription, error) {
 	return r.bus.Conn().Subscribe(r.bus.Topology().SendingSubject(r.name, r.opts.Instance), func(m *nats.Msg) {
+		key := string(m.Data)
+		// Counted first: a send holds its receipt before it is uncounted.
+		sending := r.sending.count(key) > 0
 		answer := notSending
-		if r.sending.count(string(m.Data)) > 0 {
+		if held := r.held.get(key); held != nil {
+			answer = append(append([]byte{}, sentReceipt...), held...)
+		} else if sending {
 			answer = stillSending
 		}
 		if err := m.Respond(answer); err != nil {
@@ -182,35 +195,42 @@ func (r *Runner) serveSending() (*nats.Subscription, error) {
 }
 
 // senderAlive reports whether the replica that reserved key may still be
-// sending it. A replica that is gone (nothing subscribed to its subject,
-// still after goneGrace: NATS answers no responders at once, as it does
-// after a kill -9 closed its connection) or that answers it is not
-// sending the key is not; one that does not answer in time, or an
-// unnamed reservation, may be.
-func (r *Runner) senderAlive(ctx context.Context, key, instance string) bool {
+// sending it, or the receipt of its send when it holds one (sent, its
+// receipt not stored: heldReceipts). A replica that is gone (nothing
+// subscribed to its subject, still after goneGrace: NATS answers no
+// responders at once, as it does after a kill -9 closed its connection)
+// or that answers it is not sending the key is not; one that does not
+// answer in time, or an unnamed reservation, may be.
+func (r *Runner) senderAlive(ctx context.Context, key, instance string) (alive bool, sent *deliveryv1.SendReceipt) {
 	switch instance {
 	case "":
-		return true
+		return true, nil
 	case r.opts.Instance:
+		if sent := r.held.receipt(key); sent != nil {
+			return true, sent
+		}
 		// Counted, the asking request is one of them.
-		return r.sending.count(key) > 1
+		return r.sending.count(key) > 1, nil
 	}
 	answer, err := r.askSending(ctx, key, instance)
 	if errors.Is(err, nats.ErrNoResponders) {
 		// Gone, or reconnecting: asked again once a reconnect is over.
 		if sleep(ctx, goneGrace); ctx.Err() != nil {
-			return true
+			return true, nil
 		}
 		answer, err = r.askSending(ctx, key, instance)
 	}
 	switch {
 	case errors.Is(err, nats.ErrNoResponders):
 		r.log.Info("reservation of a gone replica taken over", "replica", instance)
-		return false
+		return false, nil
 	case err != nil:
-		return true
+		return true, nil
+	case bytes.HasPrefix(answer, sentReceipt):
+		// A receipt that does not decode: alive, waited out.
+		return true, duplicateOf(answer[len(sentReceipt):])
 	}
-	return !bytes.Equal(answer, notSending)
+	return !bytes.Equal(answer, notSending), nil
 }
 
 // askSending asks replica instance whether it is sending key now, within
