@@ -30,6 +30,31 @@ const heldRetryEvery = 500 * time.Millisecond
 type heldReceipts struct {
 	mu sync.Mutex
 	m  map[string]heldReceipt
+	// stores are the background stores (storeHeld) running; stop is
+	// closed as the runner stops, for each to try once more and end.
+	stores   sync.WaitGroup
+	stop     chan struct{}
+	stopOnce sync.Once
+}
+
+// stopping is closed as the runner stops (finish).
+func (h *heldReceipts) stopping() chan struct{} {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.stop == nil {
+		h.stop = make(chan struct{})
+	}
+	return h.stop
+}
+
+// finish has every background store try once more at once and waits
+// for them to end: a held receipt outlives its runner by one store at
+// most, bounded by heldRetryEvery. Called once no send runs, so no
+// store starts after it.
+func (h *heldReceipts) finish() {
+	stop := h.stopping()
+	h.stopOnce.Do(func() { close(stop) })
+	h.stores.Wait()
 }
 
 type heldReceipt struct {
@@ -97,15 +122,24 @@ func (r *Runner) holdReceipt(key string, data []byte, until time.Time) {
 		r.log.Warn("receipt not stored and not held: too many held", "held", maxHeldReceipts)
 		return
 	}
+	r.held.stores.Add(1)
 	go r.storeHeld(key, data, until)
 }
 
-// storeHeld stores key's held receipt (data) until it succeeds or until
-// has passed, then lets it go.
+// storeHeld stores key's held receipt (data) until it succeeds, until
+// has passed or the runner stops (one more try then), and lets it go.
 func (r *Runner) storeHeld(key string, data []byte, until time.Time) {
+	defer r.held.stores.Done()
 	defer r.held.drop(key)
-	for time.Now().Before(until) {
-		time.Sleep(min(heldRetryEvery, time.Until(until)))
+	stop := r.held.stopping()
+	for last := false; !last && time.Now().Before(until); {
+		wait := time.NewTimer(min(heldRetryEvery, time.Until(until)))
+		select {
+		case <-wait.C:
+		case <-stop:
+			wait.Stop()
+			last = true
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), heldRetryEvery)
 		err := r.storeReceipt(ctx, key, data)
 		cancel()
@@ -115,5 +149,5 @@ func (r *Runner) storeHeld(key string, data []byte, until time.Time) {
 		}
 		r.log.Debug("store held receipt", "err", err)
 	}
-	r.log.Warn("held receipt let go unstored: its reservation's lifetime is over")
+	r.log.Warn("held receipt let go unstored: its reservation's lifetime is over or the gateway stopped")
 }

@@ -450,6 +450,9 @@ func (r *Runner) Run(ctx context.Context) error {
 		cancelSends()
 		<-waitDone
 	}
+	// No send runs now: the receipts held for want of NATS get one
+	// more store each, and no goroutine of them outlives Run.
+	r.held.finish()
 	r.setState(StateStopped, "")
 	return nil
 }

@@ -596,6 +596,47 @@ func TestAReceiptNotStoredIsHeldByItsSender(t *testing.T) {
 	})
 }
 
+// TestAHeldReceiptIsStoredAsItsRunnerStops: a receipt held for want of
+// NATS gets one more store as its runner stops, before Run returns; its
+// background store outlived Run by up to the reservation's lifetime.
+func TestAHeldReceiptIsStoredAsItsRunnerStops(t *testing.T) {
+	t.Parallel()
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	m := platformtest.NewMemory("bot-held-stop", false)
+	h := startRunner(t, m, b, platform.Options{Instance: "replica-a"})
+	platformtest.WaitFor(t, "the replica to start", func() bool { return state(h.r) == platform.StateConnected })
+	var unavailable atomic.Bool
+	unavailable.Store(true)
+	platform.SetReceiptStoreHook(h.r, func() error {
+		if unavailable.Load() {
+			return errors.New("nats: connection closed")
+		}
+		return nil
+	})
+	ctx := context.Background()
+	req := &deliveryv1.SendRequested{IdempotencyKey: "t7:1:0", Op: deliveryv1.SendOp_SEND_OP_SEND,
+		Target: &deliveryv1.Target{Platform: "memory", ChatId: "chat"}, Text: "once"}
+	if rec := h.r.Execute(ctx, req); !rec.GetOk() {
+		t.Fatalf("receipt %+v", rec)
+	}
+	unavailable.Store(false)
+	h.stop() // at once: before the background store's next try
+
+	kv, err := b.JetStream().KeyValue(ctx, b.Topology().Stream(platform.BucketReceipts))
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, err := kv.Keys(ctx)
+	if err != nil || len(keys) != 1 {
+		t.Fatalf("receipt keys %v (%v), want the one reserved", keys, err)
+	}
+	e, err := kv.Get(ctx, keys[0])
+	stored := &deliveryv1.SendReceipt{}
+	if err != nil || proto.Unmarshal(e.Value(), stored) != nil || !stored.GetOk() {
+		t.Fatalf("after Run returned, the key holds %q (%v), want the receipt", e.Value(), err)
+	}
+}
+
 // TestReservationIsInProgressToThePreviousRelease: in a rolling upgrade
 // the replicas of the release before reservations named their replica
 // serve retries beside this release's. They take a reservation only as
