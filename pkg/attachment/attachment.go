@@ -99,14 +99,14 @@ func (c Config) withDefaults() Config {
 func Wanted(a *eventsv1.Attachment) bool {
 	switch a.GetKind() {
 	case eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE:
-		// HEIC, SVG, TIFF …: no provider takes them.
-		return a.GetMimeType() == "" || IsImageType(a.GetMimeType())
+		// HEIC, SVG …: no provider takes them, nor are they converted.
+		return a.GetMimeType() == "" || IsPictureType(a.GetMimeType())
 	case eventsv1.AttachmentKind_ATTACHMENT_KIND_VOICE, eventsv1.AttachmentKind_ATTACHMENT_KIND_AUDIO:
 		return true
 	case eventsv1.AttachmentKind_ATTACHMENT_KIND_DOCUMENT:
-		return IsImageType(a.GetMimeType()) || IsTextDocument(a)
+		return IsPictureType(a.GetMimeType()) || IsTextDocument(a)
 	case eventsv1.AttachmentKind_ATTACHMENT_KIND_STICKER:
-		return IsImageType(a.GetMimeType()) // static ones: animated ones are Lottie or video
+		return IsPictureType(a.GetMimeType()) // static ones: animated ones are Lottie or video
 	}
 	return false
 }
@@ -151,6 +151,22 @@ func IsImageType(mime string) bool {
 	mime, _, _ = strings.Cut(strings.ToLower(strings.TrimSpace(mime)), ";")
 	switch mime {
 	case "image/png", "image/jpeg", "image/jpg", "image/gif", "image/webp":
+		return true
+	}
+	return false
+}
+
+// IsPictureType reports whether mime names a picture format the agent
+// shows the model: one the providers take (IsImageType), or BMP or TIFF,
+// which no provider takes and the worker encodes again as a PNG or JPEG
+// (pkg/picture).
+func IsPictureType(mime string) bool {
+	if IsImageType(mime) {
+		return true
+	}
+	mime, _, _ = strings.Cut(strings.ToLower(strings.TrimSpace(mime)), ";")
+	switch strings.TrimSpace(mime) {
+	case "image/bmp", "image/x-bmp", "image/x-ms-bmp", "image/tiff":
 		return true
 	}
 	return false

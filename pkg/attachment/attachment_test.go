@@ -202,6 +202,11 @@ func TestWanted(t *testing.T) {
 		{eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, "", "", true},
 		{eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, "image/heic", "", false}, // no provider takes it
 		{eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, "image/webp", "", true},
+		{eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, "image/bmp", "", true}, // the worker shows it as a PNG
+		{eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, "image/tiff", "", true},
+		{eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, "image/svg+xml", "", false},
+		{eventsv1.AttachmentKind_ATTACHMENT_KIND_DOCUMENT, "image/x-ms-bmp", "scan.bmp", true},
+		{eventsv1.AttachmentKind_ATTACHMENT_KIND_DOCUMENT, "image/TIFF", "scan.tif", true},
 		{eventsv1.AttachmentKind_ATTACHMENT_KIND_DOCUMENT, "image/PNG", "", true},
 		{eventsv1.AttachmentKind_ATTACHMENT_KIND_DOCUMENT, "image/jpeg; charset=binary", "", true},
 		{eventsv1.AttachmentKind_ATTACHMENT_KIND_DOCUMENT, "application/pdf", "report.pdf", false},
@@ -222,6 +227,35 @@ func TestWanted(t *testing.T) {
 	for _, tt := range tests {
 		if got := attachment.Wanted(&eventsv1.Attachment{Kind: tt.kind, MimeType: tt.mime, FileName: tt.name}); got != tt.want {
 			t.Errorf("%v %q %q: wanted %v", tt.kind, tt.mime, tt.name, got)
+		}
+	}
+}
+
+// The formats the providers take are shown as they are; BMP and TIFF
+// are shown too, encoded again by the worker.
+func TestPictureTypes(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		mime           string
+		taken, picture bool
+	}{
+		{"image/png", true, true},
+		{"image/jpg", true, true},
+		{"IMAGE/WEBP; q=1", true, true},
+		{"image/gif", true, true},
+		{"image/bmp", false, true},
+		{"image/x-ms-bmp", false, true},
+		{"image/x-bmp", false, true},
+		{" image/tiff ", false, true},
+		{"image/svg+xml", false, false},
+		{"image/heic", false, false},
+		{"", false, false},
+	} {
+		if got := attachment.IsImageType(tt.mime); got != tt.taken {
+			t.Errorf("IsImageType(%q) = %v", tt.mime, got)
+		}
+		if got := attachment.IsPictureType(tt.mime); got != tt.picture {
+			t.Errorf("IsPictureType(%q) = %v", tt.mime, got)
 		}
 	}
 }

@@ -1,6 +1,9 @@
 // Package picture fits users' pictures within what the model providers
 // take: a picture too large in bytes or in pixels is decoded, scaled down
 // and encoded again as a JPEG; one within the limits is left as it is.
+// A BMP or TIFF, which no provider takes, is encoded again whatever its
+// size: as a PNG (without loss) when that is within the limits, else as
+// a JPEG, as any picture over them.
 package picture
 
 import (
@@ -10,10 +13,12 @@ import (
 	"image"
 	_ "image/gif" // registers GIF (the first frame is decoded)
 	"image/jpeg"
-	_ "image/png" // registers PNG
+	"image/png" // registers PNG
 	"math"
 
+	_ "golang.org/x/image/bmp" // registers BMP
 	"golang.org/x/image/draw"
+	_ "golang.org/x/image/tiff" // registers TIFF (the first page is decoded)
 	_ "golang.org/x/image/webp" // registers WebP
 )
 
@@ -24,9 +29,11 @@ type Limits struct {
 	// MaxEdge bounds its longer side, in pixels.
 	MaxEdge int
 	// MaxPixels bounds width × height of a picture that is decoded to be
-	// scaled down: decoding holds 1.5 (a JPEG) to 8 (a 16-bit PNG) bytes a
-	// pixel, so a few kilobytes that claim a huge size (a decompression
-	// bomb) are refused before any pixel is decoded.
+	// scaled down or encoded again: decoding holds 1.5 (a JPEG) to 8 (a
+	// 16-bit PNG) bytes a pixel, 16 for a 16-bit TIFF in a single strip
+	// (its pixels and the strip, decompressed), so a few kilobytes that
+	// claim a huge size (a decompression bomb) are refused before any
+	// pixel is decoded.
 	MaxPixels int64
 }
 
@@ -35,9 +42,9 @@ type Limits struct {
 const DefaultMaxPixels = 50_000_000
 
 var (
-	// ErrUnreadable: the bytes are no PNG, JPEG, GIF or WebP picture this
-	// package can read.
-	ErrUnreadable = errors.New("not a readable PNG, JPEG, GIF or WebP picture")
+	// ErrUnreadable: the bytes are no PNG, JPEG, GIF, WebP, BMP or TIFF
+	// picture this package can read.
+	ErrUnreadable = errors.New("not a readable PNG, JPEG, GIF, WebP, BMP or TIFF picture")
 	// ErrTooManyPixels: the picture claims more than Limits.MaxPixels.
 	ErrTooManyPixels = errors.New("picture has too many pixels to decode")
 	// ErrTooLarge: the picture cannot be brought within Limits.MaxBytes.
@@ -47,7 +54,12 @@ var (
 // mimes are the media types of the formats registered above, by the
 // names image.DecodeConfig gives them (another package of the program
 // may register more: they are not taken).
-var mimes = map[string]string{"png": "image/png", "jpeg": "image/jpeg", "gif": "image/gif", "webp": "image/webp"}
+var mimes = map[string]string{"png": "image/png", "jpeg": "image/jpeg", "gif": "image/gif", "webp": "image/webp",
+	"bmp": "image/bmp", "tiff": "image/tiff"}
+
+// taken are the formats the model providers (OpenAI, Anthropic) take as
+// they are; a picture in another (BMP, TIFF) is always encoded again.
+var taken = map[string]bool{"image/png": true, "image/jpeg": true, "image/gif": true, "image/webp": true}
 
 // Header is what a picture's first bytes tell: its format and size.
 type Header struct {
@@ -72,9 +84,9 @@ func ReadHeader(data []byte) (Header, error) {
 }
 
 // Fits reports whether a picture of n bytes with header h is within l as
-// it is.
+// it is: in a format the providers take, too.
 func (l Limits) Fits(h Header, n int) bool {
-	return int64(n) <= l.MaxBytes && max(h.Width, h.Height) <= l.MaxEdge
+	return taken[h.MIME] && int64(n) <= l.MaxBytes && max(h.Width, h.Height) <= l.MaxEdge
 }
 
 // JPEG qualities tried at each size, and the smallest longer side worth
@@ -87,7 +99,11 @@ const minEdge = 64
 // when it is within already (encoding again would lose quality), else a
 // JPEG scaled down to l.MaxEdge, its transparency flattened onto white, at
 // a lower quality or a smaller size still while it is over l.MaxBytes.
-// The media type is the one the bytes are in, whatever the sender said.
+// A BMP or TIFF is shown as the PNG of its pixels would be: that PNG when
+// it is within l (the pixels and transparency are kept; a BMP's bytes,
+// uncompressed, are often over l.MaxBytes where its PNG is not), else the
+// JPEG. The media type is the one the bytes are in, whatever the sender
+// said, and always one the providers take.
 func Fit(data []byte, l Limits) ([]byte, string, error) {
 	if l.MaxBytes <= 0 || l.MaxEdge <= 0 || l.MaxPixels <= 0 {
 		return nil, "", fmt.Errorf("picture limits must be positive: %+v", l)
@@ -111,6 +127,29 @@ func Fit(data []byte, l Limits) ([]byte, string, error) {
 	if sb.Empty() { // a GIF's first frame may be smaller than its screen, even empty
 		return nil, "", fmt.Errorf("%w: an empty frame", ErrUnreadable)
 	}
+	if !taken[h.MIME] && max(sb.Dx(), sb.Dy()) <= l.MaxEdge {
+		if out, ok, err := asPNG(src, l.MaxBytes); err != nil || ok {
+			return out, "image/png", err
+		}
+	}
+	return fitJPEG(src, l)
+}
+
+// asPNG is src as a PNG, and whether it is within maxBytes.
+func asPNG(src image.Image, maxBytes int64) ([]byte, bool, error) {
+	var buf bytes.Buffer
+	if err := png.Encode(&buf, src); err != nil {
+		return nil, false, fmt.Errorf("encode picture: %w", err)
+	}
+	if int64(buf.Len()) > maxBytes {
+		return nil, false, nil
+	}
+	return buf.Bytes(), true, nil
+}
+
+// fitJPEG is src as a JPEG within l (Fit).
+func fitJPEG(src image.Image, l Limits) ([]byte, string, error) {
+	sb := src.Bounds()
 	w, ht := within(sb.Dx(), sb.Dy(), l.MaxEdge)
 	var buf bytes.Buffer
 	for {

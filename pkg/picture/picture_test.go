@@ -15,6 +15,9 @@ import (
 	"os"
 	"testing"
 
+	"golang.org/x/image/bmp"
+	"golang.org/x/image/tiff"
+
 	"github.com/switchboard-chat/switchboard/pkg/picture"
 )
 
@@ -74,6 +77,52 @@ func encodeGIF(t testing.TB, w, h int) []byte {
 	return b.Bytes()
 }
 
+func encodeBMP(t testing.TB, img image.Image) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	if err := bmp.Encode(&b, img); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
+
+func encodeTIFF(t testing.TB, img image.Image) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	if err := tiff.Encode(&b, img, &tiff.Options{Compression: tiff.Deflate, Predictor: true}); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
+
+// bombBMP is the header of a BMP that claims w×h pixels (the size of a
+// 1×1 one's), its pixels cut off.
+func bombBMP(t testing.TB, w, h uint32) []byte {
+	t.Helper()
+	b := encodeBMP(t, gradient(1, 1))[:54] // the file and info headers
+	binary.LittleEndian.PutUint32(b[18:], w)
+	binary.LittleEndian.PutUint32(b[22:], h)
+	return b
+}
+
+// bombTIFF is a 1×1 TIFF whose directory claims w×h pixels.
+func bombTIFF(t testing.TB, w, h uint16) []byte {
+	t.Helper()
+	b := encodeTIFF(t, gradient(1, 1)) // little-endian, with SHORT sizes
+	ifd := binary.LittleEndian.Uint32(b[4:])
+	n := int(binary.LittleEndian.Uint16(b[ifd:]))
+	for i := range n {
+		e := b[int(ifd)+2+12*i:]
+		switch binary.LittleEndian.Uint16(e) {
+		case 256: // ImageWidth
+			binary.LittleEndian.PutUint16(e[8:], w)
+		case 257: // ImageLength
+			binary.LittleEndian.PutUint16(e[8:], h)
+		}
+	}
+	return b
+}
+
 // transparent is a w×h picture whose left half is fully transparent and
 // right half opaque red.
 func transparent(w, h int) *image.NRGBA {
@@ -118,10 +167,11 @@ func TestFit(t *testing.T) {
 		name      string
 		data      []byte
 		lim       picture.Limits
-		unchanged bool   // the input itself comes back
-		mime      string // of the result
-		w, h      int    // of the result
-		white     bool   // its top left pixel is white (flattened transparency)
+		unchanged bool        // the input itself comes back
+		mime      string      // of the result
+		w, h      int         // of the result
+		white     bool        // its top left pixel is white (flattened transparency)
+		pixels    image.Image // the result's pixels are exactly these
 		err       error
 	}{
 		{name: "small PNG", data: smallPNG, unchanged: true, mime: "image/png", w: 300, h: 200},
@@ -148,7 +198,26 @@ func TestFit(t *testing.T) {
 		{name: "corrupt", data: append([]byte("\x89PNG\r\n\x1a\n"), bytes.Repeat([]byte{7}, 300)...), err: picture.ErrUnreadable},
 		{name: "truncated JPEG", data: encodeJPEG(t, noise(800, 800), 90)[:100<<10], err: picture.ErrUnreadable},
 		{name: "not a picture", data: []byte("Dear Ann, this is a letter"), err: picture.ErrUnreadable},
-		{name: "BMP", data: append([]byte("BM"), make([]byte, 60)...), err: picture.ErrUnreadable},
+		{name: "BMP", data: encodeBMP(t, gradient(300, 200)), mime: "image/png", w: 300, h: 200, pixels: gradient(300, 200)},
+		{name: "BMP over the bytes, its PNG within", data: encodeBMP(t, gradient(400, 400)), mime: "image/png", w: 400, h: 400},
+		{name: "BMP whose PNG is over the bytes", data: encodeBMP(t, noise(300, 300)), mime: "image/jpeg", w: 300, h: 300},
+		{name: "BMP over the edge", data: encodeBMP(t, gradient(1024, 512)), mime: "image/jpeg", w: 512, h: 256},
+		{name: "TIFF", data: encodeTIFF(t, gradient(300, 200)), mime: "image/png", w: 300, h: 200, pixels: gradient(300, 200)},
+		{name: "TIFF with transparency", data: encodeTIFF(t, transparent(64, 32)), mime: "image/png", w: 64, h: 32, pixels: transparent(64, 32)},
+		{name: "uncompressed TIFF", data: func() []byte {
+			var b bytes.Buffer
+			if err := tiff.Encode(&b, gradient(120, 80), nil); err != nil {
+				t.Fatal(err)
+			}
+			return b.Bytes()
+		}(), mime: "image/png", w: 120, h: 80, pixels: gradient(120, 80)},
+		{name: "TIFF over the edge", data: encodeTIFF(t, gradient(600, 1200)), mime: "image/jpeg", w: 256, h: 512},
+		{name: "BMP bomb", data: bombBMP(t, 20000, 20000), err: picture.ErrTooManyPixels},
+		{name: "BMP bomb, top-down", data: bombBMP(t, 20000, -20000&0xffffffff), err: picture.ErrTooManyPixels},
+		{name: "TIFF bomb", data: bombTIFF(t, 20000, 20000), err: picture.ErrTooManyPixels},
+		{name: "BMP header without pixels", data: bombBMP(t, 300, 300), err: picture.ErrUnreadable},
+		{name: "TIFF without its pixels", data: bombTIFF(t, 300, 300), err: picture.ErrUnreadable},
+		{name: "a broken BMP", data: append([]byte("BM"), make([]byte, 60)...), err: picture.ErrUnreadable},
 		{name: "empty", data: nil, err: picture.ErrUnreadable},
 		{name: "cannot be made small enough", data: encodePNG(t, noise(600, 600)),
 			lim: picture.Limits{MaxBytes: 500, MaxEdge: 512, MaxPixels: 1 << 20}, err: picture.ErrTooLarge},
@@ -187,12 +256,34 @@ func TestFit(t *testing.T) {
 			if max(b.Dx(), b.Dy()) > l.MaxEdge || tt.w != 0 && (b.Dx() != tt.w || b.Dy() != tt.h) {
 				t.Fatalf("%dx%d, want %dx%d within %d", b.Dx(), b.Dy(), tt.w, tt.h, l.MaxEdge)
 			}
+			if tt.pixels != nil {
+				samePixels(t, img, tt.pixels)
+			}
 			if tt.white {
 				if r, g, bl, _ := img.At(b.Min.X, b.Min.Y).RGBA(); r < 0xf000 || g < 0xf000 || bl < 0xf000 {
 					t.Fatalf("transparency became %v, not white", img.At(b.Min.X, b.Min.Y))
 				}
 			}
 		})
+	}
+}
+
+// samePixels fails t unless got's pixels are want's, in 8-bit
+// non-premultiplied colour.
+func samePixels(t *testing.T, got, want image.Image) {
+	t.Helper()
+	if got.Bounds().Size() != want.Bounds().Size() {
+		t.Fatalf("%v, want %v", got.Bounds(), want.Bounds())
+	}
+	g, w := got.Bounds().Min, want.Bounds().Min
+	for y := range want.Bounds().Dy() {
+		for x := range want.Bounds().Dx() {
+			gc := color.NRGBAModel.Convert(got.At(g.X+x, g.Y+y))
+			wc := color.NRGBAModel.Convert(want.At(w.X+x, w.Y+y))
+			if gc != wc {
+				t.Fatalf("pixel %d,%d is %v, want %v", x, y, gc, wc)
+			}
+		}
 	}
 }
 
@@ -209,6 +300,18 @@ func TestReadHeader(t *testing.T) {
 	if err != nil || h != (picture.Header{MIME: "image/png", Width: 20000, Height: 10000}) {
 		t.Fatalf("header %+v, %v", h, err)
 	}
+	for _, tt := range []struct {
+		data []byte
+		want picture.Header
+	}{
+		{bombBMP(t, 20000, 10000), picture.Header{MIME: "image/bmp", Width: 20000, Height: 10000}},
+		{bombBMP(t, 300, -200&0xffffffff), picture.Header{MIME: "image/bmp", Width: 300, Height: 200}}, // top-down
+		{bombTIFF(t, 20000, 10000), picture.Header{MIME: "image/tiff", Width: 20000, Height: 10000}},
+	} {
+		if h, err := picture.ReadHeader(tt.data); err != nil || h != tt.want {
+			t.Errorf("header %+v, %v; want %+v", h, err, tt.want)
+		}
+	}
 	if _, err := picture.ReadHeader([]byte("hello")); !errors.Is(err, picture.ErrUnreadable) {
 		t.Fatalf("not a picture: %v", err)
 	}
@@ -218,9 +321,11 @@ func TestReadHeader(t *testing.T) {
 		n    int
 		want bool
 	}{
-		{picture.Header{Width: 50, Height: 20}, 100, true},
-		{picture.Header{Width: 20, Height: 51}, 100, false},
-		{picture.Header{Width: 50, Height: 50}, 101, false},
+		{picture.Header{MIME: "image/png", Width: 50, Height: 20}, 100, true},
+		{picture.Header{MIME: "image/webp", Width: 20, Height: 51}, 100, false},
+		{picture.Header{MIME: "image/jpeg", Width: 50, Height: 50}, 101, false},
+		{picture.Header{MIME: "image/bmp", Width: 10, Height: 10}, 50, false}, // no provider takes it as it is
+		{picture.Header{MIME: "image/tiff", Width: 10, Height: 10}, 50, false},
 	} {
 		if got := lim.Fits(tt.h, tt.n); got != tt.want {
 			t.Errorf("Fits(%+v, %d) = %v", tt.h, tt.n, got)
@@ -229,7 +334,8 @@ func TestReadHeader(t *testing.T) {
 }
 
 // FuzzFit: whatever bytes a user sends, Fit returns a picture within the
-// limits, in the format it names, or one of its errors; it never panics.
+// limits, in the format it names, one the providers take (a BMP or TIFF
+// is encoded again), or one of its errors; it never panics.
 // The limits are small, so that each input decodes quickly.
 func FuzzFit(f *testing.F) {
 	f.Add(encodePNG(f, gradient(200, 8)))
@@ -239,6 +345,12 @@ func FuzzFit(f *testing.F) {
 	f.Add(readFile(f, "testdata/blue.lossy.webp"))
 	f.Add(readFile(f, "testdata/gopher.lossless.webp"))
 	f.Add(bombPNG(1<<20, 1<<20))
+	f.Add(encodeBMP(f, transparent(30, 10)))
+	f.Add(encodeBMP(f, noise(20, 20)))
+	f.Add(encodeTIFF(f, gradient(40, 30)))
+	f.Add(encodeTIFF(f, transparent(16, 16)))
+	f.Add(bombBMP(f, 1<<20, 1<<20))
+	f.Add(bombTIFF(f, 60000, 60000))
 	lim := picture.Limits{MaxBytes: 4 << 10, MaxEdge: 96, MaxPixels: 1 << 16}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		out, mime, err := picture.Fit(data, lim)
@@ -255,10 +367,10 @@ func FuzzFit(f *testing.F) {
 		if err != nil {
 			t.Fatalf("the result has no header: %v", err)
 		}
-		if h.MIME != mime || max(h.Width, h.Height) > lim.MaxEdge {
+		if h.MIME != mime || max(h.Width, h.Height) > lim.MaxEdge || !lim.Fits(h, len(out)) {
 			t.Fatalf("the result is %+v, said %s", h, mime)
 		}
-		if !bytes.Equal(out, data) && mime != "image/jpeg" {
+		if !bytes.Equal(out, data) && mime != "image/jpeg" && mime != "image/png" {
 			t.Fatalf("a new picture in %s", mime)
 		}
 	})

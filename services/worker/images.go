@@ -127,7 +127,7 @@ var errPictureFormat = errors.New("a picture format the model providers do not t
 
 // picture reads a kept picture for the model, once an attempt: as it is
 // when it is within agent.max_image_bytes and agent.max_image_edge, else
-// scaled down (fit). The scaled-down copy is kept next to the picture,
+// scaled down (fit); a BMP or TIFF, encoded again as a PNG or JPEG. The scaled-down copy is kept next to the picture,
 // where the turn's later attempts find it.
 func (r *turnRun) picture(ctx context.Context, a *eventsv1.Attachment) (llm.Image, error) {
 	ref := a.GetBytesRef()
@@ -181,7 +181,10 @@ func (r *turnRun) readPicture(ctx context.Context, a *eventsv1.Attachment) (llm.
 		if mime == "image/jpg" {
 			mime = "image/jpeg"
 		}
-		if !attachment.IsImageType(mime) {
+		switch {
+		case attachment.IsPictureType(mime) && !attachment.IsImageType(mime):
+			return llm.Image{}, err // a BMP or TIFF is shown only as a PNG or JPEG it was made into
+		case !attachment.IsImageType(mime):
 			return llm.Image{}, fmt.Errorf("%w: %s", errPictureFormat, mime)
 		}
 		return llm.Image{MIME: mime, Data: data}, nil

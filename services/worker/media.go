@@ -228,7 +228,7 @@ func isPicture(a *eventsv1.Attachment) bool {
 	case eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE:
 		return true
 	case eventsv1.AttachmentKind_ATTACHMENT_KIND_DOCUMENT, eventsv1.AttachmentKind_ATTACHMENT_KIND_STICKER:
-		return attachment.IsImageType(a.GetMimeType())
+		return attachment.IsPictureType(a.GetMimeType())
 	}
 	return false
 }

@@ -2,6 +2,7 @@ package worker_test
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/binary"
 	"hash/crc32"
@@ -12,6 +13,9 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
+
+	"golang.org/x/image/bmp"
+	"golang.org/x/image/tiff"
 
 	"github.com/switchboard-chat/switchboard/pkg/attachment"
 	"github.com/switchboard-chat/switchboard/pkg/fakellm"
@@ -54,6 +58,36 @@ func jpegOf(t *testing.T, img image.Image) []byte {
 	return b.Bytes()
 }
 
+func bmpOf(t *testing.T, img image.Image) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	if err := bmp.Encode(&b, img); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
+
+func tiffOf(t *testing.T, img image.Image) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	if err := tiff.Encode(&b, img, &tiff.Options{Compression: tiff.Deflate}); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
+
+// bmpBomb is a BMP's headers claiming w×h pixels, and nothing more.
+func bmpBomb(w, h uint32) []byte {
+	b := append([]byte("BM"), make([]byte, 52)...)
+	binary.LittleEndian.PutUint32(b[10:], 54) // where the pixels would begin
+	binary.LittleEndian.PutUint32(b[14:], 40) // BITMAPINFOHEADER
+	binary.LittleEndian.PutUint32(b[18:], w)
+	binary.LittleEndian.PutUint32(b[22:], h)
+	binary.LittleEndian.PutUint16(b[26:], 1)  // planes
+	binary.LittleEndian.PutUint16(b[28:], 24) // bits a pixel
+	return b
+}
+
 // pngBomb is a valid PNG header claiming w×h pixels, and nothing more.
 func pngBomb(w, h uint32) []byte {
 	ihdr := append([]byte("IHDR"), make([]byte, 13)...)
@@ -68,7 +102,8 @@ func pngBomb(w, h uint32) []byte {
 // model scaled down, as a JPEG within both; the copy is kept next to the
 // picture, and a later attempt of the turn shows that copy instead of
 // scaling the picture again. One that cannot be scaled down is named with
-// why.
+// why. A BMP or TIFF, which no provider takes, reaches the model as a PNG
+// (or, over the limits, a JPEG), however it was sent.
 func TestOversizedPicturesAreScaledDown(t *testing.T) {
 	t.Parallel()
 	const maxBytes, edge = 200 << 10, 512
@@ -78,7 +113,8 @@ func TestOversizedPicturesAreScaledDown(t *testing.T) {
 	cases := []struct {
 		name   string
 		data   []byte
-		mime   string // what the platform said
+		said   string // the type the platform said; image/png if none
+		doc    bool   // sent as a file (a document), not as a picture
 		mod    func(*worker.Config, *worker.Deps)
 		kept   []byte // already kept under the copy's name (an earlier attempt)
 		reason string // why the model is not shown it
@@ -101,6 +137,20 @@ func TestOversizedPicturesAreScaledDown(t *testing.T) {
 		{name: "too large to read", data: pngOf(t, testPicture(480, 360, true)),
 			mod:    func(c *worker.Config, _ *worker.Deps) { c.Agent.MaxImageSourceBytes = 300 << 10 },
 			reason: "it is too large to be read (over 300.0 KB)"},
+		{name: "a BMP", data: bmpOf(t, testPicture(300, 200, false)), said: "image/bmp", seen: "image/png", w: 300, h: 200, scaled: true},
+		{name: "a BMP over the bytes, its PNG within", data: bmpOf(t, testPicture(400, 300, false)), said: "image/x-ms-bmp",
+			seen: "image/png", w: 400, h: 300, scaled: true},
+		{name: "a BMP sent as a file", data: bmpOf(t, testPicture(300, 200, false)), said: "image/bmp", doc: true,
+			seen: "image/png", w: 300, h: 200, scaled: true},
+		{name: "a TIFF", data: tiffOf(t, testPicture(300, 200, false)), said: "image/tiff", seen: "image/png", w: 300, h: 200, scaled: true},
+		{name: "a TIFF over the edge", data: tiffOf(t, testPicture(1200, 300, false)), said: "image/tiff",
+			seen: "image/jpeg", w: 512, h: 128, scaled: true},
+		{name: "a noisy BMP", data: bmpOf(t, testPicture(300, 300, true)), said: "image/bmp", seen: "image/jpeg", w: 300, h: 300, scaled: true},
+		{name: "an unreadable BMP", data: append([]byte("BM"), make([]byte, 100)...), said: "image/bmp",
+			reason: "it could not be read as a picture"},
+		{name: "an SVG", data: []byte("<svg/>"), said: "image/svg+xml"}, // only named, as before
+		{name: "a BMP with too many pixels", data: bmpBomb(20000, 20000), said: "image/bmp",
+			reason: "it has too many pixels to be read (over 50 megapixels)"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -108,7 +158,11 @@ func TestOversizedPicturesAreScaledDown(t *testing.T) {
 			h := newHarness(t)
 			ctx := context.Background()
 			store := attachment.New(h.bus.JetStream(), h.bus.Topology(), attachment.Config{})
-			if _, err := store.Keep(ctx, "pic", "image/png", bytes.NewReader(tc.data)); err != nil {
+			said, kind := cmp.Or(tc.said, "image/png"), eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE
+			if tc.doc {
+				kind = eventsv1.AttachmentKind_ATTACHMENT_KIND_DOCUMENT
+			}
+			if _, err := store.Keep(ctx, "pic", said, bytes.NewReader(tc.data)); err != nil {
 				t.Fatal(err)
 			}
 			if tc.kept != nil {
@@ -124,15 +178,19 @@ func TestOversizedPicturesAreScaledDown(t *testing.T) {
 				}
 			})
 			req := h.requestTurn("s1", "what is this?", turnOpts{attachments: []*eventsv1.Attachment{{
-				Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, MimeType: "image/png", FileName: "cat.png",
+				Kind: kind, MimeType: said, FileName: "cat",
 				Location: &eventsv1.Attachment_BytesRef{BytesRef: "pic"}}}})
 			if c := h.waitCompleted(req.TurnId); c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_COMPLETED {
 				t.Fatalf("status %v (%s)", c.GetStatus(), c.GetError())
 			}
 			model := h.fake.Requests()[0]
-			text := "what is this?\n[Attachment: image cat.png]"
+			named := "image"
+			if tc.doc {
+				named = "document"
+			}
+			text := "what is this?\n[Attachment: " + named + " cat]"
 			if tc.reason != "" {
-				text = "what is this?\n[Attachment: image cat.png (unavailable: " + tc.reason + ")]"
+				text = "what is this?\n[Attachment: " + named + " cat (unavailable: " + tc.reason + ")]"
 			}
 			if got := model.LastUserText(); got != text {
 				t.Fatalf("the model read %q, want %q", got, text)
@@ -167,7 +225,7 @@ func TestOversizedPicturesAreScaledDown(t *testing.T) {
 			if ok != (tc.scaled || tc.kept != nil) {
 				t.Fatalf("a scaled-down copy kept: %v, want %v", ok, tc.scaled)
 			}
-			if tc.scaled && (size != int64(len(img.Data)) || mime != "image/jpeg") {
+			if tc.scaled && (size != int64(len(img.Data)) || mime != tc.seen) {
 				t.Fatalf("the copy kept is %d bytes of %s, the model was shown %d", size, mime, len(img.Data))
 			}
 		})

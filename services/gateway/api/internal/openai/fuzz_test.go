@@ -371,13 +371,14 @@ func TestNonPictureDataURLsAsHermes(t *testing.T) {
 // attachment store, RFC 2397, and the worker sends the model the bytes),
 // with parameters beside base64. Two refusals Hermes does not make are
 // kept, as their picture would never be shown:
-//   - a format other than PNG, JPEG, GIF and WebP (BMP, SVG, TIFF, HEIC):
-//     OpenAI's and Anthropic's APIs take only these four, and the worker
-//     neither reads nor sends any other (worker readPicture:
-//     errPictureFormat). Taken, the picture would be kept and never
-//     shown, and the client answered as if it had sent none; Hermes passes
-//     it on and its turn fails at the provider. So a 400 up front,
-//     unsupported_content_type, naming the formats taken.
+//   - a format other than PNG, JPEG, GIF, WebP, BMP and TIFF (SVG,
+//     HEIC): OpenAI's and Anthropic's APIs take only the first four, and
+//     the worker sends only these, making a BMP or TIFF into a PNG or
+//     JPEG (pkg/picture); it neither reads nor sends any other (worker
+//     readPicture: errPictureFormat). Taken, the picture would be kept
+//     and never shown, and the client answered as if it had sent none;
+//     Hermes passes it on and its turn fails at the provider. So a 400
+//     up front, unsupported_content_type, naming the formats taken.
 //   - data that does not decode (bad base64 or percent-escape) or is
 //     empty: nothing to keep. invalid_image_url, Hermes's code of a
 //     picture URL it cannot use.
@@ -392,12 +393,15 @@ func TestImageDataURLFormats(t *testing.T) {
 		{name: "raw bytes, not base64", api: "responses", url: "data:image/gif,GIF89a"},
 		{name: "a parameter before base64", api: "run", url: "data:image/png;name=a.png;base64,iVBORw0KGgo="},
 		{name: "jpeg", url: "data:image/jpeg;base64,/9j/4AAQ"},
-		{name: "bmp", url: "data:image/bmp;base64,Qk0=", code: CodeUnsupportedContent,
-			msg: "Only PNG, JPEG, GIF and WebP image data URLs are supported, not image/bmp."},
+		{name: "bmp", url: "data:image/bmp;base64,Qk0="}, // the worker shows it as a PNG or JPEG
+		{name: "bmp, the old name", api: "run", url: "data:image/x-ms-bmp;base64,Qk0="},
+		{name: "tiff", api: "responses", url: "data:image/tiff;base64,SUkqAA=="},
 		{name: "svg, not base64", api: "responses", url: "data:image/svg+xml,%3Csvg%2F%3E", code: CodeUnsupportedContent,
-			msg: "Only PNG, JPEG, GIF and WebP image data URLs are supported, not image/svg+xml."},
+			msg: "Only PNG, JPEG, GIF, WebP, BMP and TIFF image data URLs are supported, not image/svg+xml."},
+		{name: "heic", url: "data:image/heic;base64,AAAAGGZ0eXBoZWlj", code: CodeUnsupportedContent,
+			msg: "Only PNG, JPEG, GIF, WebP, BMP and TIFF image data URLs are supported, not image/heic."},
 		{name: "no subtype", api: "run", url: "data:image/;base64,iVBORw0KGgo=", code: CodeUnsupportedContent,
-			msg: "Only PNG, JPEG, GIF and WebP image data URLs are supported, not image/."},
+			msg: "Only PNG, JPEG, GIF, WebP, BMP and TIFF image data URLs are supported, not image/."},
 		{name: "broken base64", url: "data:image/png;base64,@@@@", code: CodeInvalidImageURL, msg: badData},
 		{name: "a broken percent-escape", api: "responses", url: "data:image/png,%zz", code: CodeInvalidImageURL, msg: badData},
 		{name: "no data", url: "data:image/png;base64,", code: CodeInvalidImageURL, msg: "The image data URL holds no data."},

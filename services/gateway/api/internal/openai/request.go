@@ -833,22 +833,23 @@ const maxImages = 16
 
 // checkDataURL accepts a data: URL of a picture whose data the runner can
 // keep (RFC 2397: base64, or percent-encoded, as attachment.ParseDataURL
-// decodes it) in a format the model is shown: PNG, JPEG, GIF or WebP.
-// u's scheme and media type are in lower case (inlineURL). A data: URL
-// that is no picture at all is refused as Hermes refuses it
-// (msgDataNotImage). Hermes passes any other data:image/... on; these
-// are refused here, as their picture would never be shown: another
-// format no provider takes and the worker does not send
-// (TestImageDataURLFormats), data that does not decode or is empty
-// nothing to keep.
+// decodes it) in a format the model is shown (attachment.IsPictureType):
+// PNG, JPEG, GIF or WebP as it is, BMP or TIFF as the PNG or JPEG the
+// worker makes of it. u's scheme and media type are in lower case
+// (inlineURL). A data: URL that is no picture at all is refused as Hermes
+// refuses it (msgDataNotImage). Hermes passes any other data:image/...
+// on; these are refused here, as their picture would never be shown:
+// another format (SVG, HEIC) no provider takes and the worker does not
+// convert (TestImageDataURLFormats), data that does not decode or is
+// empty nothing to keep.
 func checkDataURL(u string) error {
 	meta, _, found := strings.Cut(strings.TrimPrefix(u, "data:"), ",")
 	if !found || !strings.HasPrefix(meta, "image/") {
 		return &InvalidError{Code: CodeUnsupportedContent, Msg: msgDataNotImage}
 	}
-	if mime, _, _ := strings.Cut(meta, ";"); !attachment.IsImageType(mime) {
+	if mime, _, _ := strings.Cut(meta, ";"); !attachment.IsPictureType(mime) {
 		return &InvalidError{Code: CodeUnsupportedContent,
-			Msg: fmt.Sprintf("Only PNG, JPEG, GIF and WebP image data URLs are supported, not %s.", Clip(mime, 40))}
+			Msg: fmt.Sprintf("Only PNG, JPEG, GIF, WebP, BMP and TIFF image data URLs are supported, not %s.", Clip(mime, 40))}
 	}
 	data, _, _, err := attachment.ParseDataURL(u)
 	switch {
