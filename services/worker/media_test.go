@@ -370,6 +370,25 @@ type fetchingPlatform struct {
 	// ended counts the hanging downloads their context ended and the
 	// slow ones that are over.
 	ended atomic.Int32
+	// lastByteAtBound: every download's end comes only as its context
+	// ends, as a download's last bytes that arrive just then.
+	lastByteAtBound bool
+}
+
+// endsAtBound reads r, whose end it tells only once ctx ended.
+type endsAtBound struct {
+	ctx   context.Context
+	r     io.Reader
+	ended *atomic.Int32
+}
+
+func (e *endsAtBound) Read(b []byte) (int, error) {
+	n, err := e.r.Read(b)
+	if errors.Is(err, io.EOF) {
+		<-e.ctx.Done()
+		e.ended.Add(1)
+	}
+	return n, err
 }
 
 // startGateway runs p's gateway with attachments on, for the test.
@@ -422,6 +441,9 @@ func (p *fetchingPlatform) Fetch(ctx context.Context, a *eventsv1.Attachment) (i
 	data, ok := p.files[a.GetPlatformFileId()]
 	if !ok {
 		return nil, "", errors.New("file not found (HTTP 404)")
+	}
+	if p.lastByteAtBound {
+		return io.NopCloser(&endsAtBound{ctx: ctx, r: strings.NewReader(data), ended: &p.ended}), "", nil
 	}
 	return io.NopCloser(strings.NewReader(data)), "", nil
 }
@@ -540,6 +562,7 @@ func TestASlowDownloadGoesOnWithoutTheFile(t *testing.T) {
 	}{
 		{"hangs", &fetchingPlatform{Memory: platformtest.NewMemory("bot1", false), entered: make(chan struct{}, 8), hangUp: make(chan struct{})}},
 		{"heedless of its bound", &fetchingPlatform{Memory: platformtest.NewMemory("bot1", false), files: map[string]string{"d1": "late"}, slow: wait + 2*time.Second}},
+		{"ends as its bound does", &fetchingPlatform{Memory: platformtest.NewMemory("bot1", false), files: map[string]string{"d1": "late"}, lastByteAtBound: true}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
