@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"time"
 
@@ -52,10 +53,12 @@ var ErrServerGone = errors.New("the replica serving the request is gone")
 var ErrNotAnswered = errors.New("the replica serving the request did not answer in time")
 
 // RequestTimeout is how long m's requester waits for the answer from when
-// m came (HeaderTimeout); ok is false when it did not say.
+// m came (HeaderTimeout); ok is false when it did not say, or said what
+// no duration holds (which would wrap round to some other wait).
 func RequestTimeout(m *nats.Msg) (time.Duration, bool) {
+	const most = math.MaxInt64 / int64(time.Millisecond)
 	ms, err := strconv.ParseInt(m.Header.Get(HeaderTimeout), 10, 64)
-	if err != nil {
+	if err != nil || ms > most || ms < -most {
 		return 0, false
 	}
 	return time.Duration(ms) * time.Millisecond, true

@@ -83,3 +83,32 @@ func TestWatchedRequestWaitsOutAReconnect(t *testing.T) {
 		})
 	}
 }
+
+// RequestTimeout reads the requester's wait as sent; a value no duration
+// holds (from a sender that is not a watched request's) says nothing,
+// rather than wrap round to a wait already over, or one far off.
+func TestRequestTimeout(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		header string
+		want   time.Duration
+		ok     bool
+	}{
+		{"70000", 70 * time.Second, true},
+		{"0", 0, true},
+		{"-5", -5 * time.Millisecond, true}, // the requester gave up already
+		{"", 0, false},
+		{"soon", 0, false},
+		{"9223372036854775807", 0, false},
+		{"9223372036855", 0, false},
+		{"-9223372036855", 0, false},
+	} {
+		m := nats.NewMsg("s")
+		if tc.header != "" {
+			m.Header.Set(bus.HeaderTimeout, tc.header)
+		}
+		if got, ok := bus.RequestTimeout(m); got != tc.want || ok != tc.ok {
+			t.Errorf("RequestTimeout(%q) = %v, %v; want %v, %v", tc.header, got, ok, tc.want, tc.ok)
+		}
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"strconv"
 	"strings"
 	"time"
@@ -196,7 +197,11 @@ func (r *Runner) fetchAttachment(ctx context.Context, req *eventsv1.AttachmentFe
 		if mime == "" || mime == "application/octet-stream" {
 			mime = fetchedMIME
 		}
-		n, err = r.attachments.Keep(ctx, name, mime, rc)
+		// Read within ctx: a platform's read that returns only after it
+		// ended (its last bytes late, or a platform heedless of ctx) is
+		// not stored, as the store's own check of ctx, between reads,
+		// would let it be.
+		n, err = r.attachments.Keep(ctx, name, mime, readWithin{ctx: ctx, r: rc})
 		_ = rc.Close()
 	}
 	switch {
@@ -215,6 +220,24 @@ func (r *Runner) fetchAttachment(ctx context.Context, req *eventsv1.AttachmentFe
 		attachmentsTotal.WithLabelValues(r.name, "failed").Inc()
 		return &eventsv1.AttachmentFetched{Unavailable: unavailableFailed}
 	}
+}
+
+// readWithin reads r while ctx lasts: a read that returns once ctx ended
+// fails, its bytes dropped, so a download that did not end within its
+// bound (the worker's wait, less fetchReplyMargin) is not stored (Keep
+// stores nothing of a failed read), whereas the gateway answers it was
+// not downloaded.
+type readWithin struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (w readWithin) Read(p []byte) (int, error) {
+	n, err := w.r.Read(p)
+	if cerr := w.ctx.Err(); cerr != nil {
+		return 0, fmt.Errorf("download: %w", cerr)
+	}
+	return n, err
 }
 
 func tooLarge(size, limit int64) string {

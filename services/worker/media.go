@@ -56,12 +56,13 @@ func (r *turnRun) fetchAttachments(ctx context.Context, in *eventsv1.MessageRece
 	}
 	// One bound for the attempt's attachments, of all its messages (a
 	// merged turn has several): a gateway that hangs costs the turn
-	// fetchWait once, not once per attachment or message.
-	if r.fetchBy.IsZero() {
-		r.fetchBy = time.Now().Add(r.s.cfg.FetchWait)
-	}
-	fctx, cancel := context.WithDeadline(ctx, r.fetchBy)
-	defer cancel()
+	// fetchWait once, not once per attachment or message. It counts the
+	// time spent downloading only, not the reading between messages (a
+	// transcription), which would leave a later message's files named
+	// as not downloaded without its gateway asked.
+	fetchBy := time.Now().Add(r.s.cfg.FetchWait - r.fetchSpent)
+	fctx, cancel := context.WithDeadline(ctx, fetchBy)
+	defer func(began time.Time) { cancel(); r.fetchSpent += time.Since(began) }(time.Now())
 	for i, a := range in.GetAttachments() {
 		if !toFetch(a, want) {
 			continue
@@ -70,7 +71,7 @@ func (r *turnRun) fetchAttachments(ctx context.Context, in *eventsv1.MessageRece
 			Name: attachment.Name(src.GetPlatform(), src.GetAccount(), in.GetEventId(), i)}
 		resp := &eventsv1.AttachmentFetched{}
 		var err error
-		if time.Until(r.fetchBy) < lookupWait {
+		if time.Until(fetchBy) < lookupWait {
 			// The bound went on the attempt's earlier downloads, from a
 			// live replica (the others end the attempt): too little is
 			// left for a replica to even say it took the request.

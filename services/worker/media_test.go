@@ -370,6 +370,25 @@ type fetchingPlatform struct {
 	// ended counts the hanging downloads their context ended and the
 	// slow ones that are over.
 	ended atomic.Int32
+	// lastByteAtBound: every download's end comes only as its context
+	// ends, as a download's last bytes that arrive just then.
+	lastByteAtBound bool
+}
+
+// endsAtBound reads r, whose end it tells only once ctx ended.
+type endsAtBound struct {
+	ctx   context.Context
+	r     io.Reader
+	ended *atomic.Int32
+}
+
+func (e *endsAtBound) Read(b []byte) (int, error) {
+	n, err := e.r.Read(b)
+	if errors.Is(err, io.EOF) {
+		<-e.ctx.Done()
+		e.ended.Add(1)
+	}
+	return n, err
 }
 
 // startGateway runs p's gateway with attachments on, for the test.
@@ -422,6 +441,9 @@ func (p *fetchingPlatform) Fetch(ctx context.Context, a *eventsv1.Attachment) (i
 	data, ok := p.files[a.GetPlatformFileId()]
 	if !ok {
 		return nil, "", errors.New("file not found (HTTP 404)")
+	}
+	if p.lastByteAtBound {
+		return io.NopCloser(&endsAtBound{ctx: ctx, r: strings.NewReader(data), ended: &p.ended}), "", nil
 	}
 	return io.NopCloser(strings.NewReader(data)), "", nil
 }
@@ -540,6 +562,7 @@ func TestASlowDownloadGoesOnWithoutTheFile(t *testing.T) {
 	}{
 		{"hangs", &fetchingPlatform{Memory: platformtest.NewMemory("bot1", false), entered: make(chan struct{}, 8), hangUp: make(chan struct{})}},
 		{"heedless of its bound", &fetchingPlatform{Memory: platformtest.NewMemory("bot1", false), files: map[string]string{"d1": "late"}, slow: wait + 2*time.Second}},
+		{"ends as its bound does", &fetchingPlatform{Memory: platformtest.NewMemory("bot1", false), files: map[string]string{"d1": "late"}, lastByteAtBound: true}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -609,6 +632,44 @@ func TestAMergedTurnWaitsForItsDownloadsOnce(t *testing.T) {
 	}
 	if got, want := h.fake.Requests()[0].LastUserText(), "[Attachment: document b.txt (unavailable: it could not be downloaded)]"; got != want {
 		t.Fatalf("the model read %q, want %q", got, want)
+	}
+}
+
+// The bound a merged turn's messages share is for their downloads, not
+// for the reading between them: a message's voice note whose
+// transcription takes the whole bound leaves the next message's file to
+// be downloaded, not named as not downloaded without its gateway asked.
+func TestAMergedTurnsTranscriptionIsNoDownloadTime(t *testing.T) {
+	t.Parallel()
+	const wait = 3 * time.Second
+	h := newHarness(t)
+	p := &fetchingPlatform{Memory: platformtest.NewMemory("bot1", false), files: map[string]string{"v1": "see you at noon", "d2": "notes"}}
+	startGateway(t, h, p)
+	h.setGeneration("s1", 1)
+	h.startWorker("w1", func(c *worker.Config, d *worker.Deps) {
+		c.FetchWait, c.MaxDeliver = wait, 5
+		d.Transcriber = sttFunc(func(ctx context.Context, audio io.Reader, _, _ string) (string, error) {
+			_, _ = io.Copy(io.Discard, audio)
+			select { // a slow speech-to-text server, within its own bound
+			case <-time.After(wait + time.Second):
+				return "see you at noon", nil
+			case <-ctx.Done():
+				return "", ctx.Err()
+			}
+		})
+	})
+	origin := &eventsv1.SessionSource{Platform: "memory", Account: "bot1", ChatId: "99", ChatType: "dm", UserId: "u1"}
+	req := h.requestTurn("s1", "", turnOpts{origin: origin,
+		attachments: []*eventsv1.Attachment{{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_VOICE, PlatformFileId: "v1", MimeType: "audio/ogg"}},
+		merged:      [][]*eventsv1.Attachment{{{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_DOCUMENT, PlatformFileId: "d2", MimeType: "text/plain", FileName: "b.txt"}}}})
+	if c := h.waitCompleted(req.TurnId); c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_COMPLETED {
+		t.Fatalf("status %v (%s)", c.GetStatus(), c.GetError())
+	}
+	if got, want := h.fake.Requests()[0].LastUserText(), "[The user sent a document: \"b.txt\". Its content is included below.]\nnotes\n[End of \"b.txt\"]"; got != want {
+		t.Fatalf("the model read %q, want %q", got, want)
+	}
+	if got := p.fetches.Load(); got != 2 {
+		t.Errorf("%d downloads, want both files downloaded", got)
 	}
 }
 

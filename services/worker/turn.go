@@ -79,14 +79,15 @@ type turnRun struct {
 	// spent counts the deliveries that used up an attempt (hand-backs of
 	// stopping workers do not): the budget MaxDeliver bounds.
 	spent int
-	// fetchBy ends the attempt's downloads of attachments, of all its
-	// messages (fetchAttachments): set by the first.
-	fetchBy  time.Time
-	log      *slog.Logger
-	st       store.Turn
-	ttl      time.Duration
-	target   *deliveryv1.Target // nil: the turn's replies go nowhere
-	inputIDs []string
+	// fetchSpent is the time the attempt's downloads of attachments, of
+	// all its messages, took so far (fetchAttachments): fetchWait bounds
+	// it.
+	fetchSpent time.Duration
+	log        *slog.Logger
+	st         store.Turn
+	ttl        time.Duration
+	target     *deliveryv1.Target // nil: the turn's replies go nowhere
+	inputIDs   []string
 	// noReaction are those of inputIDs their gateway marks with no
 	// processing reaction.
 	noReaction []string
