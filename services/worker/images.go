@@ -46,25 +46,17 @@ func (r *turnRun) attachImages(ctx context.Context, ls *loopState) {
 	if _, ok := transcriptCommandOf(r.req); ok {
 		return
 	}
-	// The steps begin gave the inputs: each input's context messages,
-	// then its own.
-	step := 0
-	for _, in := range r.req.GetInputs() {
-		for _, c := range in.GetContext() {
-			if c.GetRole() == llm.RoleUser || c.GetRole() == llm.RoleAssistant {
-				step++
-			}
-		}
+	steps := r.inputStepOf()
+	for n, in := range r.req.GetInputs() {
 		// A resumed turn's are found as its first attempt downloaded them.
-		r.lookUpAttachments(ctx, in, isPicture)
+		r.lookUpAttachments(ctx, n, isPicture)
 		if images := r.loadImages(ctx, in); len(images) > 0 {
 			for i := range ls.turn {
-				if m := &ls.turn[i]; m.Step == step && m.Role == llm.RoleUser {
+				if m := &ls.turn[i]; m.Step == steps[n] && m.Role == llm.RoleUser {
 					m.Images = images
 				}
 			}
 		}
-		step++
 	}
 }
 

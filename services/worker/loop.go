@@ -85,6 +85,9 @@ func (r *turnRun) begin(ctx context.Context) (*loopState, *store.Final, error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	// How an earlier attempt read the inputs, for this one's decisions
+	// (lookUpAttachments), whether it resumes or republishes.
+	r.keepReads(ts.History)
 	if r.attempt > 1 {
 		if err := r.fillSeqGap(ctx, ts.Final); err != nil {
 			return nil, nil, err
@@ -139,7 +142,9 @@ func (r *turnRun) begin(ctx context.Context) (*loopState, *store.Final, error) {
 			if err := r.fetchAttachments(ctx, in, r.readAtBegin); err != nil {
 				return err
 			}
-			inputs = append(inputs, store.Message{Role: llm.RoleUser, Content: r.inputText(ctx, in)})
+			// How its attachments were read goes with it, for the turn's
+			// later attempts (lookUpAttachments).
+			inputs = append(inputs, store.Message{Role: llm.RoleUser, Content: r.inputText(ctx, in), Read: readOf(in)})
 		}
 		return nil
 	}

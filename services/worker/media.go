@@ -16,6 +16,7 @@ import (
 	"github.com/switchboard-chat/switchboard/pkg/bus"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	"github.com/switchboard-chat/switchboard/pkg/llm"
+	"github.com/switchboard-chat/switchboard/services/worker/internal/store"
 )
 
 // fetchWait bounds a gateway's download for the worker: the gateway's
@@ -143,24 +144,106 @@ func toFetch(a *eventsv1.Attachment, want func(*eventsv1.Attachment) bool) bool 
 const lookupWait = fetchAliveEvery
 
 // lookUpAttachments is fetchAttachments for an attempt that did not read
-// in: one that resumed an earlier attempt's committed steps, or
-// republishes its answer. It downloads nothing: it finds in the
-// attachment store what the reading downloaded, which the stored message
-// was written from. A download keeps its file under the turn's name
-// (attachment.Name, the same for every attempt), a failed one keeps
-// nothing, so a file kept is read as the reading read it and one not
-// kept is unavailable, as the stored message names it: downloaded now,
-// it would show the model, or answer with speech (voiceInput), what the
-// turn's text says it never had, and a resumed turn would decide
-// otherwise than its first attempt. A store that does not answer within
-// lookupWait leaves the file as its gateway described it, which
-// voiceByDownload counts, as Hermes decides a voice reply by the type of
-// the message as it came: the user sent audio.
-func (r *turnRun) lookUpAttachments(ctx context.Context, in *eventsv1.MessageReceived, want func(*eventsv1.Attachment) bool) {
-	src := in.GetSource()
-	if src.GetPlatform() == "api" {
+// the turn's input i: one that resumed an earlier attempt's committed
+// steps, or republishes its answer. It downloads nothing: it takes each
+// file as the reading left it, which the stored message was written
+// from, so that the attempt shows the model, or answers with speech
+// (voiceInput), only what the turn's text says it had, and decides as
+// the first attempt did. The input's committed step says how (readOf);
+// the attachment store can say otherwise later (a file expired, stored
+// by a later download, a look-up that failed), and is asked only for
+// steps an older worker committed without it (lookUpStored).
+func (r *turnRun) lookUpAttachments(ctx context.Context, i int, want func(*eventsv1.Attachment) bool) {
+	in := r.req.GetInputs()[i]
+	if in.GetSource().GetPlatform() == "api" {
 		return // inline pictures are kept as they arrive
 	}
+	if i < len(r.reads) && r.reads[i] != nil {
+		applyReads(in, r.reads[i], want)
+		return
+	}
+	r.lookUpStored(ctx, in, want)
+}
+
+// applyReads marks in's attachments that want accepts as the first
+// attempt's reading left them (reads): a file it downloaded is read from
+// the store (one gone since, expired, is then not shown), one it did not
+// is unavailable with its reason, one it did not read stays as
+// described.
+func applyReads(in *eventsv1.MessageReceived, reads []store.ReadAttachment, want func(*eventsv1.Attachment) bool) {
+	atts := in.GetAttachments()
+	for _, read := range reads {
+		if read.Index < 0 || read.Index >= len(atts) || !toFetch(atts[read.Index], want) {
+			continue
+		}
+		a := atts[read.Index]
+		if read.BytesRef != "" {
+			a.Location, a.SizeBytes = &eventsv1.Attachment_BytesRef{BytesRef: read.BytesRef}, read.SizeBytes
+			a.MimeType = cmp.Or(read.MimeType, a.GetMimeType())
+		}
+		a.Unavailable = read.Unavailable // kept and not shown, or not downloaded
+	}
+}
+
+// readOf is how the reading left in's attachments, committed with its
+// step (store.Message.Read) for the turn's later attempts: nil when it
+// has none.
+func readOf(in *eventsv1.MessageReceived) []store.ReadAttachment {
+	var reads []store.ReadAttachment
+	for i, a := range in.GetAttachments() {
+		reads = append(reads, store.ReadAttachment{Index: i, BytesRef: a.GetBytesRef(), Unavailable: a.GetUnavailable(),
+			MimeType: a.GetMimeType(), SizeBytes: a.GetSizeBytes()})
+	}
+	return reads
+}
+
+// keepReads finds, in the turn's committed steps, how its first attempt
+// read each input (r.reads, by input): the steps begin gave the inputs
+// are each input's context messages, then its own.
+func (r *turnRun) keepReads(history []store.Message) {
+	byStep := map[int][]store.ReadAttachment{}
+	for _, m := range history {
+		if m.TurnID == r.req.GetTurnId() && m.Role == llm.RoleUser && m.Read != nil {
+			byStep[m.Step] = m.Read
+		}
+	}
+	if len(byStep) == 0 {
+		return
+	}
+	r.reads = make([][]store.ReadAttachment, len(r.req.GetInputs()))
+	for i, step := range r.inputStepOf() {
+		r.reads[i] = byStep[step]
+	}
+}
+
+// inputStepOf is the step of each input's own message among those begin
+// gives the turn: each input's context messages come before it.
+func (r *turnRun) inputStepOf() []int {
+	steps := make([]int, 0, len(r.req.GetInputs()))
+	step := 0
+	for _, in := range r.req.GetInputs() {
+		for _, c := range in.GetContext() {
+			if c.GetRole() == llm.RoleUser || c.GetRole() == llm.RoleAssistant {
+				step++
+			}
+		}
+		steps = append(steps, step)
+		step++
+	}
+	return steps
+}
+
+// lookUpStored is lookUpAttachments for steps committed without how they
+// were read (an older worker's): it finds in the attachment store what
+// the reading downloaded. A download keeps its file under the turn's
+// name (attachment.Name, the same for every attempt), a failed one keeps
+// nothing, so a file kept is read as the reading read it and one not
+// kept is unavailable. A store that does not answer within lookupWait
+// leaves the file as its gateway described it, which voiceByDownload
+// counts, as Hermes decides a voice reply by the type of the message as
+// it came: the user sent audio.
+func (r *turnRun) lookUpStored(ctx context.Context, in *eventsv1.MessageReceived, want func(*eventsv1.Attachment) bool) {
+	src := in.GetSource()
 	ctx, cancel := context.WithTimeout(ctx, lookupWait)
 	defer cancel()
 	for i, a := range in.GetAttachments() {

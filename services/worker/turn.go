@@ -79,6 +79,10 @@ type turnRun struct {
 	// spent counts the deliveries that used up an attempt (hand-backs of
 	// stopping workers do not): the budget MaxDeliver bounds.
 	spent int
+	// reads are how an earlier attempt read each input's attachments, as
+	// committed with the turn's steps (keepReads); nil for an input
+	// without, or read by this attempt.
+	reads [][]store.ReadAttachment
 	// fetchSpent is the time the attempt's downloads of attachments, of
 	// all its messages, took so far (fetchAttachments): fetchWait bounds
 	// it.

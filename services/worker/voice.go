@@ -64,13 +64,13 @@ func (r *turnRun) wantsVoice(ctx context.Context, f store.Final) bool {
 // An attempt that resumed an earlier one's committed steps, or
 // republishes its answer, did not read the inputs, and its request
 // alone describes no download, so a file whose download failed would
-// count as downloaded: it finds what the first reading downloaded
-// (lookUpAttachments), and so decides as that reading's attempt did.
+// count as downloaded: it takes what the first reading downloaded, as
+// committed (lookUpAttachments), and so decides as that attempt did.
 func (r *turnRun) voiceInput(ctx context.Context) bool {
-	for _, in := range r.req.GetInputs() {
+	for i, in := range r.req.GetInputs() {
 		if in.GetVoiceByDownload() {
 			if r.s.agent == nil { // a plug-in agent's turns download nothing
-				r.lookUpAttachments(ctx, in, r.readAtBegin)
+				r.lookUpAttachments(ctx, i, r.readAtBegin)
 			}
 			if voiceByDownload(in) {
 				return true

@@ -109,6 +109,23 @@ type Message struct {
 	// result's Content: the worker cleared the result to keep a long turn
 	// within the context window (Compact). Content keeps the whole output.
 	Compacted string
+	// Read is how the turn's first attempt read the attachments of the
+	// input this step holds (transcript_messages.read_attachments,
+	// migration 00218), one per attachment of the message: an attempt
+	// that resumes the turn decides from it as that attempt did. Nil for
+	// other steps, and for inputs an older worker wrote.
+	Read []ReadAttachment
+}
+
+// ReadAttachment is how a turn's first attempt left one attachment of an
+// input: downloaded (BytesRef), or not with why (Unavailable: the
+// download failed, or it cannot be shown), or neither (not read).
+type ReadAttachment struct {
+	Index       int    `json:"index"`
+	BytesRef    string `json:"bytes_ref,omitempty"`
+	Unavailable string `json:"unavailable,omitempty"`
+	MimeType    string `json:"mime_type,omitempty"`
+	SizeBytes   int64  `json:"size_bytes,omitempty"`
 }
 
 // Turn statuses as stored. A turn's row is written when the turn is
@@ -323,7 +340,7 @@ func scanFinal(r pgx.Row) (Final, error) {
 	return f, err
 }
 
-const messageCols = `id, turn_id, step, role, content, tool_calls, tool_call_id, tool_name, created_at, thinking, coalesce(compacted, '')`
+const messageCols = `id, turn_id, step, role, content, tool_calls, tool_call_id, tool_name, created_at, thinking, coalesce(compacted, ''), read_attachments`
 
 // summarySQL reads a conversation's latest summary; historySQL its
 // messages after that summary, oldest first.
@@ -348,8 +365,8 @@ const beginSQL = `SELECT f.turn_id IS NOT NULL,
 
 func scanMessage(r pgx.Row) (Message, error) {
 	var m Message
-	var calls, thinking []byte
-	if err := r.Scan(&m.ID, &m.TurnID, &m.Step, &m.Role, &m.Content, &calls, &m.ToolCallID, &m.ToolName, &m.CreatedAt, &thinking, &m.Compacted); err != nil {
+	var calls, thinking, read []byte
+	if err := r.Scan(&m.ID, &m.TurnID, &m.Step, &m.Role, &m.Content, &calls, &m.ToolCallID, &m.ToolName, &m.CreatedAt, &thinking, &m.Compacted, &read); err != nil {
 		return m, fmt.Errorf("scan transcript: %w", err)
 	}
 	if len(calls) > 0 {
@@ -365,6 +382,11 @@ func scanMessage(r pgx.Row) (Message, error) {
 		m.Thinking = make([]llm.Thinking, len(ts))
 		for i, t := range ts {
 			m.Thinking[i] = llm.Thinking(t)
+		}
+	}
+	if len(read) > 0 {
+		if err := json.Unmarshal(read, &m.Read); err != nil {
+			return m, fmt.Errorf("decode read attachments of message %d: %w", m.ID, err)
 		}
 	}
 	return m, nil
@@ -481,8 +503,8 @@ func (s *Store) Append(ctx context.Context, t Turn, d Durability, first int, msg
 }
 
 const insertMessageSQL = `INSERT INTO transcript_messages
-		(session_key, session_id, user_key, turn_id, generation, step, role, content, tool_calls, tool_call_id, tool_name, thinking)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) RETURNING id, created_at`
+		(session_key, session_id, user_key, turn_id, generation, step, role, content, tool_calls, tool_call_id, tool_name, thinking, read_attachments)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) RETURNING id, created_at`
 
 func toolCallsJSON(m *Message) []byte {
 	if len(m.ToolCalls) == 0 {
@@ -514,6 +536,16 @@ func thinkingJSON(m *Message) []byte {
 	return b
 }
 
+// readJSON is m's read attachments as stored: NULL when none were read
+// (every step but an input with attachments).
+func readJSON(m *Message) []byte {
+	if len(m.Read) == 0 {
+		return nil
+	}
+	b, _ := json.Marshal(m.Read) // strings and numbers only: cannot fail
+	return b
+}
+
 // startedAt is t's start for the database: NULL (now) when unset.
 func startedAt(t Turn) *time.Time {
 	if t.StartedAt.IsZero() {
@@ -524,7 +556,7 @@ func startedAt(t Turn) *time.Time {
 
 func queueInsert(b *pgx.Batch, t Turn, m *Message) {
 	b.Queue(insertMessageSQL, t.SessionKey, t.SessionID, t.UserKey, t.TurnID, t.Generation, m.Step, m.Role, m.Content,
-		toolCallsJSON(m), m.ToolCallID, m.ToolName, thinkingJSON(m))
+		toolCallsJSON(m), m.ToolCallID, m.ToolName, thinkingJSON(m), readJSON(m))
 }
 
 // Finish durably commits the turn's decided end — after the steps in
