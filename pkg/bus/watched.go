@@ -125,7 +125,12 @@ func (b *Bus) RequestWatched(ctx context.Context, subject string, req, resp prot
 	}
 	var tick <-chan time.Time
 	var server string
-	var silentSince time.Time // of the server's liveness subject's no responders
+	// silentSince is the tick of the first question in a row that got no
+	// responders: silence is measured from when it was sent, not from when
+	// its answer came back, so the replica is judged on the first tick at
+	// or after GoneGrace (a tick's time is when it was due, however late
+	// it was taken), not one tick later at random.
+	var silentSince time.Time
 	stopTick := func() {}
 	defer func() { stopTick() }()
 	// take takes a reply: done once it is the answer (or says none
@@ -158,7 +163,7 @@ func (b *Bus) RequestWatched(ctx context.Context, subject string, req, resp prot
 			if done, err := take(m); done {
 				return err
 			}
-		case <-tick:
+		case asked := <-tick:
 			actx, cancel := context.WithTimeout(ctx, every)
 			_, err := b.nc.RequestWithContext(actx, alive(server), nil)
 			cancel()
@@ -167,7 +172,7 @@ func (b *Bus) RequestWatched(ctx context.Context, subject string, req, resp prot
 				continue
 			}
 			if silentSince.IsZero() {
-				silentSince = time.Now()
+				silentSince = asked
 			}
 			if time.Since(silentSince) < GoneGrace {
 				continue // maybe reconnecting
