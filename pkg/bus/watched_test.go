@@ -85,6 +85,54 @@ func TestWatchedRequestWaitsOutAReconnect(t *testing.T) {
 	}
 }
 
+// A requester whose wait ends while the replica serving it has been
+// silent (no responders on its liveness subject, not yet for GoneGrace)
+// takes it as gone: a replica that died in the wait's last seconds is
+// one, and the request is to be sent again, to another replica. Only a
+// replica still answering there when the wait ends did not answer in
+// time.
+func TestWatchedRequestEndingInTheGraceFindsTheReplicaGone(t *testing.T) {
+	t.Parallel()
+	const every = 100 * time.Millisecond
+	for _, tc := range []struct {
+		name  string
+		alive bool // the replica's liveness subject answers
+		want  error
+	}{
+		{"replica there", true, bus.ErrNotAnswered},
+		{"replica silent", false, bus.ErrServerGone},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			url := bustest.EmbeddedURL(t)
+			b := bustest.New(t, url)
+			srv := bustest.NewWith(t, url, b.Topology()).Conn()
+			subject, aliveSubject := nats.NewInbox(), nats.NewInbox()
+			_, err := srv.Subscribe(subject, func(m *nats.Msg) {
+				if err := bus.AckServedBy(m, "r1"); err != nil {
+					t.Error(err)
+				}
+			})
+			if err == nil && tc.alive {
+				_, err = srv.Subscribe(aliveSubject, func(m *nats.Msg) { _ = m.Respond(nil) })
+			}
+			if err == nil {
+				err = srv.Flush()
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Ends well within GoneGrace, after several questions.
+			ctx, cancel := context.WithTimeout(context.Background(), bus.GoneGrace/3)
+			defer cancel()
+			err = b.RequestWatched(ctx, subject, &turnsv1.TurnRequested{TurnId: "ask"}, &turnsv1.TurnRequested{}, func(string) string { return aliveSubject }, every)
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("%v, want %v", err, tc.want)
+			}
+		})
+	}
+}
+
 // RequestTimeout reads the requester's wait as sent; a value no duration
 // holds (from a sender that is not a watched request's) says nothing,
 // rather than wrap round to a wait already over, or one far off.
