@@ -43,7 +43,8 @@ const (
 )
 
 // ErrServerGone: the replica that took a watched request is gone before
-// it answered; the request may be sent again.
+// it answered, or was silent (within GoneGrace) when the request's
+// context ended; the request may be sent again.
 var ErrServerGone = errors.New("the replica serving the request is gone")
 
 // ErrNotAnswered: the context of a watched request ended while the
@@ -97,7 +98,9 @@ func AckServedBy(m *nats.Msg, instance string) error {
 // is asked every every; no responders there, still after GoneGrace,
 // ends the request with ErrServerGone. An unanswered question counts as alive. ctx's deadline
 // is sent with the request (HeaderTimeout), and a ctx that ends after the
-// server named itself, still there, ends the request with ErrNotAnswered.
+// server named itself, still there, ends the request with ErrNotAnswered;
+// one that ends while its liveness subject has no responders (not yet
+// for GoneGrace), with ErrServerGone.
 func (b *Bus) RequestWatched(ctx context.Context, subject string, req, resp proto.Message, alive func(instance string) string, every time.Duration) error {
 	ctx, span := otel.Tracer(tracerName).Start(ctx, "request "+subject, trace.WithSpanKind(trace.SpanKindClient))
 	defer span.End()
@@ -125,7 +128,12 @@ func (b *Bus) RequestWatched(ctx context.Context, subject string, req, resp prot
 	}
 	var tick <-chan time.Time
 	var server string
-	var silentSince time.Time // of the server's liveness subject's no responders
+	// silentSince is the tick of the first question in a row that got no
+	// responders: silence is measured from when it was sent, not from when
+	// its answer came back, so the replica is judged on the first tick at
+	// or after GoneGrace (a tick's time is when it was due, however late
+	// it was taken), not one tick later at random.
+	var silentSince time.Time
 	stopTick := func() {}
 	defer func() { stopTick() }()
 	// take takes a reply: done once it is the answer (or says none
@@ -147,44 +155,59 @@ func (b *Bus) RequestWatched(ctx context.Context, subject string, req, resp prot
 		}
 		return true, nil
 	}
+	// gone ends the request with ErrServerGone, unless the server's
+	// answer came meanwhile.
+	gone := func() error {
+		for {
+			select {
+			case m := <-replies:
+				if done, err := take(m); done {
+					return err
+				}
+			default:
+				return fail(fmt.Errorf("%w (%s)", ErrServerGone, server))
+			}
+		}
+	}
 	for {
 		select {
 		case <-ctx.Done():
-			if server != "" {
-				return fail(fmt.Errorf("%w (%s): %w", ErrNotAnswered, server, ctx.Err()))
+			switch {
+			case server == "":
+				return fail(ctx.Err())
+			case !silentSince.IsZero():
+				// Its liveness subject has no responders: most likely it
+				// died in the wait's last seconds (a reconnecting one
+				// has not answered in time either). The request is to be
+				// sent again, to another replica, not given up as one a
+				// live replica was still working on.
+				return gone()
 			}
-			return fail(ctx.Err())
+			return fail(fmt.Errorf("%w (%s): %w", ErrNotAnswered, server, ctx.Err()))
 		case m := <-replies:
 			if done, err := take(m); done {
 				return err
 			}
-		case <-tick:
+		case asked := <-tick:
 			actx, cancel := context.WithTimeout(ctx, every)
 			_, err := b.nc.RequestWithContext(actx, alive(server), nil)
 			cancel()
+			if ctx.Err() != nil {
+				// Cut short by the request's own end (a tick as it came),
+				// which says nothing of the server: it is as it was.
+				continue
+			}
 			if !errors.Is(err, nats.ErrNoResponders) {
 				silentSince = time.Time{}
 				continue
 			}
 			if silentSince.IsZero() {
-				silentSince = time.Now()
+				silentSince = asked
 			}
 			if time.Since(silentSince) < GoneGrace {
 				continue // maybe reconnecting
 			}
-			// Gone; unless its answer came meanwhile.
-		drain:
-			for {
-				select {
-				case m := <-replies:
-					if done, err := take(m); done {
-						return err
-					}
-				default:
-					break drain
-				}
-			}
-			return fail(fmt.Errorf("%w (%s)", ErrServerGone, server))
+			return gone()
 		}
 	}
 }

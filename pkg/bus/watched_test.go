@@ -3,6 +3,7 @@ package bus_test
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -84,6 +85,54 @@ func TestWatchedRequestWaitsOutAReconnect(t *testing.T) {
 	}
 }
 
+// A requester whose wait ends while the replica serving it has been
+// silent (no responders on its liveness subject, not yet for GoneGrace)
+// takes it as gone: a replica that died in the wait's last seconds is
+// one, and the request is to be sent again, to another replica. Only a
+// replica still answering there when the wait ends did not answer in
+// time.
+func TestWatchedRequestEndingInTheGraceFindsTheReplicaGone(t *testing.T) {
+	t.Parallel()
+	const every = 100 * time.Millisecond
+	for _, tc := range []struct {
+		name  string
+		alive bool // the replica's liveness subject answers
+		want  error
+	}{
+		{"replica there", true, bus.ErrNotAnswered},
+		{"replica silent", false, bus.ErrServerGone},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			url := bustest.EmbeddedURL(t)
+			b := bustest.New(t, url)
+			srv := bustest.NewWith(t, url, b.Topology()).Conn()
+			subject, aliveSubject := nats.NewInbox(), nats.NewInbox()
+			_, err := srv.Subscribe(subject, func(m *nats.Msg) {
+				if err := bus.AckServedBy(m, "r1"); err != nil {
+					t.Error(err)
+				}
+			})
+			if err == nil && tc.alive {
+				_, err = srv.Subscribe(aliveSubject, func(m *nats.Msg) { _ = m.Respond(nil) })
+			}
+			if err == nil {
+				err = srv.Flush()
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Ends well within GoneGrace, after several questions.
+			ctx, cancel := context.WithTimeout(context.Background(), bus.GoneGrace/3)
+			defer cancel()
+			err = b.RequestWatched(ctx, subject, &turnsv1.TurnRequested{TurnId: "ask"}, &turnsv1.TurnRequested{}, func(string) string { return aliveSubject }, every)
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("%v, want %v", err, tc.want)
+			}
+		})
+	}
+}
+
 // RequestTimeout reads the requester's wait as sent; a value no duration
 // holds (from a sender that is not a watched request's) says nothing,
 // rather than wrap round to a wait already over, or one far off.
@@ -110,5 +159,63 @@ func TestRequestTimeout(t *testing.T) {
 		if got, ok := bus.RequestTimeout(m); got != tc.want || ok != tc.ok {
 			t.Errorf("RequestTimeout(%q) = %v, %v; want %v, %v", tc.header, got, ok, tc.want, tc.ok)
 		}
+	}
+}
+
+// A replica whose liveness subject answers no responders from the first
+// question on is found gone on the first tick at or after GoneGrace from
+// the tick of that first silent question: silence is measured from when
+// it was sent, not from when its answer came back, so a first question
+// that went out late (a busy machine) or came back slowly does not cost
+// one more tick at random.
+func TestWatchedRequestFindsAGoneReplicaOnTheTickAfterGoneGrace(t *testing.T) {
+	t.Parallel()
+	const every = 500 * time.Millisecond
+	if bus.GoneGrace%every != 0 {
+		t.Fatalf("every (%v) must divide GoneGrace (%v): a tick lands on it", every, bus.GoneGrace)
+	}
+	// The first silent question, then one a tick until GoneGrace.
+	want := int32(bus.GoneGrace/every) + 1
+	for _, tc := range []struct {
+		name string
+		late time.Duration // how late the first question goes out after its tick
+	}{
+		{"prompt", 0},
+		{"first question late", every / 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			url := bustest.EmbeddedURL(t)
+			b := bustest.New(t, url)
+			srv := bustest.NewWith(t, url, b.Topology()).Conn()
+			subject, aliveSubject := nats.NewInbox(), nats.NewInbox() // nothing answers aliveSubject
+			_, err := srv.Subscribe(subject, func(m *nats.Msg) {
+				if err := bus.AckServedBy(m, "r1"); err != nil {
+					t.Error(err)
+				}
+			})
+			if err == nil {
+				err = srv.Flush()
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			var asked atomic.Int32
+			alive := func(string) string {
+				if asked.Add(1) == 1 {
+					time.Sleep(tc.late)
+				}
+				return aliveSubject
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // a hang guard only
+			defer cancel()
+			err = b.RequestWatched(ctx, subject, &turnsv1.TurnRequested{TurnId: "ask"}, &turnsv1.TurnRequested{}, alive, every)
+			if !errors.Is(err, bus.ErrServerGone) {
+				t.Fatalf("%v, want the replica found gone", err)
+			}
+			if got := asked.Load(); got != want {
+				t.Errorf("found gone after %d alive questions, want %d: on the first tick at or after GoneGrace from the first silent one", got, want)
+			}
+		})
 	}
 }

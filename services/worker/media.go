@@ -275,7 +275,10 @@ func (r *turnRun) fetch(ctx context.Context, platform string, req *eventsv1.Atta
 	alive := func(instance string) string { return r.s.bus.Topology().SendingSubject(platform, instance) }
 	for {
 		err := r.s.bus.RequestWatched(ctx, r.s.bus.Topology().FetchSubject(platform), req, resp, alive, fetchAliveEvery)
-		if !errors.Is(err, bus.ErrServerGone) {
+		if !errors.Is(err, bus.ErrServerGone) || ctx.Err() != nil {
+			// A replica found silent as the wait ended is gone too: the
+			// turn is tried again later; a request sent now would have a
+			// replica download what no one waits for.
 			return err
 		}
 		r.log.Info("gateway replica gone mid-download; another is asked", "platform", platform, "err", err)

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/switchboard-chat/switchboard/pkg/attachment"
@@ -707,6 +708,62 @@ func TestGoneGatewayReplicaIsNotWaitedFor(t *testing.T) {
 	model := h.fake.Requests()
 	if len(model) != 1 || len(model[0].Messages[len(model[0].Messages)-1].Images) != 1 || b.fetches.Load() != 1 {
 		t.Fatalf("%d model calls, %d downloads by replica B: want the picture downloaded by B and seen once", len(model), b.fetches.Load())
+	}
+}
+
+// A gateway replica that dies in the last seconds of the turn's wait
+// for its download (FetchWait), its liveness subject silent for less
+// than bus.GoneGrace when the wait ends, counts as gone, not as a live
+// replica that did not finish in time: the turn is tried again, and
+// another replica downloads the file, rather than the turn going on
+// without it. Nor is the request sent again within the ended wait.
+func TestGatewayReplicaDyingAsTheWaitEndsTriesTheTurnAgain(t *testing.T) {
+	t.Parallel()
+	const wait = 4 * time.Second
+	h := newHarness(t)
+	busA := bustest.NewWith(t, h.url, h.bus.Topology())
+	pic := "\x89PNG\r\n\x1a\n pixels"
+	a := &fetchingPlatform{Memory: platformtest.NewMemory("bot1", false), entered: make(chan struct{}, 1), hangUp: make(chan struct{})}
+	startGatewayOn(t, busA, a)
+	t.Cleanup(func() { close(a.hangUp) }) // before the gateway stops
+	var asked atomic.Int32
+	counter, err := h.bus.Conn().Subscribe(h.bus.Topology().FetchSubject("memory"), func(*nats.Msg) { asked.Add(1) })
+	if err == nil {
+		err = h.bus.Conn().Flush()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = counter.Unsubscribe() }()
+	h.setGeneration("s1", 1)
+	h.startWorker("w1", func(c *worker.Config, _ *worker.Deps) { c.FetchWait, c.MaxDeliver = wait, 5 })
+	origin := &eventsv1.SessionSource{Platform: "memory", Account: "bot1", ChatId: "99", ChatType: "dm", UserId: "u1"}
+	req := h.requestTurn("s1", "look", turnOpts{origin: origin, lockTTL: shortLockTTL, attachments: []*eventsv1.Attachment{
+		{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, PlatformFileId: "p1", MimeType: "image/png"}}})
+	<-a.entered
+	downloading := time.Now()
+	// Replica B comes up; replica A's process dies with the wait's
+	// last seconds left: asked at once (each second), it is silent for
+	// about two when the wait ends.
+	b := &fetchingPlatform{Memory: platformtest.NewMemory("bot1", false), files: map[string]string{"p1": pic}}
+	startGateway(t, h, b)
+	time.Sleep(time.Until(downloading.Add(wait/2 - wait/8)))
+	busA.Conn().Close()
+	if c := h.waitCompleted(req.TurnId); c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_COMPLETED {
+		t.Fatalf("status %v (%s)", c.GetStatus(), c.GetError())
+	}
+	attempts := 0
+	for _, s := range streamMsgs[turnsv1.TurnStarted](t, h.bus, bus.StreamTurnEvents, h.bus.Topology().Subject(bus.SubjectTurnStarted)) {
+		if s.GetTurnId() == req.TurnId {
+			attempts++
+		}
+	}
+	model := h.fake.Requests()
+	if attempts != 2 || len(model) != 1 || len(model[0].Messages[len(model[0].Messages)-1].Images) != 1 || b.fetches.Load() != 1 {
+		t.Fatalf("%d attempts, %d model calls, %d downloads by replica B: want a second attempt, the picture downloaded by B and seen once", attempts, len(model), b.fetches.Load())
+	}
+	if got := asked.Load(); got != 2 {
+		t.Errorf("the gateway was asked %d times, want twice: once by each attempt", got)
 	}
 }
 
