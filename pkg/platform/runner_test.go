@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/switchboard-chat/switchboard/pkg/bus"
@@ -522,6 +523,34 @@ func TestReservationOfAReconnectingReplicaIsNotTakenOver(t *testing.T) {
 	}
 }
 
+// failReceiptStores makes r's receipt stores fail, as NATS unavailable
+// at that moment would, until the flag it returns is cleared.
+func failReceiptStores(r *platform.Runner) *atomic.Bool {
+	unavailable := &atomic.Bool{}
+	unavailable.Store(true)
+	platform.SetReceiptStoreHook(r, func() error {
+		if unavailable.Load() {
+			return errors.New("nats: connection closed")
+		}
+		return nil
+	})
+	return unavailable
+}
+
+// storedReceipt is nil when kv holds a successful send's receipt as key's
+// entry, else what it holds instead.
+func storedReceipt(ctx context.Context, kv jetstream.KeyValue, key string) error {
+	e, err := kv.Get(ctx, key)
+	if err != nil {
+		return fmt.Errorf("receipt %s: %w", key, err)
+	}
+	stored := &deliveryv1.SendReceipt{}
+	if err := proto.Unmarshal(e.Value(), stored); err != nil || !stored.GetOk() {
+		return fmt.Errorf("receipt %s holds %q, want a successful send's receipt", key, e.Value())
+	}
+	return nil
+}
+
 // TestAReceiptNotStoredIsHeldByItsSender: a replica whose send went out
 // but whose receipt could not be stored (NATS unavailable at that moment)
 // left its reservation behind and answered another replica's question
@@ -540,14 +569,7 @@ func TestAReceiptNotStoredIsHeldByItsSender(t *testing.T) {
 	platformtest.WaitFor(t, "both replicas to start", func() bool {
 		return state(a) == platform.StateConnected && state(b) == platform.StateConnected
 	})
-	var unavailable atomic.Bool
-	unavailable.Store(true)
-	platform.SetReceiptStoreHook(a, func() error {
-		if unavailable.Load() {
-			return errors.New("nats: connection closed")
-		}
-		return nil
-	})
+	unavailable := failReceiptStores(a)
 	ctx := context.Background()
 	req := &deliveryv1.SendRequested{IdempotencyKey: "t6:1:0", Op: deliveryv1.SendOp_SEND_OP_SEND,
 		Target: &deliveryv1.Target{Platform: "memory", ChatId: "chat"}, Text: "once"}
@@ -590,9 +612,7 @@ func TestAReceiptNotStoredIsHeldByItsSender(t *testing.T) {
 		if err != nil || len(keys) != 1 {
 			return false
 		}
-		e, err := kv.Get(ctx, keys[0])
-		stored := &deliveryv1.SendReceipt{}
-		return err == nil && proto.Unmarshal(e.Value(), stored) == nil && stored.GetOk()
+		return storedReceipt(ctx, kv, keys[0]) == nil
 	})
 }
 
@@ -605,14 +625,7 @@ func TestAHeldReceiptIsStoredAsItsRunnerStops(t *testing.T) {
 	m := platformtest.NewMemory("bot-held-stop", false)
 	h := startRunner(t, m, b, platform.Options{Instance: "replica-a"})
 	platformtest.WaitFor(t, "the replica to start", func() bool { return state(h.r) == platform.StateConnected })
-	var unavailable atomic.Bool
-	unavailable.Store(true)
-	platform.SetReceiptStoreHook(h.r, func() error {
-		if unavailable.Load() {
-			return errors.New("nats: connection closed")
-		}
-		return nil
-	})
+	unavailable := failReceiptStores(h.r)
 	ctx := context.Background()
 	req := &deliveryv1.SendRequested{IdempotencyKey: "t7:1:0", Op: deliveryv1.SendOp_SEND_OP_SEND,
 		Target: &deliveryv1.Target{Platform: "memory", ChatId: "chat"}, Text: "once"}
@@ -630,10 +643,8 @@ func TestAHeldReceiptIsStoredAsItsRunnerStops(t *testing.T) {
 	if err != nil || len(keys) != 1 {
 		t.Fatalf("receipt keys %v (%v), want the one reserved", keys, err)
 	}
-	e, err := kv.Get(ctx, keys[0])
-	stored := &deliveryv1.SendReceipt{}
-	if err != nil || proto.Unmarshal(e.Value(), stored) != nil || !stored.GetOk() {
-		t.Fatalf("after Run returned, the key holds %q (%v), want the receipt", e.Value(), err)
+	if err := storedReceipt(ctx, kv, keys[0]); err != nil {
+		t.Fatalf("after Run returned: %v", err)
 	}
 }
 
