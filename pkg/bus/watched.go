@@ -96,11 +96,11 @@ func AckServedBy(m *nats.Msg, instance string) error {
 // RequestWatched is Request, watching the replica that serves it: once
 // it named itself (AckServedBy), its liveness subject alive(instance)
 // is asked every every; no responders there, still after GoneGrace,
-// ends the request with ErrServerGone. An unanswered question counts as alive. ctx's deadline
-// is sent with the request (HeaderTimeout), and a ctx that ends after the
-// server named itself, still there, ends the request with ErrNotAnswered;
-// one that ends while its liveness subject has no responders (not yet
-// for GoneGrace), with ErrServerGone.
+// ends the request with ErrServerGone. An unanswered question counts as
+// alive. ctx's deadline is sent with the request (HeaderTimeout), and a
+// ctx that ends after the server named itself, still there, ends the
+// request with ErrNotAnswered; one that ends while its liveness subject
+// has no responders (not yet for GoneGrace), with ErrServerGone.
 func (b *Bus) RequestWatched(ctx context.Context, subject string, req, resp proto.Message, alive func(instance string) string, every time.Duration) error {
 	ctx, span := otel.Tracer(tracerName).Start(ctx, "request "+subject, trace.WithSpanKind(trace.SpanKindClient))
 	defer span.End()
