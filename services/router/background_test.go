@@ -256,11 +256,18 @@ func TestBackgroundTasksCappedPerChat(t *testing.T) {
 	e.startRouter(cfg, nil, nil)
 	var mu sync.Mutex
 	release := map[string]chan struct{}{}
+	ended := false // the test's body returned: no task is held from then on
 	gate := func(prompt string) chan struct{} {
 		mu.Lock()
 		defer mu.Unlock()
 		if release[prompt] == nil {
 			release[prompt] = make(chan struct{})
+			if ended {
+				// A task handed to the worker after the body returned (a
+				// redelivery) would hold the worker's stop, and the test,
+				// for good.
+				close(release[prompt])
+			}
 		}
 		return release[prompt]
 	}
@@ -272,6 +279,7 @@ func TestBackgroundTasksCappedPerChat(t *testing.T) {
 	defer func() {
 		mu.Lock()
 		defer mu.Unlock()
+		ended = true
 		for _, c := range release {
 			select {
 			case <-c:
