@@ -350,12 +350,7 @@ func TestNonPictureDataURLsAsHermes(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			body := `{"input":[{"role":"user","content":[{"type":"input_text","text":"q"},{"type":"input_image","image_url":"` + c.url + `"}]}]}`
-			param := "input[0].content"
-			if c.api == "" {
-				body = `{"messages":[{"role":"user","content":[{"type":"text","text":"q"},{"type":"image_url","image_url":{"url":"` + c.url + `"}}]}]}`
-				param = "messages[0].content"
-			}
+			body, param := pictureBody(c.api, c.url)
 			_, err := parseInput(c.api, body)
 			var inv *InvalidError
 			if !errors.As(err, &inv) || inv.Code != CodeUnsupportedContent || inv.Msg != msg || inv.Param != param {
@@ -363,6 +358,15 @@ func TestNonPictureDataURLsAsHermes(t *testing.T) {
 			}
 		})
 	}
+}
+
+// pictureBody is a request of api ("" the chat API) asking about a
+// picture at url, and the param a refusal of its content names.
+func pictureBody(api, url string) (body, param string) {
+	if api == "" {
+		return `{"messages":[{"role":"user","content":[{"type":"text","text":"q"},{"type":"image_url","image_url":{"url":"` + url + `"}}]}]}`, "messages[0].content"
+	}
+	return `{"input":[{"role":"user","content":[{"type":"input_text","text":"q"},{"type":"input_image","image_url":"` + url + `"}]}]}`, "input[0].content"
 }
 
 // A data: URL of a picture is taken as Hermes takes it (any
@@ -409,12 +413,7 @@ func TestImageDataURLFormats(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			body := `{"input":[{"role":"user","content":[{"type":"input_text","text":"q"},{"type":"input_image","image_url":"` + c.url + `"}]}]}`
-			param := "input[0].content"
-			if c.api == "" {
-				body = `{"messages":[{"role":"user","content":[{"type":"text","text":"q"},{"type":"image_url","image_url":{"url":"` + c.url + `"}}]}]}`
-				param = "messages[0].content"
-			}
+			body, param := pictureBody(c.api, c.url)
 			in, err := parseInput(c.api, body)
 			if c.code == "" {
 				if err != nil || len(in.Attachments) != 1 || in.Attachments[0].GetUrl() != c.url {
