@@ -2,6 +2,7 @@ package picture_test
 
 import (
 	"bytes"
+	"compress/zlib"
 	"encoding/binary"
 	"errors"
 	"hash/crc32"
@@ -13,6 +14,7 @@ import (
 	"image/png"
 	"math/rand/v2"
 	"os"
+	"runtime"
 	"testing"
 
 	"golang.org/x/image/bmp"
@@ -105,7 +107,8 @@ func bombBMP(t testing.TB, w, h uint32) []byte {
 	return b
 }
 
-// bombTIFF is a 1×1 TIFF whose directory claims w×h pixels.
+// bombTIFF is a 1×1 TIFF whose directory claims w×h pixels, in one
+// strip (its few bytes).
 func bombTIFF(t testing.TB, w, h uint16) []byte {
 	t.Helper()
 	b := encodeTIFF(t, gradient(1, 1)) // little-endian, with SHORT sizes
@@ -116,7 +119,7 @@ func bombTIFF(t testing.TB, w, h uint16) []byte {
 		switch binary.LittleEndian.Uint16(e) {
 		case 256: // ImageWidth
 			binary.LittleEndian.PutUint16(e[8:], w)
-		case 257: // ImageLength
+		case 257, 278: // ImageLength, RowsPerStrip
 			binary.LittleEndian.PutUint16(e[8:], h)
 		}
 	}
@@ -146,6 +149,31 @@ func bombPNG(w, h uint32) []byte {
 	b := []byte("\x89PNG\r\n\x1a\n\x00\x00\x00\x0d")
 	b = append(b, ihdr...)
 	return binary.BigEndian.AppendUint32(b, crc32.ChecksumIEEE(ihdr))
+}
+
+// cutPNG is a PNG that claims w×h 8-bit RGBA pixels whose data ends
+// after its first rows: a complete file, its IDAT cut short.
+func cutPNG(t testing.TB, w, h uint32, rows int) []byte {
+	t.Helper()
+	var z bytes.Buffer
+	zw := zlib.NewWriter(&z)
+	if _, err := zw.Write(make([]byte, rows*(1+4*int(w)))); err != nil { // filter byte 0, black
+		t.Fatal(err)
+	}
+	if err := zw.Flush(); err != nil { // not closed: the stream goes on
+		t.Fatal(err)
+	}
+	b := bombPNG(w, h)
+	for _, c := range []struct {
+		typ  string
+		data []byte
+	}{{"IDAT", z.Bytes()}, {"IEND", nil}} {
+		b = binary.BigEndian.AppendUint32(b, uint32(len(c.data)))
+		body := append([]byte(c.typ), c.data...)
+		b = append(b, body...)
+		b = binary.BigEndian.AppendUint32(b, crc32.ChecksumIEEE(body))
+	}
+	return b
 }
 
 func readFile(t testing.TB, name string) []byte {
@@ -317,6 +345,36 @@ func TestFitTIFFPixels(t *testing.T) {
 		_, _, err := picture.Fit(tc.data, lim)
 		if refused := errors.Is(err, picture.ErrTooManyPixels); refused != tc.refused || (!refused && err != nil) {
 			t.Errorf("%s: %v, want refused %v", tc.name, err, tc.refused)
+		}
+	}
+}
+
+// TestFitRefusesCutPicturesBeforeDecoding: a picture whose header claims
+// just under the pixel bound, and whose data cannot hold that many pixels,
+// is refused before its decoder allocates them (about 200 MB for 49
+// megapixels of PNG or BMP, 100 MB for a TIFF's 24).
+func TestFitRefusesCutPicturesBeforeDecoding(t *testing.T) {
+	// Not parallel: it counts the bytes the whole test binary allocates,
+	// while the parallel tests wait for the sequential ones.
+	lim := picture.Limits{MaxBytes: 5 << 20, MaxEdge: 2048, MaxPixels: picture.DefaultMaxPixels}
+	for _, tc := range []struct {
+		name string
+		data []byte
+	}{
+		{"BMP", append(bombBMP(t, 7000, 7000), make([]byte, 100<<10)...)},
+		{"top-down BMP", append(bombBMP(t, 7000, -7000&0xffffffff), make([]byte, 100<<10)...)},
+		{"PNG", cutPNG(t, 7000, 7000, 100)},
+		{"TIFF", bombTIFF(t, 4900, 5000)}, // within half the bound
+	} {
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		_, _, err := picture.Fit(tc.data, lim)
+		runtime.ReadMemStats(&after)
+		if !errors.Is(err, picture.ErrTruncated) || !errors.Is(err, picture.ErrUnreadable) {
+			t.Errorf("%s: %v, want %v", tc.name, err, picture.ErrTruncated)
+		}
+		if n := after.TotalAlloc - before.TotalAlloc; n > 4<<20 {
+			t.Errorf("%s: %d MB allocated to refuse it", tc.name, n>>20)
 		}
 	}
 }

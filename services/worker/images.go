@@ -229,6 +229,8 @@ func unshownReason(err error, cfg AgentConfig) string {
 		return fmt.Sprintf("it has too many pixels to be read (over %d megapixels)", picture.DefaultMaxPixels/1_000_000)
 	case errors.Is(err, picture.ErrTooLarge):
 		return "it could not be made small enough to be shown"
+	case errors.Is(err, picture.ErrTruncated): // before ErrUnreadable, which it is
+		return "it is cut short: its data is too short for the size it claims"
 	case errors.Is(err, picture.ErrUnreadable):
 		return "it could not be read as a picture"
 	case errors.Is(err, errPictureFormat):

@@ -151,6 +151,8 @@ func TestOversizedPicturesAreScaledDown(t *testing.T) {
 		{name: "an SVG", data: []byte("<svg/>"), said: "image/svg+xml"}, // only named, as before
 		{name: "a BMP with too many pixels", data: bmpBomb(20000, 20000), said: "image/bmp",
 			reason: "it has too many pixels to be read (over 50 megapixels)"},
+		{name: "a BMP cut short", data: append(bmpBomb(1000, 1000), make([]byte, 300<<10)...), said: "image/bmp",
+			reason: "it is cut short: its data is too short for the size it claims"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
