@@ -50,11 +50,28 @@ var (
 	// header claims (a file cut short, or a header that lies), found
 	// before they are decoded. It is an ErrUnreadable.
 	ErrTruncated = fmt.Errorf("%w: its data is too short for the pixels its header claims", ErrUnreadable)
-	// ErrTooManyPixels: the picture claims more than Limits.MaxPixels.
+	// ErrTooManyPixels: the picture claims more than Limits.MaxPixels
+	// (half for a TIFF); Fit's error is a *TooManyPixelsError.
 	ErrTooManyPixels = errors.New("picture has too many pixels to decode")
 	// ErrTooLarge: the picture cannot be brought within Limits.MaxBytes.
 	ErrTooLarge = errors.New("picture cannot be made small enough")
 )
+
+// TooManyPixelsError is Fit's error for a picture of more pixels than
+// it decodes: an ErrTooManyPixels, with the bound that applied, which
+// depends on the format (pixelLimit).
+type TooManyPixelsError struct {
+	Width, Height int
+	// Limit is the most pixels a picture of its format may have.
+	Limit int64
+}
+
+func (e *TooManyPixelsError) Error() string {
+	return fmt.Sprintf("%v: %dx%d is %.1f megapixels, the limit is %.1f", ErrTooManyPixels,
+		e.Width, e.Height, float64(int64(e.Width)*int64(e.Height))/1e6, float64(e.Limit)/1e6)
+}
+
+func (e *TooManyPixelsError) Unwrap() error { return ErrTooManyPixels }
 
 // mimes are the media types of the formats registered above, by the
 // names image.DecodeConfig gives them (another package of the program
@@ -122,9 +139,8 @@ func Fit(data []byte, l Limits) ([]byte, string, error) {
 	if l.Fits(h, len(data)) {
 		return data, h.MIME, nil
 	}
-	if px, limit := int64(h.Width)*int64(h.Height), pixelLimit(h, l); px > limit {
-		return nil, "", fmt.Errorf("%w: %dx%d is %.1f megapixels, the limit is %.1f",
-			ErrTooManyPixels, h.Width, h.Height, float64(px)/1e6, float64(limit)/1e6)
+	if limit := pixelLimit(h, l); int64(h.Width)*int64(h.Height) > limit {
+		return nil, "", &TooManyPixelsError{Width: h.Width, Height: h.Height, Limit: limit}
 	}
 	if err := checkLength(data, h); err != nil {
 		return nil, "", err

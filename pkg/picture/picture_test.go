@@ -346,6 +346,11 @@ func TestFitTIFFPixels(t *testing.T) {
 		if refused := errors.Is(err, picture.ErrTooManyPixels); refused != tc.refused || (!refused && err != nil) {
 			t.Errorf("%s: %v, want refused %v", tc.name, err, tc.refused)
 		}
+		// The error tells the bound that applied, for the model to read.
+		var px *picture.TooManyPixelsError
+		if tc.refused && (!errors.As(err, &px) || px.Limit != lim.MaxPixels/2 || px.Width != 25 || px.Height != 25) {
+			t.Errorf("%s: %#v, want the TIFF's bound %d", tc.name, px, lim.MaxPixels/2)
+		}
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 
 	"github.com/switchboard-chat/switchboard/pkg/attachment"
@@ -222,11 +223,13 @@ func (s *Service) fit(ctx context.Context, data []byte, lim picture.Limits) ([]b
 // after its name; empty when the reason may not last (the store did not
 // answer), or the picture expired.
 func unshownReason(err error, cfg AgentConfig) string {
+	var px *picture.TooManyPixelsError
 	switch {
 	case errors.Is(err, attachment.ErrTooLarge):
 		return fmt.Sprintf("it is too large to be read (over %s)", attachment.Size(cfg.MaxImageSourceBytes))
-	case errors.Is(err, picture.ErrTooManyPixels):
-		return fmt.Sprintf("it has too many pixels to be read (over %d megapixels)", picture.DefaultMaxPixels/1_000_000)
+	case errors.As(err, &px): // the bound of its format: a TIFF's is lower
+		return fmt.Sprintf("it has too many pixels to be read (over %s megapixels)",
+			strconv.FormatFloat(float64(px.Limit)/1e6, 'f', -1, 64))
 	case errors.Is(err, picture.ErrTooLarge):
 		return "it could not be made small enough to be shown"
 	case errors.Is(err, picture.ErrTruncated): // before ErrUnreadable, which it is

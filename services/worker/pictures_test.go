@@ -88,6 +88,23 @@ func bmpBomb(w, h uint32) []byte {
 	return b
 }
 
+// tiffBomb is a 1×1 TIFF whose directory claims w×h pixels.
+func tiffBomb(t *testing.T, w, h uint16) []byte {
+	t.Helper()
+	b := tiffOf(t, testPicture(1, 1, false)) // little-endian, with SHORT sizes
+	ifd := binary.LittleEndian.Uint32(b[4:])
+	for i := range int(binary.LittleEndian.Uint16(b[ifd:])) {
+		e := b[int(ifd)+2+12*i:]
+		switch binary.LittleEndian.Uint16(e) {
+		case 256: // ImageWidth
+			binary.LittleEndian.PutUint16(e[8:], w)
+		case 257, 278: // ImageLength, RowsPerStrip
+			binary.LittleEndian.PutUint16(e[8:], h)
+		}
+	}
+	return b
+}
+
 // pngBomb is a valid PNG header claiming w×h pixels, and nothing more.
 func pngBomb(w, h uint32) []byte {
 	ihdr := append([]byte("IHDR"), make([]byte, 13)...)
@@ -151,6 +168,8 @@ func TestOversizedPicturesAreScaledDown(t *testing.T) {
 		{name: "an SVG", data: []byte("<svg/>"), said: "image/svg+xml"}, // only named, as before
 		{name: "a BMP with too many pixels", data: bmpBomb(20000, 20000), said: "image/bmp",
 			reason: "it has too many pixels to be read (over 50 megapixels)"},
+		{name: "a TIFF with too many pixels", data: tiffBomb(t, 6000, 5000), said: "image/tiff", // 30 megapixels
+			reason: "it has too many pixels to be read (over 25 megapixels)"},
 		{name: "a BMP cut short", data: append(bmpBomb(1000, 1000), make([]byte, 300<<10)...), said: "image/bmp",
 			reason: "it is cut short: its data is too short for the size it claims"},
 	}
