@@ -3,7 +3,8 @@
 // and encoded again as a JPEG; one within the limits is left as it is.
 // A BMP or TIFF, which no provider takes, is encoded again whatever its
 // size: as a PNG (without loss) when that is within the limits, else as
-// a JPEG, as any picture over them.
+// a JPEG, as any picture over them; so is an animated GIF's first frame
+// (OpenAI takes only GIFs of one frame).
 package picture
 
 import (
@@ -12,7 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"image"
-	_ "image/gif" // registers GIF (the first frame is decoded)
+	_ "image/gif" // registers GIF (only the first frame is decoded)
 	"image/jpeg"
 	"image/png" // registers PNG
 	"math"
@@ -80,13 +81,16 @@ var mimes = map[string]string{"png": "image/png", "jpeg": "image/jpeg", "gif": "
 	"bmp": "image/bmp", "tiff": "image/tiff"}
 
 // taken are the formats the model providers (OpenAI, Anthropic) take as
-// they are; a picture in another (BMP, TIFF) is always encoded again.
+// they are, but for an animated GIF; a picture in another (BMP, TIFF) is
+// always encoded again.
 var taken = map[string]bool{"image/png": true, "image/jpeg": true, "image/gif": true, "image/webp": true}
 
 // Header is what a picture's first bytes tell: its format and size.
 type Header struct {
 	MIME          string
 	Width, Height int
+	// Animated: a GIF of more than one frame, which OpenAI does not take.
+	Animated bool
 }
 
 // ReadHeader reads data's format and size without decoding its pixels.
@@ -102,13 +106,64 @@ func ReadHeader(data []byte) (Header, error) {
 	if cfg.Width <= 0 || cfg.Height <= 0 {
 		return Header{}, fmt.Errorf("%w: %dx%d pixels", ErrUnreadable, cfg.Width, cfg.Height)
 	}
-	return Header{MIME: mime, Width: cfg.Width, Height: cfg.Height}, nil
+	return Header{MIME: mime, Width: cfg.Width, Height: cfg.Height, Animated: mime == "image/gif" && gifAnimated(data)}, nil
+}
+
+// gifAnimated reports whether data, a GIF, holds a second frame: its
+// blocks are walked, not decoded, up to the second image descriptor (a
+// GIF may have thousands of frames). A GIF cut short or broken after
+// its first frame counts as it reads so far.
+func gifAnimated(data []byte) bool {
+	const screen = 13 // the signature and the logical screen descriptor
+	if len(data) < screen {
+		return false
+	}
+	frames := 0
+	for p := screen + gifColours(data[10]); p < len(data); {
+		switch data[p] {
+		case 0x21: // an extension: its label, then sub-blocks
+			p = skipSubBlocks(data, p+2)
+		case 0x2c: // an image: its descriptor, colours, LZW code size, then sub-blocks
+			if frames++; frames > 1 {
+				return true
+			}
+			if p+10 > len(data) {
+				return false
+			}
+			p = skipSubBlocks(data, p+10+gifColours(data[p+9])+1)
+		default: // the trailer, or bytes no decoder reads on from
+			return false
+		}
+	}
+	return false
+}
+
+// gifColours is the length of the colour table that a GIF descriptor's
+// flags announce.
+func gifColours(flags byte) int {
+	if flags&0x80 == 0 {
+		return 0
+	}
+	return 3 << (flags&7 + 1)
+}
+
+// skipSubBlocks is where the sub-blocks at p end (each a length byte and
+// so many bytes, up to one of length 0).
+func skipSubBlocks(data []byte, p int) int {
+	for p < len(data) {
+		n := int(data[p])
+		p += 1 + n
+		if n == 0 {
+			break
+		}
+	}
+	return p
 }
 
 // Fits reports whether a picture of n bytes with header h is within l as
-// it is: in a format the providers take, too.
+// it is: in a format the providers take, too, and no animated GIF.
 func (l Limits) Fits(h Header, n int) bool {
-	return taken[h.MIME] && int64(n) <= l.MaxBytes && max(h.Width, h.Height) <= l.MaxEdge
+	return taken[h.MIME] && !h.Animated && int64(n) <= l.MaxBytes && max(h.Width, h.Height) <= l.MaxEdge
 }
 
 // JPEG qualities tried at each size, and the smallest longer side worth
@@ -121,10 +176,11 @@ const minEdge = 64
 // when it is within already (encoding again would lose quality), else a
 // JPEG scaled down to l.MaxEdge, its transparency flattened onto white, at
 // a lower quality or a smaller size still while it is over l.MaxBytes.
-// A BMP or TIFF is shown as the PNG of its pixels would be: that PNG when
-// it is within l (the pixels and transparency are kept; a BMP's bytes,
-// uncompressed, are often over l.MaxBytes where its PNG is not), else the
-// JPEG. The media type is the one the bytes are in, whatever the sender
+// A BMP or TIFF, or an animated GIF's first frame, is shown as the PNG
+// of its pixels would be: that PNG when it is within l (the pixels and
+// transparency are kept; a BMP's bytes, uncompressed, are often over
+// l.MaxBytes where its PNG is not), else the JPEG. Only a GIF's first
+// frame is decoded, whatever their number. The media type is the one the bytes are in, whatever the sender
 // said, and always one the providers take. A picture too many pixels
 // for l.MaxPixels, or whose data is too short for the pixels it claims
 // (ErrTruncated), is refused before any pixel is decoded.
@@ -153,7 +209,7 @@ func Fit(data []byte, l Limits) ([]byte, string, error) {
 	if sb.Empty() { // a GIF's first frame may be smaller than its screen, even empty
 		return nil, "", fmt.Errorf("%w: an empty frame", ErrUnreadable)
 	}
-	if !taken[h.MIME] && max(sb.Dx(), sb.Dy()) <= l.MaxEdge {
+	if (!taken[h.MIME] || h.Animated) && max(sb.Dx(), sb.Dy()) <= l.MaxEdge {
 		if out, ok, err := asPNG(src, l.MaxBytes); err != nil || ok {
 			return out, "image/png", err
 		}

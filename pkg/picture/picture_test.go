@@ -65,15 +65,24 @@ func encodeJPEG(t testing.TB, img image.Image, quality int) []byte {
 	return b.Bytes()
 }
 
-func encodeGIF(t testing.TB, w, h int) []byte {
-	t.Helper()
+// gifFrame is the nth frame of encodeGIF's: stripes, other ones in each.
+func gifFrame(w, h, n int) *image.Paletted {
 	img := image.NewPaletted(image.Rect(0, 0, w, h), palette.Plan9)
 	for i := range img.Pix {
-		img.Pix[i] = uint8(i / w % 256)
+		img.Pix[i] = uint8(i/w%256 + 100*n)
+	}
+	return img
+}
+
+// encodeGIF is a w×h GIF of so many frames (gifFrame).
+func encodeGIF(t testing.TB, w, h, frames int) []byte {
+	t.Helper()
+	g := &gif.GIF{}
+	for n := range frames {
+		g.Image, g.Delay = append(g.Image, gifFrame(w, h, n)), append(g.Delay, 10)
 	}
 	var b bytes.Buffer
-	// Two frames: the first is the one shown.
-	if err := gif.EncodeAll(&b, &gif.GIF{Image: []*image.Paletted{img, img}, Delay: []int{10, 10}}); err != nil {
+	if err := gif.EncodeAll(&b, g); err != nil {
 		t.Fatal(err)
 	}
 	return b.Bytes()
@@ -207,13 +216,15 @@ func TestFit(t *testing.T) {
 		{name: "at the limits", data: smallPNG, lim: picture.Limits{MaxBytes: int64(len(smallPNG)), MaxEdge: 300, MaxPixels: 1},
 			unchanged: true, mime: "image/png", w: 300, h: 200},
 		{name: "small WebP", data: webp, unchanged: true, mime: "image/webp", w: 150, h: 100},
-		{name: "small GIF", data: encodeGIF(t, 40, 30), unchanged: true, mime: "image/gif", w: 40, h: 30},
+		{name: "small GIF", data: encodeGIF(t, 40, 30, 1), unchanged: true, mime: "image/gif", w: 40, h: 30},
+		// OpenAI takes no animated GIF: its first frame is shown.
+		{name: "small animated GIF", data: encodeGIF(t, 40, 30, 2), mime: "image/png", w: 40, h: 30, pixels: gifFrame(40, 30, 0)},
 		{name: "wide PNG to the edge", data: encodePNG(t, gradient(2000, 600)), mime: "image/jpeg", w: 512, h: 154},
 		{name: "tall PNG to the edge", data: encodePNG(t, gradient(700, 1400)), mime: "image/jpeg", w: 256, h: 512},
 		{name: "noise JPEG over the bytes", data: encodeJPEG(t, noise(500, 500), 100), mime: "image/jpeg"},
 		{name: "noise PNG over both", data: encodePNG(t, noise(800, 600)), mime: "image/jpeg"},
 		{name: "PNG with transparency", data: encodePNG(t, transparent(1024, 512)), mime: "image/jpeg", w: 512, h: 256, white: true},
-		{name: "GIF, first frame", data: encodeGIF(t, 1000, 600), mime: "image/jpeg", w: 512, h: 307},
+		{name: "GIF, first frame", data: encodeGIF(t, 1000, 600, 2), mime: "image/jpeg", w: 512, h: 307},
 		{name: "lossy WebP", data: webp, lim: picture.Limits{MaxBytes: 1 << 20, MaxEdge: 75, MaxPixels: 1 << 20},
 			mime: "image/jpeg", w: 75, h: 50},
 		{name: "lossless WebP with transparency", data: readFile(t, "testdata/gopher.lossless.webp"),
@@ -397,6 +408,7 @@ func TestReadHeader(t *testing.T) {
 	if err != nil || h != (picture.Header{MIME: "image/png", Width: 20000, Height: 10000}) {
 		t.Fatalf("header %+v, %v", h, err)
 	}
+	animated := encodeGIF(t, 30, 20, 2)
 	for _, tt := range []struct {
 		data []byte
 		want picture.Header
@@ -404,6 +416,9 @@ func TestReadHeader(t *testing.T) {
 		{bombBMP(t, 20000, 10000), picture.Header{MIME: "image/bmp", Width: 20000, Height: 10000}},
 		{bombBMP(t, 300, -200&0xffffffff), picture.Header{MIME: "image/bmp", Width: 300, Height: 200}}, // top-down
 		{bombTIFF(t, 20000, 10000), picture.Header{MIME: "image/tiff", Width: 20000, Height: 10000}},
+		{encodeGIF(t, 30, 20, 1), picture.Header{MIME: "image/gif", Width: 30, Height: 20}},
+		{animated, picture.Header{MIME: "image/gif", Width: 30, Height: 20, Animated: true}},
+		{animated[:len(animated)-10], picture.Header{MIME: "image/gif", Width: 30, Height: 20, Animated: true}}, // cut in its second frame
 	} {
 		if h, err := picture.ReadHeader(tt.data); err != nil || h != tt.want {
 			t.Errorf("header %+v, %v; want %+v", h, err, tt.want)
@@ -423,6 +438,8 @@ func TestReadHeader(t *testing.T) {
 		{picture.Header{MIME: "image/jpeg", Width: 50, Height: 50}, 101, false},
 		{picture.Header{MIME: "image/bmp", Width: 10, Height: 10}, 50, false}, // no provider takes it as it is
 		{picture.Header{MIME: "image/tiff", Width: 10, Height: 10}, 50, false},
+		{picture.Header{MIME: "image/gif", Width: 10, Height: 10}, 50, true},
+		{picture.Header{MIME: "image/gif", Width: 10, Height: 10, Animated: true}, 50, false},
 	} {
 		if got := lim.Fits(tt.h, tt.n); got != tt.want {
 			t.Errorf("Fits(%+v, %d) = %v", tt.h, tt.n, got)
@@ -438,7 +455,8 @@ func FuzzFit(f *testing.F) {
 	f.Add(encodePNG(f, gradient(200, 8)))
 	f.Add(encodePNG(f, transparent(20, 20)))
 	f.Add(encodeJPEG(f, noise(40, 20), 95))
-	f.Add(encodeGIF(f, 150, 4))
+	f.Add(encodeGIF(f, 150, 4, 1))
+	f.Add(encodeGIF(f, 30, 20, 3))
 	f.Add(readFile(f, "testdata/blue.lossy.webp"))
 	f.Add(readFile(f, "testdata/gopher.lossless.webp"))
 	f.Add(bombPNG(1<<20, 1<<20))

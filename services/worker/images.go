@@ -120,8 +120,9 @@ var errPictureFormat = errors.New("a picture format the model providers do not t
 
 // picture reads a kept picture for the model, once an attempt: as it is
 // when it is within agent.max_image_bytes and agent.max_image_edge, else
-// scaled down (fit); a BMP or TIFF, encoded again as a PNG or JPEG. The scaled-down copy is kept next to the picture,
-// where the turn's later attempts find it.
+// scaled down (fit); a BMP or TIFF, or an animated GIF's first frame,
+// encoded again as a PNG or JPEG. The scaled-down copy is kept next to
+// the picture, where the turn's later attempts find it.
 func (r *turnRun) picture(ctx context.Context, a *eventsv1.Attachment) (llm.Image, error) {
 	ref := a.GetBytesRef()
 	if p, ok := r.pictures[ref]; ok {

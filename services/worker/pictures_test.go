@@ -8,6 +8,8 @@ import (
 	"hash/crc32"
 	"image"
 	"image/color"
+	"image/draw"
+	"image/gif"
 	"image/jpeg"
 	"image/png"
 	"math/rand/v2"
@@ -71,6 +73,23 @@ func tiffOf(t *testing.T, img image.Image) []byte {
 	t.Helper()
 	var b bytes.Buffer
 	if err := tiff.Encode(&b, img, &tiff.Options{Compression: tiff.Deflate}); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
+
+// animatedGIF is a w×h GIF of two frames, the first black, the second
+// white.
+func animatedGIF(t *testing.T, w, h int) []byte {
+	t.Helper()
+	g := &gif.GIF{Delay: []int{10, 10}}
+	for _, c := range []color.Color{color.Black, color.White} {
+		img := image.NewPaletted(image.Rect(0, 0, w, h), color.Palette{color.Black, color.White})
+		draw.Draw(img, img.Bounds(), image.NewUniform(c), image.Point{}, draw.Src)
+		g.Image = append(g.Image, img)
+	}
+	var b bytes.Buffer
+	if err := gif.EncodeAll(&b, g); err != nil {
 		t.Fatal(err)
 	}
 	return b.Bytes()
@@ -163,6 +182,7 @@ func TestOversizedPicturesAreScaledDown(t *testing.T) {
 		{name: "a TIFF over the edge", data: tiffOf(t, testPicture(1200, 300, false)), said: "image/tiff",
 			seen: "image/jpeg", w: 512, h: 128, scaled: true},
 		{name: "a noisy BMP", data: bmpOf(t, testPicture(300, 300, true)), said: "image/bmp", seen: "image/jpeg", w: 300, h: 300, scaled: true},
+		{name: "an animated GIF", data: animatedGIF(t, 300, 200), said: "image/gif", seen: "image/png", w: 300, h: 200, scaled: true},
 		{name: "an unreadable BMP", data: append([]byte("BM"), make([]byte, 100)...), said: "image/bmp",
 			reason: "it could not be read as a picture"},
 		{name: "an SVG", data: []byte("<svg/>"), said: "image/svg+xml"}, // only named, as before
