@@ -2,6 +2,7 @@ package picture_test
 
 import (
 	"bytes"
+	"compress/zlib"
 	"encoding/binary"
 	"errors"
 	"hash/crc32"
@@ -13,6 +14,7 @@ import (
 	"image/png"
 	"math/rand/v2"
 	"os"
+	"runtime"
 	"testing"
 
 	"golang.org/x/image/bmp"
@@ -63,15 +65,24 @@ func encodeJPEG(t testing.TB, img image.Image, quality int) []byte {
 	return b.Bytes()
 }
 
-func encodeGIF(t testing.TB, w, h int) []byte {
-	t.Helper()
+// gifFrame is the nth frame of encodeGIF's: stripes, other ones in each.
+func gifFrame(w, h, n int) *image.Paletted {
 	img := image.NewPaletted(image.Rect(0, 0, w, h), palette.Plan9)
 	for i := range img.Pix {
-		img.Pix[i] = uint8(i / w % 256)
+		img.Pix[i] = uint8(i/w%256 + 100*n)
+	}
+	return img
+}
+
+// encodeGIF is a w×h GIF of so many frames (gifFrame).
+func encodeGIF(t testing.TB, w, h, frames int) []byte {
+	t.Helper()
+	g := &gif.GIF{}
+	for n := range frames {
+		g.Image, g.Delay = append(g.Image, gifFrame(w, h, n)), append(g.Delay, 10)
 	}
 	var b bytes.Buffer
-	// Two frames: the first is the one shown.
-	if err := gif.EncodeAll(&b, &gif.GIF{Image: []*image.Paletted{img, img}, Delay: []int{10, 10}}); err != nil {
+	if err := gif.EncodeAll(&b, g); err != nil {
 		t.Fatal(err)
 	}
 	return b.Bytes()
@@ -105,7 +116,8 @@ func bombBMP(t testing.TB, w, h uint32) []byte {
 	return b
 }
 
-// bombTIFF is a 1×1 TIFF whose directory claims w×h pixels.
+// bombTIFF is a 1×1 TIFF whose directory claims w×h pixels, in one
+// strip (its few bytes).
 func bombTIFF(t testing.TB, w, h uint16) []byte {
 	t.Helper()
 	b := encodeTIFF(t, gradient(1, 1)) // little-endian, with SHORT sizes
@@ -116,7 +128,7 @@ func bombTIFF(t testing.TB, w, h uint16) []byte {
 		switch binary.LittleEndian.Uint16(e) {
 		case 256: // ImageWidth
 			binary.LittleEndian.PutUint16(e[8:], w)
-		case 257: // ImageLength
+		case 257, 278: // ImageLength, RowsPerStrip
 			binary.LittleEndian.PutUint16(e[8:], h)
 		}
 	}
@@ -146,6 +158,31 @@ func bombPNG(w, h uint32) []byte {
 	b := []byte("\x89PNG\r\n\x1a\n\x00\x00\x00\x0d")
 	b = append(b, ihdr...)
 	return binary.BigEndian.AppendUint32(b, crc32.ChecksumIEEE(ihdr))
+}
+
+// cutPNG is a PNG that claims w×h 8-bit RGBA pixels whose data ends
+// after its first rows: a complete file, its IDAT cut short.
+func cutPNG(t testing.TB, w, h uint32, rows int) []byte {
+	t.Helper()
+	var z bytes.Buffer
+	zw := zlib.NewWriter(&z)
+	if _, err := zw.Write(make([]byte, rows*(1+4*int(w)))); err != nil { // filter byte 0, black
+		t.Fatal(err)
+	}
+	if err := zw.Flush(); err != nil { // not closed: the stream goes on
+		t.Fatal(err)
+	}
+	b := bombPNG(w, h)
+	for _, c := range []struct {
+		typ  string
+		data []byte
+	}{{"IDAT", z.Bytes()}, {"IEND", nil}} {
+		b = binary.BigEndian.AppendUint32(b, uint32(len(c.data)))
+		body := append([]byte(c.typ), c.data...)
+		b = append(b, body...)
+		b = binary.BigEndian.AppendUint32(b, crc32.ChecksumIEEE(body))
+	}
+	return b
 }
 
 func readFile(t testing.TB, name string) []byte {
@@ -179,13 +216,15 @@ func TestFit(t *testing.T) {
 		{name: "at the limits", data: smallPNG, lim: picture.Limits{MaxBytes: int64(len(smallPNG)), MaxEdge: 300, MaxPixels: 1},
 			unchanged: true, mime: "image/png", w: 300, h: 200},
 		{name: "small WebP", data: webp, unchanged: true, mime: "image/webp", w: 150, h: 100},
-		{name: "small GIF", data: encodeGIF(t, 40, 30), unchanged: true, mime: "image/gif", w: 40, h: 30},
+		{name: "small GIF", data: encodeGIF(t, 40, 30, 1), unchanged: true, mime: "image/gif", w: 40, h: 30},
+		// OpenAI takes no animated GIF: its first frame is shown.
+		{name: "small animated GIF", data: encodeGIF(t, 40, 30, 2), mime: "image/png", w: 40, h: 30, pixels: gifFrame(40, 30, 0)},
 		{name: "wide PNG to the edge", data: encodePNG(t, gradient(2000, 600)), mime: "image/jpeg", w: 512, h: 154},
 		{name: "tall PNG to the edge", data: encodePNG(t, gradient(700, 1400)), mime: "image/jpeg", w: 256, h: 512},
 		{name: "noise JPEG over the bytes", data: encodeJPEG(t, noise(500, 500), 100), mime: "image/jpeg"},
 		{name: "noise PNG over both", data: encodePNG(t, noise(800, 600)), mime: "image/jpeg"},
 		{name: "PNG with transparency", data: encodePNG(t, transparent(1024, 512)), mime: "image/jpeg", w: 512, h: 256, white: true},
-		{name: "GIF, first frame", data: encodeGIF(t, 1000, 600), mime: "image/jpeg", w: 512, h: 307},
+		{name: "GIF, first frame", data: encodeGIF(t, 1000, 600, 2), mime: "image/jpeg", w: 512, h: 307},
 		{name: "lossy WebP", data: webp, lim: picture.Limits{MaxBytes: 1 << 20, MaxEdge: 75, MaxPixels: 1 << 20},
 			mime: "image/jpeg", w: 75, h: 50},
 		{name: "lossless WebP with transparency", data: readFile(t, "testdata/gopher.lossless.webp"),
@@ -318,6 +357,41 @@ func TestFitTIFFPixels(t *testing.T) {
 		if refused := errors.Is(err, picture.ErrTooManyPixels); refused != tc.refused || (!refused && err != nil) {
 			t.Errorf("%s: %v, want refused %v", tc.name, err, tc.refused)
 		}
+		// The error tells the bound that applied, for the model to read.
+		var px *picture.TooManyPixelsError
+		if tc.refused && (!errors.As(err, &px) || px.Limit != lim.MaxPixels/2 || px.Width != 25 || px.Height != 25) {
+			t.Errorf("%s: %#v, want the TIFF's bound %d", tc.name, px, lim.MaxPixels/2)
+		}
+	}
+}
+
+// TestFitRefusesCutPicturesBeforeDecoding: a picture whose header claims
+// just under the pixel bound, and whose data cannot hold that many pixels,
+// is refused before its decoder allocates them (about 200 MB for 49
+// megapixels of PNG or BMP, 100 MB for a TIFF's 24).
+func TestFitRefusesCutPicturesBeforeDecoding(t *testing.T) {
+	// Not parallel: it counts the bytes the whole test binary allocates,
+	// while the parallel tests wait for the sequential ones.
+	lim := picture.Limits{MaxBytes: 5 << 20, MaxEdge: 2048, MaxPixels: picture.DefaultMaxPixels}
+	for _, tc := range []struct {
+		name string
+		data []byte
+	}{
+		{"BMP", append(bombBMP(t, 7000, 7000), make([]byte, 100<<10)...)},
+		{"top-down BMP", append(bombBMP(t, 7000, -7000&0xffffffff), make([]byte, 100<<10)...)},
+		{"PNG", cutPNG(t, 7000, 7000, 100)},
+		{"TIFF", bombTIFF(t, 4900, 5000)}, // within half the bound
+	} {
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		_, _, err := picture.Fit(tc.data, lim)
+		runtime.ReadMemStats(&after)
+		if !errors.Is(err, picture.ErrTruncated) || !errors.Is(err, picture.ErrUnreadable) {
+			t.Errorf("%s: %v, want %v", tc.name, err, picture.ErrTruncated)
+		}
+		if n := after.TotalAlloc - before.TotalAlloc; n > 4<<20 {
+			t.Errorf("%s: %d MB allocated to refuse it", tc.name, n>>20)
+		}
 	}
 }
 
@@ -334,6 +408,7 @@ func TestReadHeader(t *testing.T) {
 	if err != nil || h != (picture.Header{MIME: "image/png", Width: 20000, Height: 10000}) {
 		t.Fatalf("header %+v, %v", h, err)
 	}
+	animated := encodeGIF(t, 30, 20, 2)
 	for _, tt := range []struct {
 		data []byte
 		want picture.Header
@@ -341,6 +416,9 @@ func TestReadHeader(t *testing.T) {
 		{bombBMP(t, 20000, 10000), picture.Header{MIME: "image/bmp", Width: 20000, Height: 10000}},
 		{bombBMP(t, 300, -200&0xffffffff), picture.Header{MIME: "image/bmp", Width: 300, Height: 200}}, // top-down
 		{bombTIFF(t, 20000, 10000), picture.Header{MIME: "image/tiff", Width: 20000, Height: 10000}},
+		{encodeGIF(t, 30, 20, 1), picture.Header{MIME: "image/gif", Width: 30, Height: 20}},
+		{animated, picture.Header{MIME: "image/gif", Width: 30, Height: 20, Animated: true}},
+		{animated[:len(animated)-10], picture.Header{MIME: "image/gif", Width: 30, Height: 20, Animated: true}}, // cut in its second frame
 	} {
 		if h, err := picture.ReadHeader(tt.data); err != nil || h != tt.want {
 			t.Errorf("header %+v, %v; want %+v", h, err, tt.want)
@@ -360,6 +438,8 @@ func TestReadHeader(t *testing.T) {
 		{picture.Header{MIME: "image/jpeg", Width: 50, Height: 50}, 101, false},
 		{picture.Header{MIME: "image/bmp", Width: 10, Height: 10}, 50, false}, // no provider takes it as it is
 		{picture.Header{MIME: "image/tiff", Width: 10, Height: 10}, 50, false},
+		{picture.Header{MIME: "image/gif", Width: 10, Height: 10}, 50, true},
+		{picture.Header{MIME: "image/gif", Width: 10, Height: 10, Animated: true}, 50, false},
 	} {
 		if got := lim.Fits(tt.h, tt.n); got != tt.want {
 			t.Errorf("Fits(%+v, %d) = %v", tt.h, tt.n, got)
@@ -375,7 +455,8 @@ func FuzzFit(f *testing.F) {
 	f.Add(encodePNG(f, gradient(200, 8)))
 	f.Add(encodePNG(f, transparent(20, 20)))
 	f.Add(encodeJPEG(f, noise(40, 20), 95))
-	f.Add(encodeGIF(f, 150, 4))
+	f.Add(encodeGIF(f, 150, 4, 1))
+	f.Add(encodeGIF(f, 30, 20, 3))
 	f.Add(readFile(f, "testdata/blue.lossy.webp"))
 	f.Add(readFile(f, "testdata/gopher.lossless.webp"))
 	f.Add(bombPNG(1<<20, 1<<20))

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 
 	"github.com/switchboard-chat/switchboard/pkg/attachment"
@@ -119,8 +120,9 @@ var errPictureFormat = errors.New("a picture format the model providers do not t
 
 // picture reads a kept picture for the model, once an attempt: as it is
 // when it is within agent.max_image_bytes and agent.max_image_edge, else
-// scaled down (fit); a BMP or TIFF, encoded again as a PNG or JPEG. The scaled-down copy is kept next to the picture,
-// where the turn's later attempts find it.
+// scaled down (fit); a BMP or TIFF, or an animated GIF's first frame,
+// encoded again as a PNG or JPEG. The scaled-down copy is kept next to
+// the picture, where the turn's later attempts find it.
 func (r *turnRun) picture(ctx context.Context, a *eventsv1.Attachment) (llm.Image, error) {
 	ref := a.GetBytesRef()
 	if p, ok := r.pictures[ref]; ok {
@@ -222,13 +224,17 @@ func (s *Service) fit(ctx context.Context, data []byte, lim picture.Limits) ([]b
 // after its name; empty when the reason may not last (the store did not
 // answer), or the picture expired.
 func unshownReason(err error, cfg AgentConfig) string {
+	var px *picture.TooManyPixelsError
 	switch {
 	case errors.Is(err, attachment.ErrTooLarge):
 		return fmt.Sprintf("it is too large to be read (over %s)", attachment.Size(cfg.MaxImageSourceBytes))
-	case errors.Is(err, picture.ErrTooManyPixels):
-		return fmt.Sprintf("it has too many pixels to be read (over %d megapixels)", picture.DefaultMaxPixels/1_000_000)
+	case errors.As(err, &px): // the bound of its format: a TIFF's is lower
+		return fmt.Sprintf("it has too many pixels to be read (over %s megapixels)",
+			strconv.FormatFloat(float64(px.Limit)/1e6, 'f', -1, 64))
 	case errors.Is(err, picture.ErrTooLarge):
 		return "it could not be made small enough to be shown"
+	case errors.Is(err, picture.ErrTruncated): // before ErrUnreadable, which it is
+		return "it is cut short: its data is too short for the size it claims"
 	case errors.Is(err, picture.ErrUnreadable):
 		return "it could not be read as a picture"
 	case errors.Is(err, errPictureFormat):

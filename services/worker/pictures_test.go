@@ -8,6 +8,8 @@ import (
 	"hash/crc32"
 	"image"
 	"image/color"
+	"image/draw"
+	"image/gif"
 	"image/jpeg"
 	"image/png"
 	"math/rand/v2"
@@ -76,6 +78,23 @@ func tiffOf(t *testing.T, img image.Image) []byte {
 	return b.Bytes()
 }
 
+// animatedGIF is a w×h GIF of two frames, the first black, the second
+// white.
+func animatedGIF(t *testing.T, w, h int) []byte {
+	t.Helper()
+	g := &gif.GIF{Delay: []int{10, 10}}
+	for _, c := range []color.Color{color.Black, color.White} {
+		img := image.NewPaletted(image.Rect(0, 0, w, h), color.Palette{color.Black, color.White})
+		draw.Draw(img, img.Bounds(), image.NewUniform(c), image.Point{}, draw.Src)
+		g.Image = append(g.Image, img)
+	}
+	var b bytes.Buffer
+	if err := gif.EncodeAll(&b, g); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
+
 // bmpBomb is a BMP's headers claiming w×h pixels, and nothing more.
 func bmpBomb(w, h uint32) []byte {
 	b := append([]byte("BM"), make([]byte, 52)...)
@@ -85,6 +104,23 @@ func bmpBomb(w, h uint32) []byte {
 	binary.LittleEndian.PutUint32(b[22:], h)
 	binary.LittleEndian.PutUint16(b[26:], 1)  // planes
 	binary.LittleEndian.PutUint16(b[28:], 24) // bits a pixel
+	return b
+}
+
+// tiffBomb is a 1×1 TIFF whose directory claims w×h pixels.
+func tiffBomb(t *testing.T, w, h uint16) []byte {
+	t.Helper()
+	b := tiffOf(t, testPicture(1, 1, false)) // little-endian, with SHORT sizes
+	ifd := binary.LittleEndian.Uint32(b[4:])
+	for i := range int(binary.LittleEndian.Uint16(b[ifd:])) {
+		e := b[int(ifd)+2+12*i:]
+		switch binary.LittleEndian.Uint16(e) {
+		case 256: // ImageWidth
+			binary.LittleEndian.PutUint16(e[8:], w)
+		case 257, 278: // ImageLength, RowsPerStrip
+			binary.LittleEndian.PutUint16(e[8:], h)
+		}
+	}
 	return b
 }
 
@@ -146,11 +182,16 @@ func TestOversizedPicturesAreScaledDown(t *testing.T) {
 		{name: "a TIFF over the edge", data: tiffOf(t, testPicture(1200, 300, false)), said: "image/tiff",
 			seen: "image/jpeg", w: 512, h: 128, scaled: true},
 		{name: "a noisy BMP", data: bmpOf(t, testPicture(300, 300, true)), said: "image/bmp", seen: "image/jpeg", w: 300, h: 300, scaled: true},
+		{name: "an animated GIF", data: animatedGIF(t, 300, 200), said: "image/gif", seen: "image/png", w: 300, h: 200, scaled: true},
 		{name: "an unreadable BMP", data: append([]byte("BM"), make([]byte, 100)...), said: "image/bmp",
 			reason: "it could not be read as a picture"},
 		{name: "an SVG", data: []byte("<svg/>"), said: "image/svg+xml"}, // only named, as before
 		{name: "a BMP with too many pixels", data: bmpBomb(20000, 20000), said: "image/bmp",
 			reason: "it has too many pixels to be read (over 50 megapixels)"},
+		{name: "a TIFF with too many pixels", data: tiffBomb(t, 6000, 5000), said: "image/tiff", // 30 megapixels
+			reason: "it has too many pixels to be read (over 25 megapixels)"},
+		{name: "a BMP cut short", data: append(bmpBomb(1000, 1000), make([]byte, 300<<10)...), said: "image/bmp",
+			reason: "it is cut short: its data is too short for the size it claims"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
