@@ -40,6 +40,13 @@ const (
 	// waits no longer, so its server has no use for an answer later
 	// (RequestTimeout).
 	HeaderTimeout = "Switchboard-Timeout-Ms"
+	// HeaderDeadline, sent with HeaderTimeout, is the same deadline as a
+	// time, by the requester's clock (Unix milliseconds). A request may
+	// reach its server well after it was sent (published while its
+	// requester's connection was down, it goes out once that is back), so
+	// late that its requester gave up on it already, which HeaderTimeout,
+	// counted from when the server got it, cannot tell (RequestWait).
+	HeaderDeadline = "Switchboard-Deadline-Ms"
 )
 
 // ErrServerGone: the replica that took a watched request is gone before
@@ -63,6 +70,39 @@ func RequestTimeout(m *nats.Msg) (time.Duration, bool) {
 		return 0, false
 	}
 	return time.Duration(ms) * time.Millisecond, true
+}
+
+// DeadlineSkew is how far a server's clock may run ahead of its
+// requester's without RequestWait cutting a wait short.
+const DeadlineSkew = time.Second
+
+// RequestWait is how long m's requester still waits for the answer, as
+// of now (when m is taken): HeaderTimeout from when m came, or less when
+// HeaderDeadline says m came late; zero or less when the wait is over.
+// ok is false when m said neither.
+//
+// The deadline is read by this host's clock, which is not the
+// requester's. It only ever shortens the wait, and is given DeadlineSkew
+// more: a request in time is waited for as HeaderTimeout says, unless
+// this clock runs ahead of the requester's by more than DeadlineSkew
+// (then a wait is cut short by the difference; NTP keeps a cluster's
+// clocks within milliseconds). A clock that runs behind takes a late
+// request for one still waited for, and serves it within HeaderTimeout
+// as a server of a requester that sends no deadline does. So a wait is
+// found over when m came more than DeadlineSkew after its deadline, give
+// or take the clocks' difference.
+func RequestWait(m *nats.Msg, now time.Time) (time.Duration, bool) {
+	wait, ok := RequestTimeout(m)
+	ms, err := strconv.ParseInt(m.Header.Get(HeaderDeadline), 10, 64)
+	if err != nil {
+		return wait, ok
+	}
+	// Time.Sub saturates: no deadline, however far, wraps round.
+	left := time.UnixMilli(ms).Add(DeadlineSkew).Sub(now)
+	if !ok {
+		return left, true
+	}
+	return min(wait, left), true
 }
 
 // GoneGrace is how long a replica's liveness subject must have answered
@@ -97,10 +137,11 @@ func AckServedBy(m *nats.Msg, instance string) error {
 // it named itself (AckServedBy), its liveness subject alive(instance)
 // is asked every every; no responders there, still after GoneGrace,
 // ends the request with ErrServerGone. An unanswered question counts as
-// alive. ctx's deadline is sent with the request (HeaderTimeout), and a
-// ctx that ends after the server named itself, still there, ends the
-// request with ErrNotAnswered; one that ends while its liveness subject
-// has no responders (not yet for GoneGrace), with ErrServerGone.
+// alive. ctx's deadline is sent with the request (HeaderTimeout,
+// HeaderDeadline), and a ctx that ends after the server named itself,
+// still there, ends the request with ErrNotAnswered; one that ends while
+// its liveness subject has no responders (not yet for GoneGrace), with
+// ErrServerGone.
 func (b *Bus) RequestWatched(ctx context.Context, subject string, req, resp proto.Message, alive func(instance string) string, every time.Duration) error {
 	ctx, span := otel.Tracer(tracerName).Start(ctx, "request "+subject, trace.WithSpanKind(trace.SpanKindClient))
 	defer span.End()
@@ -111,6 +152,7 @@ func (b *Bus) RequestWatched(ctx context.Context, subject string, req, resp prot
 	msg.Header.Set(HeaderWatchServer, "1")
 	if deadline, ok := ctx.Deadline(); ok {
 		msg.Header.Set(HeaderTimeout, strconv.FormatInt(time.Until(deadline).Milliseconds(), 10))
+		msg.Header.Set(HeaderDeadline, strconv.FormatInt(deadline.UnixMilli(), 10))
 	}
 	msg.Reply = b.nc.NewInbox()
 	replies := make(chan *nats.Msg, 4)
