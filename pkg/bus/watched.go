@@ -115,6 +115,33 @@ func RequestWait(m *nats.Msg, now time.Time) (time.Duration, bool) {
 // once a server is there to take it.
 const GoneGrace = 3 * time.Second
 
+// Silence follows a replica asked again and again whether it is there
+// (its liveness subject): since when its questions have got no
+// responders in a row. That is measured from when the first of them was
+// asked (a tick's time: when it was due, however late it was taken), not
+// from when its answer came back, so the replica is judged on the first
+// question at or after GoneGrace, not one question later at random. The
+// zero Silence has heard the replica, or not asked it yet.
+type Silence struct{ since time.Time }
+
+// Answer takes err, the answer to a question asked at asked, and reports
+// whether the replica counts as gone: no responders since GoneGrace. Any
+// other answer, none in time included, counts as alive and ends the
+// silence.
+func (s *Silence) Answer(asked time.Time, err error) (gone bool) {
+	if !errors.Is(err, nats.ErrNoResponders) {
+		s.since = time.Time{}
+		return false
+	}
+	if s.since.IsZero() {
+		s.since = asked
+	}
+	return time.Since(s.since) >= GoneGrace // before: maybe reconnecting
+}
+
+// Silent reports whether the last question got no responders.
+func (s *Silence) Silent() bool { return !s.since.IsZero() }
+
 // noResponders is the status NATS replies with to a request nothing is
 // subscribed to.
 const noResponders = "503"
@@ -170,12 +197,9 @@ func (b *Bus) RequestWatched(ctx context.Context, subject string, req, resp prot
 	}
 	var tick <-chan time.Time
 	var server string
-	// silentSince is the tick of the first question in a row that got no
-	// responders: silence is measured from when it was sent, not from when
-	// its answer came back, so the replica is judged on the first tick at
-	// or after GoneGrace (a tick's time is when it was due, however late
-	// it was taken), not one tick later at random.
-	var silentSince time.Time
+	// silence of the server's liveness subject, from the tick of its
+	// first question in a row that got no responders.
+	var silence Silence
 	stopTick := func() {}
 	defer func() { stopTick() }()
 	// take takes a reply: done once it is the answer (or says none
@@ -217,7 +241,7 @@ func (b *Bus) RequestWatched(ctx context.Context, subject string, req, resp prot
 			switch {
 			case server == "":
 				return fail(ctx.Err())
-			case !silentSince.IsZero():
+			case silence.Silent():
 				// Its liveness subject has no responders: most likely it
 				// died in the wait's last seconds (a reconnecting one
 				// has not answered in time either). The request is to be
@@ -239,17 +263,9 @@ func (b *Bus) RequestWatched(ctx context.Context, subject string, req, resp prot
 				// which says nothing of the server: it is as it was.
 				continue
 			}
-			if !errors.Is(err, nats.ErrNoResponders) {
-				silentSince = time.Time{}
-				continue
+			if silence.Answer(asked, err) {
+				return gone()
 			}
-			if silentSince.IsZero() {
-				silentSince = asked
-			}
-			if time.Since(silentSince) < GoneGrace {
-				continue // maybe reconnecting
-			}
-			return gone()
 		}
 	}
 }
