@@ -40,6 +40,13 @@ const (
 	// waits no longer, so its server has no use for an answer later
 	// (RequestTimeout).
 	HeaderTimeout = "Switchboard-Timeout-Ms"
+	// HeaderDeadline, sent with HeaderTimeout, is the same deadline as a
+	// time, by the requester's clock (Unix milliseconds). A request may
+	// reach its server well after it was sent (published while its
+	// requester's connection was down, it goes out once that is back), so
+	// late that its requester gave up on it already, which HeaderTimeout,
+	// counted from when the server got it, cannot tell (RequestWait).
+	HeaderDeadline = "Switchboard-Deadline-Ms"
 )
 
 // ErrServerGone: the replica that took a watched request is gone before
@@ -65,6 +72,39 @@ func RequestTimeout(m *nats.Msg) (time.Duration, bool) {
 	return time.Duration(ms) * time.Millisecond, true
 }
 
+// DeadlineSkew is how far a server's clock may run ahead of its
+// requester's without RequestWait cutting a wait short.
+const DeadlineSkew = time.Second
+
+// RequestWait is how long m's requester still waits for the answer, as
+// of now (when m is taken): HeaderTimeout from when m came, or less when
+// HeaderDeadline says m came late; zero or less when the wait is over.
+// ok is false when m said neither.
+//
+// The deadline is read by this host's clock, which is not the
+// requester's. It only ever shortens the wait, and is given DeadlineSkew
+// more: a request in time is waited for as HeaderTimeout says, unless
+// this clock runs ahead of the requester's by more than DeadlineSkew
+// (then a wait is cut short by the difference; NTP keeps a cluster's
+// clocks within milliseconds). A clock that runs behind takes a late
+// request for one still waited for, and serves it within HeaderTimeout
+// as a server of a requester that sends no deadline does. So a wait is
+// found over when m came more than DeadlineSkew after its deadline, give
+// or take the clocks' difference.
+func RequestWait(m *nats.Msg, now time.Time) (time.Duration, bool) {
+	wait, ok := RequestTimeout(m)
+	ms, err := strconv.ParseInt(m.Header.Get(HeaderDeadline), 10, 64)
+	if err != nil {
+		return wait, ok
+	}
+	// Time.Sub saturates: no deadline, however far, wraps round.
+	left := time.UnixMilli(ms).Add(DeadlineSkew).Sub(now)
+	if !ok {
+		return left, true
+	}
+	return min(wait, left), true
+}
+
 // GoneGrace is how long a replica's liveness subject must have answered
 // no responders before the replica counts as gone. NATS answers so for a
 // replica that runs but whose connection dropped (its server restarted,
@@ -74,6 +114,33 @@ func RequestTimeout(m *nats.Msg) (time.Duration, bool) {
 // reconnect takes up to Connect's ReconnectWait (1 s) and its jitter
 // once a server is there to take it.
 const GoneGrace = 3 * time.Second
+
+// Silence follows a replica asked again and again whether it is there
+// (its liveness subject): since when its questions have got no
+// responders in a row. That is measured from when the first of them was
+// asked (a tick's time: when it was due, however late it was taken), not
+// from when its answer came back, so the replica is judged on the first
+// question at or after GoneGrace, not one question later at random. The
+// zero Silence has heard the replica, or not asked it yet.
+type Silence struct{ since time.Time }
+
+// Answer takes err, the answer to a question asked at asked, and reports
+// whether the replica counts as gone: no responders since GoneGrace. Any
+// other answer, none in time included, counts as alive and ends the
+// silence.
+func (s *Silence) Answer(asked time.Time, err error) (gone bool) {
+	if !errors.Is(err, nats.ErrNoResponders) {
+		s.since = time.Time{}
+		return false
+	}
+	if s.since.IsZero() {
+		s.since = asked
+	}
+	return time.Since(s.since) >= GoneGrace // before: maybe reconnecting
+}
+
+// Silent reports whether the last question got no responders.
+func (s *Silence) Silent() bool { return !s.since.IsZero() }
 
 // noResponders is the status NATS replies with to a request nothing is
 // subscribed to.
@@ -97,10 +164,11 @@ func AckServedBy(m *nats.Msg, instance string) error {
 // it named itself (AckServedBy), its liveness subject alive(instance)
 // is asked every every; no responders there, still after GoneGrace,
 // ends the request with ErrServerGone. An unanswered question counts as
-// alive. ctx's deadline is sent with the request (HeaderTimeout), and a
-// ctx that ends after the server named itself, still there, ends the
-// request with ErrNotAnswered; one that ends while its liveness subject
-// has no responders (not yet for GoneGrace), with ErrServerGone.
+// alive. ctx's deadline is sent with the request (HeaderTimeout,
+// HeaderDeadline), and a ctx that ends after the server named itself,
+// still there, ends the request with ErrNotAnswered; one that ends while
+// its liveness subject has no responders (not yet for GoneGrace), with
+// ErrServerGone.
 func (b *Bus) RequestWatched(ctx context.Context, subject string, req, resp proto.Message, alive func(instance string) string, every time.Duration) error {
 	ctx, span := otel.Tracer(tracerName).Start(ctx, "request "+subject, trace.WithSpanKind(trace.SpanKindClient))
 	defer span.End()
@@ -111,6 +179,7 @@ func (b *Bus) RequestWatched(ctx context.Context, subject string, req, resp prot
 	msg.Header.Set(HeaderWatchServer, "1")
 	if deadline, ok := ctx.Deadline(); ok {
 		msg.Header.Set(HeaderTimeout, strconv.FormatInt(time.Until(deadline).Milliseconds(), 10))
+		msg.Header.Set(HeaderDeadline, strconv.FormatInt(deadline.UnixMilli(), 10))
 	}
 	msg.Reply = b.nc.NewInbox()
 	replies := make(chan *nats.Msg, 4)
@@ -128,12 +197,9 @@ func (b *Bus) RequestWatched(ctx context.Context, subject string, req, resp prot
 	}
 	var tick <-chan time.Time
 	var server string
-	// silentSince is the tick of the first question in a row that got no
-	// responders: silence is measured from when it was sent, not from when
-	// its answer came back, so the replica is judged on the first tick at
-	// or after GoneGrace (a tick's time is when it was due, however late
-	// it was taken), not one tick later at random.
-	var silentSince time.Time
+	// silence of the server's liveness subject, from the tick of its
+	// first question in a row that got no responders.
+	var silence Silence
 	stopTick := func() {}
 	defer func() { stopTick() }()
 	// take takes a reply: done once it is the answer (or says none
@@ -175,7 +241,7 @@ func (b *Bus) RequestWatched(ctx context.Context, subject string, req, resp prot
 			switch {
 			case server == "":
 				return fail(ctx.Err())
-			case !silentSince.IsZero():
+			case silence.Silent():
 				// Its liveness subject has no responders: most likely it
 				// died in the wait's last seconds (a reconnecting one
 				// has not answered in time either). The request is to be
@@ -197,17 +263,9 @@ func (b *Bus) RequestWatched(ctx context.Context, subject string, req, resp prot
 				// which says nothing of the server: it is as it was.
 				continue
 			}
-			if !errors.Is(err, nats.ErrNoResponders) {
-				silentSince = time.Time{}
-				continue
+			if silence.Answer(asked, err) {
+				return gone()
 			}
-			if silentSince.IsZero() {
-				silentSince = asked
-			}
-			if time.Since(silentSince) < GoneGrace {
-				continue // maybe reconnecting
-			}
-			return gone()
 		}
 	}
 }

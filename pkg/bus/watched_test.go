@@ -3,6 +3,7 @@ package bus_test
 import (
 	"context"
 	"errors"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -158,6 +159,42 @@ func TestRequestTimeout(t *testing.T) {
 		}
 		if got, ok := bus.RequestTimeout(m); got != tc.want || ok != tc.ok {
 			t.Errorf("RequestTimeout(%q) = %v, %v; want %v, %v", tc.header, got, ok, tc.want, tc.ok)
+		}
+	}
+}
+
+// RequestWait is the wait as sent (HeaderTimeout), shortened when the
+// deadline sent with it (HeaderDeadline) says the request came late, by
+// more than DeadlineSkew; a deadline alone is read too.
+func TestRequestWait(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
+	ms := func(at time.Time) string { return strconv.FormatInt(at.UnixMilli(), 10) }
+	for _, tc := range []struct {
+		name              string
+		timeout, deadline string
+		want              time.Duration
+		ok                bool
+	}{
+		{"neither", "", "", 0, false},
+		{"a wait alone (an older requester)", "70000", "", 70 * time.Second, true},
+		{"in time", "70000", ms(now.Add(70 * time.Second)), 70 * time.Second, true},
+		{"late, by part of the wait", "70000", ms(now.Add(10 * time.Second)), 10*time.Second + bus.DeadlineSkew, true},
+		{"over, within the clocks' skew", "70000", ms(now.Add(-bus.DeadlineSkew / 2)), bus.DeadlineSkew / 2, true},
+		{"over", "70000", ms(now.Add(-3 * time.Second)), -3*time.Second + bus.DeadlineSkew, true},
+		{"a deadline alone", "", ms(now.Add(10 * time.Second)), 10*time.Second + bus.DeadlineSkew, true},
+		{"a deadline past any wait", "70000", "9223372036854775807", 70 * time.Second, true},
+		{"a deadline no time holds", "70000", "soon", 70 * time.Second, true},
+	} {
+		m := nats.NewMsg("s")
+		if tc.timeout != "" {
+			m.Header.Set(bus.HeaderTimeout, tc.timeout)
+		}
+		if tc.deadline != "" {
+			m.Header.Set(bus.HeaderDeadline, tc.deadline)
+		}
+		if got, ok := bus.RequestWait(m, now); got != tc.want || ok != tc.ok {
+			t.Errorf("%s: RequestWait = %v, %v; want %v, %v", tc.name, got, ok, tc.want, tc.ok)
 		}
 	}
 }

@@ -100,7 +100,8 @@ func (r *Runner) prepareAttachments(ctx context.Context, ev *eventsv1.MessageRec
 // serveFetch answers a worker's AttachmentFetchRequested, after naming
 // this replica to a worker that asked (its sending subject, which
 // serveSending answers, tells the worker it is still there), within the
-// time the worker waits, less fetchReplyMargin.
+// time the worker waits, less fetchReplyMargin (bus.RequestWait); one
+// that came after that wait ended downloads nothing.
 func (r *Runner) serveFetch(ctx context.Context, m *nats.Msg) {
 	ctx, span := otel.Tracer("github.com/switchboard-chat/switchboard/pkg/platform").Start(ctx, "platform fetch "+r.name,
 		trace.WithSpanKind(trace.SpanKindServer))
@@ -110,7 +111,17 @@ func (r *Runner) serveFetch(ctx context.Context, m *nats.Msg) {
 	if err := bus.AckServedBy(m, r.opts.Instance); err != nil {
 		r.log.Debug("name the fetch's replica", "err", err)
 	}
-	if wait, ok := bus.RequestTimeout(m); ok {
+	download := true
+	if wait, ok := bus.RequestWait(m, time.Now()); ok && wait <= 0 {
+		// The worker stopped waiting before the request came (it went out
+		// late: sent while the worker's connection was down, or held up
+		// on its way). A download would be read by no one and stored
+		// after the worker's turn went on without the file, so the
+		// platform is not called: the answer is what the worker makes of
+		// a wait that ended (the file if the store holds it, else not
+		// downloaded), should it still be listening.
+		download = false
+	} else if ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, fetchBudget(wait))
 		defer cancel()
@@ -121,7 +132,7 @@ func (r *Runner) serveFetch(ctx context.Context, m *nats.Msg) {
 		r.log.Warn("malformed fetch request", "err", err)
 		reply = &eventsv1.AttachmentFetched{Unavailable: unavailableFailed}
 	} else {
-		reply = r.FetchAttachment(ctx, req)
+		reply = r.fetchRecovered(ctx, req, download)
 	}
 	r.replyFetch(ctx, m, reply)
 }
@@ -156,9 +167,15 @@ func validName(name string) bool {
 // gateway_fetch) and answered like a failed download: the turn goes on
 // without the file, told it could not be downloaded.
 func (r *Runner) FetchAttachment(ctx context.Context, req *eventsv1.AttachmentFetchRequested) *eventsv1.AttachmentFetched {
+	return r.fetchRecovered(ctx, req, true)
+}
+
+// fetchRecovered is FetchAttachment; without download, the attachment
+// is only looked up in the store, the platform not called.
+func (r *Runner) fetchRecovered(ctx context.Context, req *eventsv1.AttachmentFetchRequested, download bool) *eventsv1.AttachmentFetched {
 	var reply *eventsv1.AttachmentFetched
 	if err := panics.Recover(r.log, "gateway_fetch", func() error {
-		reply = r.fetchAttachment(ctx, req)
+		reply = r.fetchAttachment(ctx, req, download)
 		return nil
 	}, "platform", r.name, "name", req.GetName()); err != nil {
 		return &eventsv1.AttachmentFetched{Unavailable: unavailableFailed}
@@ -166,7 +183,7 @@ func (r *Runner) FetchAttachment(ctx context.Context, req *eventsv1.AttachmentFe
 	return reply
 }
 
-func (r *Runner) fetchAttachment(ctx context.Context, req *eventsv1.AttachmentFetchRequested) *eventsv1.AttachmentFetched {
+func (r *Runner) fetchAttachment(ctx context.Context, req *eventsv1.AttachmentFetchRequested, download bool) *eventsv1.AttachmentFetched {
 	a, name := req.GetAttachment(), req.GetName()
 	fetcher, _ := r.p.(Fetcher)
 	switch {
@@ -190,6 +207,11 @@ func (r *Runner) fetchAttachment(ctx context.Context, req *eventsv1.AttachmentFe
 		// turn reads it alike.
 		attachmentsTotal.WithLabelValues(r.name, "found").Inc()
 		return &eventsv1.AttachmentFetched{BytesRef: name, SizeBytes: n, MimeType: cmp.Or(kept, mime)}
+	}
+	if !download {
+		r.log.Info("fetch request came after its worker stopped waiting; not downloaded", "name", name)
+		attachmentsTotal.WithLabelValues(r.name, "late").Inc()
+		return &eventsv1.AttachmentFetched{Unavailable: unavailableFailed}
 	}
 	rc, fetchedMIME, err := fetcher.Fetch(ctx, a)
 	var n int64

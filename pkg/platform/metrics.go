@@ -12,7 +12,7 @@ var (
 	}, []string{"platform", "result"})
 	attachmentsTotal = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "switchboard_gateway_attachments_total",
-		Help: "Attachments the agent reads, by platform and result (kept in the store, left as a URL, too_large, failed).",
+		Help: "Attachments the agent reads, by platform and result (kept in the store, found there already, too_large, failed, late: asked for after its worker stopped waiting, so not downloaded).",
 	}, []string{"platform", "result"})
 	sendsTotal = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "switchboard_gateway_sends_total",

@@ -558,6 +558,50 @@ func TestRowsOfAReconnectingReplicaAreNotTakenOver(t *testing.T) {
 	}
 }
 
+// A replica killed mid-send (no responders on its alive subject from
+// the first question on) is found gone on the first round at or after
+// bus.GoneGrace from the round of its first silent question: silence is
+// measured from when that question was asked, not from when its answer
+// came back, so a first question that went out late (a busy machine, a
+// slow question to another replica before it) does not cost one more
+// round (goneEvery): the takeover came 3 to 4 s after the kill.
+func TestAGoneReplicaIsFoundOnTheRoundAfterGoneGrace(t *testing.T) {
+	t.Parallel()
+	const every = time.Second // goneEvery
+	// The first silent question, then one a round until GoneGrace.
+	want := int32(bus.GoneGrace/every) + 1
+	type gone struct {
+		late  time.Duration // how late the first question goes out after its round began
+		asked atomic.Int32
+	}
+	cases := map[string]*gone{"x-prompt": {}, "x-late": {late: every / 4}}
+	// One hook for both cases: it is the package's.
+	t.Cleanup(delivery.SetGoneHook(func(replica string) {
+		if c := cases[replica]; c != nil && c.asked.Add(1) == 1 {
+			time.Sleep(c.late)
+		}
+	}))
+	for replica, c := range cases {
+		t.Run(replica, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			cfg := testConfig()
+			cfg.SendTimeout, cfg.Lease = 5*time.Second, 30*time.Second
+			ev := event("t1", 1, "s1", final("first"))
+			req := &deliveryv1.SendRequested{IdempotencyKey: "t1:1:0", Op: deliveryv1.SendOp_SEND_OP_SEND, Target: ev.GetTarget(),
+				TurnId: "t1", SessionKey: "s1", Text: "first", ChunkCount: 1}
+			if _, ok, err := outbox.New(e.db).EnqueueClaimed(context.Background(), e.clock.Now(), cfg.TTL, cfg.Lease, replica, req); err != nil || !ok {
+				t.Fatalf("claimed row: %v %v", ok, err)
+			}
+			e.start(t, cfg, "b")
+			eventually(t, e.clock, 0, "the gone replica's row sent", func() bool { return len(e.gw.postedTexts()) == 1 })
+			if got := c.asked.Load(); got != want {
+				t.Errorf("found gone after %d alive questions, want %d: on the first round at or after GoneGrace from the first silent one", got, want)
+			}
+		})
+	}
+}
+
 // Two replicas share the outbox without double sends.
 func TestTwoReplicasShareTheOutbox(t *testing.T) {
 	t.Parallel()

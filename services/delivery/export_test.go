@@ -37,3 +37,11 @@ func SetTypingHook(f func(ctx context.Context, turn string)) (restore func()) {
 	typingHook.Store(&f)
 	return func() { typingHook.Store(nil) }
 }
+
+// SetGoneHook runs f (with the replica asked) before each question
+// whether a replica that holds rows under a lease is still there, for the
+// services running until restore.
+func SetGoneHook(f func(replica string)) (restore func()) {
+	goneHook.Store(&f)
+	return func() { goneHook.Store(nil) }
+}

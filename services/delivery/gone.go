@@ -2,9 +2,9 @@ package delivery
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -23,19 +23,15 @@ import (
 // claim takes them over (sent again under the same idempotency keys,
 // which the gateways answer once). A question not answered in time, as
 // a replica whose NATS connection is down, counts as alive: its rows
-// wait out their leases, as before. So does a replica whose question
-// got no responders for less than goneAfter: NATS answers so for one
-// whose connection dropped (its server restarted, its cluster node left)
-// until it has reconnected, though it runs and its send goes on.
+// wait out their leases, as before. So does a replica whose questions
+// got no responders for less than bus.GoneGrace, from the round of the
+// first (bus.Silence): NATS answers so for one whose connection dropped
+// (its server restarted, its cluster node left) until it has
+// reconnected, though it runs and its send goes on.
 
 // goneEvery is how often a replica looks for rows being sent by a
 // replica that is gone.
 const goneEvery = time.Second
-
-// goneAfter is how long a replica's question must have got no responders,
-// asked every goneEvery, before the replica counts as gone: longer than
-// a live replica's reconnect (bus.GoneGrace).
-const goneAfter = bus.GoneGrace
 
 // serveAlive answers the other replicas' question whether this one still
 // runs. Subscribed before the first send and unsubscribed after the last
@@ -57,22 +53,26 @@ func (s *Service) serveAlive() (*nats.Subscription, error) {
 func (s *Service) takeOverGone(ctx context.Context) error {
 	t := time.NewTicker(goneEvery)
 	defer t.Stop()
-	silent := map[string]time.Time{}
+	silent := map[string]bus.Silence{}
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-t.C:
-			s.releaseGone(ctx, silent)
+		case round := <-t.C:
+			s.releaseGone(ctx, round, silent)
 		}
 	}
 }
 
 // releaseGone ends the leases of the rows being sent by replicas that no
-// longer answer (no responders since goneAfter), and wakes the send loop
-// to take them. silent holds when each replica that got no responders
-// got them first, since: it is the caller's, from one round to the next.
-func (s *Service) releaseGone(ctx context.Context, silent map[string]time.Time) {
+// longer answer (no responders since bus.GoneGrace), and wakes the send
+// loop to take them. Their questions count as asked at round, when the
+// round was due: a replica is judged on the first round at or after
+// GoneGrace from the round of its first silent question, however late
+// that question went out (a slow question to another replica before it)
+// or came back. silent holds the replicas whose last question got no
+// responders: it is the caller's, from one round to the next.
+func (s *Service) releaseGone(ctx context.Context, round time.Time, silent map[string]bus.Silence) {
 	senders, err := s.store.Senders(ctx, s.now(), s.owner)
 	if err != nil {
 		if ctx.Err() == nil {
@@ -86,22 +86,22 @@ func (s *Service) releaseGone(ctx context.Context, silent map[string]time.Time) 
 		}
 	}
 	for _, r := range senders {
+		if h := goneHook.Load(); h != nil {
+			(*h)(r)
+		}
 		actx, cancel := context.WithTimeout(ctx, time.Second)
 		_, err := s.bus.Conn().RequestWithContext(actx, s.bus.Topology().DeliveryAliveSubject(r), nil)
 		cancel()
-		if !errors.Is(err, nats.ErrNoResponders) {
-			delete(silent, r)
+		silence := silent[r]
+		gone := silence.Answer(round, err)
+		if !gone && silence.Silent() {
+			silent[r] = silence // maybe reconnecting
 			continue
-		}
-		since, ok := silent[r]
-		if !ok {
-			silent[r] = time.Now()
-			continue
-		}
-		if time.Since(since) < goneAfter {
-			continue // maybe reconnecting
 		}
 		delete(silent, r)
+		if !gone {
+			continue
+		}
 		n, err := s.store.Release(ctx, s.now(), r)
 		if err != nil {
 			s.log.Warn("take over a gone replica's deliveries failed", "replica", r, "err", err)
@@ -113,3 +113,7 @@ func (s *Service) releaseGone(ctx context.Context, silent map[string]time.Time) 
 		}
 	}
 }
+
+// goneHook, when set (tests only), runs before each question whether a
+// replica is still there, with the replica asked.
+var goneHook atomic.Pointer[func(replica string)]
