@@ -305,6 +305,58 @@ func TestPictureRefusalsAsHermes(t *testing.T) {
 	}
 }
 
+// A content part's file_id that is no string is answered as Hermes's
+// _normalize_multimodal_content answers its part, which never reads
+// file_id: a picture without a URL is invalid_image_url "Image parts
+// must include a non-empty image URL.", one with a URL is taken, a text
+// part is its text, a file part is refused as a file part is; not the
+// invalid_request of a malformed part. (A string file_id on a picture
+// without a URL is refused as an uploaded file: TestParseResponses.)
+func TestFileIDNoStringAsHermes(t *testing.T) {
+	t.Parallel()
+	const noURL = "Image parts must include a non-empty image URL."
+	for _, c := range []struct {
+		name, api, part string
+		// code, msg: the refusal's (param: the content's); none: taken,
+		// with text and pictures.
+		code, msg string
+		text      string
+		pictures  int
+	}{
+		{name: "a number beside no URL", part: `{"type":"image_url","file_id":5}`, code: CodeInvalidImageURL, msg: noURL},
+		{name: "an object beside no URL", api: "responses", part: `{"type":"input_image","file_id":{"id":"file-1"}}`, code: CodeInvalidImageURL, msg: noURL},
+		{name: "null beside no URL", api: "run", part: `{"type":"input_image","file_id":null}`, code: CodeInvalidImageURL, msg: noURL},
+		{name: "false beside a URL", api: "responses", part: `{"type":"input_image","image_url":"https://x/a.png","file_id":false}`, text: "q", pictures: 1},
+		{name: "an array on a text part", part: `{"type":"text","text":"t","file_id":[1]}`, text: "q\nt"},
+		{name: "a number on a file part", api: "run", part: `{"type":"input_file","file_id":7}`, code: CodeUnsupportedContent,
+			msg: "Unsupported content part type 'input_file'. Only text and image_url/input_image parts are supported."},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			body := `{"input":[{"role":"user","content":[{"type":"input_text","text":"q"},` + c.part + `]}]}`
+			param := "input[0].content"
+			if c.api == "" {
+				body = `{"messages":[{"role":"user","content":[{"type":"text","text":"q"},` + c.part + `]}]}`
+				param = "messages[0].content"
+			}
+			if c.code == CodeUnsupportedContent {
+				param += "[1].type"
+			}
+			in, err := parseInput(c.api, body)
+			if c.code == "" {
+				if err != nil || in.Text != c.text || len(in.Attachments) != c.pictures {
+					t.Fatalf("%q, %v, %v; want %q and %d pictures", in.Text, in.Attachments, err, c.text, c.pictures)
+				}
+				return
+			}
+			var inv *InvalidError
+			if !errors.As(err, &inv) || inv.Code != c.code || inv.Msg != c.msg || inv.Param != param {
+				t.Fatalf("error %#v, want %s %q at %s", err, c.code, c.msg, param)
+			}
+		})
+	}
+}
+
 // A data: URL's scheme and media type are read in any case, as Hermes
 // lowercases the URL before it compares it with "data:image/"; the
 // picture is passed on with them in lower case (and its base64 as it

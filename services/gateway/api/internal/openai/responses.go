@@ -105,6 +105,8 @@ type inputPart struct {
 	// Detail is a picture's detail beside its image_url (the Responses
 	// API's); an image_url object's own detail wins (imageRef).
 	Detail json.RawMessage
+	// FileID is the file_id when it is a string: one of another type
+	// names no file, and the part is read as Hermes reads it, without it.
 	FileID string
 }
 
@@ -117,8 +119,15 @@ func (p *inputPart) UnmarshalJSON(b []byte) error {
 	// A type that is no string is no type Hermes takes (str(type) is
 	// never one): refused with the others unknown, not as malformed.
 	_ = json.Unmarshal(p.TypeJSON, &p.Type)
-	p.FileID, err = stringMember(f, "file_id")
-	return err
+	// Hermes never reads file_id: one that is no string does not make
+	// the part malformed (invalid_request); the part is answered as
+	// Hermes answers it (a picture without a URL, invalid_image_url).
+	if id := bytes.TrimSpace(f["file_id"]); len(id) > 0 && id[0] == '"' {
+		if err := json.Unmarshal(id, &p.FileID); err != nil {
+			return fmt.Errorf("file_id: %w", err)
+		}
+	}
+	return nil
 }
 
 // Responses is a validated Responses API request: the input's last
