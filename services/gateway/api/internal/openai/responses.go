@@ -202,7 +202,7 @@ func ParseResponses(body []byte) (*Responses, error) {
 	if err != nil {
 		return nil, err
 	}
-	in, err := readInput(req.Input, req.ConversationHistory, req.PreviousResponseID)
+	in, err := readInput(req.Input, req.ConversationHistory, req.PreviousResponseID, false)
 	if err != nil {
 		return nil, err
 	}
@@ -359,6 +359,11 @@ type message struct {
 	// an item of it), which Hermes takes as it is, uncut (it bounds only
 	// the content of a message item).
 	verbatim bool
+	// notMessage refuses an input item of a type other than message (a
+	// tool's output, a reasoning item); nil for a message. readInput
+	// refuses such an item, except a run's earlier item, which is read as
+	// Hermes's run reads it (input.context).
+	notMessage error
 }
 
 // read reads an input message's content: its text and pictures.
@@ -410,7 +415,8 @@ func eachInputMessage(raw json.RawMessage, f func(int, message) error) (int, err
 // message, as Hermes takes it) or a message item, of any role: one the
 // context has not (a tool's, one Hermes's agent does not know) is read,
 // and its content checked, as Hermes reads it, and only then left out of
-// the context (contextRole). Anything else is no message (false).
+// the context (contextRole). An item of another type is given with its
+// refusal (notMessage). Anything else is no message (false).
 func inputItemMessage(i int, item json.RawMessage) (message, bool, error) {
 	param := fmt.Sprintf("input[%d]", i)
 	item = bytes.TrimSpace(item)
@@ -428,11 +434,12 @@ func inputItemMessage(i int, item json.RawMessage) (message, bool, error) {
 	if json.Unmarshal(item, &it) != nil {
 		return message{}, false, invalid(param, "an input item must be an object")
 	}
+	m := message{role: it.Role, content: it.Content, param: param}
 	if it.Type != "" && it.Type != "message" {
-		return message{}, false, &InvalidError{Param: param + ".type", Code: CodeUnsupportedContent,
+		m.notMessage = &InvalidError{Param: param + ".type", Code: CodeUnsupportedContent,
 			Msg: fmt.Sprintf("input items of type %q are not supported: the gateway takes messages (the agent runs its own tools)", Clip(it.Type, 40))}
 	}
-	return message{role: it.Role, content: it.Content, param: param}, true, nil
+	return m, true, nil
 }
 
 // responseContent reads a message's content (a Responses input item's,
