@@ -240,7 +240,8 @@ func TestImageURLStrippedAsHermes(t *testing.T) {
 // include a non-empty image URL."; a URL of another scheme
 // invalid_image_url too; a detail (the image_url object's, else the
 // part's) that is given and is no non-empty string invalid_content_part,
-// checked after the URL. A detail that is null is none.
+// checked after the URL. A detail that is null is none; one taken is
+// passed on stripped, as Hermes passes it on to the model.
 func TestPictureRefusalsAsHermes(t *testing.T) {
 	t.Parallel()
 	const (
@@ -259,6 +260,7 @@ func TestPictureRefusalsAsHermes(t *testing.T) {
 	for _, c := range []struct {
 		name, api, body  string
 		code, msg, param string // the refusal's; none: taken
+		detail           string // a picture taken: its detail, as the model gets it
 	}{
 		{name: "an image_url object without url", body: chat(`{"type":"image_url","image_url":{}}`), code: CodeInvalidImageURL, msg: noURL},
 		{name: "an empty url", body: chat(`{"type":"image_url","image_url":{"url":""}}`), code: CodeInvalidImageURL, msg: noURL},
@@ -279,17 +281,18 @@ func TestPictureRefusalsAsHermes(t *testing.T) {
 		{name: "a history entry's detail", api: "responses", body: `{"input":"q","conversation_history":[{"role":"user","content":[{"type":"input_image","image_url":"https://x/a.png","detail":""}]}]}`,
 			code: contentPart, msg: badDetail, param: "conversation_history[0].content"},
 		{name: "the URL is checked before the detail", body: chat(`{"type":"image_url","image_url":{"url":"","detail":""}}`), code: CodeInvalidImageURL, msg: noURL},
-		{name: "a detail", body: chat(`{"type":"image_url","image_url":{"url":"https://x/a.png","detail":"low"}}`)},
+		{name: "a detail", body: chat(`{"type":"image_url","image_url":{"url":"https://x/a.png","detail":"low"}}`), detail: "low"},
 		{name: "a null detail", body: chat(`{"type":"image_url","image_url":{"url":"https://x/a.png","detail":null}}`)},
 		{name: "the object's null detail hides the part's", body: chat(`{"type":"image_url","image_url":{"url":"https://x/a.png","detail":null},"detail":""}`)},
-		{name: "a part's good detail", api: "responses", body: input(`{"type":"input_image","image_url":"https://x/a.png","detail":" auto "}`)},
+		{name: "a part's good detail", api: "responses", body: input(`{"type":"input_image","image_url":"https://x/a.png","detail":" auto "}`), detail: "auto"},
+		{name: "the object's detail over the part's", api: "run", body: input(`{"type":"input_image","image_url":{"url":"https://x/a.png","detail":"high\u001f"},"detail":"low"}`), detail: "high"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			in, err := parseInput(c.api, c.body)
 			if c.code == "" {
-				if err != nil || len(in.Attachments) != 1 {
-					t.Fatalf("%v, %v; want one picture", in.Attachments, err)
+				if err != nil || len(in.Attachments) != 1 || in.Attachments[0].GetDetail() != c.detail {
+					t.Fatalf("%v, %v; want one picture of detail %q", in.Attachments, err, c.detail)
 				}
 				return
 			}

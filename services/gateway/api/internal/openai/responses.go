@@ -367,7 +367,7 @@ type message struct {
 }
 
 // read reads an input message's content: its text and pictures.
-func (m message) read() (string, []string, error) {
+func (m message) read() (string, []picture, error) {
 	if m.verbatim {
 		var s string
 		if err := json.Unmarshal(m.content, &s); err != nil {
@@ -449,7 +449,7 @@ func inputItemMessage(i int, item json.RawMessage) (message, bool, error) {
 // object's {'k': 'v'}), as Hermes gives it the model; within Hermes's
 // bounds: each text cut to maxTextLen characters, the parts after the
 // first maxListItems not read.
-func responseContent(raw json.RawMessage, param string) (string, []string, error) {
+func responseContent(raw json.RawMessage, param string) (string, []picture, error) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
 		return "", nil, nil
@@ -460,7 +460,8 @@ func responseContent(raw json.RawMessage, param string) (string, []string, error
 	// Read one part at a time, and no further than Hermes reads: the
 	// array is not decoded whole (a body of many small items would take
 	// many times its size).
-	var texts, images []string
+	var texts []string
+	var images []picture
 	_, err := eachElement(raw, func(i int, item json.RawMessage) error {
 		if i == maxListItems {
 			return errEnough
@@ -498,11 +499,12 @@ func responseContent(raw json.RawMessage, param string) (string, []string, error
 			if u, err = image(u); err != nil {
 				return imageError(param, err)
 			}
-			if !goodDetail(detail) {
+			d, ok := detailOf(detail)
+			if !ok {
 				// After the URL, as Hermes checks them.
 				return &InvalidError{Param: param, Code: CodeInvalidContentPart, Msg: msgImageDetail}
 			}
-			images = append(images, u)
+			images = append(images, picture{url: u, detail: d})
 		default:
 			return unknownPart(fmt.Sprintf("%s[%d].type", param, i), p.TypeJSON)
 		}
@@ -566,14 +568,18 @@ func imageRef(p inputPart) (u string, detail json.RawMessage, ok bool) {
 	return u, detail, true
 }
 
-// goodDetail reports whether a picture's detail is as Hermes takes it:
-// none (absent or null), or a string that is not blank (Python's
-// strip()).
-func goodDetail(raw json.RawMessage) bool {
+// detailOf reads a picture's detail as Hermes takes it: none (absent or
+// null: ""), or a string that is not blank (Python's strip()), stripped
+// as Hermes passes it on to the model. ok is false for any other.
+func detailOf(raw json.RawMessage) (string, bool) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
-		return true
+		return "", true
 	}
 	var d string
-	return raw[0] == '"' && json.Unmarshal(raw, &d) == nil && PythonStrip(d) != ""
+	if raw[0] != '"' || json.Unmarshal(raw, &d) != nil {
+		return "", false
+	}
+	d = PythonStrip(d)
+	return d, d != ""
 }
