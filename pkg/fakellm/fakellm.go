@@ -107,6 +107,9 @@ type Image struct {
 	MediaType string
 	Data      []byte
 	URL       string // for a picture the model would fetch
+	// Detail is the image_url's detail (low, high, auto …), "" when the
+	// request gave none.
+	Detail string
 }
 
 // imageFromURL decodes an OpenAI image_url: a base64 data: URL, or a URL.

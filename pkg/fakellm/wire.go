@@ -140,7 +140,8 @@ func contentParts(raw json.RawMessage) (string, []Image) {
 		Text     string          `json:"text"`
 		Content  json.RawMessage `json:"content"`
 		ImageURL *struct {
-			URL string `json:"url"`
+			URL    string `json:"url"`
+			Detail string `json:"detail"`
 		} `json:"image_url"`
 	}
 	if json.Unmarshal(raw, &parts) != nil {
@@ -149,7 +150,9 @@ func contentParts(raw json.RawMessage) (string, []Image) {
 	var images []Image
 	for _, p := range parts {
 		if p.Type == "image_url" && p.ImageURL != nil {
-			images = append(images, imageFromURL(p.ImageURL.URL))
+			img := imageFromURL(p.ImageURL.URL)
+			img.Detail = p.ImageURL.Detail
+			images = append(images, img)
 		}
 	}
 	if len(parts) == 1 {

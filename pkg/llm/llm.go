@@ -54,6 +54,10 @@ type Image struct {
 	MIME string // image/png, image/jpeg, image/gif or image/webp
 	Data []byte
 	URL  string // used when Data is empty
+	// Detail is how closely the model is to look at the picture (OpenAI's
+	// image_url detail: low, high, auto …), as the client asked; "" sends
+	// none. Anthropic's API has no such setting.
+	Detail string
 }
 
 // dataURL is img as the URL the OpenAI API takes.

@@ -377,7 +377,8 @@ type oaPart struct {
 }
 
 type oaImageURL struct {
-	URL string `json:"url"`
+	URL    string `json:"url"`
+	Detail string `json:"detail,omitempty"`
 }
 
 type oaToolCall struct {
@@ -413,7 +414,7 @@ func openAIMessages(req Request) (json.RawMessage, error) {
 				parts = append(parts, oaPart{Type: "text", Text: &m.Content})
 			}
 			for _, img := range m.Images {
-				parts = append(parts, oaPart{Type: "image_url", ImageURL: &oaImageURL{URL: img.dataURL()}})
+				parts = append(parts, oaPart{Type: "image_url", ImageURL: &oaImageURL{URL: img.dataURL(), Detail: img.Detail}})
 			}
 			msgs = append(msgs, oaMessage{Role: m.Role, Content: parts})
 		case RoleTool:

@@ -35,7 +35,7 @@ func sdkMessages(req Request) []openai.ChatCompletionMessageParamUnion {
 				if len(img.Data) > 0 {
 					u = "data:" + img.MIME + ";base64," + base64.StdEncoding.EncodeToString(img.Data)
 				}
-				parts = append(parts, openai.ImageContentPart(openai.ChatCompletionContentPartImageImageURLParam{URL: u}))
+				parts = append(parts, openai.ImageContentPart(openai.ChatCompletionContentPartImageImageURLParam{URL: u, Detail: img.Detail}))
 			}
 			out = append(out, openai.UserMessage(parts))
 		case RoleTool:
@@ -75,6 +75,8 @@ func TestOpenAIMessagesEncodeAsTheSDKDoes(t *testing.T) {
 		}}},
 		{"user text and images", Request{Messages: []Message{{Role: RoleUser, Content: "what is this?", Images: []Image{
 			{MIME: "image/png", Data: []byte("\x89PNG\r\n\x1a\n\x00\xff")}, {URL: "https://example.com/cat.jpg"}}}}}},
+		{"images with and without a detail", Request{Messages: []Message{{Role: RoleUser, Content: "look", Images: []Image{
+			{MIME: "image/png", Data: []byte("\x89PNG"), Detail: "low"}, {URL: "https://example.com/cat.jpg", Detail: "high"}, {URL: "https://example.com/dog.jpg"}}}}}},
 		{"an image without text", Request{Messages: []Message{{Role: RoleUser, Images: []Image{{MIME: "image/webp", Data: []byte("RIFF")}}}}}},
 		{"assistant text and calls", Request{Messages: []Message{{Role: RoleAssistant, Content: "checking", ToolCalls: []ToolCall{{ID: "c", Name: "n", Arguments: "{}"}}}}}},
 	}

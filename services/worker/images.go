@@ -75,13 +75,16 @@ func (r *turnRun) loadImages(ctx context.Context, in *eventsv1.MessageReceived) 
 		}
 		if a.GetBytesRef() != "" {
 			if img, err := r.picture(ctx, a); err == nil {
+				// The detail an API client asked for goes with the picture
+				// to the model, as Hermes passes it on.
+				img.Detail = a.GetDetail()
 				out = append(out, img)
 			}
 			continue
 		}
 		u := a.GetUrl()
 		if in.GetSource().GetPlatform() == "api" && (strings.HasPrefix(u, "https://") || strings.HasPrefix(u, "http://")) {
-			out = append(out, llm.Image{URL: u})
+			out = append(out, llm.Image{URL: u, Detail: a.GetDetail()})
 		}
 	}
 	return out

@@ -273,8 +273,12 @@ type Attachment struct {
 	// What Telegram says a sticker (ATTACHMENT_KIND_STICKER) is: the emoji
 	// it stands for and the name of its set ("😀", "MyPack"). A Discord
 	// sticker's name is its file_name.
-	StickerEmoji  string `protobuf:"bytes,10,opt,name=sticker_emoji,json=stickerEmoji,proto3" json:"sticker_emoji,omitempty"`
-	StickerSet    string `protobuf:"bytes,11,opt,name=sticker_set,json=stickerSet,proto3" json:"sticker_set,omitempty"`
+	StickerEmoji string `protobuf:"bytes,10,opt,name=sticker_emoji,json=stickerEmoji,proto3" json:"sticker_emoji,omitempty"`
+	StickerSet   string `protobuf:"bytes,11,opt,name=sticker_set,json=stickerSet,proto3" json:"sticker_set,omitempty"`
+	// How closely the model is to look at a picture, as an API client asked
+	// (OpenAI's image_url detail: low, high, auto …), passed on to the
+	// model's image_url part; empty when the client gave none.
+	Detail        string `protobuf:"bytes,12,opt,name=detail,proto3" json:"detail,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -393,6 +397,13 @@ func (x *Attachment) GetStickerEmoji() string {
 func (x *Attachment) GetStickerSet() string {
 	if x != nil {
 		return x.StickerSet
+	}
+	return ""
+}
+
+func (x *Attachment) GetDetail() string {
+	if x != nil {
+		return x.Detail
 	}
 	return ""
 }
@@ -1327,7 +1338,7 @@ const file_switchboard_events_v1_events_proto_rawDesc = "" +
 	"\x15prospective_thread_id\x18\r \x01(\tR\x13prospectiveThreadId\x12\x1d\n" +
 	"\n" +
 	"chat_topic\x18\x0e \x01(\tR\tchatTopic\x12\x15\n" +
-	"\x06is_bot\x18\x0f \x01(\bR\x05isBot\"\x8b\x03\n" +
+	"\x06is_bot\x18\x0f \x01(\bR\x05isBot\"\xa3\x03\n" +
 	"\n" +
 	"Attachment\x129\n" +
 	"\x04kind\x18\x01 \x01(\x0e2%.switchboard.events.v1.AttachmentKindR\x04kind\x12\x12\n" +
@@ -1343,7 +1354,8 @@ const file_switchboard_events_v1_events_proto_rawDesc = "" +
 	"\rsticker_emoji\x18\n" +
 	" \x01(\tR\fstickerEmoji\x12\x1f\n" +
 	"\vsticker_set\x18\v \x01(\tR\n" +
-	"stickerSetB\n" +
+	"stickerSet\x12\x16\n" +
+	"\x06detail\x18\f \x01(\tR\x06detailB\n" +
 	"\n" +
 	"\blocation\"\x8b\x01\n" +
 	"\x18AttachmentFetchRequested\x12A\n" +

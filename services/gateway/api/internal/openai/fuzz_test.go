@@ -240,7 +240,8 @@ func TestImageURLStrippedAsHermes(t *testing.T) {
 // include a non-empty image URL."; a URL of another scheme
 // invalid_image_url too; a detail (the image_url object's, else the
 // part's) that is given and is no non-empty string invalid_content_part,
-// checked after the URL. A detail that is null is none.
+// checked after the URL. A detail that is null is none; one taken is
+// passed on stripped, as Hermes passes it on to the model.
 func TestPictureRefusalsAsHermes(t *testing.T) {
 	t.Parallel()
 	const (
@@ -259,6 +260,7 @@ func TestPictureRefusalsAsHermes(t *testing.T) {
 	for _, c := range []struct {
 		name, api, body  string
 		code, msg, param string // the refusal's; none: taken
+		detail           string // a picture taken: its detail, as the model gets it
 	}{
 		{name: "an image_url object without url", body: chat(`{"type":"image_url","image_url":{}}`), code: CodeInvalidImageURL, msg: noURL},
 		{name: "an empty url", body: chat(`{"type":"image_url","image_url":{"url":""}}`), code: CodeInvalidImageURL, msg: noURL},
@@ -279,23 +281,76 @@ func TestPictureRefusalsAsHermes(t *testing.T) {
 		{name: "a history entry's detail", api: "responses", body: `{"input":"q","conversation_history":[{"role":"user","content":[{"type":"input_image","image_url":"https://x/a.png","detail":""}]}]}`,
 			code: contentPart, msg: badDetail, param: "conversation_history[0].content"},
 		{name: "the URL is checked before the detail", body: chat(`{"type":"image_url","image_url":{"url":"","detail":""}}`), code: CodeInvalidImageURL, msg: noURL},
-		{name: "a detail", body: chat(`{"type":"image_url","image_url":{"url":"https://x/a.png","detail":"low"}}`)},
+		{name: "a detail", body: chat(`{"type":"image_url","image_url":{"url":"https://x/a.png","detail":"low"}}`), detail: "low"},
 		{name: "a null detail", body: chat(`{"type":"image_url","image_url":{"url":"https://x/a.png","detail":null}}`)},
 		{name: "the object's null detail hides the part's", body: chat(`{"type":"image_url","image_url":{"url":"https://x/a.png","detail":null},"detail":""}`)},
-		{name: "a part's good detail", api: "responses", body: input(`{"type":"input_image","image_url":"https://x/a.png","detail":" auto "}`)},
+		{name: "a part's good detail", api: "responses", body: input(`{"type":"input_image","image_url":"https://x/a.png","detail":" auto "}`), detail: "auto"},
+		{name: "the object's detail over the part's", api: "run", body: input(`{"type":"input_image","image_url":{"url":"https://x/a.png","detail":"high\u001f"},"detail":"low"}`), detail: "high"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			in, err := parseInput(c.api, c.body)
 			if c.code == "" {
-				if err != nil || len(in.Attachments) != 1 {
-					t.Fatalf("%v, %v; want one picture", in.Attachments, err)
+				if err != nil || len(in.Attachments) != 1 || in.Attachments[0].GetDetail() != c.detail {
+					t.Fatalf("%v, %v; want one picture of detail %q", in.Attachments, err, c.detail)
 				}
 				return
 			}
 			param := c.param
 			if param == "" {
 				param = "messages[0].content"
+			}
+			var inv *InvalidError
+			if !errors.As(err, &inv) || inv.Code != c.code || inv.Msg != c.msg || inv.Param != param {
+				t.Fatalf("error %#v, want %s %q at %s", err, c.code, c.msg, param)
+			}
+		})
+	}
+}
+
+// A content part's file_id that is no string is answered as Hermes's
+// _normalize_multimodal_content answers its part, which never reads
+// file_id: a picture without a URL is invalid_image_url "Image parts
+// must include a non-empty image URL.", one with a URL is taken, a text
+// part is its text, a file part is refused as a file part is; not the
+// invalid_request of a malformed part. (A string file_id on a picture
+// without a URL is refused as an uploaded file: TestParseResponses.)
+func TestFileIDNoStringAsHermes(t *testing.T) {
+	t.Parallel()
+	const noURL = "Image parts must include a non-empty image URL."
+	for _, c := range []struct {
+		name, api, part string
+		// code, msg: the refusal's (param: the content's); none: taken,
+		// with text and pictures.
+		code, msg string
+		text      string
+		pictures  int
+	}{
+		{name: "a number beside no URL", part: `{"type":"image_url","file_id":5}`, code: CodeInvalidImageURL, msg: noURL},
+		{name: "an object beside no URL", api: "responses", part: `{"type":"input_image","file_id":{"id":"file-1"}}`, code: CodeInvalidImageURL, msg: noURL},
+		{name: "null beside no URL", api: "run", part: `{"type":"input_image","file_id":null}`, code: CodeInvalidImageURL, msg: noURL},
+		{name: "false beside a URL", api: "responses", part: `{"type":"input_image","image_url":"https://x/a.png","file_id":false}`, text: "q", pictures: 1},
+		{name: "an array on a text part", part: `{"type":"text","text":"t","file_id":[1]}`, text: "q\nt"},
+		{name: "a number on a file part", api: "run", part: `{"type":"input_file","file_id":7}`, code: CodeUnsupportedContent,
+			msg: "Unsupported content part type 'input_file'. Only text and image_url/input_image parts are supported."},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			body := `{"input":[{"role":"user","content":[{"type":"input_text","text":"q"},` + c.part + `]}]}`
+			param := "input[0].content"
+			if c.api == "" {
+				body = `{"messages":[{"role":"user","content":[{"type":"text","text":"q"},` + c.part + `]}]}`
+				param = "messages[0].content"
+			}
+			if c.code == CodeUnsupportedContent {
+				param += "[1].type"
+			}
+			in, err := parseInput(c.api, body)
+			if c.code == "" {
+				if err != nil || in.Text != c.text || len(in.Attachments) != c.pictures {
+					t.Fatalf("%q, %v, %v; want %q and %d pictures", in.Text, in.Attachments, err, c.text, c.pictures)
+				}
+				return
 			}
 			var inv *InvalidError
 			if !errors.As(err, &inv) || inv.Code != c.code || inv.Msg != c.msg || inv.Param != param {

@@ -178,7 +178,7 @@ func Parse(body []byte) (*Chat, error) {
 	// messages before it its history. Each message is read as it comes,
 	// into the context, and the input taken out of it at the end.
 	last, param := -1, ""
-	var images []string // the input's
+	var images []picture // the input's
 	n, err := eachElement(req.Messages, func(i int, raw json.RawMessage) error {
 		var m chatMessage
 		if raw = bytes.TrimSpace(raw); raw[0] != '{' || json.Unmarshal(raw, &m) != nil {
@@ -807,19 +807,27 @@ func imageError(param string, err error) error {
 	return invalid(param, "%v", err)
 }
 
-// imageAttachments are the input's pictures, by URL: the first
-// maxImages, and when more came, one picture more that is not taken and
-// says how many (unavailable), so that the agent knows of them.
-func imageAttachments(urls []string) []*eventsv1.Attachment {
+// picture is one picture of a message: its URL as it is passed on
+// (image) and its detail, stripped ("" for none), which the model is
+// given with it, as Hermes passes it on.
+type picture struct {
+	url, detail string
+}
+
+// imageAttachments are the input's pictures, by URL with their detail:
+// the first maxImages, and when more came, one picture more that is not
+// taken and says how many (unavailable), so that the agent knows of
+// them.
+func imageAttachments(pics []picture) []*eventsv1.Attachment {
 	var out []*eventsv1.Attachment
-	for _, u := range urls[:min(len(urls), maxImages)] {
+	for _, p := range pics[:min(len(pics), maxImages)] {
 		out = append(out, &eventsv1.Attachment{
-			Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, Location: &eventsv1.Attachment_Url{Url: u},
+			Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, Location: &eventsv1.Attachment_Url{Url: p.url}, Detail: p.detail,
 		})
 	}
-	if len(urls) > maxImages {
+	if len(pics) > maxImages {
 		out = append(out, &eventsv1.Attachment{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE,
-			Unavailable: fmt.Sprintf("the message came with %d pictures; only its first %d are taken", len(urls), maxImages)})
+			Unavailable: fmt.Sprintf("the message came with %d pictures; only its first %d are taken", len(pics), maxImages)})
 	}
 	return out
 }

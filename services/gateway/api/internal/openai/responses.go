@@ -105,6 +105,8 @@ type inputPart struct {
 	// Detail is a picture's detail beside its image_url (the Responses
 	// API's); an image_url object's own detail wins (imageRef).
 	Detail json.RawMessage
+	// FileID is the file_id when it is a string: one of another type
+	// names no file, and the part is read as Hermes reads it, without it.
 	FileID string
 }
 
@@ -117,8 +119,15 @@ func (p *inputPart) UnmarshalJSON(b []byte) error {
 	// A type that is no string is no type Hermes takes (str(type) is
 	// never one): refused with the others unknown, not as malformed.
 	_ = json.Unmarshal(p.TypeJSON, &p.Type)
-	p.FileID, err = stringMember(f, "file_id")
-	return err
+	// Hermes never reads file_id: one that is no string does not make
+	// the part malformed (invalid_request); the part is answered as
+	// Hermes answers it (a picture without a URL, invalid_image_url).
+	if id := bytes.TrimSpace(f["file_id"]); len(id) > 0 && id[0] == '"' {
+		if err := json.Unmarshal(id, &p.FileID); err != nil {
+			return fmt.Errorf("file_id: %w", err)
+		}
+	}
+	return nil
 }
 
 // Responses is a validated Responses API request: the input's last
@@ -193,7 +202,7 @@ func ParseResponses(body []byte) (*Responses, error) {
 	if err != nil {
 		return nil, err
 	}
-	in, err := readInput(req.Input, req.ConversationHistory, req.PreviousResponseID)
+	in, err := readInput(req.Input, req.ConversationHistory, req.PreviousResponseID, false)
 	if err != nil {
 		return nil, err
 	}
@@ -350,10 +359,15 @@ type message struct {
 	// an item of it), which Hermes takes as it is, uncut (it bounds only
 	// the content of a message item).
 	verbatim bool
+	// notMessage refuses an input item of a type other than message (a
+	// tool's output, a reasoning item); nil for a message. readInput
+	// refuses such an item, except a run's earlier item, which is read as
+	// Hermes's run reads it (input.context).
+	notMessage error
 }
 
 // read reads an input message's content: its text and pictures.
-func (m message) read() (string, []string, error) {
+func (m message) read() (string, []picture, error) {
 	if m.verbatim {
 		var s string
 		if err := json.Unmarshal(m.content, &s); err != nil {
@@ -401,7 +415,8 @@ func eachInputMessage(raw json.RawMessage, f func(int, message) error) (int, err
 // message, as Hermes takes it) or a message item, of any role: one the
 // context has not (a tool's, one Hermes's agent does not know) is read,
 // and its content checked, as Hermes reads it, and only then left out of
-// the context (contextRole). Anything else is no message (false).
+// the context (contextRole). An item of another type is given with its
+// refusal (notMessage). Anything else is no message (false).
 func inputItemMessage(i int, item json.RawMessage) (message, bool, error) {
 	param := fmt.Sprintf("input[%d]", i)
 	item = bytes.TrimSpace(item)
@@ -419,11 +434,12 @@ func inputItemMessage(i int, item json.RawMessage) (message, bool, error) {
 	if json.Unmarshal(item, &it) != nil {
 		return message{}, false, invalid(param, "an input item must be an object")
 	}
+	m := message{role: it.Role, content: it.Content, param: param}
 	if it.Type != "" && it.Type != "message" {
-		return message{}, false, &InvalidError{Param: param + ".type", Code: CodeUnsupportedContent,
+		m.notMessage = &InvalidError{Param: param + ".type", Code: CodeUnsupportedContent,
 			Msg: fmt.Sprintf("input items of type %q are not supported: the gateway takes messages (the agent runs its own tools)", Clip(it.Type, 40))}
 	}
-	return message{role: it.Role, content: it.Content, param: param}, true, nil
+	return m, true, nil
 }
 
 // responseContent reads a message's content (a Responses input item's,
@@ -433,7 +449,7 @@ func inputItemMessage(i int, item json.RawMessage) (message, bool, error) {
 // object's {'k': 'v'}), as Hermes gives it the model; within Hermes's
 // bounds: each text cut to maxTextLen characters, the parts after the
 // first maxListItems not read.
-func responseContent(raw json.RawMessage, param string) (string, []string, error) {
+func responseContent(raw json.RawMessage, param string) (string, []picture, error) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
 		return "", nil, nil
@@ -444,7 +460,8 @@ func responseContent(raw json.RawMessage, param string) (string, []string, error
 	// Read one part at a time, and no further than Hermes reads: the
 	// array is not decoded whole (a body of many small items would take
 	// many times its size).
-	var texts, images []string
+	var texts []string
+	var images []picture
 	_, err := eachElement(raw, func(i int, item json.RawMessage) error {
 		if i == maxListItems {
 			return errEnough
@@ -482,11 +499,12 @@ func responseContent(raw json.RawMessage, param string) (string, []string, error
 			if u, err = image(u); err != nil {
 				return imageError(param, err)
 			}
-			if !goodDetail(detail) {
+			d, ok := detailOf(detail)
+			if !ok {
 				// After the URL, as Hermes checks them.
 				return &InvalidError{Param: param, Code: CodeInvalidContentPart, Msg: msgImageDetail}
 			}
-			images = append(images, u)
+			images = append(images, picture{url: u, detail: d})
 		default:
 			return unknownPart(fmt.Sprintf("%s[%d].type", param, i), p.TypeJSON)
 		}
@@ -550,14 +568,18 @@ func imageRef(p inputPart) (u string, detail json.RawMessage, ok bool) {
 	return u, detail, true
 }
 
-// goodDetail reports whether a picture's detail is as Hermes takes it:
-// none (absent or null), or a string that is not blank (Python's
-// strip()).
-func goodDetail(raw json.RawMessage) bool {
+// detailOf reads a picture's detail as Hermes takes it: none (absent or
+// null: ""), or a string that is not blank (Python's strip()), stripped
+// as Hermes passes it on to the model. ok is false for any other.
+func detailOf(raw json.RawMessage) (string, bool) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
-		return true
+		return "", true
 	}
 	var d string
-	return raw[0] == '"' && json.Unmarshal(raw, &d) == nil && PythonStrip(d) != ""
+	if raw[0] != '"' || json.Unmarshal(raw, &d) != nil {
+		return "", false
+	}
+	d = PythonStrip(d)
+	return d, d != ""
 }

@@ -124,9 +124,10 @@ func TestParseResponsesParameters(t *testing.T) {
 // message, whatever its role, is the input, and the messages before it
 // are the context; an item of a role Hermes's agent does not read (one
 // it does not know, in another case, no string) is answered, not
-// refused, its content checked, and left out of the context, as a
-// conversation_history entry of such a role; an item that is neither a
-// string nor an object is skipped.
+// refused, its content checked (a Responses request's: a run reads its
+// earlier items unchecked, as Hermes's run, TestRunInputAsHermes), and
+// left out of the context, as a conversation_history entry of such a
+// role; an item that is neither a string nor an object is skipped.
 func TestInputAsHermes(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
@@ -134,6 +135,8 @@ func TestInputAsHermes(t *testing.T) {
 		// want is "text|context (role:content, …)"; else the refusal's
 		// param and code.
 		want, param, code string
+		// responsesOnly: not a run's case.
+		responsesOnly bool
 	}{
 		{name: "an assistant item after the user's", input: `[{"role":"user","content":"q"},{"role":"assistant","content":"prefill"}]`, want: "prefill|user:q"},
 		{name: "only an assistant item", input: `[{"role":"assistant","content":"a"}]`, want: "a|"},
@@ -146,13 +149,16 @@ func TestInputAsHermes(t *testing.T) {
 		{name: "an unknown role last", input: `["a",{"role":"robot","content":"beep"}]`, want: "beep|user:a"},
 		{name: "a role that is no string last", input: `[{"role":true,"content":"q"}]`, want: "q|"},
 		{name: "an unknown role's content checked", input: `[{"role":"robot","content":[{"type":"input_file","file_id":"f"}]},"q"]`,
-			param: "input[0].content[0].type", code: CodeUnsupportedContent},
+			param: "input[0].content[0].type", code: CodeUnsupportedContent, responsesOnly: true},
 		{name: "items neither strings nor objects skipped", input: `["a",5,null,[1],true,"q",0]`, want: "q|user:a"},
 		{name: "no message", input: `[5,null]`, param: "input"},
 		// Empty: a blank one a run takes (TestRunInputAsHermes).
 		{name: "an empty assistant item after the user's", input: `[{"role":"user","content":"q"},{"role":"assistant","content":""}]`, param: "input[1]"},
 	} {
 		for _, api := range []string{"responses", "run"} {
+			if api == "run" && c.responsesOnly {
+				continue
+			}
 			t.Run(api+": "+c.name, func(t *testing.T) {
 				t.Parallel()
 				body := []byte(`{"input":` + c.input + `}`)

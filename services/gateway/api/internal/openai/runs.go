@@ -43,7 +43,7 @@ func ParseRun(body []byte) (*Run, error) {
 	if err := decode(body, &req); err != nil {
 		return nil, err
 	}
-	in, err := readInput(req.Input, req.ConversationHistory, req.PreviousResponseID)
+	in, err := readInput(req.Input, req.ConversationHistory, req.PreviousResponseID, true)
 	if err != nil {
 		return nil, err
 	}
@@ -52,8 +52,9 @@ func ParseRun(body []byte) (*Run, error) {
 		out.Instructions = *req.Instructions
 		out.Context = append(out.Context, &eventsv1.ContextMessage{Role: "system", Content: out.Instructions})
 	}
-	// The history's content is read as Hermes's run reads it (runText);
-	// the input's messages as a Responses request's.
+	// The history's content, and the input's earlier items', are read as
+	// Hermes's run reads them (runText); the last item's as a Responses
+	// request's.
 	around, err := in.context(runText, 0)
 	if err != nil {
 		return nil, err
@@ -97,20 +98,33 @@ type input struct {
 	// historySent: the conversation_history has entries.
 	historySent bool
 	previous    string
+	// run: the input is a run's, whose earlier items are read as Hermes's
+	// run reads them (context).
+	run bool
 }
 
 // readInput reads a request's input and conversation_history (both
-// JSON, raw) and the previous_response_id it names.
-func readInput(rawInput, rawHistory json.RawMessage, previousResponseID string) (input, error) {
-	in := input{raw: rawInput, history: rawHistory, last: -1, previous: previousResponseID}
+// JSON, raw) and the previous_response_id it names; run: the request is
+// a run's.
+func readInput(rawInput, rawHistory json.RawMessage, previousResponseID string, run bool) (input, error) {
+	in := input{raw: rawInput, history: rawHistory, last: -1, previous: previousResponseID, run: run}
 	// As Hermes's _handle_responses (gateway/platforms/api_server.py):
 	// the last message, whatever its role (an assistant's prefill, a
 	// system message, a role the agent does not know), is the input,
-	// and Hermes's run takes the last item alike.
+	// and Hermes's run takes the last item alike. An item that is no
+	// message is refused, as it comes in a Responses request, and as the
+	// last item in a run's: a run reads its earlier items whatever their
+	// type, as Hermes's run does (context).
 	_, err := eachInputMessage(rawInput, func(i int, m message) error {
+		if m.notMessage != nil && !run {
+			return m.notMessage
+		}
 		in.last, in.lastMsg = i, m
 		return nil
 	})
+	if err == nil && in.lastMsg.notMessage != nil {
+		err = in.lastMsg.notMessage
+	}
 	if err != nil {
 		return input{}, err
 	}
@@ -136,6 +150,17 @@ func readInput(rawInput, rawHistory json.RawMessage, previousResponseID string) 
 // (entries it later drops count); then those without a role the context
 // has (contextRole) are dropped. Without keep, a context of more than
 // maxContext messages is refused.
+//
+// A run's earlier items are read as Hermes's _handle_runs reads them,
+// with read (runText, their text, nothing refused: neither their type
+// nor their parts, which Hermes's run does not check), and one whose
+// content Python holds false, or that has none (a tool's output, a
+// reasoning item), is skipped, as Hermes skips it. Those Hermes's run
+// drops though they carry text are kept: a string or an item without a
+// role (the user's, as the Responses API's), and all of them after a
+// conversation_history or a continued response (Hermes's run keeps them
+// only without either): the agent would answer without messages the
+// client sent.
 func (in input) context(read historyText, keep int) ([]*eventsv1.ContextMessage, error) {
 	type entry struct{ role, text string }
 	var kept []entry
@@ -167,6 +192,16 @@ func (in input) context(read historyText, keep int) ([]*eventsv1.ContextMessage,
 	if _, err := eachInputMessage(in.raw, func(i int, m message) error {
 		if i == in.last {
 			return nil
+		}
+		if in.run {
+			if falsy(m.content) {
+				return nil
+			}
+			text, err := read(m.content, m.param+".content")
+			if err != nil {
+				return err
+			}
+			return add(m, text)
 		}
 		// The history's pictures, and the pictures of the input's other
 		// messages, are not carried: context is text.

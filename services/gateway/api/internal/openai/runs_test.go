@@ -79,12 +79,22 @@ func TestParseRun(t *testing.T) {
 //     a list of empty text parts (the list is not empty) and hands the
 //     agent that list, a message of no text, which the model providers
 //     refuse: a bug. It is refused here as empty.
-//   - Earlier items: Hermes's run drops the input's earlier items when
-//     it has a conversation_history or finds the previous_response_id's
-//     (its "if not conversation_history" before it adds them), though
-//     its /v1/responses adds them after either. Dropping them would
-//     have the agent answer without messages the client sent this time:
-//     they are context here after the history, as the Responses API's.
+//   - Earlier items are read as Hermes's run reads them, not as its
+//     Responses API does: an item whose content Python holds false (or
+//     that has none: a tool's output, a reasoning item) is skipped, and
+//     none is refused for its type or its parts (a file, a picture of
+//     another scheme: Hermes's run starts such a run, and an earlier
+//     item's pictures never reach the model); the content is its text,
+//     as the run's conversation_history's (runText).
+//   - Earlier items Hermes's run drops that carry text stay context:
+//     all of them when it has a conversation_history or finds the
+//     previous_response_id's (its "if not conversation_history" before
+//     it adds them), though its /v1/responses adds them after either;
+//     otherwise a string or an item without a role (Hermes keeps only
+//     objects with a role). Dropping them would have the agent answer
+//     without messages the client sent this time: they are context
+//     here, after the history, a string or an item without a role the
+//     user's, as the Responses API's.
 func TestRunInputAsHermes(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
@@ -114,6 +124,17 @@ func TestRunInputAsHermes(t *testing.T) {
 		{name: "a last item whose content is NaN", body: `{"input":[{"role":"user","content":NaN}]}`, want: "nan"},
 		{name: "earlier items after a history", body: `{"input":["a","b"],"conversation_history":[{"role":"user","content":"h"}]}`, want: "b|user:h|user:a"},
 		{name: "earlier items with a previous response", body: `{"input":["a","b"],"previous_response_id":"resp_1"}`, want: "b|user:a"},
+		{name: "earlier items of empty content", body: `{"input":[{"role":"user","content":""},{"role":"assistant","content":0},` +
+			`{"role":"user","content":[]},{"role":"user","content":null},{"role":"system","content":{}},{"role":"user"},{"role":"user","content":false},"","q"]}`, want: "q"},
+		{name: "earlier items of another type", body: `{"input":[{"type":"function_call_output","call_id":"c","output":"4"},` +
+			`{"type":"reasoning","summary":[{"type":"summary_text","text":"s"}]},{"type":"function_call","call_id":"c","name":"f","arguments":"{}"},"q"]}`, want: "q"},
+		{name: "an earlier item of another type with a role and content", body: `{"input":[{"type":"note","role":"assistant","content":"n"},"q"]}`, want: "q|assistant:n"},
+		{name: "an earlier item's parts are not checked", body: `{"input":[{"role":"user","content":[{"type":"input_text","text":"a"},` +
+			`{"type":"input_file","file_id":"f"},{"type":"input_image","image_url":"ftp://x/a.png"},{"type":"input_image"},{"type":5}]},"q"]}`, want: "q|user:a"},
+		{name: "an earlier item's content as Python's text", body: `{"input":[{"role":"user","content":{"k":true}},{"role":"assistant","content":1.0},"q"]}`,
+			want: "q|user:{'k': True}|assistant:1.0"},
+		{name: "an earlier string, an item without a role", body: `{"input":["a",{"content":"b"},{"role":null,"content":"c"},"q"]}`, want: "q|user:a|user:b|user:c"},
+		{name: "a last item of another type", body: `{"input":["a",{"type":"function_call_output","call_id":"c","output":"4"}]}`, param: "input[1].type"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
