@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -523,8 +524,9 @@ func TestReservationOfAReconnectingReplicaIsNotTakenOver(t *testing.T) {
 	}
 }
 
-// failReceiptStores makes r's receipt stores fail, as NATS unavailable
-// at that moment would, until the flag it returns is cleared.
+// failReceiptStores makes r's stores in the receipts bucket (receipts
+// and part records) fail, as NATS unavailable at that moment would,
+// until the flag it returns is cleared.
 func failReceiptStores(r *platform.Runner) *atomic.Bool {
 	unavailable := &atomic.Bool{}
 	unavailable.Store(true)
@@ -645,6 +647,82 @@ func TestAHeldReceiptIsStoredAsItsRunnerStops(t *testing.T) {
 	}
 	if err := storedReceipt(ctx, kv, keys[0]); err != nil {
 		t.Fatalf("after Run returned: %v", err)
+	}
+}
+
+// twoParts posts each send as two messages, its text and then a second
+// part, as a platform whose long reply takes two calls: each part sent is
+// recorded (platform.RecordPart), and one an earlier attempt recorded is
+// skipped (platform.SentPart). The second part fails while failSecond is
+// set.
+type twoParts struct {
+	*platformtest.Memory
+	failSecond *atomic.Bool
+}
+
+func (p twoParts) Send(ctx context.Context, req *deliveryv1.SendRequested) (string, error) {
+	first, sent := platform.SentPart(ctx, 0)
+	if !sent {
+		id, err := p.Memory.Send(ctx, req)
+		if err != nil {
+			return "", err
+		}
+		platform.RecordPart(ctx, 0, id)
+		first = id
+	}
+	if p.failSecond.Load() {
+		return "", errors.New("platform hiccup")
+	}
+	second := proto.CloneOf(req)
+	second.Text += " (part two)"
+	if _, err := p.Memory.Send(ctx, second); err != nil {
+		return "", err
+	}
+	return first, nil
+}
+
+// TestAPartRecordNotStoredIsHeldByItsSender: a send made in two platform
+// calls whose first part's record could not be stored (NATS unavailable
+// at that moment), and whose second part failed, left nothing for the
+// retry to skip: the retry posted the first part a second time. The
+// sender holds the record as it holds a receipt, and a retry reaching it,
+// or another replica, skips the part.
+func TestAPartRecordNotStoredIsHeldByItsSender(t *testing.T) {
+	t.Parallel()
+	url := bustest.EmbeddedURL(t)
+	busA := bustest.New(t, url)
+	busB := bustest.NewWith(t, url, busA.Topology())
+	mA, mB := platformtest.NewMemory("bot-parts", false), platformtest.NewMemory("bot-parts", false)
+	failSecond := &atomic.Bool{}
+	a := startRunner(t, twoParts{mA, failSecond}, busA, platform.Options{Instance: "replica-a"}).r
+	b := startRunner(t, twoParts{mB, &atomic.Bool{}}, busB, platform.Options{Instance: "replica-b"}).r
+	platformtest.WaitFor(t, "both replicas to start", func() bool {
+		return state(a) == platform.StateConnected && state(b) == platform.StateConnected
+	})
+	failReceiptStores(a)
+	ctx := context.Background()
+	for i, tt := range []struct {
+		name string
+		r    *platform.Runner
+	}{{"the sender", a}, {"another replica", b}} {
+		t.Run(tt.name, func(t *testing.T) {
+			target := &deliveryv1.Target{Platform: "memory", ChatId: fmt.Sprintf("chat-%d", i)}
+			req := &deliveryv1.SendRequested{IdempotencyKey: fmt.Sprintf("t8:%d:0", i), Op: deliveryv1.SendOp_SEND_OP_SEND,
+				Target: target, Text: "long"}
+			failSecond.Store(true)
+			if rec := a.Execute(ctx, req); rec.GetOk() {
+				t.Fatalf("first attempt: receipt %+v, want its second part failed", rec)
+			}
+			failSecond.Store(false)
+			rec := tt.r.Execute(ctx, req)
+			if !rec.GetOk() || rec.GetDuplicate() {
+				t.Fatalf("retry reaching %s: receipt %+v, want it sent", tt.name, rec)
+			}
+			sent := append(mA.Fake().Sent(t, ctx, target), mB.Fake().Sent(t, ctx, target)...)
+			if want := []string{"long", "long (part two)"}; !slices.Equal(sent, want) {
+				t.Fatalf("posted %q, want %q: each part once", sent, want)
+			}
+		})
 	}
 }
 
