@@ -198,13 +198,17 @@ func (r *Runner) holdEntry(key string, data []byte, until time.Time) bool {
 
 // storeHeld stores key's held entry until it succeeds, the entry's until
 // has passed or the runner stops (one more try then), and lets it go.
+// The entry is let go in the same step as its end is found (next,
+// stored): a hold of the key just after starts a store of its own, one
+// just before is stored here, and neither is dropped unstored.
 func (r *Runner) storeHeld(key string) {
 	defer r.held.stores.Done()
 	stop := r.held.stopping()
 	for last := false; !last; {
 		e, ok := r.held.next(key)
 		if !ok {
-			break
+			r.log.Warn("held receipt or part record let go unstored: its reservation's lifetime is over")
+			return
 		}
 		wait := time.NewTimer(min(heldRetryEvery, time.Until(e.until)))
 		select {
@@ -215,7 +219,8 @@ func (r *Runner) storeHeld(key string) {
 		}
 		// Read again: a hold meanwhile may have given other data.
 		if e, ok = r.held.next(key); !ok {
-			break
+			r.log.Warn("held receipt or part record let go unstored: its reservation's lifetime is over")
+			return
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), heldRetryEvery)
 		err := r.storeEntry(ctx, key, e.data)
@@ -228,6 +233,7 @@ func (r *Runner) storeHeld(key string) {
 			r.log.Debug("store held receipt or part record", "err", err)
 		}
 	}
+	// The runner stops, no send runs: no hold comes after this.
 	r.held.drop(key)
-	r.log.Warn("held receipt or part record let go unstored: its reservation's lifetime is over or the gateway stopped")
+	r.log.Warn("held receipt or part record let go unstored: the gateway stopped")
 }

@@ -650,6 +650,62 @@ func TestAHeldReceiptIsStoredAsItsRunnerStops(t *testing.T) {
 	}
 }
 
+// TestAReceiptHeldAgainAsTheFirstIsLetGoStaysHeld: a receipt held past
+// its reservation's lifetime is let go while its last store is under way
+// (up to half a second while NATS is unavailable). A send of the key
+// again meanwhile (its reservation taken over, as expired) whose receipt
+// could not be stored either was held, and dropped as the first's store
+// ended: a retry reaching another replica was answered "not sending" and
+// posted the message once more.
+func TestAReceiptHeldAgainAsTheFirstIsLetGoStaysHeld(t *testing.T) {
+	t.Parallel()
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	m := platformtest.NewMemory("bot-held-again", false)
+	h := startRunner(t, m, b, platform.Options{Instance: "replica-a", SendTimeout: time.Second})
+	platformtest.WaitFor(t, "the replica to start", func() bool { return state(h.r) == platform.StateConnected })
+	// Each store fails, after storeTakes: NATS unavailable, its publish
+	// waiting for an answer.
+	var storeTakes atomic.Int64
+	storeTakes.Store(int64(time.Second))
+	platform.SetReceiptStoreHook(h.r, func() error {
+		time.Sleep(time.Duration(storeTakes.Load()))
+		return errors.New("nats: timeout")
+	})
+	ctx := context.Background()
+	req := &deliveryv1.SendRequested{IdempotencyKey: "t9:1:0", Op: deliveryv1.SendOp_SEND_OP_SEND,
+		Target: &deliveryv1.Target{Platform: "memory", ChatId: "chat"}, Text: "once"}
+	if rec := h.r.Execute(ctx, req); !rec.GetOk() {
+		t.Fatalf("receipt %+v", rec)
+	}
+	kv, err := b.JetStream().KeyValue(ctx, b.Topology().Stream(platform.BucketReceipts))
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, err := kv.Keys(ctx)
+	if err != nil || len(keys) != 1 {
+		t.Fatalf("receipt keys %v (%v), want the one reserved", keys, err)
+	}
+	answer := func() []byte {
+		m, err := b.Conn().Request(b.Topology().SendingSubject("memory", "replica-a"), []byte(keys[0]), time.Second)
+		if err != nil {
+			t.Fatalf("ask replica A: %v", err)
+		}
+		return m.Data
+	}
+	platformtest.WaitFor(t, "the held receipt's lifetime to end", func() bool { return bytes.Equal(answer(), []byte("0")) })
+
+	// The first's last store is under way now; the key is sent again and
+	// its receipt not stored either.
+	storeTakes.Store(0)
+	if rec := h.r.Execute(ctx, req); !rec.GetOk() {
+		t.Fatalf("sent again: receipt %+v", rec)
+	}
+	time.Sleep(1500 * time.Millisecond) // the first's last store ends meanwhile
+	if got := answer(); !bytes.HasPrefix(got, []byte("r")) {
+		t.Fatalf("replica A's answer about the key sent again %q, want its receipt held", got)
+	}
+}
+
 // twoParts posts each send as two messages, its text and then a second
 // part, as a platform whose long reply takes two calls: each part sent is
 // recorded (platform.RecordPart), and one an earlier attempt recorded is
