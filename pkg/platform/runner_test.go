@@ -755,7 +755,7 @@ func TestAPartRecordNotStoredIsHeldByItsSender(t *testing.T) {
 	platformtest.WaitFor(t, "both replicas to start", func() bool {
 		return state(a) == platform.StateConnected && state(b) == platform.StateConnected
 	})
-	failReceiptStores(a)
+	unavailable := failReceiptStores(a)
 	ctx := context.Background()
 	for i, tt := range []struct {
 		name string
@@ -780,6 +780,26 @@ func TestAPartRecordNotStoredIsHeldByItsSender(t *testing.T) {
 			}
 		})
 	}
+
+	// NATS back, the records held are stored in the background.
+	unavailable.Store(false)
+	kv, err := busA.JetStream().KeyValue(ctx, busA.Topology().Stream(platform.BucketReceipts))
+	if err != nil {
+		t.Fatal(err)
+	}
+	platformtest.WaitFor(t, "the held part records to be stored", func() bool {
+		keys, err := kv.Keys(ctx)
+		if err != nil {
+			return false
+		}
+		stored := 0
+		for _, k := range keys {
+			if strings.HasSuffix(k, ".part0") {
+				stored++
+			}
+		}
+		return stored == 2
+	})
 }
 
 // TestReservationIsInProgressToThePreviousRelease: in a rolling upgrade
