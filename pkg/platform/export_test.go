@@ -1,7 +1,8 @@
 package platform
 
-// SetReceiptStoreHook runs f before each store of r's receipts: its
-// error fails the store, as NATS unavailable at that moment would.
+// SetReceiptStoreHook runs f before each store in r's receipts bucket
+// (a receipt or a part record): its error fails the store, as NATS
+// unavailable at that moment would.
 func SetReceiptStoreHook(r *Runner, f func() error) {
 	r.storeHook.Store(&f)
 }

@@ -2,6 +2,8 @@ package platform
 
 import (
 	"context"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -10,28 +12,32 @@ import (
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 )
 
-// maxHeldReceipts bounds the receipts a replica holds (heldReceipts): a
-// NATS outage as long as the send timeout, at full send concurrency,
-// holds far fewer.
+// maxHeldReceipts bounds the entries a replica holds (heldReceipts),
+// receipts and part records together: a NATS outage as long as the send
+// timeout, at full send concurrency, holds far fewer.
 const maxHeldReceipts = 4096
 
-// heldRetryEvery is the wait between two stores of a held receipt, and
+// heldRetryEvery is the wait between two stores of a held entry, and
 // the bound of each.
 const heldRetryEvery = 500 * time.Millisecond
 
-// heldReceipts are the receipts of sends made here whose store in the
-// receipts bucket failed (NATS unavailable at that moment), by receipt
-// key. The key's reservation stays behind meanwhile and names this
-// replica: a retry of the key reaching it, or another replica asking it
-// about the key (serveSending), gets the receipt, where it got "not
-// sending" and the message was posted a second time. A receipt is held
-// until its store succeeds (retried in the background, storeHeld) or its
-// reservation's lifetime is over, when other replicas no longer ask.
+// heldReceipts are the receipts bucket's entries of sends made here
+// whose store failed (NATS unavailable at that moment), by their key:
+// receipts, by receipt key, and the part records of sends made in
+// several platform calls (RecordPart), by part key. The send's
+// reservation stays behind meanwhile and names this replica: a retry of
+// the key reaching it, or another replica asking it about the key
+// (serveSending), gets the receipt, or the parts sent already, where it
+// got "not sending" and the message, or its parts, were posted a second
+// time. An entry is held until its store succeeds (retried in the
+// background, storeHeld) or its reservation's lifetime is over, when
+// other replicas no longer ask.
 type heldReceipts struct {
 	mu sync.Mutex
 	m  map[string]heldReceipt
-	// stores are the background stores (storeHeld) running; stop is
-	// closed as the runner stops, for each to try once more and end.
+	// stores are the background stores (storeHeld) running, one per key
+	// held; stop is closed as the runner stops, for each to try once
+	// more and end.
 	stores   sync.WaitGroup
 	stop     chan struct{}
 	stopOnce sync.Once
@@ -48,7 +54,7 @@ func (h *heldReceipts) stopping() chan struct{} {
 }
 
 // finish has every background store try once more at once and waits
-// for them to end: a held receipt outlives its runner by one store at
+// for them to end: a held entry outlives its runner by one store at
 // most, bounded by heldRetryEvery. Called once no send runs, so no
 // store starts after it.
 func (h *heldReceipts) finish() {
@@ -58,26 +64,32 @@ func (h *heldReceipts) finish() {
 }
 
 type heldReceipt struct {
-	data  []byte // the receipt, marshalled
+	data  []byte // the entry: a receipt marshalled, or a part's message id
 	until time.Time
 }
 
-// hold keeps data as key's receipt until until; false when too many are
-// held already.
-func (h *heldReceipts) hold(key string, data []byte, until time.Time) bool {
+// hold keeps data as key's entry until until (or later, when key is held
+// already with a later until); ok is false when too many are held
+// already. fresh reports whether key was not held before: its background
+// store is to be started, where a key held already has one.
+func (h *heldReceipts) hold(key string, data []byte, until time.Time) (ok, fresh bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.m == nil {
 		h.m = map[string]heldReceipt{}
 	}
-	if _, ok := h.m[key]; !ok && len(h.m) >= maxHeldReceipts {
-		return false
+	e, held := h.m[key]
+	if !held && len(h.m) >= maxHeldReceipts {
+		return false, false
+	}
+	if held && e.until.After(until) {
+		until = e.until
 	}
 	h.m[key] = heldReceipt{data: data, until: until}
-	return true
+	return true, !held
 }
 
-// get is key's receipt held, marshalled; nil for none.
+// get is key's entry held; nil for none.
 func (h *heldReceipts) get(key string) []byte {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -92,6 +104,59 @@ func (h *heldReceipts) get(key string) []byte {
 // (Duplicate set); nil for none.
 func (h *heldReceipts) receipt(key string) *deliveryv1.SendReceipt {
 	return duplicateOf(h.get(key))
+}
+
+// parts are the part records held of the send whose receipt key is key,
+// by part (partKey); nil for none.
+func (h *heldReceipts) parts(key string) map[int]string {
+	if key == "" {
+		return nil // a liveness question (a watched fetch's): no send's
+	}
+	prefix := key + partSuffix
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var ps map[int]string
+	now := time.Now()
+	for k, e := range h.m {
+		rest, ok := strings.CutPrefix(k, prefix)
+		if !ok || now.After(e.until) {
+			continue
+		}
+		i, err := strconv.Atoi(rest)
+		if err != nil {
+			continue
+		}
+		if ps == nil {
+			ps = map[int]string{}
+		}
+		ps[i] = string(e.data)
+	}
+	return ps
+}
+
+// next is key's entry to store now; false when there is none, or its
+// time is over (it is let go then).
+func (h *heldReceipts) next(key string) (heldReceipt, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	e, ok := h.m[key]
+	if ok && !time.Now().Before(e.until) {
+		delete(h.m, key)
+		return heldReceipt{}, false
+	}
+	return e, ok
+}
+
+// stored lets key go once data was stored as its entry; false when key
+// holds other data since, to be stored in turn.
+func (h *heldReceipts) stored(key string, data []byte) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if e, ok := h.m[key]; ok && string(e.data) != string(data) {
+		return false
+	}
+	delete(h.m, key)
+	return true
 }
 
 func (h *heldReceipts) drop(key string) {
@@ -114,40 +179,61 @@ func duplicateOf(data []byte) *deliveryv1.SendReceipt {
 	return rec
 }
 
-// holdReceipt holds key's receipt (data), whose store failed, until
-// until, and stores it again in the background until that succeeds or
-// until has passed.
-func (r *Runner) holdReceipt(key string, data []byte, until time.Time) {
-	if !r.held.hold(key, data, until) {
-		r.log.Warn("receipt not stored and not held: too many held", "held", maxHeldReceipts)
-		return
+// holdEntry holds data as key's entry in the receipts bucket (a receipt
+// or a part record), whose store failed, until until, and stores it
+// again in the background until that succeeds or until has passed; false
+// when too many are held already.
+func (r *Runner) holdEntry(key string, data []byte, until time.Time) bool {
+	ok, fresh := r.held.hold(key, data, until)
+	if !ok {
+		r.log.Warn("receipt or part record not stored and not held: too many held", "held", maxHeldReceipts)
+		return false
 	}
-	r.held.stores.Add(1)
-	go r.storeHeld(key, data, until)
+	if fresh {
+		r.held.stores.Add(1)
+		go r.storeHeld(key)
+	}
+	return true
 }
 
-// storeHeld stores key's held receipt (data) until it succeeds, until
+// storeHeld stores key's held entry until it succeeds, the entry's until
 // has passed or the runner stops (one more try then), and lets it go.
-func (r *Runner) storeHeld(key string, data []byte, until time.Time) {
+// The entry is let go in the same step as its end is found (next,
+// stored): a hold of the key just after starts a store of its own, one
+// just before is stored here, and neither is dropped unstored.
+func (r *Runner) storeHeld(key string) {
 	defer r.held.stores.Done()
-	defer r.held.drop(key)
 	stop := r.held.stopping()
-	for last := false; !last && time.Now().Before(until); {
-		wait := time.NewTimer(min(heldRetryEvery, time.Until(until)))
+	for last := false; !last; {
+		e, ok := r.held.next(key)
+		if !ok {
+			r.log.Warn("held receipt or part record let go unstored: its reservation's lifetime is over")
+			return
+		}
+		wait := time.NewTimer(min(heldRetryEvery, time.Until(e.until)))
 		select {
 		case <-wait.C:
 		case <-stop:
 			wait.Stop()
 			last = true
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), heldRetryEvery)
-		err := r.storeReceipt(ctx, key, data)
-		cancel()
-		if err == nil {
-			r.log.Info("held receipt stored")
+		// Read again: a hold meanwhile may have given other data.
+		if e, ok = r.held.next(key); !ok {
+			r.log.Warn("held receipt or part record let go unstored: its reservation's lifetime is over")
 			return
 		}
-		r.log.Debug("store held receipt", "err", err)
+		ctx, cancel := context.WithTimeout(context.Background(), heldRetryEvery)
+		err := r.storeEntry(ctx, key, e.data)
+		cancel()
+		if err == nil && r.held.stored(key, e.data) {
+			r.log.Info("held receipt or part record stored")
+			return
+		}
+		if err != nil {
+			r.log.Debug("store held receipt or part record", "err", err)
+		}
 	}
-	r.log.Warn("held receipt let go unstored: its reservation's lifetime is over or the gateway stopped")
+	// The runner stops, no send runs: no hold comes after this.
+	r.held.drop(key)
+	r.log.Warn("held receipt or part record let go unstored: the gateway stopped")
 }

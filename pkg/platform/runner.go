@@ -810,36 +810,39 @@ func (r *Runner) Execute(ctx context.Context, req *deliveryv1.SendRequested) *de
 	opName := opLabel(op)
 	key := req.GetIdempotencyKey()
 	var cacheKey string
-	var reserved uint64
-	var reservedAt time.Time
+	var res reservation
+	// until is the end of the reservation's lifetime as reserve counts
+	// it: a receipt or part record not stored is held so long.
+	var until time.Time
 	if key != "" && cached(op) && !r.idempotentSends() {
 		cacheKey = r.name + "." + hashKey(key)
 		defer r.sending.add(cacheKey)()
 		if first := r.held.receipt(cacheKey); first != nil {
-			// Sent here, its receipt not stored yet (holdReceipt).
+			// Sent here, its receipt not stored yet (holdEntry).
 			sendsTotal.WithLabelValues(r.name, opName, "duplicate").Inc()
 			return first
 		}
-		first, rev, wait := r.reserve(ctx, cacheKey)
-		reservedAt = time.Now()
+		res = r.reserve(ctx, cacheKey)
+		until = time.Now().Add(r.opts.SendTimeout + time.Second)
 		switch {
-		case first != nil:
+		case res.first != nil:
 			sendsTotal.WithLabelValues(r.name, opName, "duplicate").Inc()
-			return first
-		case wait > 0:
+			return res.first
+		case res.wait > 0:
 			// An earlier request with this key is still at the platform
 			// (its sender gave up waiting): sending now would post it twice.
 			sendsTotal.WithLabelValues(r.name, opName, "in_progress").Inc()
 			return &deliveryv1.SendReceipt{IdempotencyKey: key, ErrorClass: deliveryv1.ErrorClass_ERROR_CLASS_RETRYABLE,
-				Error: "an earlier request with this key is still being sent", RetryAfterMs: wait.Milliseconds()}
+				Error: "an earlier request with this key is still being sent", RetryAfterMs: res.wait.Milliseconds()}
 		}
-		reserved = rev
 	}
 
 	ctx, cancel := context.WithTimeout(ctx, r.opts.SendTimeout)
 	defer cancel()
 	if cacheKey != "" && op == deliveryv1.SendOp_SEND_OP_SEND {
-		ctx = withParts(ctx, r, cacheKey)
+		p := parts{r: r, key: cacheKey, until: until, known: res.known}
+		p.recordKnown(context.WithoutCancel(ctx))
+		ctx = withParts(ctx, p)
 	}
 	ctx = withNotes(ctx, r)
 	start := time.Now()
@@ -869,9 +872,17 @@ func (r *Runner) Execute(ctx context.Context, req *deliveryv1.SendRequested) *de
 		t := req.GetTarget()
 		r.log.Debug("platform operation failed", "op", opName, "class", classLabel(class), "chat_id", t.GetChatId(),
 			"thread_id", t.GetThreadId(), "err", err)
-		if reserved != 0 {
+		switch {
+		case res.rev == 0:
+		case r.held.parts(cacheKey) != nil:
+			// Parts went whose records are held here, not stored: the
+			// reservation stays, naming this replica, so that a retry
+			// reaching another replica asks this one for them
+			// (serveSending) instead of posting them again.
+			r.log.Info("send reservation kept: part records held")
+		default:
 			// Free the key for the retry at once.
-			if err := r.receipts.Delete(context.WithoutCancel(ctx), cacheKey, jetstream.LastRevision(reserved)); err != nil {
+			if err := r.receipts.Delete(context.WithoutCancel(ctx), cacheKey, jetstream.LastRevision(res.rev)); err != nil {
 				r.log.Debug("release send reservation", "err", err)
 			}
 		}
@@ -883,28 +894,28 @@ func (r *Runner) Execute(ctx context.Context, req *deliveryv1.SendRequested) *de
 	sendsTotal.WithLabelValues(r.name, opName, "ok").Inc()
 	if cacheKey != "" {
 		data, _ := proto.Marshal(receipt)
-		if err := r.storeReceipt(context.WithoutCancel(ctx), cacheKey, data); err != nil {
+		if err := r.storeEntry(context.WithoutCancel(ctx), cacheKey, data); err != nil {
 			// Held before this request stops counting as sending its key
 			// (the deferred uncount): a question about the key finds one
 			// or the other (serveSending). Until the reservation's
 			// lifetime as reserve counts it is over, other replicas ask.
 			r.log.Warn("store receipt failed; held and stored again in the background", "err", err)
-			r.holdReceipt(cacheKey, data, reservedAt.Add(r.opts.SendTimeout+time.Second))
+			r.holdEntry(cacheKey, data, until)
 		}
 	}
 	return receipt
 }
 
-// storeReceipt writes a send's receipt (data) as key's entry in the
-// receipts bucket.
-func (r *Runner) storeReceipt(ctx context.Context, key string, data []byte) error {
+// storeEntry writes data as key's entry in the receipts bucket: a send's
+// receipt, or a record of one of its parts (RecordPart).
+func (r *Runner) storeEntry(ctx context.Context, key string, data []byte) error {
 	if hook := r.storeHook.Load(); hook != nil {
 		if err := (*hook)(); err != nil {
-			return fmt.Errorf("store receipt %s: %w", key, err)
+			return fmt.Errorf("store receipts entry %s: %w", key, err)
 		}
 	}
 	if _, err := r.receipts.Put(ctx, key, data); err != nil {
-		return fmt.Errorf("store receipt %s: %w", key, err)
+		return fmt.Errorf("store receipts entry %s: %w", key, err)
 	}
 	return nil
 }
@@ -937,6 +948,16 @@ func (f *inflight) close() {
 
 func (f *inflight) wait() { f.wg.Wait() }
 
+// reservation is what reserve found of a send's key.
+type reservation struct {
+	first *deliveryv1.SendReceipt // the key's first receipt: sent already
+	rev   uint64                  // this request's reservation; 0: none
+	wait  time.Duration           // another request is sending the key now
+	// known are the parts an earlier attempt sent, whose records its
+	// replica holds, not stored (senderAlive).
+	known map[int]string
+}
+
 // reserve looks the send's key up in the receipts bucket and claims it
 // for this request. It returns the first receipt of a key sent already,
 // or how long to wait when another request is sending it now; else the
@@ -945,44 +966,46 @@ func (f *inflight) wait() { f.wg.Wait() }
 // when it is older than the send timeout (its request died mid-send) or
 // when the replica that wrote it is gone or not sending it (senderAlive):
 // a replica killed mid-send holds its keys up no longer than that.
-func (r *Runner) reserve(ctx context.Context, key string) (first *deliveryv1.SendReceipt, rev uint64, wait time.Duration) {
+func (r *Runner) reserve(ctx context.Context, key string) reservation {
 	for range 2 {
 		e, err := r.receipts.Get(ctx, key)
+		var res reservation
 		switch {
 		case errors.Is(err, jetstream.ErrKeyNotFound):
-			rev, err = r.createReservation(ctx, key)
+			res.rev, err = r.createReservation(ctx, key)
 			if errors.Is(err, jetstream.ErrKeyExists) {
 				continue // another request reserved it just now: look again
 			}
 		case err != nil:
 		case bytes.HasPrefix(e.Value(), inProgress):
 			if age := time.Since(e.Created()); age < r.opts.SendTimeout+time.Second {
-				alive, sent := r.senderAlive(ctx, key, r.holderOf(ctx, e))
+				alive, sent, known := r.senderAlive(ctx, key, r.holderOf(ctx, e))
 				if sent != nil {
-					return sent, 0, 0 // sent, its receipt held by its sender
+					return reservation{first: sent} // sent, its receipt held by its sender
 				}
 				if alive {
-					return nil, 0, r.opts.SendTimeout + time.Second - age
+					return reservation{wait: r.opts.SendTimeout + time.Second - age}
 				}
+				res.known = known
 			}
-			rev, err = r.writeReservation(ctx, key, e.Revision())
+			res.rev, err = r.writeReservation(ctx, key, e.Revision())
 			if err != nil {
 				continue
 			}
 		default:
-			first = &deliveryv1.SendReceipt{}
+			first := &deliveryv1.SendReceipt{}
 			if err = proto.Unmarshal(e.Value(), first); err == nil {
 				first.Duplicate = true
-				return first, 0, 0
+				return reservation{first: first}
 			}
 		}
 		if err != nil {
 			r.log.Warn("send reservation failed; sending without one", "err", err)
-			return nil, 0, 0
+			return reservation{}
 		}
-		return nil, rev, 0
+		return res
 	}
-	return nil, 0, time.Second
+	return reservation{wait: time.Second}
 }
 
 func (r *Runner) perform(ctx context.Context, req *deliveryv1.SendRequested) (string, error) {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -523,8 +524,9 @@ func TestReservationOfAReconnectingReplicaIsNotTakenOver(t *testing.T) {
 	}
 }
 
-// failReceiptStores makes r's receipt stores fail, as NATS unavailable
-// at that moment would, until the flag it returns is cleared.
+// failReceiptStores makes r's stores in the receipts bucket (receipts
+// and part records) fail, as NATS unavailable at that moment would,
+// until the flag it returns is cleared.
 func failReceiptStores(r *platform.Runner) *atomic.Bool {
 	unavailable := &atomic.Bool{}
 	unavailable.Store(true)
@@ -646,6 +648,158 @@ func TestAHeldReceiptIsStoredAsItsRunnerStops(t *testing.T) {
 	if err := storedReceipt(ctx, kv, keys[0]); err != nil {
 		t.Fatalf("after Run returned: %v", err)
 	}
+}
+
+// TestAReceiptHeldAgainAsTheFirstIsLetGoStaysHeld: a receipt held past
+// its reservation's lifetime is let go while its last store is under way
+// (up to half a second while NATS is unavailable). A send of the key
+// again meanwhile (its reservation taken over, as expired) whose receipt
+// could not be stored either was held, and dropped as the first's store
+// ended: a retry reaching another replica was answered "not sending" and
+// posted the message once more.
+func TestAReceiptHeldAgainAsTheFirstIsLetGoStaysHeld(t *testing.T) {
+	t.Parallel()
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	m := platformtest.NewMemory("bot-held-again", false)
+	h := startRunner(t, m, b, platform.Options{Instance: "replica-a", SendTimeout: time.Second})
+	platformtest.WaitFor(t, "the replica to start", func() bool { return state(h.r) == platform.StateConnected })
+	// Each store fails, after storeTakes: NATS unavailable, its publish
+	// waiting for an answer.
+	var storeTakes atomic.Int64
+	storeTakes.Store(int64(time.Second))
+	platform.SetReceiptStoreHook(h.r, func() error {
+		time.Sleep(time.Duration(storeTakes.Load()))
+		return errors.New("nats: timeout")
+	})
+	ctx := context.Background()
+	req := &deliveryv1.SendRequested{IdempotencyKey: "t9:1:0", Op: deliveryv1.SendOp_SEND_OP_SEND,
+		Target: &deliveryv1.Target{Platform: "memory", ChatId: "chat"}, Text: "once"}
+	if rec := h.r.Execute(ctx, req); !rec.GetOk() {
+		t.Fatalf("receipt %+v", rec)
+	}
+	kv, err := b.JetStream().KeyValue(ctx, b.Topology().Stream(platform.BucketReceipts))
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, err := kv.Keys(ctx)
+	if err != nil || len(keys) != 1 {
+		t.Fatalf("receipt keys %v (%v), want the one reserved", keys, err)
+	}
+	answer := func() []byte {
+		m, err := b.Conn().Request(b.Topology().SendingSubject("memory", "replica-a"), []byte(keys[0]), time.Second)
+		if err != nil {
+			t.Fatalf("ask replica A: %v", err)
+		}
+		return m.Data
+	}
+	platformtest.WaitFor(t, "the held receipt's lifetime to end", func() bool { return bytes.Equal(answer(), []byte("0")) })
+
+	// The first's last store is under way now; the key is sent again and
+	// its receipt not stored either.
+	storeTakes.Store(0)
+	if rec := h.r.Execute(ctx, req); !rec.GetOk() {
+		t.Fatalf("sent again: receipt %+v", rec)
+	}
+	time.Sleep(1500 * time.Millisecond) // the first's last store ends meanwhile
+	if got := answer(); !bytes.HasPrefix(got, []byte("r")) {
+		t.Fatalf("replica A's answer about the key sent again %q, want its receipt held", got)
+	}
+}
+
+// twoParts posts each send as two messages, its text and then a second
+// part, as a platform whose long reply takes two calls: each part sent is
+// recorded (platform.RecordPart), and one an earlier attempt recorded is
+// skipped (platform.SentPart). The second part fails while failSecond is
+// set.
+type twoParts struct {
+	*platformtest.Memory
+	failSecond *atomic.Bool
+}
+
+func (p twoParts) Send(ctx context.Context, req *deliveryv1.SendRequested) (string, error) {
+	first, sent := platform.SentPart(ctx, 0)
+	if !sent {
+		id, err := p.Memory.Send(ctx, req)
+		if err != nil {
+			return "", err
+		}
+		platform.RecordPart(ctx, 0, id)
+		first = id
+	}
+	if p.failSecond.Load() {
+		return "", errors.New("platform hiccup")
+	}
+	second := proto.CloneOf(req)
+	second.Text += " (part two)"
+	if _, err := p.Memory.Send(ctx, second); err != nil {
+		return "", err
+	}
+	return first, nil
+}
+
+// TestAPartRecordNotStoredIsHeldByItsSender: a send made in two platform
+// calls whose first part's record could not be stored (NATS unavailable
+// at that moment), and whose second part failed, left nothing for the
+// retry to skip: the retry posted the first part a second time. The
+// sender holds the record as it holds a receipt, and a retry reaching it,
+// or another replica, skips the part.
+func TestAPartRecordNotStoredIsHeldByItsSender(t *testing.T) {
+	t.Parallel()
+	url := bustest.EmbeddedURL(t)
+	busA := bustest.New(t, url)
+	busB := bustest.NewWith(t, url, busA.Topology())
+	mA, mB := platformtest.NewMemory("bot-parts", false), platformtest.NewMemory("bot-parts", false)
+	failSecond := &atomic.Bool{}
+	a := startRunner(t, twoParts{mA, failSecond}, busA, platform.Options{Instance: "replica-a"}).r
+	b := startRunner(t, twoParts{mB, &atomic.Bool{}}, busB, platform.Options{Instance: "replica-b"}).r
+	platformtest.WaitFor(t, "both replicas to start", func() bool {
+		return state(a) == platform.StateConnected && state(b) == platform.StateConnected
+	})
+	unavailable := failReceiptStores(a)
+	ctx := context.Background()
+	for i, tt := range []struct {
+		name string
+		r    *platform.Runner
+	}{{"the sender", a}, {"another replica", b}} {
+		t.Run(tt.name, func(t *testing.T) {
+			target := &deliveryv1.Target{Platform: "memory", ChatId: fmt.Sprintf("chat-%d", i)}
+			req := &deliveryv1.SendRequested{IdempotencyKey: fmt.Sprintf("t8:%d:0", i), Op: deliveryv1.SendOp_SEND_OP_SEND,
+				Target: target, Text: "long"}
+			failSecond.Store(true)
+			if rec := a.Execute(ctx, req); rec.GetOk() {
+				t.Fatalf("first attempt: receipt %+v, want its second part failed", rec)
+			}
+			failSecond.Store(false)
+			rec := tt.r.Execute(ctx, req)
+			if !rec.GetOk() || rec.GetDuplicate() {
+				t.Fatalf("retry reaching %s: receipt %+v, want it sent", tt.name, rec)
+			}
+			sent := append(mA.Fake().Sent(t, ctx, target), mB.Fake().Sent(t, ctx, target)...)
+			if want := []string{"long", "long (part two)"}; !slices.Equal(sent, want) {
+				t.Fatalf("posted %q, want %q: each part once", sent, want)
+			}
+		})
+	}
+
+	// NATS back, the records held are stored in the background.
+	unavailable.Store(false)
+	kv, err := busA.JetStream().KeyValue(ctx, busA.Topology().Stream(platform.BucketReceipts))
+	if err != nil {
+		t.Fatal(err)
+	}
+	platformtest.WaitFor(t, "the held part records to be stored", func() bool {
+		keys, err := kv.Keys(ctx)
+		if err != nil {
+			return false
+		}
+		stored := 0
+		for _, k := range keys {
+			if strings.HasSuffix(k, ".part0") {
+				stored++
+			}
+		}
+		return stored == 2
+	})
 }
 
 // TestReservationIsInProgressToThePreviousRelease: in a rolling upgrade

@@ -3,6 +3,7 @@ package platform
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -170,23 +171,38 @@ var (
 	// sentReceipt, followed by the receipt (marshalled): sent, and the
 	// receipt held here, not stored.
 	sentReceipt = []byte("r")
+	// sentParts, followed by the part records (JSON, part number to
+	// platform message id): not sending; an attempt that failed sent
+	// these parts, and their records are held here, not stored.
+	sentParts = []byte("p")
 )
 
 // serveSending answers the other replicas' questions about this one's
 // reservations (Topology.SendingSubject): whether the key asked about is
-// being sent here now, or its receipt if it was sent and is held here.
+// being sent here now, or its receipt if it was sent and is held here,
+// or the parts an attempt that failed sent, when their records are held
+// here.
 // It is unsubscribed after the sends in flight have ended; a replica
 // killed mid-send no longer answers at all.
 func (r *Runner) serveSending() (*nats.Subscription, error) {
 	return r.bus.Conn().Subscribe(r.bus.Topology().SendingSubject(r.name, r.opts.Instance), func(m *nats.Msg) {
 		key := string(m.Data)
-		// Counted first: a send holds its receipt before it is uncounted.
+		// Counted first: a send holds its receipt, or its parts, before
+		// it is uncounted.
 		sending := r.sending.count(key) > 0
 		answer := notSending
 		if held := r.held.get(key); held != nil {
 			answer = append(append([]byte{}, sentReceipt...), held...)
 		} else if sending {
 			answer = stillSending
+		} else if ps := r.held.parts(key); ps != nil {
+			b, err := json.Marshal(ps)
+			if err != nil {
+				// Unanswered, the asking replica waits the reservation out.
+				r.log.Warn("encode held part records", "err", err)
+				return
+			}
+			answer = append(append([]byte{}, sentParts...), b...)
 		}
 		if err := m.Respond(answer); err != nil {
 			r.log.Debug("answer sending question", "err", err)
@@ -196,41 +212,52 @@ func (r *Runner) serveSending() (*nats.Subscription, error) {
 
 // senderAlive reports whether the replica that reserved key may still be
 // sending it, or the receipt of its send when it holds one (sent, its
-// receipt not stored: heldReceipts). A replica that is gone (nothing
+// receipt not stored: heldReceipts), or, when it is not sending, the
+// parts an attempt of its sent whose records it holds (known). A
+// replica that is gone (nothing
 // subscribed to its subject, still after goneGrace: NATS answers no
 // responders at once, as it does after a kill -9 closed its connection)
 // or that answers it is not sending the key is not; one that does not
 // answer in time, or an unnamed reservation, may be.
-func (r *Runner) senderAlive(ctx context.Context, key, instance string) (alive bool, sent *deliveryv1.SendReceipt) {
+func (r *Runner) senderAlive(ctx context.Context, key, instance string) (alive bool, sent *deliveryv1.SendReceipt, known map[int]string) {
 	switch instance {
 	case "":
-		return true, nil
+		return true, nil, nil
 	case r.opts.Instance:
 		if sent := r.held.receipt(key); sent != nil {
-			return true, sent
+			return true, sent, nil
 		}
-		// Counted, the asking request is one of them.
-		return r.sending.count(key) > 1, nil
+		// Counted, the asking request is one of them. Parts held here
+		// the send finds itself (SentPart).
+		return r.sending.count(key) > 1, nil, nil
 	}
 	answer, err := r.askSending(ctx, key, instance)
 	if errors.Is(err, nats.ErrNoResponders) {
 		// Gone, or reconnecting: asked again once a reconnect is over.
 		if sleep(ctx, goneGrace); ctx.Err() != nil {
-			return true, nil
+			return true, nil, nil
 		}
 		answer, err = r.askSending(ctx, key, instance)
 	}
 	switch {
 	case errors.Is(err, nats.ErrNoResponders):
 		r.log.Info("reservation of a gone replica taken over", "replica", instance)
-		return false, nil
+		return false, nil, nil
 	case err != nil:
-		return true, nil
+		return true, nil, nil
 	case bytes.HasPrefix(answer, sentReceipt):
 		// A receipt that does not decode: alive, waited out.
-		return true, duplicateOf(answer[len(sentReceipt):])
+		return true, duplicateOf(answer[len(sentReceipt):]), nil
+	case bytes.HasPrefix(answer, sentParts):
+		if err := json.Unmarshal(answer[len(sentParts):], &known); err != nil {
+			// Parts that do not decode: alive, waited out, rather
+			// than posted again.
+			r.log.Warn("decode another replica's held part records", "replica", instance, "err", err)
+			return true, nil, nil
+		}
+		return false, nil, known
 	}
-	return !bytes.Equal(answer, notSending), nil
+	return !bytes.Equal(answer, notSending), nil, nil
 }
 
 // askSending asks replica instance whether it is sending key now, within
