@@ -305,6 +305,18 @@ func (r *Runner) Run(ctx context.Context) error {
 	if err := r.openBuckets(ctx); err != nil {
 		return err
 	}
+	// The leases bucket of a single-consumer platform, made before any
+	// send or fetch is taken: a failure here returns with none running.
+	var leases jetstream.KeyValue
+	createLeases := func(ctx context.Context) (jetstream.KeyValue, error) {
+		return leaseBucket(ctx, r.bus.JetStream(), r.bucket(BucketLeases), r.opts.LeaseTTL, max(r.bus.Topology().Replicas, 1))
+	}
+	if sc, ok := r.p.(SingleConsumer); ok && sc.SingleConsumer() {
+		var err error
+		if leases, err = createLeases(ctx); err != nil {
+			return err
+		}
+	}
 	stopStatus, err := r.startStatus(ctx)
 	if err != nil {
 		return err
@@ -357,6 +369,7 @@ func (r *Runner) Run(ctx context.Context) error {
 		return fmt.Errorf("subscribe %s sends: %w", r.name, err)
 	}
 	subs := []*nats.Subscription{sub}
+	var runErr error
 	if _, ok := r.p.(Fetcher); ok && r.attachments != nil {
 		fetchSem := make(chan struct{}, fetchConcurrency)
 		fsub, err := r.bus.Conn().QueueSubscribe(r.bus.Topology().FetchSubject(r.name), "gateway-"+r.name, func(m *nats.Msg) {
@@ -378,32 +391,26 @@ func (r *Runner) Run(ctx context.Context) error {
 			}()
 		})
 		if err != nil {
-			_ = sub.Unsubscribe()
-			return fmt.Errorf("subscribe %s fetches: %w", r.name, err)
+			// Sends may be taken already: stopped as on any other
+			// return, below, they end before Run does.
+			runErr = fmt.Errorf("subscribe %s fetches: %w", r.name, err)
+		} else {
+			subs = append(subs, fsub)
 		}
-		subs = append(subs, fsub)
 	}
 
-	if sc, ok := r.p.(SingleConsumer); ok && sc.SingleConsumer() {
-		create := func(ctx context.Context) (jetstream.KeyValue, error) {
-			return leaseBucket(ctx, r.bus.JetStream(), r.bucket(BucketLeases), r.opts.LeaseTTL, max(r.bus.Topology().Replicas, 1))
-		}
-		kv, err := create(ctx)
-		if err != nil {
-			for _, s := range subs {
-				_ = s.Unsubscribe()
-			}
-			return err
-		}
+	switch {
+	case runErr != nil:
+	case leases != nil:
 		eph, _ := r.p.(Ephemeral)
 		l := &lease{
-			kv: kv, key: leaseKey(r.name, r.p.Account()), holder: r.opts.Instance, ttl: r.opts.LeaseTTL, log: r.log,
+			kv: leases, key: leaseKey(r.name, r.p.Account()), holder: r.opts.Instance, ttl: r.opts.LeaseTTL, log: r.log,
 			conn: natsConn{r.bus.Conn()}, ephemeral: eph != nil && eph.Ephemeral(),
 			// The bucket as it is, or, when the server forgot it, again.
 			open: func(ctx context.Context) (jetstream.KeyValue, error) {
 				kv, err := r.bus.JetStream().KeyValue(ctx, r.bucket(BucketLeases))
 				if errors.Is(err, jetstream.ErrBucketNotFound) {
-					return create(ctx)
+					return createLeases(ctx)
 				}
 				return kv, err
 			},
@@ -420,7 +427,7 @@ func (r *Runner) Run(ctx context.Context) error {
 			r.setState(StateStandby, "")
 			l.run(ctx, r.connectLoop)
 		})
-	} else {
+	default:
 		r.unpaused(ctx, r.connectLoop)
 	}
 
@@ -453,6 +460,9 @@ func (r *Runner) Run(ctx context.Context) error {
 	// No send runs now: the receipts held for want of NATS get one
 	// more store each, and no goroutine of them outlives Run.
 	r.held.finish()
+	if runErr != nil {
+		return runErr
+	}
 	r.setState(StateStopped, "")
 	return nil
 }

@@ -650,6 +650,65 @@ func TestAHeldReceiptIsStoredAsItsRunnerStops(t *testing.T) {
 	}
 }
 
+// TestARunThatCannotStartTakesNoSend: a single-consumer runner whose
+// lease bucket could not be created returned from Run at once, after it
+// had subscribed sends: a send taken meanwhile went on at the platform
+// after Run returned, unwaited, and a part record or receipt it held was
+// never flushed. The bucket is created before any send is taken now.
+func TestARunThatCannotStartTakesNoSend(t *testing.T) {
+	t.Parallel()
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	ctx := context.Background()
+	// A leases bucket on file: Run's, in memory, cannot be made over it.
+	if _, err := b.JetStream().CreateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket: b.Topology().Stream(platform.BucketLeases), Storage: jetstream.FileStorage}); err != nil {
+		t.Fatal(err)
+	}
+	m := platformtest.NewMemory("bot-no-lease", true)
+	slow := slowMemory{Memory: m, release: make(chan struct{}), entered: make(chan struct{}, 1), fail: &atomic.Bool{}}
+	t.Cleanup(func() { close(slow.release) })
+	data, err := proto.Marshal(&deliveryv1.SendRequested{IdempotencyKey: "t10:1:0", Op: deliveryv1.SendOp_SEND_OP_SEND,
+		Target: &deliveryv1.Target{Platform: "memory", ChatId: "chat"}, Text: "once"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Send requests all the while, so that any moment the runner
+	// listens for them one comes.
+	stop := make(chan struct{})
+	var senders sync.WaitGroup
+	for range 4 {
+		senders.Add(1)
+		go func() {
+			defer senders.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				_, _ = b.Conn().Request(b.Topology().SendSubject("memory"), data, 20*time.Millisecond)
+			}
+		}()
+	}
+	defer senders.Wait()
+	defer close(stop)
+	for range 20 {
+		r, err := platform.NewRunner(slow, b, platform.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := r.Run(ctx); err == nil {
+			t.Fatal("Run with a leases bucket it cannot make: nil error")
+		}
+	}
+	time.Sleep(50 * time.Millisecond) // a send taken reaches the platform
+	select {
+	case <-slow.entered:
+		t.Fatal("a send taken by a Run that failed to start went on at the platform after Run returned")
+	default:
+	}
+}
+
 // TestAReceiptHeldAgainAsTheFirstIsLetGoStaysHeld: a receipt held past
 // its reservation's lifetime is let go while its last store is under way
 // (up to half a second while NATS is unavailable). A send of the key
