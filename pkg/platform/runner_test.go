@@ -3,6 +3,7 @@ package platform_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -859,6 +860,90 @@ func TestAPartRecordNotStoredIsHeldByItsSender(t *testing.T) {
 		}
 		return stored == 2
 	})
+}
+
+// TestAnotherReplicasAnswerAboutItsReservationIsReadWithCare: the answer
+// of the replica a reservation names decides whether a retry reaching
+// another replica sends now, and which parts it skips. Any answer it
+// cannot read for certain (a replica of a later release, a confused one)
+// has the retry wait the reservation out rather than post parts again;
+// an answer listing more parts than a replica can hold (a confused
+// replica's, up to NATS's largest payload) had the retry store each of
+// them, one call at a time, before its send.
+func TestAnotherReplicasAnswerAboutItsReservationIsReadWithCare(t *testing.T) {
+	t.Parallel()
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	m := platformtest.NewMemory("bot-answers", false)
+	r := startRunner(t, twoParts{m, &atomic.Bool{}}, b, platform.Options{Instance: "replica-b"}).r
+	platformtest.WaitFor(t, "the replica to start", func() bool { return state(r) == platform.StateConnected })
+	ctx := context.Background()
+	kv, err := b.JetStream().KeyValue(ctx, b.Topology().Stream(platform.BucketReceipts))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Replica X holds the reservations and answers what the row says.
+	var answer atomic.Pointer[[]byte]
+	sub, err := b.Conn().Subscribe(b.Topology().SendingSubject("memory", "replica-x"), func(m *nats.Msg) {
+		_ = m.Respond(*answer.Load())
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	tooMany := map[int]string{}
+	for i := range platform.MaxHeldReceipts + 1 {
+		tooMany[i] = "m-x"
+	}
+	tooManyJSON, err := json.Marshal(tooMany)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, tt := range []struct {
+		name   string
+		answer []byte
+		posted []string // nil: the retry waits, posting nothing
+	}{
+		{name: "not sending (any release)", answer: []byte("0"), posted: []string{"long", "long (part two)"}},
+		{name: "still sending", answer: []byte("1")},
+		{name: "a receipt that does not decode", answer: []byte("r\xff")},
+		{name: "parts sent", answer: []byte(`p{"0":"m-x"}`), posted: []string{"long (part two)"}},
+		{name: "parts that do not decode", answer: []byte(`p{"0":`)},
+		{name: "parts not numbered", answer: []byte(`p{"first":"m-x"}`)},
+		{name: "more parts than a replica holds", answer: append([]byte("p"), tooManyJSON...)},
+		{name: "an answer of a later release", answer: []byte("q")},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			answer.Store(&tt.answer)
+			target := &deliveryv1.Target{Platform: "memory", ChatId: fmt.Sprintf("chat-%d", i)}
+			req := &deliveryv1.SendRequested{IdempotencyKey: fmt.Sprintf("t11:%d:0", i), Op: deliveryv1.SendOp_SEND_OP_SEND,
+				Target: target, Text: "long"}
+			key := platform.ReceiptKey(r, req.GetIdempotencyKey())
+			reservation := nats.NewMsg("$KV." + b.Topology().Stream(platform.BucketReceipts) + "." + key)
+			reservation.Data = []byte("\x00in-progress")
+			reservation.Header.Set("Switchboard-Reserved-By", "replica-x")
+			if _, err := b.JetStream().PublishMsg(ctx, reservation); err != nil {
+				t.Fatal(err)
+			}
+			rec := r.Execute(ctx, req)
+			posted := m.Fake().Sent(t, ctx, target)
+			if tt.posted == nil {
+				if rec.GetOk() || rec.GetErrorClass() != deliveryv1.ErrorClass_ERROR_CLASS_RETRYABLE || rec.GetRetryAfterMs() <= 0 || len(posted) != 0 {
+					t.Fatalf("receipt %+v, posted %q: want RETRYABLE with a retry delay, nothing posted", rec, posted)
+				}
+				if keys, _ := kv.ListKeys(ctx); keys != nil {
+					for k := range keys.Keys() {
+						if strings.HasPrefix(k, key+".part") {
+							t.Fatalf("part record %s stored: want none", k)
+						}
+					}
+				}
+				return
+			}
+			if !rec.GetOk() || !slices.Equal(posted, tt.posted) {
+				t.Fatalf("receipt %+v, posted %q: want it sent, posting %q", rec, posted, tt.posted)
+			}
+		})
+	}
 }
 
 // TestReservationIsInProgressToThePreviousRelease: in a rolling upgrade

@@ -255,6 +255,12 @@ func (r *Runner) senderAlive(ctx context.Context, key, instance string) (alive b
 			r.log.Warn("decode another replica's held part records", "replica", instance, "err", err)
 			return true, nil, nil
 		}
+		if len(known) > maxHeldReceipts {
+			// More than a replica holds: a confused one, whose parts
+			// would each be recorded here before the send. Waited out.
+			r.log.Warn("another replica's held part records are too many", "replica", instance, "parts", len(known))
+			return true, nil, nil
+		}
 		return false, nil, known
 	}
 	return !bytes.Equal(answer, notSending), nil, nil
