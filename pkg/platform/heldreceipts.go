@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
 
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
@@ -35,6 +36,9 @@ const heldRetryEvery = 500 * time.Millisecond
 type heldReceipts struct {
 	mu sync.Mutex
 	m  map[string]heldReceipt
+	// kept are the reservations of failed sends kept for their part
+	// records held, by receipt key (keepFor).
+	kept map[string]keptReservation
 	// stores are the background stores (storeHeld) running, one per key
 	// held; stop is closed as the runner stops, for each to try once
 	// more and end.
@@ -112,9 +116,14 @@ func (h *heldReceipts) parts(key string) map[int]string {
 	if key == "" {
 		return nil // a liveness question (a watched fetch's): no send's
 	}
-	prefix := key + partSuffix
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	return h.partsLocked(key)
+}
+
+// partsLocked is parts, h.mu held.
+func (h *heldReceipts) partsLocked(key string) map[int]string {
+	prefix := key + partSuffix
 	var ps map[int]string
 	now := time.Now()
 	for k, e := range h.m {
@@ -132,6 +141,62 @@ func (h *heldReceipts) parts(key string) map[int]string {
 		ps[i] = string(e.data)
 	}
 	return ps
+}
+
+// keptReservation is a failed send's reservation kept for its part
+// records held (keepFor).
+type keptReservation struct {
+	rev   uint64
+	until time.Time
+}
+
+// keepFor reports whether part records of the send whose receipt key is
+// key are held and, when they are, notes its reservation (rev) as kept
+// for them until until: freed once the last of them is stored (freed).
+// Both in one step with the records' stores' ends (stored): a record
+// stored just before is not kept for, one stored just after frees it.
+func (h *heldReceipts) keepFor(key string, rev uint64, until time.Time) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.partsLocked(key) == nil {
+		return false
+	}
+	now := time.Now()
+	for k, e := range h.kept {
+		if now.After(e.until) {
+			delete(h.kept, k) // its records let go, or no longer asked about
+		}
+	}
+	if h.kept == nil {
+		h.kept = map[string]keptReservation{}
+	}
+	if len(h.kept) < maxHeldReceipts {
+		// Beyond, kept until taken over, as a receipt's reservation is.
+		h.kept[key] = keptReservation{rev: rev, until: until}
+	}
+	return true
+}
+
+// freed is the reservation to free now that part record partKey was
+// stored: the one kept for its send (keepFor), once no other record of
+// that send is held; ok is false for none.
+func (h *heldReceipts) freed(partKey string) (key string, rev uint64, ok bool) {
+	i := strings.LastIndex(partKey, partSuffix)
+	if i < 0 {
+		return "", 0, false
+	}
+	if _, err := strconv.Atoi(partKey[i+len(partSuffix):]); err != nil {
+		return "", 0, false
+	}
+	key = partKey[:i]
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	k, ok := h.kept[key]
+	if !ok || h.partsLocked(key) != nil {
+		return "", 0, false
+	}
+	delete(h.kept, key)
+	return key, k.rev, true
 }
 
 // next is key's entry to store now; false when there is none, or its
@@ -227,6 +292,7 @@ func (r *Runner) storeHeld(key string) {
 		cancel()
 		if err == nil && r.held.stored(key, e.data) {
 			r.log.Info("held receipt or part record stored")
+			r.freeKept(key)
 			return
 		}
 		if err != nil {
@@ -236,4 +302,22 @@ func (r *Runner) storeHeld(key string) {
 	// The runner stops, no send runs: no hold comes after this.
 	r.held.drop(key)
 	r.log.Warn("held receipt or part record let go unstored: the gateway stopped")
+}
+
+// freeKept frees the reservation a failed send kept for its part records
+// held (keepFor) once the last of them, key, is stored: a retry then
+// finds the key free, as after any failed send, where it asked this
+// replica about it or, once this replica stopped, waited out the grace
+// of a gone one (goneGrace). Freed only while it is still the key's
+// entry: not over a retry's reservation or receipt.
+func (r *Runner) freeKept(key string) {
+	key, rev, ok := r.held.freed(key)
+	if !ok {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), heldRetryEvery)
+	defer cancel()
+	if err := r.receipts.Delete(ctx, key, jetstream.LastRevision(rev)); err != nil {
+		r.log.Debug("release send reservation kept for part records", "err", err)
+	}
 }

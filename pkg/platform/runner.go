@@ -884,11 +884,12 @@ func (r *Runner) Execute(ctx context.Context, req *deliveryv1.SendRequested) *de
 			"thread_id", t.GetThreadId(), "err", err)
 		switch {
 		case res.rev == 0:
-		case r.held.parts(cacheKey) != nil:
+		case r.held.keepFor(cacheKey, res.rev, until):
 			// Parts went whose records are held here, not stored: the
 			// reservation stays, naming this replica, so that a retry
 			// reaching another replica asks this one for them
-			// (serveSending) instead of posting them again.
+			// (serveSending) instead of posting them again; freed once
+			// they are stored (freeKept).
 			r.log.Info("send reservation kept: part records held")
 		default:
 			// Free the key for the retry at once.

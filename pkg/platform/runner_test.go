@@ -862,6 +862,62 @@ func TestAPartRecordNotStoredIsHeldByItsSender(t *testing.T) {
 	})
 }
 
+// TestAReservationKeptForHeldPartsIsFreedOnceTheyAreStored: a failed
+// send whose part records are held keeps its reservation, so that a
+// retry reaching another replica asks its sender for them. Once the
+// records are stored the reservation stayed on: a retry after its sender
+// stopped (a rolling restart) found no one to ask, and waited the "gone"
+// grace out where a failed send otherwise frees its key at once.
+func TestAReservationKeptForHeldPartsIsFreedOnceTheyAreStored(t *testing.T) {
+	t.Parallel()
+	url := bustest.EmbeddedURL(t)
+	busA := bustest.New(t, url)
+	busB := bustest.NewWith(t, url, busA.Topology())
+	mA, mB := platformtest.NewMemory("bot-kept", false), platformtest.NewMemory("bot-kept", false)
+	failSecond := &atomic.Bool{}
+	failSecond.Store(true)
+	hA := startRunner(t, twoParts{mA, failSecond}, busA, platform.Options{Instance: "replica-a"})
+	b := startRunner(t, twoParts{mB, &atomic.Bool{}}, busB, platform.Options{Instance: "replica-b"}).r
+	platformtest.WaitFor(t, "both replicas to start", func() bool {
+		return state(hA.r) == platform.StateConnected && state(b) == platform.StateConnected
+	})
+	unavailable := failReceiptStores(hA.r)
+	ctx := context.Background()
+	target := &deliveryv1.Target{Platform: "memory", ChatId: "chat"}
+	req := &deliveryv1.SendRequested{IdempotencyKey: "t12:1:0", Op: deliveryv1.SendOp_SEND_OP_SEND, Target: target, Text: "long"}
+	if rec := hA.r.Execute(ctx, req); rec.GetOk() {
+		t.Fatalf("first attempt: receipt %+v, want its second part failed", rec)
+	}
+	kv, err := busA.JetStream().KeyValue(ctx, busA.Topology().Stream(platform.BucketReceipts))
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := platform.ReceiptKey(hA.r, req.GetIdempotencyKey())
+	if _, err := kv.Get(ctx, key); err != nil {
+		t.Fatalf("reservation after the failed send with its part held: %v, want it kept", err)
+	}
+
+	unavailable.Store(false)
+	platformtest.WaitFor(t, "the held part record to be stored", func() bool {
+		_, err := kv.Get(ctx, key+".part0")
+		return err == nil
+	})
+	platformtest.WaitFor(t, "the reservation to be freed", func() bool {
+		_, err := kv.Get(ctx, key)
+		return errors.Is(err, jetstream.ErrKeyNotFound)
+	})
+	hA.stop()
+	start := time.Now()
+	rec := b.Execute(ctx, req)
+	if took := time.Since(start); took >= bus.GoneGrace {
+		t.Fatalf("retry after the sender stopped took %v, want it sent without waiting for the sender", took)
+	}
+	sent := append(mA.Fake().Sent(t, ctx, target), mB.Fake().Sent(t, ctx, target)...)
+	if want := []string{"long", "long (part two)"}; !rec.GetOk() || !slices.Equal(sent, want) {
+		t.Fatalf("retry: receipt %+v, posted %q, want it sent, each part once: %q", rec, sent, want)
+	}
+}
+
 // TestAnotherReplicasAnswerAboutItsReservationIsReadWithCare: the answer
 // of the replica a reservation names decides whether a retry reaching
 // another replica sends now, and which parts it skips. Any answer it
