@@ -449,7 +449,8 @@ func TestReadHeader(t *testing.T) {
 
 // FuzzFit: whatever bytes a user sends, Fit returns a picture within the
 // limits, in the format it names, one the providers take (a BMP or TIFF
-// is encoded again), or one of its errors; it never panics.
+// is encoded again), or one of its errors; it never panics, and never
+// refuses as cut short (ErrTruncated) a picture its decoder reads.
 // The limits are small, so that each input decodes quickly.
 func FuzzFit(f *testing.F) {
 	f.Add(encodePNG(f, gradient(200, 8)))
@@ -466,9 +467,20 @@ func FuzzFit(f *testing.F) {
 	f.Add(encodeTIFF(f, transparent(16, 16)))
 	f.Add(bombBMP(f, 1<<20, 1<<20))
 	f.Add(bombTIFF(f, 60000, 60000))
+	f.Add(handBMP(4, 5, 0, 9, 5, true))
+	f.Add(handPNG(f, 1, 37, 29, true, bytes.Repeat([]byte{1}, 37*29), 40))
+	f.Add(handTIFF(f, tiffSpec{order: binary.BigEndian, w: 40, h: 20, compression: 8, pixels: make([]byte, 40*20), tile: 16, short: true}))
+	f.Add(handTIFF(f, tiffSpec{order: binary.LittleEndian, w: 128, h: 8, compression: 32773, pixels: make([]byte, 128*8), rows: 2}))
+	f.Add(animatedGIF(f, true))
 	lim := picture.Limits{MaxBytes: 4 << 10, MaxEdge: 96, MaxPixels: 1 << 16}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		out, mime, err := picture.Fit(data, lim)
+		if errors.Is(err, picture.ErrTruncated) {
+			// Refused before decoding: its decoder must fail on it too.
+			if _, _, derr := image.Decode(bytes.NewReader(data)); derr == nil {
+				t.Fatalf("refused as cut short (%v), which its decoder reads", err)
+			}
+		}
 		if err != nil {
 			if !errors.Is(err, picture.ErrUnreadable) && !errors.Is(err, picture.ErrTooManyPixels) && !errors.Is(err, picture.ErrTooLarge) {
 				t.Fatalf("unexpected error: %v", err)
