@@ -277,14 +277,15 @@ type byteOrder interface {
 type tiffSpec struct {
 	order       byteOrder
 	w, h        int
-	bits        int    // a sample; 8 when 0
-	samples     int    // 1 when 0; 3 is RGB
-	compression uint16 // 1 when 0
-	pixels      []byte // packed rows, each padded to a byte
-	rows        int    // a strip, when not tiled
-	tile        int    // a tile's side, when tiled
-	short       bool   // strip or tile counts and offsets of type SHORT
-	shared      bool   // every strip at the first one's bytes
+	bits        int      // a sample; 8 when 0
+	samples     int      // 1 when 0; 3 is RGB
+	compression uint16   // 1 when 0
+	pixels      []byte   // packed rows, each padded to a byte
+	rows        int      // a strip, when not tiled
+	tile        int      // a tile's side, when tiled
+	short       bool     // strip or tile counts and offsets of type SHORT
+	shared      bool     // every strip at the first one's bytes
+	strips      [][]byte // listed as they are, compressed, instead of pixels
 }
 
 // handTIFF is the TIFF s describes: its strips (or tiles), compressed,
@@ -294,8 +295,10 @@ func handTIFF(t testing.TB, s tiffSpec) []byte {
 	bits, samples := max(s.bits, 8*boolInt(s.bits == 0)), max(s.samples, 1)
 	compression := max(s.compression, 1)
 	rowBytes := (s.w*bits*samples + 7) / 8
-	var chunks [][]byte
-	if s.tile > 0 {
+	chunks := s.strips
+	switch {
+	case chunks != nil:
+	case s.tile > 0:
 		tb := (s.tile*bits*samples + 7) / 8
 		for ty := 0; ty < s.h; ty += s.tile {
 			for tx := 0; tx < s.w; tx += s.tile {
@@ -307,13 +310,15 @@ func handTIFF(t testing.TB, s tiffSpec) []byte {
 				chunks = append(chunks, tile)
 			}
 		}
-	} else {
+	default:
 		for y := 0; y < s.h; y += s.rows {
 			chunks = append(chunks, s.pixels[y*rowBytes:min(y+s.rows, s.h)*rowBytes])
 		}
 	}
 	for i, c := range chunks {
-		chunks[i] = compressTIFF(t, compression, c, rowBytes)
+		if s.strips == nil {
+			chunks[i] = compressTIFF(t, compression, c, rowBytes)
+		}
 	}
 	b := make([]byte, 8)
 	copy(b, "II*\x00")

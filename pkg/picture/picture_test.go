@@ -15,6 +15,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"runtime"
+	"slices"
 	"testing"
 
 	"golang.org/x/image/bmp"
@@ -381,6 +382,11 @@ func TestFitRefusesCutPicturesBeforeDecoding(t *testing.T) {
 		{"top-down BMP", append(bombBMP(t, 7000, -7000&0xffffffff), make([]byte, 100<<10)...)},
 		{"PNG", cutPNG(t, 7000, 7000, 100)},
 		{"TIFF", bombTIFF(t, 4900, 5000)}, // within half the bound
+		// Its decoder reads one strip (RowsPerStrip is its height), of 10
+		// bytes; the 24 strips listed after it, which would hold the pixels
+		// compressed, are never read.
+		{"TIFF listing strips its decoder does not read", handTIFF(t, tiffSpec{order: binary.LittleEndian, w: 4900, h: 5000,
+			compression: 8, rows: 5000, strips: append([][]byte{make([]byte, 10)}, slices.Repeat([][]byte{make([]byte, 1<<10)}, 24)...)})},
 	} {
 		var before, after runtime.MemStats
 		runtime.ReadMemStats(&before)
