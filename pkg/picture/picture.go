@@ -282,7 +282,8 @@ const deflateRatio = 1032
 
 // checkPNG: a PNG's pixels, width × height × bits a pixel and more (a
 // filter byte a row, rows padded to a byte, Adam7's passes), are
-// deflated in its IDAT chunks, so those hold a 1032nd of that at least.
+// deflated in its IDAT chunks (those in a row from the first: its
+// decoder reads no other), so those hold a 1032nd of that at least.
 // The chunks are walked, not decoded, and a length past the end of data
 // counts only the bytes there.
 func checkPNG(data []byte, h Header) error {
@@ -305,11 +306,13 @@ func checkPNG(data []byte, h Header) error {
 	for p := 8; len(data)-p >= 8; {
 		n := min(int64(binary.BigEndian.Uint32(data[p:])), int64(len(data)-p-8))
 		typ := string(data[p+4 : p+8])
-		if typ == "IEND" {
-			break
-		}
 		if typ == "IDAT" {
 			idat += n
+		} else if typ == "IEND" || idat > 0 {
+			// Its decoder reads the IDAT chunks in a row from the first
+			// and fails at any other chunk before the pixels are all
+			// there: an IDAT after it is never read.
+			break
 		}
 		p += 8 + int(n) + 4 // and the CRC
 	}

@@ -186,6 +186,27 @@ func cutPNG(t testing.TB, w, h uint32, rows int) []byte {
 	return b
 }
 
+// splitPNG is p, a PNG, with a tEXt chunk and an IDAT chunk of n zero
+// bytes before its IEND.
+func splitPNG(t testing.TB, p []byte, n int) []byte {
+	t.Helper()
+	end := bytes.LastIndex(p, []byte("IEND")) - 4
+	if end < 0 {
+		t.Fatal("no IEND")
+	}
+	b := bytes.Clone(p[:end])
+	for _, c := range []struct {
+		typ  string
+		data []byte
+	}{{"tEXt", []byte("Comment\x00between")}, {"IDAT", make([]byte, n)}, {"IEND", nil}} {
+		b = binary.BigEndian.AppendUint32(b, uint32(len(c.data)))
+		body := append([]byte(c.typ), c.data...)
+		b = append(b, body...)
+		b = binary.BigEndian.AppendUint32(b, crc32.ChecksumIEEE(body))
+	}
+	return b
+}
+
 func readFile(t testing.TB, name string) []byte {
 	t.Helper()
 	b, err := os.ReadFile(name)
@@ -381,6 +402,10 @@ func TestFitRefusesCutPicturesBeforeDecoding(t *testing.T) {
 		{"BMP", append(bombBMP(t, 7000, 7000), make([]byte, 100<<10)...)},
 		{"top-down BMP", append(bombBMP(t, 7000, -7000&0xffffffff), make([]byte, 100<<10)...)},
 		{"PNG", cutPNG(t, 7000, 7000, 100)},
+		// Its decoder reads the IDAT chunks in a row from the first; the
+		// one after another chunk, which would hold the pixels compressed,
+		// is never read.
+		{"PNG of an IDAT its decoder does not read", splitPNG(t, cutPNG(t, 7000, 7000, 100), 200<<10)},
 		{"TIFF", bombTIFF(t, 4900, 5000)}, // within half the bound
 		// Its decoder reads one strip (RowsPerStrip is its height), of 10
 		// bytes; the 24 strips listed after it, which would hold the pixels
