@@ -125,9 +125,13 @@ const GoneGrace = 3 * time.Second
 type Silence struct{ since time.Time }
 
 // Answer takes err, the answer to a question asked at asked, and reports
-// whether the replica counts as gone: no responders since GoneGrace. Any
-// other answer, none in time included, counts as alive and ends the
-// silence.
+// whether the replica counts as gone: no responders from questions
+// asked GoneGrace apart. Any other answer, none in time included, counts
+// as alive and ends the silence. The span is from one question's time
+// to another's, not to now: a question that went out late in its round
+// (a slow round before it, questions to other replicas that timed out
+// first) would otherwise find a replica gone on its first no responders,
+// the one answer a reconnecting replica gives.
 func (s *Silence) Answer(asked time.Time, err error) (gone bool) {
 	if !errors.Is(err, nats.ErrNoResponders) {
 		s.since = time.Time{}
@@ -136,8 +140,15 @@ func (s *Silence) Answer(asked time.Time, err error) (gone bool) {
 	if s.since.IsZero() {
 		s.since = asked
 	}
-	return time.Since(s.since) >= GoneGrace // before: maybe reconnecting
+	return asked.Sub(s.since) >= GoneGrace-tickJitter // before: maybe reconnecting
 }
+
+// tickJitter is how far apart a ticker's times may be from a whole
+// number of its periods: a tick's time is when it was due, give or take
+// the moment the runtime took to send it (microseconds, more on a busy
+// machine). Without it, the tick GoneGrace after the first silent one
+// may read 2.999999 s and the replica be judged one tick later.
+const tickJitter = 50 * time.Millisecond
 
 // Silent reports whether the last question got no responders.
 func (s *Silence) Silent() bool { return !s.since.IsZero() }

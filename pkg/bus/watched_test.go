@@ -256,3 +256,59 @@ func TestWatchedRequestFindsAGoneReplicaOnTheTickAfterGoneGrace(t *testing.T) {
 		})
 	}
 }
+
+// Silence judges a replica by the times its questions were asked (the
+// rounds or ticks they belong to), not by when their answers are read:
+// a question of a round taken late (a slow round before it, questions to
+// other replicas that timed out first) is no longer silence than its
+// round says. Its first no responders never counts as gone, however
+// long ago its round began, or a replica reconnecting would be taken
+// over on the one answer the grace is there to wait out.
+func TestSilence(t *testing.T) {
+	t.Parallel()
+	// Rounds in the past, as a round taken late sees them.
+	start := time.Now().Add(-10 * bus.GoneGrace)
+	at := func(d time.Duration) time.Time { return start.Add(d) }
+	type answer struct {
+		asked time.Duration // after start
+		err   error
+		gone  bool
+	}
+	for _, tc := range []struct {
+		name    string
+		answers []answer
+	}{
+		{"a first silent question asked long ago", []answer{{0, nats.ErrNoResponders, false}}},
+		{"silent for less than the grace", []answer{
+			{0, nats.ErrNoResponders, false},
+			{bus.GoneGrace - 100*time.Millisecond, nats.ErrNoResponders, false},
+		}},
+		{"silent for the grace, by the rounds", []answer{
+			{0, nats.ErrNoResponders, false},
+			{time.Second, nats.ErrNoResponders, false},
+			{bus.GoneGrace, nats.ErrNoResponders, true},
+		}},
+		{"a tick due at the grace, sent a little early", []answer{
+			{0, nats.ErrNoResponders, false},
+			{bus.GoneGrace - time.Microsecond, nats.ErrNoResponders, true},
+		}},
+		{"heard between", []answer{
+			{0, nats.ErrNoResponders, false},
+			{time.Second, nil, false},
+			{2 * time.Second, nats.ErrNoResponders, false},
+			{bus.GoneGrace, nats.ErrNoResponders, false},
+		}},
+		{"a question not answered in time counts as alive", []answer{
+			{0, nats.ErrNoResponders, false},
+			{time.Second, nats.ErrTimeout, false},
+			{bus.GoneGrace, nats.ErrNoResponders, false},
+		}},
+	} {
+		var s bus.Silence
+		for i, a := range tc.answers {
+			if gone := s.Answer(at(a.asked), a.err); gone != a.gone {
+				t.Errorf("%s: answer %d (%v at %v): gone = %v, want %v", tc.name, i, a.err, a.asked, gone, a.gone)
+			}
+		}
+	}
+}

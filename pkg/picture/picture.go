@@ -282,7 +282,8 @@ const deflateRatio = 1032
 
 // checkPNG: a PNG's pixels, width × height × bits a pixel and more (a
 // filter byte a row, rows padded to a byte, Adam7's passes), are
-// deflated in its IDAT chunks, so those hold a 1032nd of that at least.
+// deflated in its IDAT chunks (those in a row from the first: its
+// decoder reads no other), so those hold a 1032nd of that at least.
 // The chunks are walked, not decoded, and a length past the end of data
 // counts only the bytes there.
 func checkPNG(data []byte, h Header) error {
@@ -305,11 +306,13 @@ func checkPNG(data []byte, h Header) error {
 	for p := 8; len(data)-p >= 8; {
 		n := min(int64(binary.BigEndian.Uint32(data[p:])), int64(len(data)-p-8))
 		typ := string(data[p+4 : p+8])
-		if typ == "IEND" {
-			break
-		}
 		if typ == "IDAT" {
 			idat += n
+		} else if typ == "IEND" || idat > 0 {
+			// Its decoder reads the IDAT chunks in a row from the first
+			// and fails at any other chunk before the pixels are all
+			// there: an IDAT after it is never read.
+			break
 		}
 		p += 8 + int(n) + 4 // and the CRC
 	}
@@ -322,7 +325,8 @@ func checkPNG(data []byte, h Header) error {
 
 // checkTIFF: a TIFF's pixels, width × height × bits a pixel, are in
 // strips (or tiles) at the offsets and of the lengths its first
-// directory lists, each compressed at most so many times: 1 uncompressed,
+// directory lists (as many as its decoder reads: one a RowsPerStrip
+// rows, or one a tile), each compressed at most so many times: 1 uncompressed,
 // 64 with PackBits (a byte repeated 128 times in 2), 1032 with Deflate,
 // and under 4096 with LZW (a code of 9 bits at least for a string of
 // 4096 bytes at most). The strips' bytes present in data are counted,
@@ -361,12 +365,26 @@ func checkTIFF(data []byte, h Header) error {
 		bits, _ = d.value(e, 0)
 		samples = min(uint64(d.order.Uint32(e[4:])), 16) // as many as its decoder reads
 	}
+	// The blocks its decoder reads: those of the picture's rows, or tiles.
+	// Any listed after them are never read, so they hold no pixels (and
+	// a directory listing millions would cost a walk of them all).
+	width, height := uint64(h.Width), uint64(h.Height)
 	offsets, counts := d.entry(273), d.entry(279) // StripOffsets, StripByteCounts
-	if w, _ := d.value(d.entry(322), 0); w != 0 { // TileWidth: in tiles
+	rows, _ := d.value(d.entry(278), 0)           // RowsPerStrip: all when missing, 0 or more
+	if rows == 0 || rows > height {
+		rows = height
+	}
+	blocks := (height + rows - 1) / rows
+	if tw, _ := d.value(d.entry(322), 0); tw != 0 { // TileWidth: in tiles
+		th, _ := d.value(d.entry(323), 0) // TileLength
+		if th == 0 {
+			return nil // its decoder refuses it before it allocates anything
+		}
 		offsets, counts = d.entry(324), d.entry(325)
+		blocks = (width + tw - 1) / tw * ((height + th - 1) / th)
 	}
 	var have float64
-	for k := uint64(0); ; k++ {
+	for k := uint64(0); k < blocks; k++ {
 		off, ok1 := d.value(offsets, k)
 		n, ok2 := d.value(counts, k)
 		if !ok1 || !ok2 {

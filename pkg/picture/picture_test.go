@@ -15,6 +15,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"runtime"
+	"slices"
 	"testing"
 
 	"golang.org/x/image/bmp"
@@ -177,6 +178,27 @@ func cutPNG(t testing.TB, w, h uint32, rows int) []byte {
 		typ  string
 		data []byte
 	}{{"IDAT", z.Bytes()}, {"IEND", nil}} {
+		b = binary.BigEndian.AppendUint32(b, uint32(len(c.data)))
+		body := append([]byte(c.typ), c.data...)
+		b = append(b, body...)
+		b = binary.BigEndian.AppendUint32(b, crc32.ChecksumIEEE(body))
+	}
+	return b
+}
+
+// splitPNG is p, a PNG, with a tEXt chunk and an IDAT chunk of n zero
+// bytes before its IEND.
+func splitPNG(t testing.TB, p []byte, n int) []byte {
+	t.Helper()
+	end := bytes.LastIndex(p, []byte("IEND")) - 4
+	if end < 0 {
+		t.Fatal("no IEND")
+	}
+	b := bytes.Clone(p[:end])
+	for _, c := range []struct {
+		typ  string
+		data []byte
+	}{{"tEXt", []byte("Comment\x00between")}, {"IDAT", make([]byte, n)}, {"IEND", nil}} {
 		b = binary.BigEndian.AppendUint32(b, uint32(len(c.data)))
 		body := append([]byte(c.typ), c.data...)
 		b = append(b, body...)
@@ -380,7 +402,16 @@ func TestFitRefusesCutPicturesBeforeDecoding(t *testing.T) {
 		{"BMP", append(bombBMP(t, 7000, 7000), make([]byte, 100<<10)...)},
 		{"top-down BMP", append(bombBMP(t, 7000, -7000&0xffffffff), make([]byte, 100<<10)...)},
 		{"PNG", cutPNG(t, 7000, 7000, 100)},
+		// Its decoder reads the IDAT chunks in a row from the first; the
+		// one after another chunk, which would hold the pixels compressed,
+		// is never read.
+		{"PNG of an IDAT its decoder does not read", splitPNG(t, cutPNG(t, 7000, 7000, 100), 200<<10)},
 		{"TIFF", bombTIFF(t, 4900, 5000)}, // within half the bound
+		// Its decoder reads one strip (RowsPerStrip is its height), of 10
+		// bytes; the 24 strips listed after it, which would hold the pixels
+		// compressed, are never read.
+		{"TIFF listing strips its decoder does not read", handTIFF(t, tiffSpec{order: binary.LittleEndian, w: 4900, h: 5000,
+			compression: 8, rows: 5000, strips: append([][]byte{make([]byte, 10)}, slices.Repeat([][]byte{make([]byte, 1<<10)}, 24)...)})},
 	} {
 		var before, after runtime.MemStats
 		runtime.ReadMemStats(&before)
@@ -449,7 +480,8 @@ func TestReadHeader(t *testing.T) {
 
 // FuzzFit: whatever bytes a user sends, Fit returns a picture within the
 // limits, in the format it names, one the providers take (a BMP or TIFF
-// is encoded again), or one of its errors; it never panics.
+// is encoded again), or one of its errors; it never panics, and never
+// refuses as cut short (ErrTruncated) a picture its decoder reads.
 // The limits are small, so that each input decodes quickly.
 func FuzzFit(f *testing.F) {
 	f.Add(encodePNG(f, gradient(200, 8)))
@@ -466,9 +498,20 @@ func FuzzFit(f *testing.F) {
 	f.Add(encodeTIFF(f, transparent(16, 16)))
 	f.Add(bombBMP(f, 1<<20, 1<<20))
 	f.Add(bombTIFF(f, 60000, 60000))
+	f.Add(handBMP(4, 5, 0, 9, 5, true))
+	f.Add(handPNG(f, 1, 37, 29, true, bytes.Repeat([]byte{1}, 37*29), 40))
+	f.Add(handTIFF(f, tiffSpec{order: binary.BigEndian, w: 40, h: 20, compression: 8, pixels: make([]byte, 40*20), tile: 16, short: true}))
+	f.Add(handTIFF(f, tiffSpec{order: binary.LittleEndian, w: 128, h: 8, compression: 32773, pixels: make([]byte, 128*8), rows: 2}))
+	f.Add(animatedGIF(f, true))
 	lim := picture.Limits{MaxBytes: 4 << 10, MaxEdge: 96, MaxPixels: 1 << 16}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		out, mime, err := picture.Fit(data, lim)
+		if errors.Is(err, picture.ErrTruncated) {
+			// Refused before decoding: its decoder must fail on it too.
+			if _, _, derr := image.Decode(bytes.NewReader(data)); derr == nil {
+				t.Fatalf("refused as cut short (%v), which its decoder reads", err)
+			}
+		}
 		if err != nil {
 			if !errors.Is(err, picture.ErrUnreadable) && !errors.Is(err, picture.ErrTooManyPixels) && !errors.Is(err, picture.ErrTooLarge) {
 				t.Fatalf("unexpected error: %v", err)

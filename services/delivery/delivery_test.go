@@ -602,6 +602,57 @@ func TestAGoneReplicaIsFoundOnTheRoundAfterGoneGrace(t *testing.T) {
 	}
 }
 
+// A replica reconnecting (no responders once) whose question goes out
+// long after its round began (questions to other replicas that timed
+// out first, a slow look-up of the senders) is not taken over on that
+// one answer: its silence is counted from the round of its first silent
+// question to the round of the last, not to when the answer is read.
+// Not parallel: the gone hook is the package's, and another test sets it.
+func TestAReconnectingReplicaAskedLateInItsRoundIsNotTakenOver(t *testing.T) {
+	e := newEnv(t)
+	cfg := testConfig()
+	cfg.SendTimeout, cfg.Lease = 5*time.Second, 30*time.Second
+	var asked atomic.Int32
+	back := make(chan struct{})
+	t.Cleanup(delivery.SetGoneHook(func(replica string) {
+		if replica != "x" {
+			return
+		}
+		switch asked.Add(1) {
+		case 1: // its first question goes out a grace after its round began
+			time.Sleep(bus.GoneGrace + 200*time.Millisecond)
+		case 2: // and replica x is back by the next
+			if _, err := e.bus.Conn().Subscribe(e.bus.Topology().DeliveryAliveSubject("x"), func(m *nats.Msg) {
+				_ = m.Respond(nil)
+			}); err != nil {
+				t.Error(err)
+			}
+			if err := e.bus.Conn().Flush(); err != nil {
+				t.Error(err)
+			}
+			close(back)
+		}
+	}))
+	ev := event("t1", 1, "s1", final("first"))
+	req := &deliveryv1.SendRequested{IdempotencyKey: "t1:1:0", Op: deliveryv1.SendOp_SEND_OP_SEND, Target: ev.GetTarget(),
+		TurnId: "t1", SessionKey: "s1", Text: "first", ChunkCount: 1}
+	if _, ok, err := outbox.New(e.db).EnqueueClaimed(context.Background(), e.clock.Now(), cfg.TTL, cfg.Lease, "x", req); err != nil || !ok {
+		t.Fatalf("claimed row: %v %v", ok, err)
+	}
+	e.start(t, cfg, "b")
+	eventually(t, e.clock, 0, "replica x asked after it is back, or its row sent", func() bool {
+		select {
+		case <-back:
+			return asked.Load() >= 3
+		default:
+			return len(e.gw.postedTexts()) > 0
+		}
+	})
+	if got := len(e.gw.postedTexts()); got != 0 || rowState(t, e.db, "t1:1:0") != "sending" {
+		t.Fatalf("%d posted, row %s: want the reconnecting replica's row left to its lease", got, rowState(t, e.db, "t1:1:0"))
+	}
+}
+
 // Two replicas share the outbox without double sends.
 func TestTwoReplicasShareTheOutbox(t *testing.T) {
 	t.Parallel()
