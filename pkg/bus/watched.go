@@ -117,21 +117,21 @@ const GoneGrace = 3 * time.Second
 
 // Silence follows a replica asked again and again whether it is there
 // (its liveness subject): since when its questions have got no
-// responders in a row. That is measured from when the first of them was
-// asked (a tick's time: when it was due, however late it was taken), not
-// from when its answer came back, so the replica is judged on the first
-// question at or after GoneGrace, not one question later at random. The
-// zero Silence has heard the replica, or not asked it yet.
+// responders in a row. That is measured between the times the questions
+// went out, as read just before each was sent: not from when an answer
+// came back, which would judge the replica one question later at
+// random, and not from when a question was due (a tick's or a round's
+// time), which a question that went out late would cut short: a round
+// slowed by questions to other replicas that timed out, then a stale
+// tick taken at once, could count a reconnecting replica's 3 s from
+// questions sent half a second apart. The zero Silence has heard the
+// replica, or not asked it yet.
 type Silence struct{ since time.Time }
 
-// Answer takes err, the answer to a question asked at asked, and reports
-// whether the replica counts as gone: no responders from questions
-// asked GoneGrace apart. Any other answer, none in time included, counts
-// as alive and ends the silence. The span is from one question's time
-// to another's, not to now: a question that went out late in its round
-// (a slow round before it, questions to other replicas that timed out
-// first) would otherwise find a replica gone on its first no responders,
-// the one answer a reconnecting replica gives.
+// Answer takes err, the answer to a question sent at asked, and reports
+// whether the replica counts as gone: no responders from questions sent
+// GoneGrace apart (less tickJitter). Any other answer, none in time
+// included, counts as alive and ends the silence.
 func (s *Silence) Answer(asked time.Time, err error) (gone bool) {
 	if !errors.Is(err, nats.ErrNoResponders) {
 		s.since = time.Time{}
@@ -143,11 +143,12 @@ func (s *Silence) Answer(asked time.Time, err error) (gone bool) {
 	return asked.Sub(s.since) >= GoneGrace-tickJitter // before: maybe reconnecting
 }
 
-// tickJitter is how far apart a ticker's times may be from a whole
-// number of its periods: a tick's time is when it was due, give or take
-// the moment the runtime took to send it (microseconds, more on a busy
-// machine). Without it, the tick GoneGrace after the first silent one
-// may read 2.999999 s and the replica be judged one tick later.
+// tickJitter is how much sooner than GoneGrace two questions may be
+// sent and still count as GoneGrace apart: questions asked every second
+// go out on ticks give or take the moment the runtime took to deliver
+// the tick and the asker to take it (microseconds, more on a busy
+// machine). Without it, the question GoneGrace after the first silent
+// one may read 2.999 s, and the replica be judged one question later.
 const tickJitter = 50 * time.Millisecond
 
 // Silent reports whether the last question got no responders.
@@ -265,7 +266,8 @@ func (b *Bus) RequestWatched(ctx context.Context, subject string, req, resp prot
 			if done, err := take(m); done {
 				return err
 			}
-		case asked := <-tick:
+		case <-tick:
+			asked := time.Now() // when this question goes out (Silence)
 			actx, cancel := context.WithTimeout(ctx, every)
 			_, err := b.nc.RequestWithContext(actx, alive(server), nil)
 			cancel()

@@ -568,13 +568,18 @@ func TestRowsOfAReconnectingReplicaAreNotTakenOver(t *testing.T) {
 func TestAGoneReplicaIsFoundOnTheRoundAfterGoneGrace(t *testing.T) {
 	t.Parallel()
 	const every = time.Second // goneEvery
-	// The first silent question, then one a round until GoneGrace.
-	want := int32(bus.GoneGrace/every) + 1
 	type gone struct {
 		late  time.Duration // how late the first question goes out after its round began
+		want  int32         // questions asked until the replica is found gone
 		asked atomic.Int32
 	}
-	cases := map[string]*gone{"x-prompt": {}, "x-late": {late: every / 4}}
+	cases := map[string]*gone{
+		// The first silent question, then one a round until GoneGrace.
+		"x-prompt": {want: int32(bus.GoneGrace/every) + 1},
+		// GoneGrace is counted from when the first question went out, a
+		// quarter of a round late: the round after.
+		"x-late": {late: every / 4, want: int32(bus.GoneGrace/every) + 2},
+	}
 	// One hook for both cases: it is the package's.
 	t.Cleanup(delivery.SetGoneHook(func(replica string) {
 		if c := cases[replica]; c != nil && c.asked.Add(1) == 1 {
@@ -595,8 +600,8 @@ func TestAGoneReplicaIsFoundOnTheRoundAfterGoneGrace(t *testing.T) {
 			}
 			e.start(t, cfg, "b")
 			eventually(t, e.clock, 0, "the gone replica's row sent", func() bool { return len(e.gw.postedTexts()) == 1 })
-			if got := c.asked.Load(); got != want {
-				t.Errorf("found gone after %d alive questions, want %d: on the first round at or after GoneGrace from the first silent one", got, want)
+			if got := c.asked.Load(); got != c.want {
+				t.Errorf("found gone after %d alive questions, want %d: on the first round whose question goes out at or after GoneGrace from the first silent one", got, c.want)
 			}
 		})
 	}
@@ -650,6 +655,38 @@ func TestAReconnectingReplicaAskedLateInItsRoundIsNotTakenOver(t *testing.T) {
 	})
 	if got := len(e.gw.postedTexts()); got != 0 || rowState(t, e.db, "t1:1:0") != "sending" {
 		t.Fatalf("%d posted, row %s: want the reconnecting replica's row left to its lease", got, rowState(t, e.db, "t1:1:0"))
+	}
+}
+
+// A gone replica whose first silent question goes out late in its round
+// (questions to other replicas that timed out first) is taken over only
+// once GoneGrace has passed since that question went out: the rounds'
+// due times, a stale tick among them, would count 3 s from questions
+// half a second apart, and a reconnecting replica be taken for gone.
+// Not parallel: the gone hook is the package's, and another test sets it.
+func TestAGoneReplicaAskedLateIsGivenItsWholeGrace(t *testing.T) {
+	e := newEnv(t)
+	cfg := testConfig()
+	cfg.SendTimeout, cfg.Lease = 5*time.Second, 30*time.Second
+	var asked atomic.Int32
+	var first atomic.Int64 // when its first question went out, Unix ns
+	t.Cleanup(delivery.SetGoneHook(func(replica string) {
+		if replica == "x" && asked.Add(1) == 1 {
+			time.Sleep(bus.GoneGrace - 500*time.Millisecond)
+			first.Store(time.Now().UnixNano())
+		}
+	}))
+	ev := event("t1", 1, "s1", final("first"))
+	req := &deliveryv1.SendRequested{IdempotencyKey: "t1:1:0", Op: deliveryv1.SendOp_SEND_OP_SEND, Target: ev.GetTarget(),
+		TurnId: "t1", SessionKey: "s1", Text: "first", ChunkCount: 1}
+	if _, ok, err := outbox.New(e.db).EnqueueClaimed(context.Background(), e.clock.Now(), cfg.TTL, cfg.Lease, "x", req); err != nil || !ok {
+		t.Fatalf("claimed row: %v %v", ok, err)
+	}
+	e.start(t, cfg, "b")
+	eventually(t, e.clock, 0, "the gone replica's row sent", func() bool { return len(e.gw.postedTexts()) == 1 })
+	// A lower bound only: a slow machine makes it longer, never shorter.
+	if silent := time.Since(time.Unix(0, first.Load())); silent < bus.GoneGrace-100*time.Millisecond {
+		t.Errorf("taken over %v after its first silent question went out, want GoneGrace (%v) at least", silent, bus.GoneGrace)
 	}
 }
 

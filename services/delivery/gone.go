@@ -58,21 +58,21 @@ func (s *Service) takeOverGone(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
-		case round := <-t.C:
-			s.releaseGone(ctx, round, silent)
+		case <-t.C:
+			s.releaseGone(ctx, silent)
 		}
 	}
 }
 
 // releaseGone ends the leases of the rows being sent by replicas that no
-// longer answer (no responders since bus.GoneGrace), and wakes the send
-// loop to take them. Their questions count as asked at round, when the
-// round was due: a replica is judged on the first round at or after
-// GoneGrace from the round of its first silent question, however late
-// that question went out (a slow question to another replica before it)
-// or came back. silent holds the replicas whose last question got no
-// responders: it is the caller's, from one round to the next.
-func (s *Service) releaseGone(ctx context.Context, round time.Time, silent map[string]bus.Silence) {
+// longer answer (no responders from questions sent bus.GoneGrace apart),
+// and wakes the send loop to take them. A replica is judged on the first
+// round whose question goes out at or after GoneGrace from its first
+// silent question, whenever that went out (a slow question to another
+// replica before it) or came back (bus.Silence). silent holds the
+// replicas whose last question got no responders: it is the caller's,
+// from one round to the next.
+func (s *Service) releaseGone(ctx context.Context, silent map[string]bus.Silence) {
 	senders, err := s.store.Senders(ctx, s.now(), s.owner)
 	if err != nil {
 		if ctx.Err() == nil {
@@ -89,11 +89,12 @@ func (s *Service) releaseGone(ctx context.Context, round time.Time, silent map[s
 		if h := goneHook.Load(); h != nil {
 			(*h)(r)
 		}
+		asked := time.Now()
 		actx, cancel := context.WithTimeout(ctx, time.Second)
 		_, err := s.bus.Conn().RequestWithContext(actx, s.bus.Topology().DeliveryAliveSubject(r), nil)
 		cancel()
 		silence := silent[r]
-		gone := silence.Answer(round, err)
+		gone := silence.Answer(asked, err)
 		if !gone && silence.Silent() {
 			silent[r] = silence // maybe reconnecting
 			continue
