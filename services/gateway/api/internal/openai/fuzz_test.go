@@ -332,7 +332,7 @@ func TestFileIDNoStringAsHermes(t *testing.T) {
 		{name: "false beside a URL", api: "responses", part: `{"type":"input_image","image_url":"https://x/a.png","file_id":false}`, text: "q", pictures: 1},
 		{name: "an array on a text part", part: `{"type":"text","text":"t","file_id":[1]}`, text: "q\nt"},
 		{name: "a number on a file part", api: "run", part: `{"type":"input_file","file_id":7}`, code: CodeUnsupportedContent,
-			msg: "Unsupported content part type 'input_file'. Only text and image_url/input_image parts are supported."},
+			msg: "Inline image inputs are supported, but uploaded files and document inputs are not supported on this endpoint."},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
@@ -484,6 +484,43 @@ func TestImageDataURLFormats(t *testing.T) {
 	}
 }
 
+// A file part (type file or input_file, in any case and spacing, as
+// Hermes reads a type: str(type).strip().lower()), by file_id, file_data
+// or a file object, is refused as Hermes's _normalize_multimodal_content
+// refuses it: 400 unsupported_content_type, in its words, which tell the
+// client that pictures can be sent inline and files cannot, rather than
+// the words of a type it does not know.
+func TestFilePartsAsHermes(t *testing.T) {
+	t.Parallel()
+	const msg = "Inline image inputs are supported, but uploaded files and document inputs are not supported on this endpoint."
+	for _, c := range []struct {
+		name, api, part string
+	}{
+		{name: "a chat completion's file", part: `{"type":"file","file":{"file_id":"file-1"}}`},
+		{name: "a chat completion's file data", api: "responses", part: `{"type":"file","file":{"file_data":"data:application/pdf;base64,JVBE","filename":"a.pdf"}}`},
+		{name: "an input_file by id", api: "responses", part: `{"type":"input_file","file_id":"file-1"}`},
+		{name: "an input_file by its data", part: `{"type":"input_file","file_data":"JVBE","filename":"a.pdf"}`},
+		{name: "an input_file by URL", api: "run", part: `{"type":"input_file","file_url":"https://x/a.pdf"}`},
+		{name: "in capitals, spaced", part: `{"type":" Input_File ","file_id":"f"}`},
+		{name: "FILE", api: "run", part: `{"type":"FILE"}`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			body := `{"input":[{"role":"user","content":[{"type":"input_text","text":"q"},` + c.part + `]}]}`
+			param := "input[0].content[1].type"
+			if c.api == "" {
+				body = `{"messages":[{"role":"user","content":[{"type":"text","text":"q"},` + c.part + `]}]}`
+				param = "messages[0].content[1].type"
+			}
+			_, err := parseInput(c.api, body)
+			var inv *InvalidError
+			if !errors.As(err, &inv) || inv.Code != CodeUnsupportedContent || inv.Msg != msg || inv.Param != param {
+				t.Fatalf("error %#v, want %s %q at %s", err, CodeUnsupportedContent, msg, param)
+			}
+		})
+	}
+}
+
 // A content part whose type is none Hermes takes (text, input_text,
 // output_text, image_url, input_image, in any case and spacing) — one
 // of another name, or no string at all: a number, a boolean, null, an
@@ -508,7 +545,7 @@ func TestPartTypeAsHermes(t *testing.T) {
 		{name: "absent", api: "run", part: `{"text":"a"}`, repr: "None"},
 		{name: "an array of a good type", part: `{"type":["text"],"text":"a"}`, repr: "['text']"},
 		{name: "an object", api: "responses", part: `{"type":{"k":1},"text":"a"}`, repr: "{'k': 1}"},
-		{name: "another name", part: `{"type":"input_file","file_id":"f"}`, repr: "'input_file'"},
+		{name: "another name", part: `{"type":"input_audio","input_audio":{}}`, repr: "'input_audio'"},
 		{name: "an empty name", api: "run", part: `{"type":"","text":"a"}`, repr: "''"},
 		{name: "a name with a quote", api: "responses", part: `{"type":"it's","text":"a"}`, repr: `"it's"`},
 	} {

@@ -759,6 +759,9 @@ const (
 	// msgDataNotImage (unsupported_content_type): a data: URL whose
 	// media type is not image/..., or without a comma before its data.
 	msgDataNotImage = "Only image data URLs are supported. Non-image data payloads are not supported."
+	// msgFilePart (unsupported_content_type): a file part (file,
+	// input_file), whatever it carries.
+	msgFilePart = "Inline image inputs are supported, but uploaded files and document inputs are not supported on this endpoint."
 )
 
 // image checks a picture's URL and returns it as it is passed on: web

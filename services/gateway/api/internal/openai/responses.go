@@ -505,6 +505,10 @@ func responseContent(raw json.RawMessage, param string) (string, []picture, erro
 				return &InvalidError{Param: param, Code: CodeInvalidContentPart, Msg: msgImageDetail}
 			}
 			images = append(images, picture{url: u, detail: d})
+		case "input_file", "file":
+			// Refused in Hermes's words, which say what the client can
+			// send instead (a picture inline), not as a type unknown.
+			return &InvalidError{Param: fmt.Sprintf("%s[%d].type", param, i), Code: CodeUnsupportedContent, Msg: msgFilePart}
 		default:
 			return unknownPart(fmt.Sprintf("%s[%d].type", param, i), p.TypeJSON)
 		}
@@ -522,7 +526,7 @@ func responseContent(raw json.RawMessage, param string) (string, []picture, erro
 // unknownPart refuses a content part of a type Hermes does not take, of
 // JSON typ (nil: absent), as its _normalize_multimodal_content does:
 // unsupported_content_type, in its words, the type as Python's repr
-// gives it ('input_file', 5, True, None, ['text']), cut to 64 bytes.
+// gives it ('input_audio', 5, True, None, ['text']), cut to 64 bytes.
 func unknownPart(param string, typ json.RawMessage) error {
 	repr := "None"
 	if len(typ) > 0 {
