@@ -308,14 +308,14 @@ func TestPictureRefusalsAsHermes(t *testing.T) {
 	}
 }
 
-// A content part's file_id that is no string is answered as Hermes's
+// A content part's file_id, a string or not, is answered as Hermes's
 // _normalize_multimodal_content answers its part, which never reads
 // file_id: a picture without a URL is invalid_image_url "Image parts
 // must include a non-empty image URL.", one with a URL is taken, a text
 // part is its text, a file part is refused as a file part is; not the
-// invalid_request of a malformed part. (A string file_id on a picture
-// without a URL is refused as an uploaded file: TestParseResponses.)
-func TestFileIDNoStringAsHermes(t *testing.T) {
+// invalid_request of a malformed part, nor, for a picture by a file's
+// id, a refusal of uploaded files in other words than Hermes's.
+func TestFileIDAsHermes(t *testing.T) {
 	t.Parallel()
 	const noURL = "Image parts must include a non-empty image URL."
 	for _, c := range []struct {
@@ -329,6 +329,10 @@ func TestFileIDNoStringAsHermes(t *testing.T) {
 		{name: "a number beside no URL", part: `{"type":"image_url","file_id":5}`, code: CodeInvalidImageURL, msg: noURL},
 		{name: "an object beside no URL", api: "responses", part: `{"type":"input_image","file_id":{"id":"file-1"}}`, code: CodeInvalidImageURL, msg: noURL},
 		{name: "null beside no URL", api: "run", part: `{"type":"input_image","file_id":null}`, code: CodeInvalidImageURL, msg: noURL},
+		{name: "a file's id, no URL", part: `{"type":"image_url","file_id":"file-1"}`, code: CodeInvalidImageURL, msg: noURL},
+		{name: "a file's id, no URL, in a Responses request", api: "responses", part: `{"type":"input_image","file_id":"file-1","detail":"low"}`, code: CodeInvalidImageURL, msg: noURL},
+		{name: "a file's id, an empty URL", api: "run", part: `{"type":"input_image","image_url":"","file_id":"file-1"}`, code: CodeInvalidImageURL, msg: noURL},
+		{name: "a file's id beside a URL", api: "responses", part: `{"type":"input_image","image_url":"https://x/a.png","file_id":"file-1"}`, text: "q", pictures: 1},
 		{name: "false beside a URL", api: "responses", part: `{"type":"input_image","image_url":"https://x/a.png","file_id":false}`, text: "q", pictures: 1},
 		{name: "an array on a text part", part: `{"type":"text","text":"t","file_id":[1]}`, text: "q\nt"},
 		{name: "a number on a file part", api: "run", part: `{"type":"input_file","file_id":7}`, code: CodeUnsupportedContent,

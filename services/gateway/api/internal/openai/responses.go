@@ -105,13 +105,12 @@ type inputPart struct {
 	// Detail is a picture's detail beside its image_url (the Responses
 	// API's); an image_url object's own detail wins (imageRef).
 	Detail json.RawMessage
-	// FileID is the file_id when it is a string: one of another type
-	// names no file, and the part is read as Hermes reads it, without it.
-	FileID string
+	// A file_id is not read, as Hermes reads none: a picture by a file's
+	// id and without a URL is a picture without a URL (invalid_image_url).
 }
 
 func (p *inputPart) UnmarshalJSON(b []byte) error {
-	f, err := exactMembers(b, "type", "text", "image_url", "detail", "file_id")
+	f, err := exactMembers(b, "type", "text", "image_url", "detail")
 	if err != nil {
 		return err
 	}
@@ -119,14 +118,6 @@ func (p *inputPart) UnmarshalJSON(b []byte) error {
 	// A type that is no string is no type Hermes takes (str(type) is
 	// never one): refused with the others unknown, not as malformed.
 	_ = json.Unmarshal(p.TypeJSON, &p.Type)
-	// Hermes never reads file_id: one that is no string does not make
-	// the part malformed (invalid_request); the part is answered as
-	// Hermes answers it (a picture without a URL, invalid_image_url).
-	if id := bytes.TrimSpace(f["file_id"]); len(id) > 0 && id[0] == '"' {
-		if err := json.Unmarshal(id, &p.FileID); err != nil {
-			return fmt.Errorf("file_id: %w", err)
-		}
-	}
 	return nil
 }
 
@@ -489,10 +480,6 @@ func responseContent(raw json.RawMessage, param string) (string, []picture, erro
 			// Stripped, as Hermes's url_value.strip() before it checks
 			// the URL and passes it on.
 			if u = PythonStrip(u); !ok || u == "" {
-				if p.FileID != "" {
-					return &InvalidError{Param: fmt.Sprintf("%s[%d].file_id", param, i), Code: CodeUnsupportedContent,
-						Msg: "uploaded files are not supported: send the picture as image_url (a web address or a data: URL)"}
-				}
 				return &InvalidError{Param: param, Code: CodeInvalidImageURL, Msg: msgNoImageURL}
 			}
 			var err error

@@ -41,7 +41,7 @@ func TestParseResponses(t *testing.T) {
 		{name: "a reasoning item", body: `{"input":[{"role":"user","content":"a"},{"type":"reasoning","summary":[]}]}`, err: "reasoning", param: "input[1].type", code: CodeUnsupportedContent},
 		{name: "a file", body: `{"input":[{"role":"user","content":[{"type":"input_file","file_data":"x"}]}]}`, err: "uploaded files and document inputs", param: "input[0].content[0].type", code: CodeUnsupportedContent},
 		{name: "audio", body: `{"input":[{"role":"user","content":[{"type":"input_audio"}]}]}`, err: "input_audio", param: "input[0].content[0].type", code: CodeUnsupportedContent},
-		{name: "an uploaded picture", body: `{"input":[{"role":"user","content":[{"type":"input_image","file_id":"f"}]}]}`, err: "uploaded files", param: "input[0].content[0].file_id", code: CodeUnsupportedContent},
+		{name: "an uploaded picture", body: `{"input":[{"role":"user","content":[{"type":"input_image","file_id":"f"}]}]}`, err: "Image parts must include a non-empty image URL.", param: "input[0].content", code: CodeInvalidImageURL},
 		{name: "a picture without url", body: `{"input":[{"role":"user","content":[{"type":"input_image"}]}]}`, err: "Image parts must include a non-empty image URL.", param: "input[0].content", code: CodeInvalidImageURL},
 		{name: "not a picture", body: `{"input":[{"role":"user","content":[{"type":"input_image","image_url":"data:text/plain;base64,aGk="}]}]}`, err: "Only image data URLs", param: "input[0].content", code: CodeUnsupportedContent},
 		{name: "content of another type", body: `{"input":[{"role":"user","content":{"text":"a"}}]}`, want: "{'text': 'a'}||0"},
