@@ -142,6 +142,12 @@ func checkPictures(t *testing.T, atts []*eventsv1.Attachment) {
 		if u := a.GetUrl(); !strings.HasPrefix(u, "https://") && !strings.HasPrefix(u, "http://") && checkDataURL(u) != nil {
 			t.Fatalf("attachment url %q", u)
 		}
+		// The model is given no detail its provider refuses.
+		switch d := a.GetDetail(); d {
+		case "", "auto", "low", "high", "original":
+		default:
+			t.Fatalf("picture detail %q", d)
+		}
 	}
 }
 
@@ -303,6 +309,44 @@ func TestPictureRefusalsAsHermes(t *testing.T) {
 			var inv *InvalidError
 			if !errors.As(err, &inv) || inv.Code != c.code || inv.Msg != c.msg || inv.Param != param {
 				t.Fatalf("error %#v, want %s %q at %s", err, c.code, c.msg, param)
+			}
+		})
+	}
+}
+
+// A picture's detail that Hermes takes (a string not blank) is passed on
+// to the model only when it is one OpenAI's API takes — auto, low, high
+// or original, in any case and spacing, passed on in lower case. Another
+// one (medium, a typo, a long text) Hermes passes on and OpenAI refuses,
+// and with it the whole turn: the worker would then ask again without
+// the pictures, and the agent answer without the picture the client
+// sent. It is taken, as Hermes takes it, and not passed on: the model
+// looks at the picture as it does without a detail (auto).
+func TestPictureDetailPassedOn(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name, api, part, detail string
+	}{
+		{name: "low", part: `{"type":"image_url","image_url":{"url":"https://x/a.png","detail":"low"}}`, detail: "low"},
+		{name: "high, spaced", api: "responses", part: `{"type":"input_image","image_url":"https://x/a.png","detail":" high\n"}`, detail: "high"},
+		{name: "auto", api: "run", part: `{"type":"input_image","image_url":"https://x/a.png","detail":"auto"}`, detail: "auto"},
+		{name: "original", api: "responses", part: `{"type":"input_image","image_url":"https://x/a.png","detail":"original"}`, detail: "original"},
+		{name: "in capitals", part: `{"type":"image_url","image_url":{"url":"https://x/a.png","detail":"LOW"}}`, detail: "low"},
+		{name: "medium", api: "responses", part: `{"type":"input_image","image_url":"https://x/a.png","detail":"medium"}`},
+		{name: "a typo", api: "run", part: `{"type":"image_url","image_url":{"url":"https://x/a.png","detail":"hgih"}}`},
+		{name: "a sentence", part: `{"type":"image_url","image_url":{"url":"https://x/a.png"},"detail":"look at the cat closely"}`},
+		{name: "long", api: "responses", part: `{"type":"input_image","image_url":"https://x/a.png","detail":"` + strings.Repeat("high", 10000) + `"}`},
+		{name: "a word that holds one", part: `{"type":"image_url","image_url":{"url":"https://x/a.png","detail":"highest"}}`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			body := `{"input":[{"role":"user","content":[{"type":"input_text","text":"q"},` + c.part + `]}]}`
+			if c.api == "" {
+				body = `{"messages":[{"role":"user","content":[{"type":"text","text":"q"},` + c.part + `]}]}`
+			}
+			in, err := parseInput(c.api, body)
+			if err != nil || len(in.Attachments) != 1 || in.Attachments[0].GetDetail() != c.detail {
+				t.Fatalf("%v, %v; want one picture of detail %q", in.Attachments, err, c.detail)
 			}
 		})
 	}

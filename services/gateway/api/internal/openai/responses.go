@@ -560,8 +560,9 @@ func imageRef(p inputPart) (u string, detail json.RawMessage, ok bool) {
 }
 
 // detailOf reads a picture's detail as Hermes takes it: none (absent or
-// null: ""), or a string that is not blank (Python's strip()), stripped
-// as Hermes passes it on to the model. ok is false for any other.
+// null), or a string that is not blank (Python's strip()); ok is false
+// for any other. The detail passed on to the model is the one taken,
+// stripped, when it is one OpenAI's API takes (modelDetail), else "".
 func detailOf(raw json.RawMessage) (string, bool) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
@@ -571,6 +572,24 @@ func detailOf(raw json.RawMessage) (string, bool) {
 	if raw[0] != '"' || json.Unmarshal(raw, &d) != nil {
 		return "", false
 	}
-	d = PythonStrip(d)
-	return d, d != ""
+	if d = PythonStrip(d); d == "" {
+		return "", false
+	}
+	return modelDetail(d), true
+}
+
+// modelDetail is d, a picture's detail as a client gave it, as the model
+// is given it: one of those OpenAI's API takes, in any case, in lower
+// case as it takes them; "" for any other. Hermes passes any on, and
+// OpenAI refuses the request for one it does not take ("medium", a
+// typo), which here would have the worker ask again without the
+// pictures (a model that refuses a turn's pictures is asked without
+// them), the agent answering without the picture the client sent.
+// Without a detail the model looks at it as with "auto".
+func modelDetail(d string) string {
+	switch d = strings.ToLower(d); d {
+	case "auto", "low", "high", "original":
+		return d
+	}
+	return ""
 }
