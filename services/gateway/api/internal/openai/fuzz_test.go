@@ -22,6 +22,7 @@ func FuzzParse(f *testing.F) {
 		`{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:image/png;base64,iVBORw0KGgo="}}]}]}`,
 		`{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:text/html;base64,PGI+"}}]}]}`,
 		`{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:image/gif;base64,@@"}}]}]}`,
+		`{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"HTTPS://x/y.png","detail":"LOW"}},{"type":"input_image","image_url":"Http://x/z.png","detail":"medium"}]}]}`,
 		`{"n":2,"messages":[{"role":"user","content":[{"type":"text","text":"a"},{"type":"file","file":{"file_id":"f"}},{"type":"input_image","image_url":"https://x/y.png"}]}]}`,
 		`{"messages":[{"role":"system","content":[{"type":"input_audio"}]},{"role":"assistant","content":[{"type":"refusal","refusal":"no"}]},{"role":"user","content":"q"}]}`,
 		`{"temperature":NaN,"messages":[{"role":"system","content":[{"type":"text","text":-Infinity}]},{"role":"user","content":{"a":[Infinity,"NaN\"]"]}}]}`,
@@ -185,6 +186,33 @@ func TestImageParts(t *testing.T) {
 			}
 			if err != nil || len(req.Attachments) != tt.images {
 				t.Fatalf("%d attachments, %v; want %d", attachmentsOf(req), err, tt.images)
+			}
+		})
+	}
+}
+
+// A web address whose scheme is in capitals (HTTPS://, Http://), which
+// Hermes takes as it lowercases the URL to read its scheme, is passed on
+// with its scheme in lower case (the same address: a scheme has no case),
+// as the worker shows the model the web addresses an API client sends by
+// their https:// or http:// prefix; passed on as it came, the picture
+// would be taken and never shown. The rest of the URL is left as it came.
+func TestImageURLSchemeInAnyCase(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name, api, url, want string
+	}{
+		{name: "HTTPS", url: "HTTPS://Example.com/Cat.PNG", want: "https://Example.com/Cat.PNG"},
+		{name: "Http", api: "responses", url: "Http://x/A.png?Q=1", want: "http://x/A.png?Q=1"},
+		{name: "hTTps, stripped", api: "run", url: " hTTps://x/a.png ", want: "https://x/a.png"},
+		{name: "in lower case", api: "responses", url: "https://X/a.png", want: "https://X/a.png"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			body, _ := pictureBody(c.api, c.url)
+			in, err := parseInput(c.api, body)
+			if err != nil || len(in.Attachments) != 1 || in.Attachments[0].GetUrl() != c.want {
+				t.Fatalf("%v, %v; want the picture %q", in.Attachments, err, c.want)
 			}
 		})
 	}
