@@ -17,7 +17,7 @@ import (
 // the model in the picture's image_url part stripped, as Hermes's
 // _normalize_multimodal_content passes it on; for a picture sent inline
 // (kept by the gateway, sent to the model as its bytes) too. A picture
-// without one is sent without.
+// without one is sent without, and so is one OpenAI's API does not take.
 func TestPictureDetailReachesTheModel(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the whole system")
@@ -85,6 +85,14 @@ func TestPictureDetailReachesTheModel(t *testing.T) {
 			`{"type":"input_text","text":"run pictures"},` +
 			`{"type":"input_image","image_url":"` + inline + `","detail":"low"}]}]}`,
 			"run pictures", []string{"low"}},
+		// A detail OpenAI's API refuses is not passed on, one in capitals
+		// is passed on in lower case, and a web address's scheme in
+		// capitals still has its picture shown.
+		{"details the provider refuses", "/v1/chat/completions", `{"model":"switchboard","messages":[{"role":"user","content":[` +
+			`{"type":"text","text":"odd details"},` +
+			`{"type":"image_url","image_url":{"url":"HTTPS://example.test/d.png","detail":"medium"}},` +
+			`{"type":"image_url","image_url":{"url":"https://example.test/e.png","detail":"HIGH"}}]}]}`,
+			"odd details", []string{"-", "high"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			post(c.path, c.body)

@@ -769,7 +769,7 @@ func TestResponsesBadRequests(t *testing.T) {
 		{"unknown role's file", "POST", base, testKey, `{"input":[{"role":"robot","content":[{"type":"input_file","file_id":"f"}]},"q"]}`, nil, 400, "unsupported_content_type", "input[0].content[0].type"},
 		{"tool output item", "POST", base, testKey, `{"input":[{"type":"function_call_output","call_id":"c","output":"4"}]}`, nil, 400, "unsupported_content_type", "input[0].type"},
 		{"file part", "POST", base, testKey, item(`[{"type":"input_file","file_id":"file-1"}]`), nil, 400, "unsupported_content_type", "input[0].content[0].type"},
-		{"uploaded picture", "POST", base, testKey, item(`[{"type":"input_image","file_id":"file-1"}]`), nil, 400, "unsupported_content_type", "input[0].content[0].file_id"},
+		{"uploaded picture", "POST", base, testKey, item(`[{"type":"input_image","file_id":"file-1"}]`), nil, 400, "invalid_image_url", "input[0].content"},
 		{"picture by an id that is no string", "POST", base, testKey, item(`[{"type":"input_image","file_id":5}]`), nil, 400, "invalid_image_url", "input[0].content"},
 		{"not a picture", "POST", base, testKey, item(`[{"type":"input_image","image_url":"data:text/html;base64,PGI+"}]`), nil, 400, "unsupported_content_type", "input[0].content"},
 		{"broken base64", "POST", base, testKey, item(`[{"type":"input_image","image_url":"data:image/png;base64,@@@@"}]`), nil, 400, "invalid_image_url", "input[0].content"},

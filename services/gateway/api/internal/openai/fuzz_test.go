@@ -22,6 +22,7 @@ func FuzzParse(f *testing.F) {
 		`{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:image/png;base64,iVBORw0KGgo="}}]}]}`,
 		`{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:text/html;base64,PGI+"}}]}]}`,
 		`{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:image/gif;base64,@@"}}]}]}`,
+		`{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"HTTPS://x/y.png","detail":"LOW"}},{"type":"input_image","image_url":"Http://x/z.png","detail":"medium"}]}]}`,
 		`{"n":2,"messages":[{"role":"user","content":[{"type":"text","text":"a"},{"type":"file","file":{"file_id":"f"}},{"type":"input_image","image_url":"https://x/y.png"}]}]}`,
 		`{"messages":[{"role":"system","content":[{"type":"input_audio"}]},{"role":"assistant","content":[{"type":"refusal","refusal":"no"}]},{"role":"user","content":"q"}]}`,
 		`{"temperature":NaN,"messages":[{"role":"system","content":[{"type":"text","text":-Infinity}]},{"role":"user","content":{"a":[Infinity,"NaN\"]"]}}]}`,
@@ -142,6 +143,12 @@ func checkPictures(t *testing.T, atts []*eventsv1.Attachment) {
 		if u := a.GetUrl(); !strings.HasPrefix(u, "https://") && !strings.HasPrefix(u, "http://") && checkDataURL(u) != nil {
 			t.Fatalf("attachment url %q", u)
 		}
+		// The model is given no detail its provider refuses.
+		switch d := a.GetDetail(); d {
+		case "", "auto", "low", "high", "original":
+		default:
+			t.Fatalf("picture detail %q", d)
+		}
 	}
 }
 
@@ -179,6 +186,33 @@ func TestImageParts(t *testing.T) {
 			}
 			if err != nil || len(req.Attachments) != tt.images {
 				t.Fatalf("%d attachments, %v; want %d", attachmentsOf(req), err, tt.images)
+			}
+		})
+	}
+}
+
+// A web address whose scheme is in capitals (HTTPS://, Http://), which
+// Hermes takes as it lowercases the URL to read its scheme, is passed on
+// with its scheme in lower case (the same address: a scheme has no case),
+// as the worker shows the model the web addresses an API client sends by
+// their https:// or http:// prefix; passed on as it came, the picture
+// would be taken and never shown. The rest of the URL is left as it came.
+func TestImageURLSchemeInAnyCase(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name, api, url, want string
+	}{
+		{name: "HTTPS", url: "HTTPS://Example.com/Cat.PNG", want: "https://Example.com/Cat.PNG"},
+		{name: "Http", api: "responses", url: "Http://x/A.png?Q=1", want: "http://x/A.png?Q=1"},
+		{name: "hTTps, stripped", api: "run", url: " hTTps://x/a.png ", want: "https://x/a.png"},
+		{name: "in lower case", api: "responses", url: "https://X/a.png", want: "https://X/a.png"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			body, _ := pictureBody(c.api, c.url)
+			in, err := parseInput(c.api, body)
+			if err != nil || len(in.Attachments) != 1 || in.Attachments[0].GetUrl() != c.want {
+				t.Fatalf("%v, %v; want the picture %q", in.Attachments, err, c.want)
 			}
 		})
 	}
@@ -308,14 +342,52 @@ func TestPictureRefusalsAsHermes(t *testing.T) {
 	}
 }
 
-// A content part's file_id that is no string is answered as Hermes's
+// A picture's detail that Hermes takes (a string not blank) is passed on
+// to the model only when it is one OpenAI's API takes — auto, low, high
+// or original, in any case and spacing, passed on in lower case. Another
+// one (medium, a typo, a long text) Hermes passes on and OpenAI refuses,
+// and with it the whole turn: the worker would then ask again without
+// the pictures, and the agent answer without the picture the client
+// sent. It is taken, as Hermes takes it, and not passed on: the model
+// looks at the picture as it does without a detail (auto).
+func TestPictureDetailPassedOn(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name, api, part, detail string
+	}{
+		{name: "low", part: `{"type":"image_url","image_url":{"url":"https://x/a.png","detail":"low"}}`, detail: "low"},
+		{name: "high, spaced", api: "responses", part: `{"type":"input_image","image_url":"https://x/a.png","detail":" high\n"}`, detail: "high"},
+		{name: "auto", api: "run", part: `{"type":"input_image","image_url":"https://x/a.png","detail":"auto"}`, detail: "auto"},
+		{name: "original", api: "responses", part: `{"type":"input_image","image_url":"https://x/a.png","detail":"original"}`, detail: "original"},
+		{name: "in capitals", part: `{"type":"image_url","image_url":{"url":"https://x/a.png","detail":"LOW"}}`, detail: "low"},
+		{name: "medium", api: "responses", part: `{"type":"input_image","image_url":"https://x/a.png","detail":"medium"}`},
+		{name: "a typo", api: "run", part: `{"type":"image_url","image_url":{"url":"https://x/a.png","detail":"hgih"}}`},
+		{name: "a sentence", part: `{"type":"image_url","image_url":{"url":"https://x/a.png"},"detail":"look at the cat closely"}`},
+		{name: "long", api: "responses", part: `{"type":"input_image","image_url":"https://x/a.png","detail":"` + strings.Repeat("high", 10000) + `"}`},
+		{name: "a word that holds one", part: `{"type":"image_url","image_url":{"url":"https://x/a.png","detail":"highest"}}`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			body := `{"input":[{"role":"user","content":[{"type":"input_text","text":"q"},` + c.part + `]}]}`
+			if c.api == "" {
+				body = `{"messages":[{"role":"user","content":[{"type":"text","text":"q"},` + c.part + `]}]}`
+			}
+			in, err := parseInput(c.api, body)
+			if err != nil || len(in.Attachments) != 1 || in.Attachments[0].GetDetail() != c.detail {
+				t.Fatalf("%v, %v; want one picture of detail %q", in.Attachments, err, c.detail)
+			}
+		})
+	}
+}
+
+// A content part's file_id, a string or not, is answered as Hermes's
 // _normalize_multimodal_content answers its part, which never reads
 // file_id: a picture without a URL is invalid_image_url "Image parts
 // must include a non-empty image URL.", one with a URL is taken, a text
 // part is its text, a file part is refused as a file part is; not the
-// invalid_request of a malformed part. (A string file_id on a picture
-// without a URL is refused as an uploaded file: TestParseResponses.)
-func TestFileIDNoStringAsHermes(t *testing.T) {
+// invalid_request of a malformed part, nor, for a picture by a file's
+// id, a refusal of uploaded files in other words than Hermes's.
+func TestFileIDAsHermes(t *testing.T) {
 	t.Parallel()
 	const noURL = "Image parts must include a non-empty image URL."
 	for _, c := range []struct {
@@ -329,10 +401,14 @@ func TestFileIDNoStringAsHermes(t *testing.T) {
 		{name: "a number beside no URL", part: `{"type":"image_url","file_id":5}`, code: CodeInvalidImageURL, msg: noURL},
 		{name: "an object beside no URL", api: "responses", part: `{"type":"input_image","file_id":{"id":"file-1"}}`, code: CodeInvalidImageURL, msg: noURL},
 		{name: "null beside no URL", api: "run", part: `{"type":"input_image","file_id":null}`, code: CodeInvalidImageURL, msg: noURL},
+		{name: "a file's id, no URL", part: `{"type":"image_url","file_id":"file-1"}`, code: CodeInvalidImageURL, msg: noURL},
+		{name: "a file's id, no URL, in a Responses request", api: "responses", part: `{"type":"input_image","file_id":"file-1","detail":"low"}`, code: CodeInvalidImageURL, msg: noURL},
+		{name: "a file's id, an empty URL", api: "run", part: `{"type":"input_image","image_url":"","file_id":"file-1"}`, code: CodeInvalidImageURL, msg: noURL},
+		{name: "a file's id beside a URL", api: "responses", part: `{"type":"input_image","image_url":"https://x/a.png","file_id":"file-1"}`, text: "q", pictures: 1},
 		{name: "false beside a URL", api: "responses", part: `{"type":"input_image","image_url":"https://x/a.png","file_id":false}`, text: "q", pictures: 1},
 		{name: "an array on a text part", part: `{"type":"text","text":"t","file_id":[1]}`, text: "q\nt"},
 		{name: "a number on a file part", api: "run", part: `{"type":"input_file","file_id":7}`, code: CodeUnsupportedContent,
-			msg: "Unsupported content part type 'input_file'. Only text and image_url/input_image parts are supported."},
+			msg: "Inline image inputs are supported, but uploaded files and document inputs are not supported on this endpoint."},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
@@ -484,6 +560,43 @@ func TestImageDataURLFormats(t *testing.T) {
 	}
 }
 
+// A file part (type file or input_file, in any case and spacing, as
+// Hermes reads a type: str(type).strip().lower()), by file_id, file_data
+// or a file object, is refused as Hermes's _normalize_multimodal_content
+// refuses it: 400 unsupported_content_type, in its words, which tell the
+// client that pictures can be sent inline and files cannot, rather than
+// the words of a type it does not know.
+func TestFilePartsAsHermes(t *testing.T) {
+	t.Parallel()
+	const msg = "Inline image inputs are supported, but uploaded files and document inputs are not supported on this endpoint."
+	for _, c := range []struct {
+		name, api, part string
+	}{
+		{name: "a chat completion's file", part: `{"type":"file","file":{"file_id":"file-1"}}`},
+		{name: "a chat completion's file data", api: "responses", part: `{"type":"file","file":{"file_data":"data:application/pdf;base64,JVBE","filename":"a.pdf"}}`},
+		{name: "an input_file by id", api: "responses", part: `{"type":"input_file","file_id":"file-1"}`},
+		{name: "an input_file by its data", part: `{"type":"input_file","file_data":"JVBE","filename":"a.pdf"}`},
+		{name: "an input_file by URL", api: "run", part: `{"type":"input_file","file_url":"https://x/a.pdf"}`},
+		{name: "in capitals, spaced", part: `{"type":" Input_File ","file_id":"f"}`},
+		{name: "FILE", api: "run", part: `{"type":"FILE"}`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			body := `{"input":[{"role":"user","content":[{"type":"input_text","text":"q"},` + c.part + `]}]}`
+			param := "input[0].content[1].type"
+			if c.api == "" {
+				body = `{"messages":[{"role":"user","content":[{"type":"text","text":"q"},` + c.part + `]}]}`
+				param = "messages[0].content[1].type"
+			}
+			_, err := parseInput(c.api, body)
+			var inv *InvalidError
+			if !errors.As(err, &inv) || inv.Code != CodeUnsupportedContent || inv.Msg != msg || inv.Param != param {
+				t.Fatalf("error %#v, want %s %q at %s", err, CodeUnsupportedContent, msg, param)
+			}
+		})
+	}
+}
+
 // A content part whose type is none Hermes takes (text, input_text,
 // output_text, image_url, input_image, in any case and spacing) — one
 // of another name, or no string at all: a number, a boolean, null, an
@@ -508,7 +621,7 @@ func TestPartTypeAsHermes(t *testing.T) {
 		{name: "absent", api: "run", part: `{"text":"a"}`, repr: "None"},
 		{name: "an array of a good type", part: `{"type":["text"],"text":"a"}`, repr: "['text']"},
 		{name: "an object", api: "responses", part: `{"type":{"k":1},"text":"a"}`, repr: "{'k': 1}"},
-		{name: "another name", part: `{"type":"input_file","file_id":"f"}`, repr: "'input_file'"},
+		{name: "another name", part: `{"type":"input_audio","input_audio":{}}`, repr: "'input_audio'"},
 		{name: "an empty name", api: "run", part: `{"type":"","text":"a"}`, repr: "''"},
 		{name: "a name with a quote", api: "responses", part: `{"type":"it's","text":"a"}`, repr: `"it's"`},
 	} {

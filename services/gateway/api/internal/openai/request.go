@@ -759,12 +759,15 @@ const (
 	// msgDataNotImage (unsupported_content_type): a data: URL whose
 	// media type is not image/..., or without a comma before its data.
 	msgDataNotImage = "Only image data URLs are supported. Non-image data payloads are not supported."
+	// msgFilePart (unsupported_content_type): a file part (file,
+	// input_file), whatever it carries.
+	msgFilePart = "Inline image inputs are supported, but uploaded files and document inputs are not supported on this endpoint."
 )
 
 // image checks a picture's URL and returns it as it is passed on: web
-// addresses (the scheme in any case), which the model provider fetches,
-// and pictures sent inline (data: URLs), which the gateway keeps in the
-// attachment store. A data: URL's scheme and media type are read in any
+// addresses (the scheme in any case, passed on in lower case), which the
+// model provider fetches, and pictures sent inline (data: URLs), which
+// the gateway keeps in the attachment store. A data: URL's scheme and media type are read in any
 // case, as Hermes lowercases the URL before it compares it with
 // "data:image/", and passed on in lower case (inlineURL). A data: URL
 // that is no picture is an error, and so, as Hermes has it, is any other
@@ -778,7 +781,10 @@ func image(u string) (string, error) {
 		return u, checkDataURL(u)
 	case strings.EqualFold(scheme, "https"), strings.EqualFold(scheme, "http"):
 		if rest := u[len(scheme):]; strings.HasPrefix(rest, "://") && len(rest) > len("://") {
-			return u, nil
+			// The scheme in lower case (it has no case): the worker
+			// shows the model an API client's web addresses by their
+			// https:// or http:// prefix.
+			return strings.ToLower(scheme) + rest, nil
 		}
 	}
 	return "", &InvalidError{Code: CodeInvalidImageURL, Msg: msgImageScheme}

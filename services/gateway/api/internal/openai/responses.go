@@ -105,13 +105,12 @@ type inputPart struct {
 	// Detail is a picture's detail beside its image_url (the Responses
 	// API's); an image_url object's own detail wins (imageRef).
 	Detail json.RawMessage
-	// FileID is the file_id when it is a string: one of another type
-	// names no file, and the part is read as Hermes reads it, without it.
-	FileID string
+	// A file_id is not read, as Hermes reads none: a picture by a file's
+	// id and without a URL is a picture without a URL (invalid_image_url).
 }
 
 func (p *inputPart) UnmarshalJSON(b []byte) error {
-	f, err := exactMembers(b, "type", "text", "image_url", "detail", "file_id")
+	f, err := exactMembers(b, "type", "text", "image_url", "detail")
 	if err != nil {
 		return err
 	}
@@ -119,14 +118,6 @@ func (p *inputPart) UnmarshalJSON(b []byte) error {
 	// A type that is no string is no type Hermes takes (str(type) is
 	// never one): refused with the others unknown, not as malformed.
 	_ = json.Unmarshal(p.TypeJSON, &p.Type)
-	// Hermes never reads file_id: one that is no string does not make
-	// the part malformed (invalid_request); the part is answered as
-	// Hermes answers it (a picture without a URL, invalid_image_url).
-	if id := bytes.TrimSpace(f["file_id"]); len(id) > 0 && id[0] == '"' {
-		if err := json.Unmarshal(id, &p.FileID); err != nil {
-			return fmt.Errorf("file_id: %w", err)
-		}
-	}
 	return nil
 }
 
@@ -489,10 +480,6 @@ func responseContent(raw json.RawMessage, param string) (string, []picture, erro
 			// Stripped, as Hermes's url_value.strip() before it checks
 			// the URL and passes it on.
 			if u = PythonStrip(u); !ok || u == "" {
-				if p.FileID != "" {
-					return &InvalidError{Param: fmt.Sprintf("%s[%d].file_id", param, i), Code: CodeUnsupportedContent,
-						Msg: "uploaded files are not supported: send the picture as image_url (a web address or a data: URL)"}
-				}
 				return &InvalidError{Param: param, Code: CodeInvalidImageURL, Msg: msgNoImageURL}
 			}
 			var err error
@@ -505,6 +492,10 @@ func responseContent(raw json.RawMessage, param string) (string, []picture, erro
 				return &InvalidError{Param: param, Code: CodeInvalidContentPart, Msg: msgImageDetail}
 			}
 			images = append(images, picture{url: u, detail: d})
+		case "input_file", "file":
+			// Refused in Hermes's words, which say what the client can
+			// send instead (a picture inline), not as a type unknown.
+			return &InvalidError{Param: fmt.Sprintf("%s[%d].type", param, i), Code: CodeUnsupportedContent, Msg: msgFilePart}
 		default:
 			return unknownPart(fmt.Sprintf("%s[%d].type", param, i), p.TypeJSON)
 		}
@@ -522,7 +513,7 @@ func responseContent(raw json.RawMessage, param string) (string, []picture, erro
 // unknownPart refuses a content part of a type Hermes does not take, of
 // JSON typ (nil: absent), as its _normalize_multimodal_content does:
 // unsupported_content_type, in its words, the type as Python's repr
-// gives it ('input_file', 5, True, None, ['text']), cut to 64 bytes.
+// gives it ('input_audio', 5, True, None, ['text']), cut to 64 bytes.
 func unknownPart(param string, typ json.RawMessage) error {
 	repr := "None"
 	if len(typ) > 0 {
@@ -569,8 +560,9 @@ func imageRef(p inputPart) (u string, detail json.RawMessage, ok bool) {
 }
 
 // detailOf reads a picture's detail as Hermes takes it: none (absent or
-// null: ""), or a string that is not blank (Python's strip()), stripped
-// as Hermes passes it on to the model. ok is false for any other.
+// null), or a string that is not blank (Python's strip()); ok is false
+// for any other. The detail passed on to the model is the one taken,
+// stripped, when it is one OpenAI's API takes (modelDetail), else "".
 func detailOf(raw json.RawMessage) (string, bool) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
@@ -580,6 +572,24 @@ func detailOf(raw json.RawMessage) (string, bool) {
 	if raw[0] != '"' || json.Unmarshal(raw, &d) != nil {
 		return "", false
 	}
-	d = PythonStrip(d)
-	return d, d != ""
+	if d = PythonStrip(d); d == "" {
+		return "", false
+	}
+	return modelDetail(d), true
+}
+
+// modelDetail is d, a picture's detail as a client gave it, as the model
+// is given it: one of those OpenAI's API takes, in any case, in lower
+// case as it takes them; "" for any other. Hermes passes any on, and
+// OpenAI refuses the request for one it does not take ("medium", a
+// typo), which here would have the worker ask again without the
+// pictures (a model that refuses a turn's pictures is asked without
+// them), the agent answering without the picture the client sent.
+// Without a detail the model looks at it as with "auto".
+func modelDetail(d string) string {
+	switch d = strings.ToLower(d); d {
+	case "auto", "low", "high", "original":
+		return d
+	}
+	return ""
 }

@@ -174,6 +174,8 @@ func FuzzParseRun(f *testing.F) {
 		`{"input":[{"type":"function_call_output","output":"x"}]}`,
 		`{"input":"a","conversation_history":[{"role":"user","content":{"k":["it's",{"q":"\"\u00a0\ud83d\ude00"},1e-7,true,null],"k":{}}}]}`,
 		`{"input":"a","conversation_history":[{"role":"function","content":-0},{"role":null,"content":false},{"role":"user","content":null},{"role":"assistant","content":[[{"type":"text","text":"t"}],{"type":"input_file"}]}]}`,
+		`{"input":[{"role":"user","content":[{"type":"input_image","image_url":"ftp://x","detail":5},{"type":"input_file","file_id":7}]},{"type":"reasoning","summary":[]},{"type":"function_call_output","output":"x"},{"role":"user","content":[{"type":"input_image","image_url":"HTTPS://x/a.png","detail":"Low"},{"type":"input_image","image_url":"https://x/b.png","file_id":"f","detail":"medium"},{"type":"input_text","text":"q"}]}]}`,
+		`{"input":[{"role":"user","content":[{"type":"input_image","file_id":"file-1"}]}]}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -194,6 +196,7 @@ func FuzzParseRun(f *testing.F) {
 		if len(run.Context) > maxContext+1 {
 			t.Fatalf("%d context messages", len(run.Context))
 		}
+		checkPictures(t, run.Attachments)
 		for _, c := range run.Context {
 			if c.Role != "system" && c.Role != "user" && c.Role != "assistant" {
 				t.Fatalf("context role %q", c.Role)
