@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"strconv"
+	"strings"
 )
 
 type anRequest struct {
@@ -144,6 +145,9 @@ func (s *Server) handleAnthropic(w http.ResponseWriter, r *http.Request) {
 	}
 	s.record(&req)
 	msg := refuseThinking(&in, &req)
+	if msg == "" {
+		msg = refuseBlankText(&in)
+	}
 	if msg == "" {
 		msg = s.refuseFast(&req)
 	}
@@ -411,6 +415,66 @@ func refuseThinking(in *anRequest, req *Request) string {
 				"`. When `thinking` is enabled, a final `assistant` message must start with a thinking block."
 		}
 		break
+	}
+	return ""
+}
+
+// refuseBlankText is the Messages API's refusal of a request with a text
+// block that is empty or only whitespace, in the system prompt, a
+// message or a tool result, or a message of no content (its
+// invalid_request_error message), or "". The real API refuses these
+// before it reads anything else; a client must not send them.
+func refuseBlankText(in *anRequest) string {
+	if len(in.System) > 0 && in.System[0] == '[' {
+		var blocks []anBlock
+		_ = json.Unmarshal(in.System, &blocks)
+		if msg := blankText("system", blocks); msg != "" {
+			return msg
+		}
+	}
+	for i, m := range in.Messages {
+		last := i == len(in.Messages)-1 && m.Role == "assistant" // a prefill may be empty
+		if len(m.Content) > 0 && m.Content[0] == '"' {
+			var text string
+			_ = json.Unmarshal(m.Content, &text)
+			if text == "" && !last {
+				return "messages." + strconv.Itoa(i) + ": all messages must have non-empty content except for the optional final assistant message"
+			}
+			continue
+		}
+		var blocks []anBlock
+		_ = json.Unmarshal(m.Content, &blocks)
+		if len(blocks) == 0 && !last {
+			return "messages." + strconv.Itoa(i) + ": all messages must have non-empty content except for the optional final assistant message"
+		}
+		if msg := blankText("messages", blocks); msg != "" {
+			return msg
+		}
+		for _, bl := range blocks {
+			if bl.Type != "tool_result" || len(bl.Content) == 0 || bl.Content[0] != '[' {
+				continue
+			}
+			var inner []anBlock
+			_ = json.Unmarshal(bl.Content, &inner)
+			if msg := blankText("messages", inner); msg != "" {
+				return msg
+			}
+		}
+	}
+	return ""
+}
+
+// blankText is the refusal of the first blank text block of blocks, in
+// where (system or messages), or "".
+func blankText(where string, blocks []anBlock) string {
+	for _, bl := range blocks {
+		switch {
+		case bl.Type != "text":
+		case bl.Text == "":
+			return where + ": text content blocks must be non-empty"
+		case strings.TrimSpace(bl.Text) == "":
+			return where + ": text content blocks must contain non-whitespace text"
+		}
 	}
 	return ""
 }

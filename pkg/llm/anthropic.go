@@ -253,7 +253,7 @@ func (a *Anthropic) params(req Request) (anthropic.MessageNewParams, []option.Re
 		// This SDK version has no temperature field; the API still takes it.
 		opts = append(opts, option.WithJSONSet("temperature", *req.Temperature))
 	}
-	if req.System != "" {
+	if !blank(req.System) {
 		sys := anthropic.TextBlockParam{Text: req.System}
 		if req.CacheSystem {
 			sys.CacheControl = anthropic.NewCacheControlEphemeralParam()
@@ -286,11 +286,17 @@ func (a *Anthropic) params(req Request) (anthropic.MessageNewParams, []option.Re
 		case RoleSystem:
 			// Later system messages extend the system prompt after the cached
 			// block, so the cached prefix stays byte-identical.
-			p.System = append(p.System, anthropic.TextBlockParam{Text: m.Content})
+			if !blank(m.Content) {
+				p.System = append(p.System, anthropic.TextBlockParam{Text: m.Content})
+			}
 		case RoleUser:
 			blocks := make([]anthropic.ContentBlockParamUnion, 0, len(m.Images)+1)
-			if m.Content != "" || len(m.Images) == 0 {
+			switch {
+			case !blank(m.Content):
 				blocks = append(blocks, anthropic.NewTextBlock(m.Content))
+			case len(m.Images) == 0:
+				// Hermes's adapter's word for it: a message must say something.
+				blocks = append(blocks, anthropic.NewTextBlock(emptyMessage))
 			}
 			for _, img := range m.Images {
 				if len(img.Data) == 0 {
@@ -301,11 +307,15 @@ func (a *Anthropic) params(req Request) (anthropic.MessageNewParams, []option.Re
 			}
 			appendBlocks(RoleUser, blocks...)
 		case RoleTool:
-			appendBlocks(RoleUser, anthropic.NewToolResultBlock(anthropicToolID(m.ToolCallID), m.Content, false))
+			out := m.Content
+			if blank(out) {
+				out = noOutput // a command that printed nothing
+			}
+			appendBlocks(RoleUser, anthropic.NewToolResultBlock(anthropicToolID(m.ToolCallID), out, false))
 		case RoleAssistant:
 			// Thinking first, as the model wrote it.
 			blocks := thinkingBlocks(m.Thinking)
-			if m.Content != "" {
+			if !blank(m.Content) {
 				blocks = append(blocks, anthropic.NewTextBlock(m.Content))
 			}
 			for _, tc := range m.ToolCalls {
@@ -337,6 +347,18 @@ func (a *Anthropic) params(req Request) (anthropic.MessageNewParams, []option.Re
 	}
 	return p, opts, nil
 }
+
+// The Messages API refuses a text block that is empty or only
+// whitespace, wherever it is (the system prompt, a message, a tool
+// result): such text is left out, or said in these words where something
+// must be said, as Hermes's Anthropic adapter says them.
+const (
+	emptyMessage = "(empty message)"
+	noOutput     = "(no output)"
+)
+
+// blank reports whether text would be refused as a text block.
+func blank(text string) bool { return strings.TrimSpace(text) == "" }
 
 // betas is the anthropic-beta header of a request that needs beta: the
 // betas configured in AnthropicConfig.Headers, then beta.

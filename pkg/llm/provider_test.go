@@ -716,6 +716,43 @@ func TestImages(t *testing.T) {
 	}
 }
 
+// Blank text, which the Messages API refuses in any text block ("text
+// content blocks must be non-empty" or "must contain non-whitespace
+// text"), is never sent to Anthropic, as Hermes's adapter sends none: a
+// blank user message is "(empty message)" (one with pictures is the
+// pictures alone), a blank tool result "(no output)", a blank assistant
+// text and a blank system prompt are left out. OpenAI takes them as they
+// are. A context message of only a picture (whose pictures are not
+// shown again), an empty tool output or a blank system note make them.
+func TestBlankTextIsNeverSentToAnthropic(t *testing.T) {
+	png := []byte("\x89PNG\r\n\x1a\n fake pixels")
+	req := llm.Request{System: " \n", Messages: []llm.Message{
+		{Role: llm.RoleSystem, Content: "\t"},
+		{Role: llm.RoleUser, Content: ""},
+		{Role: llm.RoleAssistant, Content: " ", ToolCalls: []llm.ToolCall{{ID: "call_1", Name: "shell", Arguments: `{"cmd":"true"}`}}},
+		{Role: llm.RoleTool, ToolCallID: "call_1", Content: ""},
+		{Role: llm.RoleAssistant, Content: "\n\n"},
+		{Role: llm.RoleUser, Content: "  ", Images: []llm.Image{{MIME: "image/png", Data: png}}},
+		{Role: llm.RoleUser, Content: " \n "},
+	}}
+	srv := startFake(t, fakellm.Config{})
+	if _, err := llm.Complete(context.Background(), backends[1].make(srv), req); err != nil {
+		t.Fatalf("Anthropic refused the request: %v", err)
+	}
+	var got []string
+	for _, m := range srv.Requests()[0].Messages {
+		got = append(got, fmt.Sprintf("%s %q %d", m.Role, m.Content, len(m.Images)))
+	}
+	want := []string{`user "(empty message)" 0`, `assistant "" 0`, `tool "(no output)" 0`,
+		`user "(empty message)" 1`}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("the fake received\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if s := srv.Requests()[0].System; s != "" {
+		t.Errorf("system prompt %q, want none", s)
+	}
+}
+
 // Speech reaches the OpenAI-compatible transcription endpoint as a named
 // file, streamed as it is read (no Content-Length: the body is not built
 // whole first) and complete; the server's refusal is classified as a bad
