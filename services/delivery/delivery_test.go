@@ -592,12 +592,7 @@ func TestAGoneReplicaIsFoundOnTheRoundAfterGoneGrace(t *testing.T) {
 			e := newEnv(t)
 			cfg := testConfig()
 			cfg.SendTimeout, cfg.Lease = 5*time.Second, 30*time.Second
-			ev := event("t1", 1, "s1", final("first"))
-			req := &deliveryv1.SendRequested{IdempotencyKey: "t1:1:0", Op: deliveryv1.SendOp_SEND_OP_SEND, Target: ev.GetTarget(),
-				TurnId: "t1", SessionKey: "s1", Text: "first", ChunkCount: 1}
-			if _, ok, err := outbox.New(e.db).EnqueueClaimed(context.Background(), e.clock.Now(), cfg.TTL, cfg.Lease, replica, req); err != nil || !ok {
-				t.Fatalf("claimed row: %v %v", ok, err)
-			}
+			claimedRow(t, e, cfg, replica)
 			e.start(t, cfg, "b")
 			eventually(t, e.clock, 0, "the gone replica's row sent", func() bool { return len(e.gw.postedTexts()) == 1 })
 			if got := c.asked.Load(); got != c.want {
@@ -638,12 +633,7 @@ func TestAReconnectingReplicaAskedLateInItsRoundIsNotTakenOver(t *testing.T) {
 			close(back)
 		}
 	}))
-	ev := event("t1", 1, "s1", final("first"))
-	req := &deliveryv1.SendRequested{IdempotencyKey: "t1:1:0", Op: deliveryv1.SendOp_SEND_OP_SEND, Target: ev.GetTarget(),
-		TurnId: "t1", SessionKey: "s1", Text: "first", ChunkCount: 1}
-	if _, ok, err := outbox.New(e.db).EnqueueClaimed(context.Background(), e.clock.Now(), cfg.TTL, cfg.Lease, "x", req); err != nil || !ok {
-		t.Fatalf("claimed row: %v %v", ok, err)
-	}
+	claimedRow(t, e, cfg, "x")
 	e.start(t, cfg, "b")
 	eventually(t, e.clock, 0, "replica x asked after it is back, or its row sent", func() bool {
 		select {
@@ -676,17 +666,24 @@ func TestAGoneReplicaAskedLateIsGivenItsWholeGrace(t *testing.T) {
 			first.Store(time.Now().UnixNano())
 		}
 	}))
-	ev := event("t1", 1, "s1", final("first"))
-	req := &deliveryv1.SendRequested{IdempotencyKey: "t1:1:0", Op: deliveryv1.SendOp_SEND_OP_SEND, Target: ev.GetTarget(),
-		TurnId: "t1", SessionKey: "s1", Text: "first", ChunkCount: 1}
-	if _, ok, err := outbox.New(e.db).EnqueueClaimed(context.Background(), e.clock.Now(), cfg.TTL, cfg.Lease, "x", req); err != nil || !ok {
-		t.Fatalf("claimed row: %v %v", ok, err)
-	}
+	claimedRow(t, e, cfg, "x")
 	e.start(t, cfg, "b")
 	eventually(t, e.clock, 0, "the gone replica's row sent", func() bool { return len(e.gw.postedTexts()) == 1 })
 	// A lower bound only: a slow machine makes it longer, never shorter.
 	if silent := time.Since(time.Unix(0, first.Load())); silent < bus.GoneGrace-100*time.Millisecond {
 		t.Errorf("taken over %v after its first silent question went out, want GoneGrace (%v) at least", silent, bus.GoneGrace)
+	}
+}
+
+// claimedRow puts turn t1's reply in the outbox claimed by replica under
+// cfg's lease, as a replica that was sending it leaves it.
+func claimedRow(t *testing.T, e *env, cfg delivery.Config, replica string) {
+	t.Helper()
+	ev := event("t1", 1, "s1", final("first"))
+	req := &deliveryv1.SendRequested{IdempotencyKey: "t1:1:0", Op: deliveryv1.SendOp_SEND_OP_SEND, Target: ev.GetTarget(),
+		TurnId: "t1", SessionKey: "s1", Text: "first", ChunkCount: 1}
+	if _, ok, err := outbox.New(e.db).EnqueueClaimed(context.Background(), e.clock.Now(), cfg.TTL, cfg.Lease, replica, req); err != nil || !ok {
+		t.Fatalf("claimed row: %v %v", ok, err)
 	}
 }
 
