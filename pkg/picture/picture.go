@@ -180,10 +180,11 @@ const minEdge = 64
 // of its pixels would be: that PNG when it is within l (the pixels and
 // transparency are kept; a BMP's bytes, uncompressed, are often over
 // l.MaxBytes where its PNG is not), else the JPEG. Only a GIF's first
-// frame is decoded, whatever their number. The media type is the one the bytes are in, whatever the sender
-// said, and always one the providers take. A picture too many pixels
-// for l.MaxPixels, or whose data is too short for the pixels it claims
-// (ErrTruncated), is refused before any pixel is decoded.
+// frame is decoded, however many it has. The media type is the one the
+// bytes are in, whatever the sender said, and always one the providers
+// take. A picture of too many pixels for l.MaxPixels, or whose data is
+// too short for the pixels it claims (ErrTruncated), is refused before
+// any pixel is decoded.
 func Fit(data []byte, l Limits) ([]byte, string, error) {
 	if l.MaxBytes <= 0 || l.MaxEdge <= 0 || l.MaxPixels <= 0 {
 		return nil, "", fmt.Errorf("picture limits must be positive: %+v", l)

@@ -767,9 +767,10 @@ const (
 // image checks a picture's URL and returns it as it is passed on: web
 // addresses (the scheme in any case, passed on in lower case), which the
 // model provider fetches, and pictures sent inline (data: URLs), which
-// the gateway keeps in the attachment store. A data: URL's scheme and media type are read in any
-// case, as Hermes lowercases the URL before it compares it with
-// "data:image/", and passed on in lower case (inlineURL). A data: URL
+// the gateway keeps in the attachment store. A data: URL's scheme and
+// media type are read in any case, as Hermes lowercases the URL before
+// it compares it with "data:image/", and passed on in lower case
+// (inlineURL). A data: URL
 // that is no picture is an error, and so, as Hermes has it, is any other
 // URL (ftp:, file:, a bucket's): no provider fetches it, and dropping it
 // would have the agent answer without the picture the client sent.
