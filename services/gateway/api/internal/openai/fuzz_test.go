@@ -582,18 +582,26 @@ func TestFilePartsAsHermes(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			body := `{"input":[{"role":"user","content":[{"type":"input_text","text":"q"},` + c.part + `]}]}`
-			param := "input[0].content[1].type"
-			if c.api == "" {
-				body = `{"messages":[{"role":"user","content":[{"type":"text","text":"q"},` + c.part + `]}]}`
-				param = "messages[0].content[1].type"
-			}
-			_, err := parseInput(c.api, body)
-			var inv *InvalidError
-			if !errors.As(err, &inv) || inv.Code != CodeUnsupportedContent || inv.Msg != msg || inv.Param != param {
-				t.Fatalf("error %#v, want %s %q at %s", err, CodeUnsupportedContent, msg, param)
-			}
+			partRefused(t, c.api, c.part, msg)
 		})
+	}
+}
+
+// partRefused checks that part, the second of a user message's content
+// after a text part (in api's request: "" a chat completion's), is
+// refused as unsupported_content_type with msg, naming its type.
+func partRefused(t *testing.T, api, part, msg string) {
+	t.Helper()
+	body := `{"input":[{"role":"user","content":[{"type":"input_text","text":"q"},` + part + `]}]}`
+	param := "input[0].content[1].type"
+	if api == "" {
+		body = `{"messages":[{"role":"user","content":[{"type":"text","text":"q"},` + part + `]}]}`
+		param = "messages[0].content[1].type"
+	}
+	_, err := parseInput(api, body)
+	var inv *InvalidError
+	if !errors.As(err, &inv) || inv.Code != CodeUnsupportedContent || inv.Msg != msg || inv.Param != param {
+		t.Fatalf("error %#v, want %s %q at %s", err, CodeUnsupportedContent, msg, param)
 	}
 }
 
@@ -627,17 +635,7 @@ func TestPartTypeAsHermes(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			body := `{"input":[{"role":"user","content":[{"type":"input_text","text":"q"},` + c.part + `]}]}`
-			param := "input[0].content[1].type"
-			if c.api == "" {
-				body = `{"messages":[{"role":"user","content":[{"type":"text","text":"q"},` + c.part + `]}]}`
-				param = "messages[0].content[1].type"
-			}
-			_, err := parseInput(c.api, body)
-			var inv *InvalidError
-			if want := msg(c.repr); !errors.As(err, &inv) || inv.Code != CodeUnsupportedContent || inv.Msg != want || inv.Param != param {
-				t.Fatalf("error %#v, want %s %q at %s", err, CodeUnsupportedContent, want, param)
-			}
+			partRefused(t, c.api, c.part, msg(c.repr))
 		})
 	}
 }
