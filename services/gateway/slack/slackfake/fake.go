@@ -919,17 +919,22 @@ func (f *Fake) link(w http.ResponseWriter, r *http.Request) {
 		"debug_info":      map[string]any{"host": "fake", "approximate_connection_time": 3600},
 		"connection_info": map[string]any{"app_id": f.AppID}}
 	data, _ := json.Marshal(hello)
-	if err := c.Write(ctx, websocket.MessageText, data); err != nil {
-		return
-	}
+	// The session is counted and made current before its hello goes out,
+	// and the hello is written under the lock: the client reports itself
+	// connected on the hello, and a count read or a Drop after that must
+	// already see this session, while a Push waits for the hello to be
+	// out before writing its envelope.
 	f.mu.Lock()
 	if f.cur != nil {
 		_ = f.cur.c.Close(websocket.StatusGoingAway, "replaced")
 	}
 	f.cur = s
 	f.conns++
-	close(f.connected)
-	f.connected = make(chan struct{})
+	err = c.Write(ctx, websocket.MessageText, data)
+	if err == nil {
+		close(f.connected)
+		f.connected = make(chan struct{})
+	}
 	f.mu.Unlock()
 	defer func() {
 		close(s.done)
@@ -939,6 +944,9 @@ func (f *Fake) link(w http.ResponseWriter, r *http.Request) {
 		}
 		f.mu.Unlock()
 	}()
+	if err != nil {
+		return
+	}
 	for {
 		_, data, err := c.Read(ctx)
 		if err != nil {
