@@ -123,8 +123,21 @@ func (h *heldReceipts) parts(key string) map[int]string {
 
 // partsLocked is parts, h.mu held.
 func (h *heldReceipts) partsLocked(key string) map[int]string {
-	prefix := key + partSuffix
 	var ps map[int]string
+	h.eachPartLocked(key, func(_ string, i int, e heldReceipt) {
+		if ps == nil {
+			ps = map[int]string{}
+		}
+		ps[i] = string(e.data)
+	})
+	return ps
+}
+
+// eachPartLocked calls fn with each part record held of the send whose
+// receipt key is key, by its key and part, but those whose time is
+// over; h.mu held.
+func (h *heldReceipts) eachPartLocked(key string, fn func(k string, i int, e heldReceipt)) {
+	prefix := key + partSuffix
 	now := time.Now()
 	for k, e := range h.m {
 		rest, ok := strings.CutPrefix(k, prefix)
@@ -135,12 +148,8 @@ func (h *heldReceipts) partsLocked(key string) map[int]string {
 		if err != nil {
 			continue
 		}
-		if ps == nil {
-			ps = map[int]string{}
-		}
-		ps[i] = string(e.data)
+		fn(k, i, e)
 	}
-	return ps
 }
 
 // keptReservation is a failed send's reservation kept for its part
@@ -155,10 +164,24 @@ type keptReservation struct {
 // for them until until: freed once the last of them is stored (freed).
 // Both in one step with the records' stores' ends (stored): a record
 // stored just before is not kept for, one stored just after frees it.
+// The records are held until until too: the reservation names this
+// replica so long, and a retry reaching another replica asks it about
+// them. A record an earlier attempt held, which this one did not read
+// again (SentPart: it failed before that part), was let go at the end
+// of the earlier reservation, and a retry then asking was told "not
+// sending" and posted the part again.
 func (h *heldReceipts) keepFor(key string, rev uint64, until time.Time) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.partsLocked(key) == nil {
+	held := false
+	h.eachPartLocked(key, func(k string, _ int, e heldReceipt) {
+		held = true
+		if e.until.Before(until) {
+			e.until = until
+			h.m[k] = e
+		}
+	})
+	if !held {
 		return false
 	}
 	now := time.Now()

@@ -918,6 +918,70 @@ func TestAReservationKeptForHeldPartsIsFreedOnceTheyAreStored(t *testing.T) {
 	}
 }
 
+// partsFailingEarly is twoParts whose send fails before it looks at
+// any part while early is set: an attempt that ends before its first
+// platform call (an attachment's download, the chat's typing call).
+type partsFailingEarly struct {
+	twoParts
+	early *atomic.Bool
+}
+
+func (p partsFailingEarly) Send(ctx context.Context, req *deliveryv1.SendRequested) (string, error) {
+	if p.early.Load() {
+		return "", errors.New("attachment download failed")
+	}
+	return p.twoParts.Send(ctx, req)
+}
+
+// TestAHeldPartOutlivesNoReservationKeptForIt: a retry of a send on its
+// sender that failed before it reached the part an earlier attempt sent,
+// whose record is held, kept its own reservation for that record, but
+// the record stayed held only as long as the earlier attempt's
+// reservation. Once that was over, a retry reaching another replica
+// still found the sender's reservation, asked, was told "not sending",
+// and posted the part a second time. The record is held as long as the
+// reservation kept for it.
+func TestAHeldPartOutlivesNoReservationKeptForIt(t *testing.T) {
+	t.Parallel()
+	const sendTimeout = 3 * time.Second // a reservation lasts 4 s
+	url := bustest.EmbeddedURL(t)
+	busA := bustest.New(t, url)
+	busB := bustest.NewWith(t, url, busA.Topology())
+	mA, mB := platformtest.NewMemory("bot-kept-again", false), platformtest.NewMemory("bot-kept-again", false)
+	failSecond, early := &atomic.Bool{}, &atomic.Bool{}
+	failSecond.Store(true)
+	a := startRunner(t, partsFailingEarly{twoParts{mA, failSecond}, early}, busA,
+		platform.Options{Instance: "replica-a", SendTimeout: sendTimeout}).r
+	b := startRunner(t, twoParts{mB, &atomic.Bool{}}, busB, platform.Options{Instance: "replica-b", SendTimeout: sendTimeout}).r
+	platformtest.WaitFor(t, "both replicas to start", func() bool {
+		return state(a) == platform.StateConnected && state(b) == platform.StateConnected
+	})
+	failReceiptStores(a)
+	ctx := context.Background()
+	target := &deliveryv1.Target{Platform: "memory", ChatId: "chat"}
+	req := &deliveryv1.SendRequested{IdempotencyKey: "t13:1:0", Op: deliveryv1.SendOp_SEND_OP_SEND, Target: target, Text: "long"}
+	if rec := a.Execute(ctx, req); rec.GetOk() {
+		t.Fatalf("first attempt: receipt %+v, want its second part failed", rec)
+	}
+	firstEnded := time.Now()
+
+	// The retry reaches the sender and fails before its first part.
+	time.Sleep(sendTimeout / 2)
+	early.Store(true)
+	if rec := a.Execute(ctx, req); rec.GetOk() {
+		t.Fatalf("second attempt: receipt %+v, want it failed", rec)
+	}
+
+	// The first attempt's reservation is over, the second's is not: the
+	// next retry reaches another replica, which asks the sender.
+	time.Sleep(time.Until(firstEnded.Add(sendTimeout + time.Second + 300*time.Millisecond)))
+	rec := b.Execute(ctx, req)
+	sent := append(mA.Fake().Sent(t, ctx, target), mB.Fake().Sent(t, ctx, target)...)
+	if want := []string{"long", "long (part two)"}; !rec.GetOk() || !slices.Equal(sent, want) {
+		t.Fatalf("retry reaching another replica: receipt %+v, posted %q, want it sent, each part once: %q", rec, sent, want)
+	}
+}
+
 // TestAnotherReplicasAnswerAboutItsReservationIsReadWithCare: the answer
 // of the replica a reservation names decides whether a retry reaching
 // another replica sends now, and which parts it skips. Any answer it
