@@ -2,6 +2,8 @@ package main
 
 import (
 	"math"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -48,15 +50,41 @@ func TestTimelineMedians(t *testing.T) {
 	}
 }
 
+// FuzzParseServerTiming: any header gives durations that are finite and
+// not negative, each of a hop the header names, none when it names no
+// duration; and the timing written back as a header reads back the same.
 func FuzzParseServerTiming(f *testing.F) {
 	f.Add("gateway;dur=0.130, router;dur=0.520, worker;dur=1.410, total;dur=2.380")
 	f.Add(`worker;desc="a;b";dur=1e3,,;dur=`)
+	f.Add("total;dur=0")
+	f.Add("router;dur=1;dur=2, router;dur=x, worker ; dur=0x1p-2")
+	f.Add("delivery;dur=-0, return;dur=1e400, gateway;dur=5e-324")
 	f.Fuzz(func(t *testing.T, h string) {
 		got := parseServerTiming(h)
-		for _, v := range got.ms {
+		for i, v := range got.ms {
 			if v < 0 || math.IsNaN(v) || math.IsInf(v, 0) {
 				t.Fatalf("%q gave %v", h, got.ms)
 			}
+			if v != 0 && !strings.Contains(h, timelineHops[i]) {
+				t.Fatalf("%q gave %s %v, a hop it does not name", h, timelineHops[i], v)
+			}
+		}
+		if !got.ok {
+			if got.ms != ([len(timelineHops)]float64{}) {
+				t.Fatalf("%q gave %v, not ok", h, got.ms)
+			}
+			return
+		}
+		if !strings.Contains(h, "dur=") {
+			t.Fatalf("%q, without a duration, gave %v", h, got.ms)
+		}
+		metrics := make([]string, len(timelineHops))
+		for i, hop := range timelineHops {
+			metrics[i] = hop + ";dur=" + strconv.FormatFloat(got.ms[i], 'g', -1, 64)
+		}
+		back := strings.Join(metrics, ", ")
+		if again := parseServerTiming(back); again != got {
+			t.Fatalf("%q gave %+v; written back as %q it reads %+v", h, got, back, again)
 		}
 	})
 }

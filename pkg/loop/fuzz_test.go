@@ -8,7 +8,11 @@ import (
 
 // FuzzParseSpec: /loop's words parse into a prompt, interval, --times
 // and --until that come from the text (never longer, never a broken
-// character), or into a problem; nothing panics.
+// character), or into a problem; nothing panics. As Hermes's
+// parse_loop_args, ParseSpec takes "--times N" out wherever it stands,
+// so the words on both sides of it join ("x --times 2 y": prompt "x y"):
+// with --times the prompt and the condition are the text's words, not
+// pieces of it.
 func FuzzParseSpec(f *testing.F) {
 	for _, s := range []string{"5m check", "every 10m /recap", "2m poll --times 30", "5m x --until y --times 2",
 		"--times", "x --times -1", "1h30m", "every", "x\t--until\ny", "3 things"} {
@@ -28,8 +32,16 @@ func FuzzParseSpec(f *testing.F) {
 		if len(s.Prompt)+len(s.Until) > len(args) {
 			t.Fatalf("ParseSpec(%q) = %+v: longer than the text", args, s)
 		}
-		if !strings.Contains(args, s.Prompt) || !strings.Contains(args, s.Until) {
+		if s.Times == 0 && (!strings.Contains(args, s.Prompt) || !strings.Contains(args, s.Until)) {
 			t.Fatalf("ParseSpec(%q) = %+v: not from the text", args, s)
+		}
+		if s.Times > 0 && !strings.Contains(args, "--times") {
+			t.Fatalf("ParseSpec(%q) = %+v: --times without the flag", args, s)
+		}
+		for _, w := range strings.Fields(s.Prompt + " " + s.Until) {
+			if !strings.Contains(args, w) {
+				t.Fatalf("ParseSpec(%q) = %+v: word %q not from the text", args, s, w)
+			}
 		}
 		if utf8.ValidString(args) && (!utf8.ValidString(s.Prompt) || !utf8.ValidString(s.Until)) {
 			t.Fatalf("ParseSpec(%q) broke a character", args)

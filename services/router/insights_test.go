@@ -3,6 +3,7 @@ package router
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -174,10 +175,36 @@ func FuzzParseInsightsArgs(f *testing.F) {
 	for _, s := range []string{"", "7", "--days 7", "-3", "abc", "99999999999999999999", "--source x", "7 8"} {
 		f.Add(s)
 	}
+	f.Add("--days")
+	f.Add("+007")
+	f.Add("--days --days 7")
+	f.Add("\t--days\n365 ")
 	f.Fuzz(func(t *testing.T, args string) {
 		days, problem := parseInsightsArgs(args)
-		if problem == "" && (days < 1 || days > maxInsightsDays) {
+		if problem != "" {
+			if days != 0 {
+				t.Fatalf("%q: %d days and a problem %q", args, days, problem)
+			}
+			return
+		}
+		if days < 1 || days > maxInsightsDays {
 			t.Fatalf("%q: %d days accepted", args, days)
+		}
+		// The days are the number the text ends with, or the default when
+		// it has no words.
+		words := strings.Fields(args)
+		if len(words) == 0 {
+			if days != defaultInsightsDays {
+				t.Fatalf("%q: %d days, not the default", args, days)
+			}
+		} else if n, err := strconv.Atoi(strings.TrimPrefix(words[len(words)-1], "+")); err != nil || n != days {
+			t.Fatalf("%q: %d days, not its last word", args, days)
+		}
+		// Written back in either form, they read back the same.
+		for _, back := range []string{strconv.Itoa(days), "--days " + strconv.Itoa(days)} {
+			if again, p := parseInsightsArgs(back); again != days || p != "" {
+				t.Fatalf("%q: %d days; %q reads %d, %q", args, days, back, again, p)
+			}
 		}
 	})
 }
