@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"image"
+	"image/color"
 	_ "image/gif" // registers GIF (only the first frame is decoded)
 	"image/jpeg"
 	"image/png" // registers PNG
@@ -180,11 +181,12 @@ const minEdge = 64
 // of its pixels would be: that PNG when it is within l (the pixels and
 // transparency are kept; a BMP's bytes, uncompressed, are often over
 // l.MaxBytes where its PNG is not), else the JPEG. Only a GIF's first
-// frame is decoded, however many it has. The media type is the one the
-// bytes are in, whatever the sender said, and always one the providers
-// take. A picture of too many pixels for l.MaxPixels, or whose data is
-// too short for the pixels it claims (ErrTruncated), is refused before
-// any pixel is decoded.
+// frame is decoded, however many it has, and it is shown on the GIF's
+// screen (onScreen). The media type is the one the bytes are in,
+// whatever the sender said, and always one the providers take. A
+// picture of too many pixels for l.MaxPixels, or whose data is too short
+// for the pixels it claims (ErrTruncated), is refused before any pixel
+// is decoded.
 func Fit(data []byte, l Limits) ([]byte, string, error) {
 	if l.MaxBytes <= 0 || l.MaxEdge <= 0 || l.MaxPixels <= 0 {
 		return nil, "", fmt.Errorf("picture limits must be positive: %+v", l)
@@ -206,16 +208,51 @@ func Fit(data []byte, l Limits) ([]byte, string, error) {
 	if err != nil {
 		return nil, "", fmt.Errorf("%w: %v", ErrUnreadable, err)
 	}
-	sb := src.Bounds()
-	if sb.Empty() { // a GIF's first frame may be smaller than its screen, even empty
+	if src.Bounds().Empty() { // a GIF's first frame may be smaller than its screen, even empty
 		return nil, "", fmt.Errorf("%w: an empty frame", ErrUnreadable)
 	}
+	if h.MIME == "image/gif" {
+		src = onScreen(src, h)
+	}
+	sb := src.Bounds()
 	if (!taken[h.MIME] || h.Animated) && max(sb.Dx(), sb.Dy()) <= l.MaxEdge {
 		if out, ok, err := asPNG(src, l.MaxBytes); err != nil || ok {
 			return out, "image/png", err
 		}
 	}
 	return fitJPEG(src, l)
+}
+
+// onScreen is frame, a GIF's first frame, as it is shown: on the GIF's
+// logical screen (h's size), at its place there, the screen around it
+// transparent, as browsers show it (and a GIF of one such frame within
+// the limits reaches the providers as it is, at the screen's size). Its
+// decoder gives the frame alone, which may be smaller than the screen,
+// anywhere within it. The screen is drawn as it is read, not held: a
+// GIF of a few bytes whose first frame is a pixel may claim a screen of
+// MaxPixels.
+func onScreen(frame image.Image, h Header) image.Image {
+	if r := image.Rect(0, 0, h.Width, h.Height); frame.Bounds() != r {
+		return gifScreen{frame: frame, r: r}
+	}
+	return frame
+}
+
+// gifScreen is onScreen's picture: frame within r, transparent around it.
+type gifScreen struct {
+	frame image.Image
+	r     image.Rectangle
+}
+
+func (s gifScreen) ColorModel() color.Model { return color.RGBAModel }
+
+func (s gifScreen) Bounds() image.Rectangle { return s.r }
+
+func (s gifScreen) At(x, y int) color.Color {
+	if (image.Point{X: x, Y: y}).In(s.frame.Bounds()) {
+		return s.frame.At(x, y)
+	}
+	return color.Transparent
 }
 
 // pixelLimit is the most pixels of a picture with header h that Fit

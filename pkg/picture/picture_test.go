@@ -533,3 +533,73 @@ func FuzzFit(f *testing.F) {
 		}
 	})
 }
+
+// placedGIF is a GIF of a w×h screen whose first frame covers only
+// first, with a second frame over the whole screen: so its first frame
+// is what is shown of it (Fit). firstShown is how that frame shows.
+func placedGIF(t testing.TB, w, h int, first image.Rectangle) (data []byte, firstShown *image.NRGBA) {
+	t.Helper()
+	frame := image.NewPaletted(first, palette.Plan9)
+	for i := range frame.Pix {
+		frame.Pix[i] = uint8(i/first.Dx()%200 + 20)
+	}
+	g := &gif.GIF{Config: image.Config{Width: w, Height: h}, Delay: []int{10, 10},
+		Image: []*image.Paletted{frame, gifFrame(w, h, 1)}}
+	var b bytes.Buffer
+	if err := gif.EncodeAll(&b, g); err != nil {
+		t.Fatal(err)
+	}
+	firstShown = image.NewNRGBA(image.Rect(0, 0, w, h)) // transparent around the frame
+	for y := first.Min.Y; y < first.Max.Y; y++ {
+		for x := first.Min.X; x < first.Max.X; x++ {
+			firstShown.Set(x, y, frame.At(x, y))
+		}
+	}
+	return b.Bytes(), firstShown
+}
+
+// A GIF's first frame may cover only part of its screen (its logical
+// size), anywhere on it: it is shown on the screen, at its place, the
+// rest transparent (white in a JPEG), as browsers and the providers show
+// a GIF of one such frame taken as it is. Not the frame alone, moved to
+// the top left corner and of another size than the picture's.
+func TestFitShowsAGIFsFirstFrameOnItsScreen(t *testing.T) {
+	t.Parallel()
+	lim := picture.Limits{MaxBytes: 200 << 10, MaxEdge: 512, MaxPixels: 4_000_000}
+	small, smallShown := placedGIF(t, 60, 40, image.Rect(30, 10, 50, 35))
+	big, _ := placedGIF(t, 1000, 600, image.Rect(600, 100, 900, 400))
+	for _, tt := range []struct {
+		name   string
+		data   []byte
+		mime   string
+		w, h   int
+		pixels image.Image // the result's pixels are exactly these
+		white  bool        // its top left pixel is white (flattened transparency)
+	}{
+		{"animated, within the limits", small, "image/png", 60, 40, smallShown, false},
+		{"animated, over the edge", big, "image/jpeg", 512, 307, nil, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			out, mime, err := picture.Fit(tt.data, lim)
+			if err != nil || mime != tt.mime {
+				t.Fatalf("%s, %v; want %s", mime, err, tt.mime)
+			}
+			img, _, err := image.Decode(bytes.NewReader(out))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if b := img.Bounds(); b.Dx() != tt.w || b.Dy() != tt.h {
+				t.Fatalf("%dx%d, want %dx%d: the screen's size", b.Dx(), b.Dy(), tt.w, tt.h)
+			}
+			if tt.pixels != nil {
+				samePixels(t, img, tt.pixels)
+			}
+			if tt.white {
+				if r, g, b, _ := img.At(0, 0).RGBA(); r < 0xf000 || g < 0xf000 || b < 0xf000 {
+					t.Fatalf("the screen around the frame is %v, not white", img.At(0, 0))
+				}
+			}
+		})
+	}
+}
