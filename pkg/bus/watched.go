@@ -117,36 +117,44 @@ const GoneGrace = 3 * time.Second
 
 // Silence follows a replica asked again and again whether it is there
 // (its liveness subject): since when its questions have got no
-// responders in a row. That is measured between the times the questions
-// went out, as read just before each was sent: not from when an answer
-// came back, which would judge the replica one question later at
-// random, and not from when a question was due (a tick's or a round's
-// time), which a question that went out late would cut short: a round
-// slowed by questions to other replicas that timed out, then a stale
-// tick taken at once, could count a reconnecting replica's 3 s from
-// questions sent half a second apart. The zero Silence has heard the
-// replica, or not asked it yet.
+// responders in a row. A no responders says the server found no one
+// subscribed at some moment between when the question was sent and when
+// its answer came back, which may be far apart: a question held in its
+// asker's connection (a reconnect, a congested link, a stalled write)
+// reaches the server late. So the silence runs from when the answer to
+// the first silent question came back (the replica was silent no later)
+// to when the last question was sent, as read just before it was (it
+// was silent no earlier): never longer than the replica was found
+// silent. Not to when the last answer came back, which would judge the
+// replica one question later at random, and not from or to when a
+// question was due (a tick's or a round's time), which a question that
+// went out late would cut short: a round slowed by questions to other
+// replicas that timed out, then a stale tick taken at once, could count
+// a reconnecting replica's 3 s from questions sent half a second apart.
+// The zero Silence has heard the replica, or not asked it yet.
 type Silence struct{ since time.Time }
 
-// Answer takes err, the answer to a question sent at asked, and reports
-// whether the replica counts as gone: no responders from questions sent
-// GoneGrace apart (less tickJitter). Any other answer, none in time
-// included, counts as alive and ends the silence.
-func (s *Silence) Answer(asked time.Time, err error) (gone bool) {
+// Answer takes err, the answer to a question sent at asked that came
+// back at answered, and reports whether the replica counts as gone: no
+// responders for GoneGrace (less tickJitter), from the answer to the
+// first silent question to the sending of this one. Any other answer,
+// none in time included, counts as alive and ends the silence.
+func (s *Silence) Answer(asked, answered time.Time, err error) (gone bool) {
 	if !errors.Is(err, nats.ErrNoResponders) {
 		s.since = time.Time{}
 		return false
 	}
 	if s.since.IsZero() {
-		s.since = asked
+		s.since = answered
 	}
 	return asked.Sub(s.since) >= GoneGrace-tickJitter // before: maybe reconnecting
 }
 
-// tickJitter is how much sooner than GoneGrace two questions may be
-// sent and still count as GoneGrace apart: questions asked every second
-// go out on ticks give or take the moment the runtime took to deliver
-// the tick and the asker to take it (microseconds, more on a busy
+// tickJitter is how much less than GoneGrace a silence may be counted
+// and still count as GoneGrace: questions asked every second go out on
+// ticks give or take the moment the runtime took to deliver the tick
+// and the asker to take it, and the first silent one's answer comes
+// back its round trip after it went out (microseconds, more on a busy
 // machine). Without it, the question GoneGrace after the first silent
 // one may read 2.999 s, and the replica be judged one question later.
 const tickJitter = 50 * time.Millisecond
@@ -209,7 +217,7 @@ func (b *Bus) RequestWatched(ctx context.Context, subject string, req, resp prot
 	}
 	var tick <-chan time.Time
 	var server string
-	// silence of the server's liveness subject, from the tick of its
+	// silence of the server's liveness subject, from the answer to its
 	// first question in a row that got no responders.
 	var silence Silence
 	stopTick := func() {}
@@ -276,7 +284,7 @@ func (b *Bus) RequestWatched(ctx context.Context, subject string, req, resp prot
 				// which says nothing of the server: it is as it was.
 				continue
 			}
-			if silence.Answer(asked, err) {
+			if silence.Answer(asked, time.Now(), err) {
 				return gone()
 			}
 		}

@@ -200,25 +200,28 @@ func TestRequestWait(t *testing.T) {
 }
 
 // A replica whose liveness subject answers no responders from the first
-// question on is found gone on the first tick at or after GoneGrace from
-// the tick of that first silent question: silence is measured from when
-// it was sent, not from when its answer came back, so a first question
-// that went out late (a busy machine) or came back slowly does not cost
-// one more tick at random.
+// question on is found gone on the first tick whose question goes out at
+// or after GoneGrace from when the answer to that first silent question
+// came back (bus.Silence): not one tick later at random, as counted to
+// when the last answer is read. A first question that went out late (a
+// busy machine) found the replica silent only from then on: the tick
+// after.
 func TestWatchedRequestFindsAGoneReplicaOnTheTickAfterGoneGrace(t *testing.T) {
 	t.Parallel()
 	const every = 500 * time.Millisecond
 	if bus.GoneGrace%every != 0 {
 		t.Fatalf("every (%v) must divide GoneGrace (%v): a tick lands on it", every, bus.GoneGrace)
 	}
-	// The first silent question, then one a tick until GoneGrace.
-	want := int32(bus.GoneGrace/every) + 1
 	for _, tc := range []struct {
 		name string
 		late time.Duration // how late the first question goes out after its tick
+		want int32         // questions asked until the replica is found gone
 	}{
-		{"prompt", 0},
-		{"first question late", every / 4},
+		// The first silent question, then one a tick until GoneGrace.
+		{"prompt", 0, int32(bus.GoneGrace/every) + 1},
+		// GoneGrace is counted from the answer to the first question,
+		// which went out a quarter of a tick late: the tick after.
+		{"first question late", every / 4, int32(bus.GoneGrace/every) + 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -250,20 +253,23 @@ func TestWatchedRequestFindsAGoneReplicaOnTheTickAfterGoneGrace(t *testing.T) {
 			if !errors.Is(err, bus.ErrServerGone) {
 				t.Fatalf("%v, want the replica found gone", err)
 			}
-			if got := asked.Load(); got != want {
-				t.Errorf("found gone after %d alive questions, want %d: on the first tick at or after GoneGrace from the first silent one", got, want)
+			if got := asked.Load(); got != tc.want {
+				t.Errorf("found gone after %d alive questions, want %d: on the first tick whose question goes out at or after GoneGrace from the first silent answer", got, tc.want)
 			}
 		})
 	}
 }
 
-// Silence judges a replica by the times its questions were asked (the
-// rounds or ticks they belong to), not by when their answers are read:
-// a question of a round taken late (a slow round before it, questions to
-// other replicas that timed out first) is no longer silence than its
-// round says. Its first no responders never counts as gone, however
-// long ago its round began, or a replica reconnecting would be taken
-// over on the one answer the grace is there to wait out.
+// Silence judges a replica from when the answer to its first silent
+// question came back to when the last question was sent, not by when
+// the last answer is read: a question of a round taken late (a slow
+// round before it, questions to other replicas that timed out first) is
+// no longer silence than its round says. Its first no responders never
+// counts as gone, however long ago its round began, or a replica
+// reconnecting would be taken over on the one answer the grace is there
+// to wait out. Nor does a silence counted from a first question that
+// reached the server late (held in its asker's connection): the replica
+// was found silent only from the answer on.
 func TestSilence(t *testing.T) {
 	t.Parallel()
 	// Rounds in the past, as a round taken late sees them.
@@ -271,43 +277,56 @@ func TestSilence(t *testing.T) {
 	at := func(d time.Duration) time.Time { return start.Add(d) }
 	type answer struct {
 		asked time.Duration // after start
+		took  time.Duration // from the question to its answer
 		err   error
 		gone  bool
 	}
+	const rtt = 200 * time.Microsecond // a question's round trip on a quiet network
 	for _, tc := range []struct {
 		name    string
 		answers []answer
 	}{
-		{"a first silent question asked long ago", []answer{{0, nats.ErrNoResponders, false}}},
+		{"a first silent question asked long ago", []answer{{0, rtt, nats.ErrNoResponders, false}}},
 		{"silent for less than the grace", []answer{
-			{0, nats.ErrNoResponders, false},
-			{bus.GoneGrace - 100*time.Millisecond, nats.ErrNoResponders, false},
+			{0, rtt, nats.ErrNoResponders, false},
+			{bus.GoneGrace - 100*time.Millisecond, rtt, nats.ErrNoResponders, false},
 		}},
 		{"silent for the grace, by the rounds", []answer{
-			{0, nats.ErrNoResponders, false},
-			{time.Second, nats.ErrNoResponders, false},
-			{bus.GoneGrace, nats.ErrNoResponders, true},
+			{0, rtt, nats.ErrNoResponders, false},
+			{time.Second, rtt, nats.ErrNoResponders, false},
+			{bus.GoneGrace, rtt, nats.ErrNoResponders, true},
 		}},
 		{"a tick due at the grace, sent a little early", []answer{
-			{0, nats.ErrNoResponders, false},
-			{bus.GoneGrace - time.Microsecond, nats.ErrNoResponders, true},
+			{0, rtt, nats.ErrNoResponders, false},
+			{bus.GoneGrace - time.Microsecond, rtt, nats.ErrNoResponders, true},
+		}},
+		{"the last answer read late", []answer{
+			{0, rtt, nats.ErrNoResponders, false},
+			{bus.GoneGrace, 900 * time.Millisecond, nats.ErrNoResponders, true},
+		}},
+		{"a first question that reached the server late", []answer{
+			{0, 900 * time.Millisecond, nats.ErrNoResponders, false},
+			{time.Second, rtt, nats.ErrNoResponders, false},
+			{bus.GoneGrace, rtt, nats.ErrNoResponders, false}, // silent for 2.1 s
+			{bus.GoneGrace + 900*time.Millisecond, rtt, nats.ErrNoResponders, true},
 		}},
 		{"heard between", []answer{
-			{0, nats.ErrNoResponders, false},
-			{time.Second, nil, false},
-			{2 * time.Second, nats.ErrNoResponders, false},
-			{bus.GoneGrace, nats.ErrNoResponders, false},
+			{0, rtt, nats.ErrNoResponders, false},
+			{time.Second, rtt, nil, false},
+			{2 * time.Second, rtt, nats.ErrNoResponders, false},
+			{bus.GoneGrace, rtt, nats.ErrNoResponders, false},
 		}},
 		{"a question not answered in time counts as alive", []answer{
-			{0, nats.ErrNoResponders, false},
-			{time.Second, nats.ErrTimeout, false},
-			{bus.GoneGrace, nats.ErrNoResponders, false},
+			{0, rtt, nats.ErrNoResponders, false},
+			{time.Second, time.Second, nats.ErrTimeout, false},
+			{bus.GoneGrace, rtt, nats.ErrNoResponders, false},
 		}},
 	} {
 		var s bus.Silence
 		for i, a := range tc.answers {
-			if gone := s.Answer(at(a.asked), a.err); gone != a.gone {
-				t.Errorf("%s: answer %d (%v at %v): gone = %v, want %v", tc.name, i, a.err, a.asked, gone, a.gone)
+			if gone := s.Answer(at(a.asked), at(a.asked+a.took), a.err); gone != a.gone {
+				t.Errorf("%s: answer %d (%v asked at %v, answered %v later): gone = %v, want %v",
+					tc.name, i, a.err, a.asked, a.took, gone, a.gone)
 			}
 		}
 	}

@@ -24,7 +24,7 @@ import (
 // which the gateways answer once). A question not answered in time, as
 // a replica whose NATS connection is down, counts as alive: its rows
 // wait out their leases, as before. So does a replica whose questions
-// got no responders for less than bus.GoneGrace, from the round of the
+// got no responders for less than bus.GoneGrace, from the answer to the
 // first (bus.Silence): NATS answers so for one whose connection dropped
 // (its server restarted, its cluster node left) until it has
 // reconnected, though it runs and its send goes on.
@@ -65,13 +65,13 @@ func (s *Service) takeOverGone(ctx context.Context) error {
 }
 
 // releaseGone ends the leases of the rows being sent by replicas that no
-// longer answer (no responders from questions sent bus.GoneGrace apart),
-// and wakes the send loop to take them. A replica is judged on the first
-// round whose question goes out at or after GoneGrace from its first
-// silent question, whenever that went out (a slow question to another
-// replica before it) or came back (bus.Silence). silent holds the
-// replicas whose last question got no responders: it is the caller's,
-// from one round to the next.
+// longer answer (no responders for bus.GoneGrace), and wakes the send
+// loop to take them. A replica is judged on the first round whose
+// question goes out at or after GoneGrace from when the answer to its
+// first silent question came back, whenever that question went out (a
+// slow question to another replica before it) or reached the server
+// (bus.Silence). silent holds the replicas whose last question got no
+// responders: it is the caller's, from one round to the next.
 func (s *Service) releaseGone(ctx context.Context, silent map[string]bus.Silence) {
 	senders, err := s.store.Senders(ctx, s.now(), s.owner)
 	if err != nil {
@@ -94,7 +94,7 @@ func (s *Service) releaseGone(ctx context.Context, silent map[string]bus.Silence
 		_, err := s.bus.Conn().RequestWithContext(actx, s.bus.Topology().DeliveryAliveSubject(r), nil)
 		cancel()
 		silence := silent[r]
-		gone := silence.Answer(asked, err)
+		gone := silence.Answer(asked, time.Now(), err)
 		if !gone && silence.Silent() {
 			silent[r] = silence // maybe reconnecting
 			continue

@@ -6,6 +6,7 @@ import (
 	"net"
 	"sync"
 	"testing"
+	"time"
 )
 
 // Cuttable is a TCP relay in front of a NATS server whose connections a
@@ -24,6 +25,7 @@ type Cuttable struct {
 	mu    sync.Mutex
 	ln    net.Listener
 	conns []net.Conn
+	until time.Time // what clients send is held until then (Hold)
 }
 
 // NewCuttable relays to the server at url (nats://host:port) until t
@@ -105,7 +107,42 @@ func (c *Cuttable) accept(ln net.Listener) {
 		c.conns = append(c.conns, down, up)
 		c.mu.Unlock()
 		go relay(down, up)
-		go relay(up, down)
+		go c.send(up, down)
+	}
+}
+
+// Hold holds what the relayed clients send from now on for d before it
+// goes on to the server: their connections stay up, and what they send
+// meanwhile reaches the server d late, as from a client whose link is
+// congested or whose writes stall. What the server sends is not held.
+func (c *Cuttable) Hold(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.until = time.Now().Add(d)
+}
+
+// send relays what a client sends (down) to the server (up), as relay,
+// once a Hold is over.
+func (c *Cuttable) send(up, down net.Conn) {
+	defer func() {
+		_ = up.Close()
+		_ = down.Close()
+	}()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := down.Read(buf)
+		if n > 0 {
+			c.mu.Lock()
+			held := time.Until(c.until)
+			c.mu.Unlock()
+			time.Sleep(held) // at once when not held
+			if _, err := up.Write(buf[:n]); err != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
 	}
 }
 
