@@ -415,8 +415,10 @@ func checkTIFF(data []byte, h Header) error {
 	blocks := (height + rows - 1) / rows
 	if tw, _ := d.value(d.entry(322), 0); tw != 0 { // TileWidth: in tiles
 		th, _ := d.value(d.entry(323), 0) // TileLength
-		if th == 0 {
-			return nil // its decoder refuses it before it allocates anything
+		if tw < 8 || th < 8 {
+			// Its decoder refuses it before it allocates anything, and
+			// the tiles, one a pixel, would be walked by the million.
+			return nil
 		}
 		offsets, counts = d.entry(324), d.entry(325)
 		blocks = (width + tw - 1) / tw * ((height + th - 1) / th)

@@ -17,6 +17,7 @@ import (
 	"runtime"
 	"slices"
 	"testing"
+	"time"
 
 	"golang.org/x/image/bmp"
 	"golang.org/x/image/tiff"
@@ -601,5 +602,43 @@ func TestFitShowsAGIFsFirstFrameOnItsScreen(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A TIFF of tiles smaller than its decoder reads (8 pixels a side) is
+// left to its decoder, which refuses it before it reads any tile: the
+// length check walked its tiles, one a pixel, as many as its directory
+// lists within the data (0.9 s for a TIFF of 20 MB listing 20 million),
+// before it refused it as cut short.
+func TestFitLeavesTilesTooSmallToItsDecoder(t *testing.T) {
+	t.Parallel()
+	const size = 20 << 20 // agent.max_image_source_bytes
+	data := make([]byte, size)
+	copy(data, "II*\x00")
+	binary.LittleEndian.PutUint32(data[4:], 8) // the directory
+	// Where its tiles' offsets and counts are, one byte each.
+	const tiles = 4096
+	// Tag, type (1 BYTE, 3 SHORT), count, value.
+	entries := [][4]uint32{
+		{256, 3, 1, 5000}, {257, 3, 1, 5000}, {258, 3, 1, 8}, {259, 3, 1, 1}, {262, 3, 1, 1}, // 5000x5000 8-bit grey
+		{322, 3, 1, 1}, {323, 3, 1, 1}, // tiles of 1x1
+		{324, 1, 25_000_000, tiles}, {325, 1, 25_000_000, tiles},
+	}
+	binary.LittleEndian.PutUint16(data[8:], uint16(len(entries)))
+	for i, e := range entries {
+		p := data[10+12*i:]
+		binary.LittleEndian.PutUint16(p, uint16(e[0]))
+		binary.LittleEndian.PutUint16(p[2:], uint16(e[1]))
+		binary.LittleEndian.PutUint32(p[4:], e[2])
+		binary.LittleEndian.PutUint32(p[8:], e[3])
+	}
+	start := time.Now()
+	_, _, err := picture.Fit(data, picture.Limits{MaxBytes: 4 << 20, MaxEdge: 2048, MaxPixels: picture.DefaultMaxPixels})
+	took := time.Since(start)
+	if !errors.Is(err, picture.ErrUnreadable) || errors.Is(err, picture.ErrTruncated) {
+		t.Fatalf("%v, want it refused by its decoder (tiles too small), not by the length check", err)
+	}
+	if took > 250*time.Millisecond {
+		t.Errorf("refused in %v, want at once", took)
 	}
 }
