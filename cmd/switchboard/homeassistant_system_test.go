@@ -15,8 +15,8 @@ import (
 // with the Home Assistant gateway pointed at a fake Home Assistant, over
 // its WebSocket API and REST services, with no allowlist at all (Home
 // Assistant's events are trusted as the transport's, as in Hermes): a
-// watched state change reaches the agent and its answer is posted as
-// Hermes's persistent notification; an ignored entity's and an unwatched
+// watched state change reaches the agent and its answer is posted as a
+// persistent notification of its own, as Hermes posts it; an ignored entity's and an unwatched
 // domain's changes publish nothing; a token Home Assistant stops
 // accepting makes the gateway unready with the reason.
 func TestHomeAssistantEndToEnd(t *testing.T) {
@@ -50,11 +50,11 @@ func TestHomeAssistantEndToEnd(t *testing.T) {
 	if len(calls) != 2 || calls[0].Message != want || calls[1].Message != "echo: [Home Assistant] light.kitchen: turned on" {
 		t.Fatalf("notifications posted %+v, want the two watched changes' answers only", calls)
 	}
-	if calls[0].Title != "Hermes Agent" || calls[0].ID != "hermes_agent" {
-		t.Fatalf("notification %+v: want Hermes's title and id", calls[0])
+	if calls[0].Title != "Hermes Agent" || calls[0].ID == calls[1].ID {
+		t.Fatalf("notifications %+v: want Hermes's title, one notification per answer", calls)
 	}
-	if shown := f.Notifications(); len(shown) != 1 || shown[0].Message != calls[1].Message {
-		t.Fatalf("Home Assistant shows %+v, want the one notification, replaced by the last answer", shown)
+	if shown := f.Notifications(); len(shown) != 2 || shown[0].Message != want || shown[1].Message != calls[1].Message {
+		t.Fatalf("Home Assistant shows %+v, want both answers, as Hermes posts them", shown)
 	}
 
 	// Every change is in Hermes's one session of the ha_events channel.

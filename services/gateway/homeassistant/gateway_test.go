@@ -122,8 +122,10 @@ func door(state, was string) hafake.Change {
 
 // A watched change reaches the bus once, in Hermes's channel and
 // session, trusted as the transport's; ignored, unwatched and
-// attributes-only changes publish nothing; the answer replaces Hermes's
-// one notification.
+// attributes-only changes publish nothing; each answer is a notification
+// of its own, as Hermes's adapter posts them (it sends no
+// notification_id, so Home Assistant makes a new one each time): a
+// later answer does not take an earlier one off the drawer.
 func TestWatchedChangeAndAnswer(t *testing.T) {
 	t.Parallel()
 	g := start(t, nil, true)
@@ -140,16 +142,31 @@ func TestWatchedChangeAndAnswer(t *testing.T) {
 	platformtest.NoEvent(t, g.evs, 300*time.Millisecond)
 
 	first := g.send(t, notify("turn-1:0", "The front door opened."))
+	second := g.send(t, notify("turn-2:0", "It closed again."))
+	if !first.GetOk() || !second.GetOk() || first.GetPlatformMessageId() == second.GetPlatformMessageId() {
+		t.Fatalf("receipts %v %v: want two notifications", first, second)
+	}
+	shown := g.f.Notifications()
+	if len(shown) != 2 || shown[0].Message != "The front door opened." || shown[1].Message != "It closed again." ||
+		shown[0].Title != "Hermes Agent" || shown[1].Title != "Hermes Agent" {
+		t.Fatalf("notifications %+v: want both answers, each its own", shown)
+	}
+}
+
+// With notification_id set, every answer replaces that one notification.
+func TestNotificationIDReplaces(t *testing.T) {
+	t.Parallel()
+	g := start(t, func(c *Config) { c.NotificationID = "hermes_agent" }, true)
+	first := g.send(t, notify("turn-1:0", "The front door opened."))
 	if !first.GetOk() || first.GetPlatformMessageId() != "hermes_agent" {
 		t.Fatalf("receipt %v", first)
 	}
-	second := g.send(t, notify("turn-2:0", "It closed again."))
-	if !second.GetOk() {
+	if second := g.send(t, notify("turn-2:0", "It closed again.")); !second.GetOk() {
 		t.Fatalf("receipt %v", second)
 	}
 	shown := g.f.Notifications()
-	if len(shown) != 1 || shown[0].Message != "It closed again." || shown[0].Title != "Hermes Agent" || shown[0].ID != "hermes_agent" {
-		t.Fatalf("notifications %+v: want Hermes's one, replaced", shown)
+	if len(shown) != 1 || shown[0].Message != "It closed again." || shown[0].ID != "hermes_agent" {
+		t.Fatalf("notifications %+v: want the one, replaced", shown)
 	}
 }
 
@@ -301,7 +318,7 @@ func TestConfigValidate(t *testing.T) {
 }
 
 // A long answer is one notification, whole: delivery does not split
-// Home Assistant's answers (with Hermes's fixed notification id a second
+// Home Assistant's answers (with a configured notification id a second
 // part would replace the first), and the gateway does not cut them
 // (Hermes cut at 4,096 characters).
 func TestLongAnswerIsOneNotification(t *testing.T) {
@@ -326,7 +343,7 @@ func TestLongAnswerIsOneNotification(t *testing.T) {
 // a retry of that send replaces its own.
 func TestMediaAsText(t *testing.T) {
 	t.Parallel()
-	g := start(t, nil, true)
+	g := start(t, func(c *Config) { c.NotificationID = "hermes_agent" }, true)
 	if r := g.send(t, notify("turn-1:0", "Here is the camera snapshot.")); !r.GetOk() {
 		t.Fatalf("receipt %v", r)
 	}

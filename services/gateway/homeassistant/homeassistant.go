@@ -62,9 +62,10 @@ type Config struct {
 	// CooldownSeconds is the least time between two messages of one
 	// entity (30, as Hermes; 0: none).
 	CooldownSeconds int `koanf:"cooldown_seconds"`
-	// NotificationID is the persistent notification every answer
-	// replaces ("hermes_agent", as Hermes); empty: each answer is a
-	// notification of its own.
+	// NotificationID, when set, is the persistent notification every
+	// answer replaces. Empty (the default, as Hermes, which sends no
+	// notification_id): each answer is a notification of its own, its id
+	// made from the send's idempotency key.
 	NotificationID string `koanf:"notification_id"`
 	// NotificationTitle is the notifications' title ("Hermes Agent").
 	NotificationTitle string `koanf:"notification_title"`
@@ -80,7 +81,7 @@ const DefaultURL = "http://homeassistant.local:8123"
 
 // DefaultConfig has Hermes's defaults.
 func DefaultConfig() Config {
-	return Config{URL: DefaultURL, CooldownSeconds: 30, NotificationID: "hermes_agent", NotificationTitle: "Hermes Agent",
+	return Config{URL: DefaultURL, CooldownSeconds: 30, NotificationTitle: "Hermes Agent",
 		PingInterval: 30 * time.Second, LeaseTTL: 10 * time.Second}
 }
 
@@ -232,7 +233,7 @@ func (p *Platform) SingleConsumer() bool { return true }
 func (p *Platform) Ephemeral() bool { return true }
 
 // Capabilities: sends only. A notification cannot be threaded, typed
-// into or (with Hermes's fixed notification id) told apart from the
+// into or (with a configured notification id) told apart from the
 // previous answer; its length is not limited (Hermes cut at 4,096
 // characters; the whole answer is posted here).
 func (p *Platform) Capabilities() platform.Capabilities {

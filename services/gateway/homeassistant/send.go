@@ -23,11 +23,12 @@ const sendTimeout = 10 * time.Second
 
 // Send posts the answer as a persistent notification
 // (POST /api/services/persistent_notification/create with the bearer
-// token), whatever chat it names, as Hermes does. With a notification id
-// configured every answer replaces the last one; without, each answer
-// gets an id of its own made from its idempotency key, so a retried send
-// replaces its own notification instead of adding a second. The id is
-// the returned message id.
+// token), whatever chat it names, as Hermes does. Each answer is a
+// notification of its own, as in Hermes (which sends no id, so Home
+// Assistant makes one), with an id made from its idempotency key, so a
+// retried send replaces its own notification instead of adding a
+// second; with a notification id configured every answer replaces that
+// one instead. The id is the returned message id.
 //
 // A notification carries text only: an attachment's http(s) URL (and
 // its caption) goes as a line of the message, as Hermes sends an image
