@@ -847,17 +847,52 @@ func (f *Fake) roomCall(w http.ResponseWriter, r *http.Request, roomID string, r
 		}
 		writeJSON(w, http.StatusOK, map[string]any{"name": rm.name})
 	case endpoint == "relations" && len(rest) >= 2 && r.Method == http.MethodGet:
-		var chunk []Event
-		for _, l := range f.log {
-			rel, _ := l.ev.Content["m.relates_to"].(map[string]any)
-			if l.room == roomID && rel != nil && str(rel["event_id"]) == rest[1] && !f.redacted[l.ev.EventID] {
-				chunk = append(chunk, l.ev)
-			}
-		}
-		writeJSON(w, http.StatusOK, map[string]any{"chunk": nonNil(chunk)})
+		f.relations(w, r, roomID, rest[1:])
 	default:
 		writeErr(w, http.StatusNotFound, "M_UNRECOGNIZED", "unrecognized room request "+r.Method+" "+strings.Join(rest, "/"))
 	}
+}
+
+// relations serves GET /rooms/{id}/relations/{eventId}[/{relType}[/{eventType}]]
+// as Synapse does: the relations of the event (filtered by relation and
+// event type when given), newest first, at most limit (5 when not
+// given), from the position from (a next_batch) on, and next_batch when
+// more are left; f.mu held.
+func (f *Fake) relations(w http.ResponseWriter, r *http.Request, roomID string, path []string) {
+	q := r.URL.Query()
+	limit, err := strconv.Atoi(q.Get("limit"))
+	if err != nil || limit <= 0 {
+		limit = 5
+	}
+	from := len(f.log)
+	if s := q.Get("from"); s != "" {
+		n, err := strconv.Atoi(strings.TrimPrefix(s, "r"))
+		if err != nil || !strings.HasPrefix(s, "r") || n < 0 || n > len(f.log) {
+			writeErr(w, http.StatusBadRequest, "M_INVALID_PARAM", "bad from token")
+			return
+		}
+		from = n
+	}
+	chunk := []Event{}
+	next := ""
+	for i := from - 1; i >= 0; i-- {
+		l := f.log[i]
+		rel, _ := l.ev.Content["m.relates_to"].(map[string]any)
+		if l.room != roomID || rel == nil || str(rel["event_id"]) != path[0] || f.redacted[l.ev.EventID] ||
+			(len(path) > 1 && str(rel["rel_type"]) != path[1]) || (len(path) > 2 && l.ev.Type != path[2]) {
+			continue
+		}
+		if len(chunk) == limit {
+			next = fmt.Sprintf("r%d", i+1)
+			break
+		}
+		chunk = append(chunk, l.ev)
+	}
+	out := map[string]any{"chunk": chunk}
+	if next != "" {
+		out["next_batch"] = next
+	}
+	writeJSON(w, http.StatusOK, out)
 }
 
 func (f *Fake) upload(w http.ResponseWriter, r *http.Request) {
