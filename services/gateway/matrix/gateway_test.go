@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -528,4 +529,47 @@ func TestDMFollowsTheRoom(t *testing.T) {
 		t.Fatalf("after a restart: event %v, want %s in a group", ev, id)
 	}
 	g.none(t)
+}
+
+// On the very first start (no token stored) what was sent before the
+// start is history, skipped; a first sync that fails and is tried again
+// (the homeserver answering 502 for a while) does not move the start
+// on: a message sent meanwhile is answered.
+func TestFirstStartKeptAcrossRetries(t *testing.T) {
+	t.Parallel()
+	f := matrixfake.New(bot, token)
+	t.Cleanup(f.Close)
+	fakeRooms(f)
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	t.Cleanup(func() {
+		_ = b.JetStream().DeleteKeyValue(context.Background(), b.Topology().Stream(BucketCursors))
+	})
+	evs := platformtest.InboundEvents(t, b)
+	msg := f.Message(dmRm, ann, "hello")
+	f.FailNext("sync", 1, matrixfake.Fail{Status: http.StatusBadGateway, ErrCode: "M_UNKNOWN"})
+	s, err := New(testConfig(f), Deps{Log: slog.New(slog.DiscardHandler), Bus: b,
+		Runner: platform.Options{Backoff: platform.Schedule(10 * time.Millisecond), LeaseTTL: time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Each reading of the clock is 10 s after the one before: the retry
+	// comes long after the message.
+	var reads atomic.Int64
+	s.p.clock = func() time.Time { return time.Now().Add(time.Duration(reads.Add(1)-1) * 10 * time.Second) }
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("run: %v", err)
+		}
+		platformtest.DeleteBuckets(b)
+	})
+	if ev := platformtest.NextEvent(t, evs); ev.GetEventId() != msg {
+		t.Fatalf("event %s %q, want %s", ev.GetEventId(), ev.GetText(), msg)
+	}
+	if f.Calls("sync") < 2 {
+		t.Fatalf("%d syncs, want the failed one and its retry", f.Calls("sync"))
+	}
 }
