@@ -85,7 +85,10 @@ func normalize(ev *event.Event, rv roomView, r rules, inBotThread func(thread id
 		// Redactions, reactions, state and anything else.
 		return nil, skipNotMessage, nil
 	}
-	if ev.Sender == r.Bot {
+	if strings.EqualFold(ev.Sender.String(), r.Bot.String()) {
+		// In any case, as Hermes compares: a MATRIX_USER_ID written in
+		// another case than the homeserver's (an access token does not
+		// check it) must not make the bot answer itself.
 		return nil, skipOwn, nil
 	}
 	c, err := messageContent(ev)

@@ -59,6 +59,10 @@ func TestNormalize(t *testing.T) {
 	}{
 		{name: "dm text", raw: msg(`{"msgtype":"m.text","body":"hi"}`), view: dmView, text: "hi", src: dmSrc},
 		{name: "own message", raw: `{"type":"m.room.message","event_id":"$e1","sender":"@bot:fake.test","content":{"msgtype":"m.text","body":"hi"}}`, view: dmView, skip: skipOwn},
+		// MATRIX_USER_ID written in another case than the homeserver's
+		// (which the access token does not check): still the bot's own.
+		{name: "own message, user id configured in another case", raw: `{"type":"m.room.message","event_id":"$e1","sender":"@bot:fake.test","content":{"msgtype":"m.text","body":"hi"}}`,
+			view: dmView, rules: func(r *rules) { r.Bot = "@Bot:Fake.test" }, skip: skipOwn},
 		{name: "edit", raw: msg(`{"msgtype":"m.text","body":"* hi","m.new_content":{"msgtype":"m.text","body":"hi"},"m.relates_to":{"rel_type":"m.replace","event_id":"$e0"}}`), view: dmView, skip: skipEdit},
 		{name: "redaction", raw: `{"type":"m.room.redaction","event_id":"$e1","sender":"@ann:fake.test","redacts":"$e0","content":{}}`, view: dmView, skip: skipNotMessage},
 		{name: "reaction", raw: `{"type":"m.reaction","event_id":"$e1","sender":"@ann:fake.test","content":{"m.relates_to":{"rel_type":"m.annotation","event_id":"$e0","key":"👍"}}}`, view: dmView, skip: skipNotMessage},
