@@ -573,3 +573,37 @@ func TestFirstStartKeptAcrossRetries(t *testing.T) {
 		t.Fatalf("%d syncs, want the failed one and its retry", f.Calls("sync"))
 	}
 }
+
+// The homeserver keeps "typing…" up for the notice's 30 s, the bot's
+// messages notwithstanding: a turn's final message takes it down (typing
+// false), as Hermes's stop_typing does; a message that ends no turn (a
+// command's answer) leaves it.
+func TestTypingEndsWithTheTurn(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		final  bool
+		typing bool
+	}{
+		{"a turn's final answer", true, false},
+		{"a message before the end", false, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			g := start(t, nil)
+			g.f.Message(dmRm, ann, "what is 2+2?")
+			ev := g.next(t)
+			if r := g.send(t, answer(ev, deliveryv1.SendOp_SEND_OP_TYPING, "", "")); !r.GetOk() || !g.f.IsTyping(dmRm) {
+				t.Fatalf("typing receipt %v, typing %v", r, g.f.IsTyping(dmRm))
+			}
+			req := answer(ev, deliveryv1.SendOp_SEND_OP_SEND, "k1", "4")
+			req.Final = tc.final
+			if r := g.send(t, req); !r.GetOk() {
+				t.Fatalf("send receipt %v", r)
+			}
+			if got := g.f.IsTyping(dmRm); got != tc.typing {
+				t.Fatalf("typing after the answer %v, want %v", got, tc.typing)
+			}
+		})
+	}
+}

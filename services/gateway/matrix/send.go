@@ -343,6 +343,21 @@ func (p *Platform) Typing(ctx context.Context, req *deliveryv1.SendRequested) er
 	return classify(err)
 }
 
+var _ platform.TypingEnder = (*Platform)(nil)
+
+// EndTyping takes the bot's typing notice down (typing false) once a
+// turn's final message is out, as Hermes's stop_typing does: the
+// homeserver keeps it up for the notice's whole 30 s, the bot's messages
+// notwithstanding, so the room would read "typing…" under the answer.
+func (p *Platform) EndTyping(ctx context.Context, req *deliveryv1.SendRequested) error {
+	rid, err := roomOf(req.GetTarget())
+	if err != nil {
+		return err
+	}
+	_, err = p.cli.UserTyping(ctx, rid, false, 0)
+	return classify(err)
+}
+
 // Reactions are Hermes's: 👀 while a turn runs, then ✅ or ❌ (the 👀
 // redacted).
 func (p *Platform) Reactions() platform.Reactions {

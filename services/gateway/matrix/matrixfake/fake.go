@@ -96,9 +96,11 @@ type Fake struct {
 	calls    map[string]int
 	receipts map[string]string // room → event id
 	typing   map[string]int
-	drop     bool
-	seq      int
-	now      int64
+	// typingUntil is when the bot's typing notice in a room lapses.
+	typingUntil map[string]time.Time
+	drop        bool
+	seq         int
+	now         int64
 	// limit is the most timeline events one room gets in a sync answer
 	// (0: all), as a homeserver's default filter has it (Synapse: 10).
 	limit int
@@ -113,7 +115,7 @@ type media struct {
 func New(bot, token string) *Fake {
 	f := &Fake{Bot: bot, Token: token, wake: make(chan struct{}), rooms: map[string]*room{}, txns: map[string]string{},
 		media: map[string]media{}, redacted: map[string]bool{}, fails: map[string][]Fail{}, lose: map[string]int{}, calls: map[string]int{},
-		receipts: map[string]string{}, typing: map[string]int{}, now: time.Now().UnixMilli()}
+		receipts: map[string]string{}, typing: map[string]int{}, typingUntil: map[string]time.Time{}, now: time.Now().UnixMilli()}
 	f.srv = httptest.NewServer(http.HandlerFunc(f.serve))
 	f.URL = f.srv.URL
 	return f
@@ -478,6 +480,15 @@ func (f *Fake) Typing(roomID string) int {
 	return f.typing[roomID]
 }
 
+// IsTyping reports whether the bot shows as typing in a room now: from a
+// typing notice until its timeout, or until it sends typing false (a
+// homeserver does not take it down when the bot sends a message).
+func (f *Fake) IsTyping(roomID string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return time.Now().Before(f.typingUntil[roomID])
+}
+
 // Upload stores media as if a user uploaded it and returns its mxc URI.
 func (f *Fake) Upload(data []byte, contentType string) string {
 	f.mu.Lock()
@@ -825,7 +836,20 @@ func (f *Fake) roomCall(w http.ResponseWriter, r *http.Request, roomID string, r
 		f.notify()
 		f.answer(w, endpoint, map[string]any{"event_id": ev.EventID})
 	case endpoint == "typing" && r.Method == http.MethodPut:
-		f.typing[roomID]++
+		var c struct {
+			Typing  bool  `json:"typing"`
+			Timeout int64 `json:"timeout"`
+		}
+		if err := json.NewDecoder(io.LimitReader(r.Body, 1<<10)).Decode(&c); err != nil {
+			writeErr(w, http.StatusBadRequest, "M_NOT_JSON", "content is not JSON")
+			return
+		}
+		if c.Typing {
+			f.typing[roomID]++
+			f.typingUntil[roomID] = time.Now().Add(time.Duration(c.Timeout) * time.Millisecond)
+		} else {
+			delete(f.typingUntil, roomID)
+		}
 		writeJSON(w, http.StatusOK, map[string]any{})
 	case endpoint == "receipt" && len(rest) == 3 && r.Method == http.MethodPost:
 		f.receipts[roomID] = rest[2]
