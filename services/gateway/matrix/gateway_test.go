@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -528,4 +529,81 @@ func TestDMFollowsTheRoom(t *testing.T) {
 		t.Fatalf("after a restart: event %v, want %s in a group", ev, id)
 	}
 	g.none(t)
+}
+
+// On the very first start (no token stored) what was sent before the
+// start is history, skipped; a first sync that fails and is tried again
+// (the homeserver answering 502 for a while) does not move the start
+// on: a message sent meanwhile is answered.
+func TestFirstStartKeptAcrossRetries(t *testing.T) {
+	t.Parallel()
+	f := matrixfake.New(bot, token)
+	t.Cleanup(f.Close)
+	fakeRooms(f)
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	t.Cleanup(func() {
+		_ = b.JetStream().DeleteKeyValue(context.Background(), b.Topology().Stream(BucketCursors))
+	})
+	evs := platformtest.InboundEvents(t, b)
+	msg := f.Message(dmRm, ann, "hello")
+	f.FailNext("sync", 1, matrixfake.Fail{Status: http.StatusBadGateway, ErrCode: "M_UNKNOWN"})
+	s, err := New(testConfig(f), Deps{Log: slog.New(slog.DiscardHandler), Bus: b,
+		Runner: platform.Options{Backoff: platform.Schedule(10 * time.Millisecond), LeaseTTL: time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Each reading of the clock is 10 s after the one before: the retry
+	// comes long after the message.
+	var reads atomic.Int64
+	s.p.clock = func() time.Time { return time.Now().Add(time.Duration(reads.Add(1)-1) * 10 * time.Second) }
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("run: %v", err)
+		}
+		platformtest.DeleteBuckets(b)
+	})
+	if ev := platformtest.NextEvent(t, evs); ev.GetEventId() != msg {
+		t.Fatalf("event %s %q, want %s", ev.GetEventId(), ev.GetText(), msg)
+	}
+	if f.Calls("sync") < 2 {
+		t.Fatalf("%d syncs, want the failed one and its retry", f.Calls("sync"))
+	}
+}
+
+// The homeserver keeps "typing…" up for the notice's 30 s, the bot's
+// messages notwithstanding: a turn's final message takes it down (typing
+// false), as Hermes's stop_typing does; a message that ends no turn (a
+// command's answer) leaves it.
+func TestTypingEndsWithTheTurn(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		final  bool
+		typing bool
+	}{
+		{"a turn's final answer", true, false},
+		{"a message before the end", false, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			g := start(t, nil)
+			g.f.Message(dmRm, ann, "what is 2+2?")
+			ev := g.next(t)
+			if r := g.send(t, answer(ev, deliveryv1.SendOp_SEND_OP_TYPING, "", "")); !r.GetOk() || !g.f.IsTyping(dmRm) {
+				t.Fatalf("typing receipt %v, typing %v", r, g.f.IsTyping(dmRm))
+			}
+			req := answer(ev, deliveryv1.SendOp_SEND_OP_SEND, "k1", "4")
+			req.Final = tc.final
+			if r := g.send(t, req); !r.GetOk() {
+				t.Fatalf("send receipt %v", r)
+			}
+			if got := g.f.IsTyping(dmRm); got != tc.typing {
+				t.Fatalf("typing after the answer %v, want %v", got, tc.typing)
+			}
+		})
+	}
 }

@@ -207,6 +207,14 @@ type Platform struct {
 
 	mu        sync.Mutex
 	reactions map[string]id.EventID // room|message|emoji → the bot's reaction event
+
+	// clock is time.Now (a test's clock).
+	clock func() time.Time
+	// started is when the first Connect began: on the very first start
+	// (no token stored) what is older is history. A Connect that fails
+	// before a token is stored and is tried again keeps it, or what was
+	// sent meanwhile would pass for history.
+	started time.Time
 }
 
 // NewPlatform builds the platform without a bus (Attach adds it).
@@ -236,7 +244,7 @@ func NewPlatform(cfg Config, log *slog.Logger, hc *http.Client) (*Platform, erro
 	return &Platform{
 		cfg: cfg, log: log.With("platform", "matrix"), cli: cli, sync: st,
 		free: platform.IDSet(cfg.FreeResponseRooms), allowed: platform.IDSet(cfg.AllowedRooms),
-		rooms: rooms{m: map[id.RoomID]*room{}}, reactions: map[string]id.EventID{},
+		rooms: rooms{m: map[id.RoomID]*room{}}, reactions: map[string]id.EventID{}, clock: time.Now,
 	}, nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"mime"
+	"net/url"
 	"path"
 	"strings"
 	"time"
@@ -84,7 +85,10 @@ func normalize(ev *event.Event, rv roomView, r rules, inBotThread func(thread id
 		// Redactions, reactions, state and anything else.
 		return nil, skipNotMessage, nil
 	}
-	if ev.Sender == r.Bot {
+	if strings.EqualFold(ev.Sender.String(), r.Bot.String()) {
+		// In any case, as Hermes compares: a MATRIX_USER_ID written in
+		// another case than the homeserver's (an access token does not
+		// check it) must not make the bot answer itself.
 		return nil, skipOwn, nil
 	}
 	c, err := messageContent(ev)
@@ -257,18 +261,41 @@ func mentions(c *event.MessageEventContent, body string, bot id.UserID, botName 
 	if c.Mentions != nil && c.Mentions.Has(bot) {
 		return true
 	}
-	if c.FormattedBody != "" {
-		fb := strings.ToLower(c.FormattedBody)
-		b := strings.ToLower(bot.String())
-		if strings.Contains(fb, "matrix.to/#/"+b) || strings.Contains(fb, "matrix.to/#/"+strings.ReplaceAll(b, "@", "%40")) {
-			return true
-		}
+	if c.FormattedBody != "" && pills(c.FormattedBody, bot) {
+		return true
 	}
 	lb := strings.ToLower(body)
 	if strings.Contains(lb, strings.ToLower(bot.String())) {
 		return true
 	}
 	return botName != "" && namePrefix(lb, strings.ToLower(botName)) > 0
+}
+
+// matrixTo is what a pill's link holds before the user id.
+const matrixTo = "matrix.to/#/"
+
+// pills reports whether the formatted body links to user u on matrix.to:
+// the id written as it is (@bot:example.org) or percent-encoded, whole
+// (%40bot%3Aexample.org, as the spec's examples and Ruma-based clients
+// write it) or in part; the link's id ends where its path, query or
+// attribute does.
+func pills(formatted string, u id.UserID) bool {
+	want := strings.ToLower(u.String())
+	rest := strings.ToLower(formatted)
+	for {
+		i := strings.Index(rest, matrixTo)
+		if i < 0 {
+			return false
+		}
+		rest = rest[i+len(matrixTo):]
+		target := rest
+		if end := strings.IndexAny(target, "\"'/?#>< \t\n"); end >= 0 {
+			target = target[:end]
+		}
+		if dec, err := url.PathUnescape(target); err == nil && dec == want {
+			return true
+		}
+	}
 }
 
 // namePrefix returns the length of "name:" or "name," (a pill as a

@@ -59,6 +59,10 @@ func TestNormalize(t *testing.T) {
 	}{
 		{name: "dm text", raw: msg(`{"msgtype":"m.text","body":"hi"}`), view: dmView, text: "hi", src: dmSrc},
 		{name: "own message", raw: `{"type":"m.room.message","event_id":"$e1","sender":"@bot:fake.test","content":{"msgtype":"m.text","body":"hi"}}`, view: dmView, skip: skipOwn},
+		// MATRIX_USER_ID written in another case than the homeserver's
+		// (which the access token does not check): still the bot's own.
+		{name: "own message, user id configured in another case", raw: `{"type":"m.room.message","event_id":"$e1","sender":"@bot:fake.test","content":{"msgtype":"m.text","body":"hi"}}`,
+			view: dmView, rules: func(r *rules) { r.Bot = "@Bot:Fake.test" }, skip: skipOwn},
 		{name: "edit", raw: msg(`{"msgtype":"m.text","body":"* hi","m.new_content":{"msgtype":"m.text","body":"hi"},"m.relates_to":{"rel_type":"m.replace","event_id":"$e0"}}`), view: dmView, skip: skipEdit},
 		{name: "redaction", raw: `{"type":"m.room.redaction","event_id":"$e1","sender":"@ann:fake.test","redacts":"$e0","content":{}}`, view: dmView, skip: skipNotMessage},
 		{name: "reaction", raw: `{"type":"m.reaction","event_id":"$e1","sender":"@ann:fake.test","content":{"m.relates_to":{"rel_type":"m.annotation","event_id":"$e0","key":"👍"}}}`, view: dmView, skip: skipNotMessage},
@@ -75,6 +79,14 @@ func TestNormalize(t *testing.T) {
 		{name: "room m.mentions", raw: msg(`{"msgtype":"m.text","body":"Hermes: status?","m.mentions":{"user_ids":["@bot:fake.test"]}}`), view: teamView, text: "status?", src: teamSrc("$e1")},
 		{name: "room user id in body", raw: msg(`{"msgtype":"m.text","body":"@bot:fake.test status?"}`), view: teamView, text: "status?", src: teamSrc("$e1")},
 		{name: "room pill in formatted body", raw: msg(`{"msgtype":"m.text","body":"Hermes: yo","format":"org.matrix.custom.html","formatted_body":"<a href=\"https://matrix.to/#/%40bot%3Afake.test\">Hermes</a>: yo"}`), view: teamView, text: "yo", src: teamSrc("$e1")},
+		{name: "room pill percent-encoded mid-sentence", raw: msg(`{"msgtype":"m.text","body":"ask Hermes about it","format":"org.matrix.custom.html","formatted_body":"ask <a href=\"https://matrix.to/#/%40bot%3Afake.test\">Hermes</a> about it"}`),
+			view: teamView, text: "ask Hermes about it", src: teamSrc("$e1")},
+		{name: "room pill with @ encoded only", raw: msg(`{"msgtype":"m.text","body":"ask Hermes","format":"org.matrix.custom.html","formatted_body":"ask <a href=\"https://matrix.to/#/%40bot:fake.test\">Hermes</a>"}`),
+			view: teamView, text: "ask Hermes", src: teamSrc("$e1")},
+		{name: "room pill for another user", raw: msg(`{"msgtype":"m.text","body":"ask Bob","format":"org.matrix.custom.html","formatted_body":"ask <a href=\"https://matrix.to/#/%40bot%3Afake.test.other\">Bob</a>"}`),
+			view: teamView, skip: skipNotMention},
+		{name: "room pill for a longer user id", raw: msg(`{"msgtype":"m.text","body":"ask Bob","format":"org.matrix.custom.html","formatted_body":"ask <a href=\"https://matrix.to/#/@bot:fake.test.other\">Bob</a>"}`),
+			view: teamView, skip: skipNotMention},
 		{name: "room free response", raw: msg(`{"msgtype":"m.text","body":"chatting"}`), view: teamView, rules: func(r *rules) { r.Free = map[string]bool{team: true} }, text: "chatting", src: teamSrc("$e1"), quiet: true},
 		{name: "room not allowed", raw: msg(`{"msgtype":"m.text","body":"@bot:fake.test hi"}`), view: teamView, rules: func(r *rules) { r.Allowed = map[string]bool{"!other:x": true} }, skip: skipRoom},
 		{name: "room without auto thread", raw: msg(`{"msgtype":"m.text","body":"@bot:fake.test hi"}`), view: teamView, rules: func(r *rules) { r.AutoThread = false },

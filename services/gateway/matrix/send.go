@@ -343,6 +343,21 @@ func (p *Platform) Typing(ctx context.Context, req *deliveryv1.SendRequested) er
 	return classify(err)
 }
 
+var _ platform.TypingEnder = (*Platform)(nil)
+
+// EndTyping takes the bot's typing notice down (typing false) once a
+// turn's final message is out, as Hermes's stop_typing does: the
+// homeserver keeps it up for the notice's whole 30 s, the bot's messages
+// notwithstanding, so the room would read "typing…" under the answer.
+func (p *Platform) EndTyping(ctx context.Context, req *deliveryv1.SendRequested) error {
+	rid, err := roomOf(req.GetTarget())
+	if err != nil {
+		return err
+	}
+	_, err = p.cli.UserTyping(ctx, rid, false, 0)
+	return classify(err)
+}
+
 // Reactions are Hermes's: 👀 while a turn runs, then ✅ or ❌ (the 👀
 // redacted).
 func (p *Platform) Reactions() platform.Reactions {
@@ -406,22 +421,40 @@ func (p *Platform) Unreact(ctx context.Context, t *deliveryv1.Target, messageID,
 	return classify(err)
 }
 
+// Pages of a message's annotations findReaction reads: the homeserver
+// answers /relations a page at a time, newest first (Synapse: 5 unless
+// asked for more), and the bot's reaction, made as the turn began, is
+// behind every one added since.
+const (
+	relationsPage     = 100
+	maxRelationsPages = 50
+)
+
 // findReaction returns the bot's reaction with emoji on a message ("" for
-// none), from the message's m.annotation relations.
+// none), from the message's m.annotation relations, page after page.
 func (p *Platform) findReaction(ctx context.Context, rid id.RoomID, msg id.EventID, emoji string) (id.EventID, error) {
-	resp, err := p.cli.GetRelations(ctx, rid, msg, &mautrix.ReqGetRelations{RelationType: event.RelAnnotation, EventType: event.EventReaction})
-	if err != nil {
-		return "", classify(err)
-	}
-	for _, ev := range resp.Chunk {
-		if ev.Sender != id.UserID(p.cfg.UserID) {
-			continue
+	req := &mautrix.ReqGetRelations{RelationType: event.RelAnnotation, EventType: event.EventReaction, Dir: mautrix.DirectionBackward, Limit: relationsPage}
+	for range maxRelationsPages {
+		resp, err := p.cli.GetRelations(ctx, rid, msg, req)
+		if err != nil {
+			return "", classify(err)
 		}
-		_ = ev.Content.ParseRaw(event.EventReaction)
-		if r, ok := ev.Content.Parsed.(*event.ReactionEventContent); ok && r.RelatesTo.Key == emoji {
-			return ev.ID, nil
+		for _, ev := range resp.Chunk {
+			if ev == nil || ev.Sender != id.UserID(p.cfg.UserID) {
+				continue
+			}
+			_ = ev.Content.ParseRaw(event.EventReaction)
+			if r, ok := ev.Content.Parsed.(*event.ReactionEventContent); ok && r.RelatesTo.Key == emoji {
+				return ev.ID, nil
+			}
 		}
+		if resp.NextBatch == "" || resp.NextBatch == req.From {
+			return "", nil
+		}
+		req.From = resp.NextBatch
 	}
+	p.log.Warn("matrix: the bot's reaction was not among the newest annotations of a message; it stays",
+		"chat_id", rid.String(), "read", relationsPage*maxRelationsPages)
 	return "", nil
 }
 

@@ -237,3 +237,40 @@ func FuzzContent(f *testing.F) {
 		}
 	})
 }
+
+// A replica that did not make the bot's reaction finds it among the
+// message's annotations however many others reacted after it: the
+// homeserver answers /relations a page at a time (Synapse: the 5 newest
+// unless asked for more).
+func TestUnreactFindsReactionBeyondFirstPage(t *testing.T) {
+	t.Parallel()
+	ctx := platform.WithReactionTurn(context.Background(), "t1")
+	target := &deliveryv1.Target{Platform: "matrix", Account: bot, ChatId: team}
+	for _, others := range []int{0, 4, 5, 12, 230} {
+		t.Run(fmt.Sprint(others, " reactions after the bot's"), func(t *testing.T) {
+			t.Parallel()
+			p, f := signedIn(t)
+			msg := f.Message(team, ann, "hi")
+			if err := p.React(ctx, target, msg, "👀"); err != nil {
+				t.Fatal(err)
+			}
+			for i := range others {
+				f.Inject(team, fmt.Sprintf("@u%d:%s", i, matrixfake.Server), "m.reaction", map[string]any{
+					"m.relates_to": map[string]any{"rel_type": "m.annotation", "event_id": msg, "key": "👍"}})
+			}
+			other, err := NewPlatform(testConfig(f), slog.New(slog.DiscardHandler), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := other.SignIn(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if err := other.Unreact(ctx, target, msg, "👀"); err != nil {
+				t.Fatal(err)
+			}
+			if got := f.Reactions(team, msg); len(got) != 0 {
+				t.Fatalf("the bot's reactions %q left on the message", got)
+			}
+		})
+	}
+}

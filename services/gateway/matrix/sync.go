@@ -51,7 +51,10 @@ func (p *Platform) Connect(ctx context.Context, conn platform.Conn) error {
 		}
 		return p.syncFailed(err)
 	}
-	fresh, started := since == "", time.Now()
+	if p.started.IsZero() {
+		p.started = p.clock()
+	}
+	fresh, started := since == "", p.started
 	connected := false
 	for ctx.Err() == nil {
 		timeout := p.sync

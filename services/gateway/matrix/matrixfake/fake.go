@@ -96,9 +96,11 @@ type Fake struct {
 	calls    map[string]int
 	receipts map[string]string // room → event id
 	typing   map[string]int
-	drop     bool
-	seq      int
-	now      int64
+	// typingUntil is when the bot's typing notice in a room lapses.
+	typingUntil map[string]time.Time
+	drop        bool
+	seq         int
+	now         int64
 	// limit is the most timeline events one room gets in a sync answer
 	// (0: all), as a homeserver's default filter has it (Synapse: 10).
 	limit int
@@ -113,7 +115,7 @@ type media struct {
 func New(bot, token string) *Fake {
 	f := &Fake{Bot: bot, Token: token, wake: make(chan struct{}), rooms: map[string]*room{}, txns: map[string]string{},
 		media: map[string]media{}, redacted: map[string]bool{}, fails: map[string][]Fail{}, lose: map[string]int{}, calls: map[string]int{},
-		receipts: map[string]string{}, typing: map[string]int{}, now: time.Now().UnixMilli()}
+		receipts: map[string]string{}, typing: map[string]int{}, typingUntil: map[string]time.Time{}, now: time.Now().UnixMilli()}
 	f.srv = httptest.NewServer(http.HandlerFunc(f.serve))
 	f.URL = f.srv.URL
 	return f
@@ -478,6 +480,15 @@ func (f *Fake) Typing(roomID string) int {
 	return f.typing[roomID]
 }
 
+// IsTyping reports whether the bot shows as typing in a room now: from a
+// typing notice until its timeout, or until it sends typing false (a
+// homeserver does not take it down when the bot sends a message).
+func (f *Fake) IsTyping(roomID string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return time.Now().Before(f.typingUntil[roomID])
+}
+
 // Upload stores media as if a user uploaded it and returns its mxc URI.
 func (f *Fake) Upload(data []byte, contentType string) string {
 	f.mu.Lock()
@@ -825,7 +836,20 @@ func (f *Fake) roomCall(w http.ResponseWriter, r *http.Request, roomID string, r
 		f.notify()
 		f.answer(w, endpoint, map[string]any{"event_id": ev.EventID})
 	case endpoint == "typing" && r.Method == http.MethodPut:
-		f.typing[roomID]++
+		var c struct {
+			Typing  bool  `json:"typing"`
+			Timeout int64 `json:"timeout"`
+		}
+		if err := json.NewDecoder(io.LimitReader(r.Body, 1<<10)).Decode(&c); err != nil {
+			writeErr(w, http.StatusBadRequest, "M_NOT_JSON", "content is not JSON")
+			return
+		}
+		if c.Typing {
+			f.typing[roomID]++
+			f.typingUntil[roomID] = time.Now().Add(time.Duration(c.Timeout) * time.Millisecond)
+		} else {
+			delete(f.typingUntil, roomID)
+		}
 		writeJSON(w, http.StatusOK, map[string]any{})
 	case endpoint == "receipt" && len(rest) == 3 && r.Method == http.MethodPost:
 		f.receipts[roomID] = rest[2]
@@ -847,17 +871,52 @@ func (f *Fake) roomCall(w http.ResponseWriter, r *http.Request, roomID string, r
 		}
 		writeJSON(w, http.StatusOK, map[string]any{"name": rm.name})
 	case endpoint == "relations" && len(rest) >= 2 && r.Method == http.MethodGet:
-		var chunk []Event
-		for _, l := range f.log {
-			rel, _ := l.ev.Content["m.relates_to"].(map[string]any)
-			if l.room == roomID && rel != nil && str(rel["event_id"]) == rest[1] && !f.redacted[l.ev.EventID] {
-				chunk = append(chunk, l.ev)
-			}
-		}
-		writeJSON(w, http.StatusOK, map[string]any{"chunk": nonNil(chunk)})
+		f.relations(w, r, roomID, rest[1:])
 	default:
 		writeErr(w, http.StatusNotFound, "M_UNRECOGNIZED", "unrecognized room request "+r.Method+" "+strings.Join(rest, "/"))
 	}
+}
+
+// relations serves GET /rooms/{id}/relations/{eventId}[/{relType}[/{eventType}]]
+// as Synapse does: the relations of the event (filtered by relation and
+// event type when given), newest first, at most limit (5 when not
+// given), from the position from (a next_batch) on, and next_batch when
+// more are left; f.mu held.
+func (f *Fake) relations(w http.ResponseWriter, r *http.Request, roomID string, path []string) {
+	q := r.URL.Query()
+	limit, err := strconv.Atoi(q.Get("limit"))
+	if err != nil || limit <= 0 {
+		limit = 5
+	}
+	from := len(f.log)
+	if s := q.Get("from"); s != "" {
+		n, err := strconv.Atoi(strings.TrimPrefix(s, "r"))
+		if err != nil || !strings.HasPrefix(s, "r") || n < 0 || n > len(f.log) {
+			writeErr(w, http.StatusBadRequest, "M_INVALID_PARAM", "bad from token")
+			return
+		}
+		from = n
+	}
+	chunk := []Event{}
+	next := ""
+	for i := from - 1; i >= 0; i-- {
+		l := f.log[i]
+		rel, _ := l.ev.Content["m.relates_to"].(map[string]any)
+		if l.room != roomID || rel == nil || str(rel["event_id"]) != path[0] || f.redacted[l.ev.EventID] ||
+			(len(path) > 1 && str(rel["rel_type"]) != path[1]) || (len(path) > 2 && l.ev.Type != path[2]) {
+			continue
+		}
+		if len(chunk) == limit {
+			next = fmt.Sprintf("r%d", i+1)
+			break
+		}
+		chunk = append(chunk, l.ev)
+	}
+	out := map[string]any{"chunk": chunk}
+	if next != "" {
+		out["next_batch"] = next
+	}
+	writeJSON(w, http.StatusOK, out)
 }
 
 func (f *Fake) upload(w http.ResponseWriter, r *http.Request) {
