@@ -274,7 +274,7 @@ func normalize(n *notification, r rules) (*eventsv1.MessageReceived, skip, error
 		mentioned = mentioned || ev.ReplyTo.FromBot
 	}
 	for _, a := range data.Attachments {
-		if a.ID == "" {
+		if a.ID == "" || longTextCopy(a, data.Message) {
 			continue
 		}
 		ev.Attachments = append(ev.Attachments, &eventsv1.Attachment{
@@ -291,6 +291,20 @@ func normalize(n *notification, r rules) (*eventsv1.MessageReceived, skip, error
 		return nil, "not mentioned", nil
 	}
 	return ev, "", nil
+}
+
+// longTextMIME is the type of the attachment a Signal client sends a long
+// message's whole text in (the body holds its first 2 KB or so).
+const longTextMIME = "text/x-signal-plain"
+
+// longTextCopy reports whether a is a long message's text attachment whose
+// text signal-cli already put in the body (it reads the file and replaces
+// the body, but lists the attachment still): published, the agent would
+// read the message twice. One the body is shorter than (signal-cli could
+// not read it) is kept, the only copy of the rest.
+func longTextCopy(a inAttachment, body string) bool {
+	mime, _, _ := strings.Cut(strings.ToLower(strings.TrimSpace(a.ContentType)), ";")
+	return mime == longTextMIME && body != "" && a.Size <= int64(len(body))
 }
 
 // cutOwnMention removes every "@<account>" from text and reports whether

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -131,6 +132,19 @@ func TestNormalize(t *testing.T) {
 			func() *eventsv1.MessageReceived {
 				ev := dm(ts, "")
 				ev.Attachments = []*eventsv1.Attachment{{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, MimeType: "image/png", PlatformFileId: "p"}}
+				return ev
+			}(), ""},
+		{"a long message's text attachment is not published beside the text signal-cli put in the body", all,
+			env(signalfake.Message{From: ann, Text: strings.Repeat("long ", 500), Attachments: []signalfake.Attachment{
+				{ID: "lt1.txt", ContentType: "text/x-signal-plain", Size: 2500}}}),
+			dm(ts, strings.Repeat("long ", 500)), ""},
+		{"a long message's text attachment whose body signal-cli could not read is kept", all,
+			env(signalfake.Message{From: ann, Text: strings.Repeat("long ", 400), Attachments: []signalfake.Attachment{
+				{ID: "lt1.txt", ContentType: "text/x-signal-plain", Size: 2500}}}),
+			func() *eventsv1.MessageReceived {
+				ev := dm(ts, strings.Repeat("long ", 400))
+				ev.Attachments = []*eventsv1.Attachment{{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_DOCUMENT, MimeType: "text/x-signal-plain",
+					SizeBytes: 2500, PlatformFileId: "lt1.txt"}}
 				return ev
 			}(), ""},
 		{"note to self", all, f.NoteToSelf(botC, "remember milk", ts), func() *eventsv1.MessageReceived {
