@@ -188,14 +188,16 @@ func normalize(n *notification, r rules) (*eventsv1.MessageReceived, skip, error
 		if sent == nil {
 			return nil, "sync message", nil
 		}
-		dest := firstOf(sent.DestinationNumber, sent.Destination, sent.DestinationUUID)
-		toGroup := sent.GroupInfo != nil && sent.GroupInfo.GroupID != ""
-		if (dest == "" || dest != r.Account) && !toGroup {
-			return nil, "sync of a message to someone else", nil
-		}
 		data = &sent.dataMessage
 		if sent.EditMessage != nil && sent.EditMessage.DataMessage != nil {
+			// An edit's group is in its own data message: signal-cli
+			// writes no data message fields beside it.
 			data = sent.EditMessage.DataMessage
+		}
+		dest := firstOf(sent.DestinationNumber, sent.Destination, sent.DestinationUUID)
+		toGroup := data.GroupInfo != nil && data.GroupInfo.GroupID != ""
+		if (dest == "" || dest != r.Account) && !toGroup {
+			return nil, "sync of a message to someone else", nil
 		}
 		if data.Timestamp > 0 {
 			ts = data.Timestamp

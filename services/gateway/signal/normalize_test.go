@@ -45,6 +45,15 @@ func grp(ts int64, text string, mentioned bool) *eventsv1.MessageReceived {
 	return ev
 }
 
+// ownGroup is the event of the account owner's group message with text,
+// sent from another of their devices.
+func ownGroup(ts int64, text string) *eventsv1.MessageReceived {
+	id := bot + ":" + itoa(ts)
+	return &eventsv1.MessageReceived{EventId: id, MessageId: id, Text: text, SentAt: timestamppb.New(time.UnixMilli(ts)),
+		Source: &eventsv1.SessionSource{Platform: "signal", Account: bot, ChatId: "group:" + group, ChatType: "group", ChatIdAlt: group,
+			ChatName: "Team", UserId: bot, UserName: "Bot", UserIdAlt: botUUID}}
+}
+
 func itoa(n int64) string { b, _ := json.Marshal(n); return string(b) }
 
 func TestNormalize(t *testing.T) {
@@ -157,6 +166,21 @@ func TestNormalize(t *testing.T) {
 			sm := e["syncMessage"].(map[string]any)["sentMessage"].(map[string]any)
 			sm["destination"], sm["destinationNumber"] = ann.Number, ann.Number
 		}), nil, "sync of a message to someone else"},
+		{"the owner's group message from another device", all, with(f.NoteToSelf(botC, "from my phone", ts), func(e map[string]any) {
+			sm := e["syncMessage"].(map[string]any)["sentMessage"].(map[string]any)
+			sm["destination"], sm["destinationNumber"], sm["destinationUuid"] = nil, nil, nil
+			sm["groupInfo"] = map[string]any{"groupId": group, "groupName": "Team", "revision": 3, "type": "DELIVER"}
+		}), ownGroup(ts, "from my phone"), ""},
+		{"the owner's edit of a group message from another device (the group is in the edit)", all,
+			with(f.NoteToSelf(botC, "", ts), func(e map[string]any) {
+				// signal-cli writes a sync edit as editMessage beside no data
+				// message fields: the group is only in the edit's dataMessage.
+				e["syncMessage"] = map[string]any{"sentMessage": map[string]any{
+					"destination": nil, "destinationNumber": nil, "destinationUuid": nil,
+					"editMessage": map[string]any{"targetSentTimestamp": ts - 5, "dataMessage": map[string]any{
+						"timestamp": ts, "message": "fixed on my phone", "expiresInSeconds": 0, "viewOnce": false,
+						"groupInfo": map[string]any{"groupId": group, "groupName": "Team", "revision": 3, "type": "DELIVER"}}}}}
+			}), ownGroup(ts, "fixed on my phone"), ""},
 		{"the bot's own data message", all, env(signalfake.Message{From: botC, Text: "echo"}), nil, "own message"},
 		{"edit", all, with(env(signalfake.Message{From: ann, Text: "fixed"}), func(e map[string]any) {
 			e["editMessage"] = map[string]any{"targetSentTimestamp": ts - 5, "dataMessage": e["dataMessage"]}
