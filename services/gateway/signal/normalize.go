@@ -98,11 +98,12 @@ type inAttachment struct {
 }
 
 type quote struct {
-	ID           int64  `json:"id"`
-	Author       string `json:"author"`
-	AuthorNumber string `json:"authorNumber"`
-	AuthorUUID   string `json:"authorUuid"`
-	Text         string `json:"text"`
+	ID           int64     `json:"id"`
+	Author       string    `json:"author"`
+	AuthorNumber string    `json:"authorNumber"`
+	AuthorUUID   string    `json:"authorUuid"`
+	Text         string    `json:"text"`
+	Mentions     []mention `json:"mentions"`
 }
 
 // parseEvent reads the data of one event: {"envelope": …, "account": …},
@@ -268,7 +269,7 @@ func normalize(n *notification, r rules) (*eventsv1.MessageReceived, skip, error
 		SentAt: timestamppb.New(time.UnixMilli(ts))}
 	if q := data.Quote; q != nil && q.ID > 0 {
 		author := firstOf(q.AuthorNumber, q.AuthorUUID, q.Author)
-		ev.ReplyTo = &eventsv1.ReplyTo{MessageId: messageID(author, q.ID), Text: q.Text, UserId: author,
+		ev.ReplyTo = &eventsv1.ReplyTo{MessageId: messageID(author, q.ID), Text: renderMentions(q.Text, q.Mentions), UserId: author,
 			FromBot: r.Account != "" && (q.AuthorNumber == r.Account || q.Author == r.Account || q.AuthorUUID == r.Account)}
 		if author == "" {
 			ev.ReplyTo.MessageId = strconv.FormatInt(q.ID, 10)

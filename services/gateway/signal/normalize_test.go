@@ -123,6 +123,17 @@ func TestNormalize(t *testing.T) {
 				ev.ReplyTo = &eventsv1.ReplyTo{MessageId: bot + ":1699", Text: "once upon", UserId: bot, FromBot: true}
 				return ev
 			}(), ""},
+		{"mentions in the quoted text are rendered as in the message", all,
+			with(env(signalfake.Message{From: ann, Text: "agreed", Quote: &signalfake.Quote{ID: 1699, Author: hidden, Text: "\uFFFC can you look?"}}),
+				func(e map[string]any) {
+					e["dataMessage"].(map[string]any)["quote"].(map[string]any)["mentions"] = []map[string]any{
+						{"name": ann.Number, "number": ann.Number, "uuid": ann.UUID, "start": 0, "length": 1}}
+				}),
+			func() *eventsv1.MessageReceived {
+				ev := dm(ts, "agreed")
+				ev.ReplyTo = &eventsv1.ReplyTo{MessageId: hidden.UUID + ":1699", Text: "@" + ann.Number + " can you look?", UserId: hidden.UUID}
+				return ev
+			}(), ""},
 		{"groups are off without an allowlist", rules{Account: bot}, env(signalfake.Message{From: ann, Text: "x", GroupID: group}), nil, "groups off"},
 		{"group not in the allowlist", rules{Account: bot, Groups: map[string]bool{"other": true}}, env(signalfake.Message{From: ann, Text: "x", GroupID: group}), nil, "group not allowed"},
 		{"attachments", all, env(signalfake.Message{From: ann, Text: "look", Attachments: []signalfake.Attachment{
