@@ -126,6 +126,7 @@ func (c *client) callWith(ctx context.Context, hc *http.Client, method string, p
 	}
 	if env.Error != nil {
 		env.Error.Method = method
+		env.Error.Message = boundMessage(env.Error.Message)
 		return env.Error
 	}
 	if out == nil || len(env.Result) == 0 {
@@ -135,6 +136,34 @@ func (c *client) callWith(ctx context.Context, hc *http.Client, method string, p
 		return fmt.Errorf("signal-cli %s: decode result: %w", method, err)
 	}
 	return nil
+}
+
+// maxErrorMessage bounds the message of a JSON-RPC error the gateway
+// keeps: it goes into the send's receipt on the bus and into the logs.
+const maxErrorMessage = 2 << 10
+
+// dataURIRE finds a data URI's payload in an error message: signal-cli
+// names the attachment it could not upload (AttachmentInvalidException,
+// "<attachment>: <cause>"), and a send's attachments are whole files as
+// data URIs.
+var dataURIRE = regexp.MustCompile(`(data:[^,\s]{0,256},)[A-Za-z0-9+/=_-]{16,}`)
+
+// boundMessage takes data URIs' payloads out of msg and cuts what is left
+// to maxErrorMessage bytes, its start and its end kept (the cause and the
+// exception's class come last).
+func boundMessage(msg string) string {
+	if len(msg) <= maxErrorMessage && !strings.Contains(msg, "data:") {
+		return msg
+	}
+	msg = dataURIRE.ReplaceAllStringFunc(msg, func(m string) string {
+		i := strings.IndexByte(m, ',')
+		return fmt.Sprintf("%s…(%d bytes)", m[:i+1], len(m)-i-1)
+	})
+	if len(msg) > maxErrorMessage {
+		half := maxErrorMessage / 2
+		msg = strings.ToValidUTF8(msg[:half]+" … "+msg[len(msg)-half:], "")
+	}
+	return msg
 }
 
 // check asks GET /api/v1/check whether the daemon runs.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -96,5 +97,50 @@ func TestRPCAgainstFake(t *testing.T) {
 	calls := f.Calls("send")
 	if len(calls) != 1 || calls[0].Params["account"] != bot {
 		t.Fatalf("calls %+v: want one send with the account", calls)
+	}
+}
+
+// signal-cli names the attachment in the error of a send whose attachment
+// it could not upload ("Failed to send message: <attachment>: <cause>
+// (AttachmentInvalidException)"), and the attachment is the whole data URI
+// the gateway sent: the error, which goes into the send's receipt on the
+// bus and into the logs, is bounded, and keeps what classifies it.
+func TestSendErrorEchoingTheAttachmentIsBounded(t *testing.T) {
+	f := signalfake.New(bot)
+	defer f.Close()
+	c := &client{base: f.URL, account: bot, rpc: http.DefaultClient}
+	uri := "data:image/png;filename=cat.png;base64," + strings.Repeat("iVBORw0KGgo", 300_000)
+	for _, tc := range []struct {
+		name, cause string
+		class       deliveryv1.ErrorClass
+		after       time.Duration
+	}{
+		{"network", "Connection reset", deliveryv1.ErrorClass_ERROR_CLASS_RETRYABLE, 0},
+		{"rate limit", "Retry after 12 seconds", deliveryv1.ErrorClass_ERROR_CLASS_RATE_LIMITED, 12 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f.FailNext("send", &signalfake.RPCError{Code: -32603,
+				Message: "Failed to send message: " + uri + ": " + tc.cause + " (AttachmentInvalidException)"})
+			err := c.call(context.Background(), "send", map[string]any{"recipient": []string{ann.Number}, "attachments": []string{uri}}, nil)
+			if err == nil {
+				t.Fatal("the send did not fail")
+			}
+			if n := len(err.Error()); n > 4096 {
+				t.Fatalf("error of %d bytes: the attachment is in it", n)
+			}
+			for _, want := range []string{"Failed to send message", "data:image/png", tc.cause, "AttachmentInvalidException"} {
+				if !strings.Contains(err.Error(), want) {
+					t.Fatalf("error %q lost %q", err, want)
+				}
+			}
+			class, after := deliveryv1.ErrorClass_ERROR_CLASS_RETRYABLE, time.Duration(0)
+			var se *platform.SendError
+			if errors.As(classify(err), &se) {
+				class, after = se.Class, se.RetryAfter
+			}
+			if class != tc.class || after != tc.after {
+				t.Fatalf("classified %s after %s, want %s after %s", class, after, tc.class, tc.after)
+			}
+		})
 	}
 }
