@@ -121,21 +121,32 @@ func (p *Platform) attachmentData(ctx context.Context, a *eventsv1.Attachment) (
 	if err != nil {
 		return "", err
 	}
-	uri := "data:" + mimeType
-	if name := a.GetFileName(); name != "" {
-		uri += ";filename=" + url.PathEscape(name)
-	}
-	return uri + ";base64," + base64.StdEncoding.EncodeToString(data), nil
+	return "data:" + mimeType + fileNameParam(a.GetFileName()) + ";base64," + base64.StdEncoding.EncodeToString(data), nil
 }
 
-// withFileName adds a filename parameter to a data URL that has none.
+// fileNameParam is a data URI's filename parameter as signal-cli reads it
+// (DataURI.of): the value form-encoded, as Java's URLDecoder decodes it
+// ('+' is a space; '=' and ';' escaped, for it splits the parameters at
+// the last '='). "" for no name.
+func fileNameParam(name string) string {
+	if name == "" {
+		return ""
+	}
+	return ";filename=" + url.QueryEscape(name)
+}
+
+// withFileName adds a filename parameter to a data URL that has none. The
+// URL's other parameters (a charset …) are dropped: signal-cli reads a
+// data URI's parameters as one, whose name runs to the last '=', so a
+// filename beside another parameter would be lost.
 func withFileName(dataURL, name string) string {
 	head, body, ok := strings.Cut(dataURL, ",")
 	if !ok || name == "" || strings.Contains(head, ";filename=") {
 		return dataURL
 	}
 	head, b64 := strings.CutSuffix(head, ";base64")
-	head += ";filename=" + url.PathEscape(name)
+	mediaType, _, _ := strings.Cut(head, ";")
+	head = mediaType + fileNameParam(name)
 	if b64 {
 		head += ";base64"
 	}
