@@ -30,7 +30,8 @@ const maxEventBytes = 64 << 10
 
 // Connect runs the /sync loop from the stored token until ctx ends or a
 // sync fails. Each batch's messages are published, the invites joined
-// and the read receipts sent before the token moves on.
+// and the read receipts sent before the token moves on. A stored token
+// the homeserver no longer knows is dropped (see positionUnknown).
 func (p *Platform) Connect(ctx context.Context, conn platform.Conn) error {
 	if p.bus == nil {
 		return platform.Fatal(errors.New("matrix: platform not attached to a bus"))
@@ -54,7 +55,12 @@ func (p *Platform) Connect(ctx context.Context, conn platform.Conn) error {
 	if p.started.IsZero() {
 		p.started = p.clock()
 	}
-	fresh, started := since == "", p.started
+	// history: while no token is held, the initial sync's events older
+	// than this are history, not messages to answer.
+	var history time.Time
+	if since == "" {
+		history = p.started.Add(-startGrace)
+	}
 	connected := false
 	for ctx.Err() == nil {
 		timeout := p.sync
@@ -66,17 +72,28 @@ func (p *Platform) Connect(ctx context.Context, conn platform.Conn) error {
 			if ctx.Err() != nil {
 				return nil
 			}
+			if since != "" && positionUnknown(err) {
+				// Start again as a first start does, from the homeserver's
+				// current state; what is older than the token held (less
+				// the grace) was taken already, or is lost with the
+				// homeserver's database.
+				history = p.cursor.at
+				if history.IsZero() {
+					history = p.clock()
+				}
+				history = history.Add(-startGrace)
+				p.log.Error("matrix: the homeserver does not know the stored sync position (its database restored, wiped or replaced?); syncing again from its current state, messages sent before the position was stored are not read again",
+					"stored_at", p.cursor.at, "err", err)
+				since = ""
+				continue
+			}
 			return p.syncFailed(err)
 		}
 		if !connected {
 			connected = true
 			conn.Connected()
 		}
-		var notBefore time.Time
-		if fresh {
-			notBefore = started.Add(-startGrace)
-		}
-		if err := p.handle(ctx, conn, resp, since, notBefore); err != nil {
+		if err := p.handle(ctx, conn, resp, since, history); err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
@@ -91,9 +108,27 @@ func (p *Platform) Connect(ctx context.Context, conn platform.Conn) error {
 			}
 			return err
 		}
-		since, fresh = resp.NextBatch, false
+		since, history = resp.NextBatch, time.Time{}
 	}
 	return nil
+}
+
+// positionUnknown reports whether a /sync from a token failed because
+// the homeserver does not know the token: a 400 naming it (Synapse:
+// M_UNKNOWN "Invalid stream token" for a token it cannot read; Dendrite:
+// M_INVALID_PARAM; sliding sync: M_UNKNOWN_POS). Its database restored,
+// wiped or replaced, the homeserver will not know it at the next try
+// either. A 429, a 5xx or the network is no such answer.
+func positionUnknown(err error) bool {
+	var he mautrix.HTTPError
+	if !errors.As(err, &he) || he.Response == nil || he.Response.StatusCode != http.StatusBadRequest || he.RespError == nil {
+		return false
+	}
+	switch he.RespError.ErrCode {
+	case "M_UNKNOWN_POS", mautrix.MInvalidParam.ErrCode, "M_INVALID_ARGUMENT_VALUE", mautrix.MUnknown.ErrCode:
+		return true
+	}
+	return false
 }
 
 // rejectEvent is the badEvent of a sync: an event of the answer that
@@ -105,8 +140,8 @@ func (p *Platform) rejectEvent(ctx context.Context, conn platform.Conn) badEvent
 	}
 }
 
-// syncFailed turns a failed /sync into the connection's error: a token
-// the homeserver does not know is fatal; anything else (a 429, a 5xx,
+// syncFailed turns a failed /sync into the connection's error: an
+// access token the homeserver does not know is fatal; anything else (a 429, a 5xx,
 // the network) is retried on the backoff schedule.
 func (p *Platform) syncFailed(err error) error {
 	var he mautrix.HTTPError

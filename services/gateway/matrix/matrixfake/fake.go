@@ -104,6 +104,12 @@ type Fake struct {
 	// limit is the most timeline events one room gets in a sync answer
 	// (0: all), as a homeserver's default filter has it (Synapse: 10).
 	limit int
+	// firstToken is the oldest position a since token may name: what
+	// is older the homeserver no longer knows (ForgetSyncTokens).
+	firstToken int
+	// sinces are the since tokens of the syncs answered, in order (""
+	// for an initial sync).
+	sinces []string
 }
 
 type media struct {
@@ -185,7 +191,8 @@ func (f *Fake) append(roomID string, ev Event, state bool) Event {
 		ev.EventID = fmt.Sprintf("$ev%d:%s", f.seq, Server)
 	}
 	if ev.TS == 0 {
-		f.now++
+		// The homeserver's clock, never twice the same.
+		f.now = max(f.now+1, time.Now().UnixMilli())
 		ev.TS = f.now
 	}
 	f.log = append(f.log, logged{pos: f.seq, room: roomID, ev: ev, state: state})
@@ -269,6 +276,27 @@ func (f *Fake) SetTimelineLimit(n int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.limit = n
+}
+
+// ForgetSyncTokens makes the homeserver forget the sync tokens it gave
+// out so far, as one whose database was replaced (wiped, or moved to
+// another server) does: a sync from one of them is answered 400 with
+// M_UNKNOWN "Invalid stream token", as Synapse answers a token it cannot
+// read; a sync without a token starts again from its current state.
+func (f *Fake) ForgetSyncTokens() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.seq++
+	f.firstToken = f.seq
+	f.notify()
+}
+
+// SyncSinces returns the since token of each sync answered so far, in
+// order ("" for an initial sync).
+func (f *Fake) SyncSinces() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.sinces...)
 }
 
 // Joined reports whether the bot joined the room.
@@ -633,6 +661,11 @@ func (f *Fake) sync(w http.ResponseWriter, r *http.Request) {
 			f.mu.Unlock()
 			return
 		}
+		if since >= 0 && since < f.firstToken {
+			f.mu.Unlock()
+			writeErr(w, http.StatusBadRequest, "M_UNKNOWN", "Invalid stream token")
+			return
+		}
 		if f.drop {
 			f.mu.Unlock()
 			writeErr(w, http.StatusServiceUnavailable, "M_UNKNOWN", "shutting down")
@@ -655,6 +688,7 @@ func (f *Fake) sync(w http.ResponseWriter, r *http.Request) {
 		f.mu.Lock()
 	}
 	defer f.mu.Unlock()
+	f.sinces = append(f.sinces, q.Get("since"))
 	join := map[string]any{}
 	invite := map[string]any{}
 	for _, rm := range f.rooms {
