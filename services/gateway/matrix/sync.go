@@ -24,6 +24,17 @@ import (
 // history, not messages to answer.
 const startGrace = 5 * time.Second
 
+// syncGrace is how long past its timeout a /sync from a token may go
+// unanswered (the homeserver building a large answer) before the gateway
+// gives it up as a connection gone silent (a NAT or a proxy that dropped
+// it without a reset) and connects again.
+const syncGrace = 30 * time.Second
+
+// initialSyncGrace is the same for the initial sync (no token), whose
+// answer (every room's state) a homeserver may take minutes to build
+// for a large account; the HTTP client's 180 s as before.
+const initialSyncGrace = 3 * time.Minute
+
 // maxEventBytes bounds one room event's content; larger ones are
 // rejected (the kit bounds the published event too).
 const maxEventBytes = 64 << 10
@@ -67,10 +78,22 @@ func (p *Platform) Connect(ctx context.Context, conn platform.Conn) error {
 		if !connected {
 			timeout = 0 // answer at once: the gateway is ready when it did
 		}
-		resp, err := p.syncLenient(ctx, mautrix.ReqSync{Since: since, Timeout: int(timeout.Milliseconds())}, p.rejectEvent(ctx, conn))
+		// The long poll's own deadline: the homeserver answers by its
+		// timeout; one that has not a grace later is not going to.
+		grace := p.syncGrace
+		if since == "" {
+			grace = initialSyncGrace
+		}
+		pollCtx, cancel := context.WithTimeout(ctx, timeout+grace)
+		resp, err := p.syncLenient(pollCtx, mautrix.ReqSync{Since: since, Timeout: int(timeout.Milliseconds())}, p.rejectEvent(ctx, conn))
+		silent := pollCtx.Err() != nil
+		cancel()
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
+			}
+			if silent {
+				return fmt.Errorf("matrix sync: no answer within %s (the connection gone silent?): %w", timeout+grace, err)
 			}
 			if since != "" && positionUnknown(err) {
 				// Start again as a first start does, from the homeserver's

@@ -1,10 +1,15 @@
 package matrix
 
 import (
+	"context"
+	"log/slog"
 	"net/http"
 	"slices"
 	"testing"
+	"time"
 
+	"github.com/switchboard-chat/switchboard/pkg/bus/bustest"
+	"github.com/switchboard-chat/switchboard/pkg/platform"
 	"github.com/switchboard-chat/switchboard/pkg/platform/platformtest"
 	"github.com/switchboard-chat/switchboard/services/gateway/matrix/matrixfake"
 )
@@ -58,5 +63,43 @@ func TestUnknownSyncPositionStartsAgain(t *testing.T) {
 				t.Fatalf("synced again without a token: %v, want %v (syncs %q)", reset, tc.reset, g.f.SyncSinces()[n:])
 			}
 		})
+	}
+}
+
+// A long poll whose answer never comes (the connection gone silent: a
+// NAT or a proxy dropped it without a reset) is given up once its
+// timeout and a grace have passed, and the next one hears the room:
+// only the HTTP client's 180 s bounded it, the bot deaf meanwhile.
+func TestSilentSyncGivenUp(t *testing.T) {
+	t.Parallel()
+	f := matrixfake.New(bot, token)
+	t.Cleanup(f.Close)
+	fakeRooms(f)
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	t.Cleanup(func() {
+		_ = b.JetStream().DeleteKeyValue(context.Background(), b.Topology().Stream(BucketCursors))
+	})
+	evs := platformtest.InboundEvents(t, b)
+	s, err := New(testConfig(f), Deps{Log: slog.New(slog.DiscardHandler), Bus: b,
+		Runner: platform.Options{Backoff: platform.Schedule(10 * time.Millisecond), LeaseTTL: time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.p.syncGrace = 500 * time.Millisecond
+	platformtest.Start(t, b, s)
+	platformtest.WaitFor(t, "the gateway to sync", func() bool {
+		st, _ := s.Runner().State()
+		return st == platform.StateConnected
+	})
+	calls := f.Calls("sync")
+	f.StallSyncs(1)
+	platformtest.WaitFor(t, "the silent sync", func() bool { return f.Calls("sync") > calls })
+	id := f.Message(dmRm, ann, "anyone there?")
+	start := time.Now()
+	if ev := platformtest.NextEvent(t, evs); ev.GetEventId() != id {
+		t.Fatalf("event %s, want %s", ev.GetEventId(), id)
+	}
+	if waited := time.Since(start); waited > 5*time.Second {
+		t.Fatalf("the message came %s later, want within the poll's 300 ms and the 500 ms grace (and a retry)", waited)
 	}
 }

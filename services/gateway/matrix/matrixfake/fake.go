@@ -107,6 +107,8 @@ type Fake struct {
 	// firstToken is the oldest position a since token may name: what
 	// is older the homeserver no longer knows (ForgetSyncTokens).
 	firstToken int
+	// stall is how many of the next syncs are never answered.
+	stall int
 	// sinces are the since tokens of the syncs answered, in order (""
 	// for an initial sync).
 	sinces []string
@@ -289,6 +291,16 @@ func (f *Fake) ForgetSyncTokens() {
 	f.seq++
 	f.firstToken = f.seq
 	f.notify()
+}
+
+// StallSyncs makes the next n syncs go unanswered, whatever their
+// timeout, until the client gives up on them: a connection gone silent
+// (a NAT or proxy that dropped it without a reset) looks so to the
+// client.
+func (f *Fake) StallSyncs(n int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.stall += n
 }
 
 // SyncSinces returns the since token of each sync answered so far, in
@@ -656,6 +668,12 @@ func (f *Fake) sync(w http.ResponseWriter, r *http.Request) {
 	deadline := time.After(time.Duration(timeout) * time.Millisecond)
 	f.mu.Lock()
 	f.calls["sync"]++
+	if f.stall > 0 {
+		f.stall--
+		f.mu.Unlock()
+		<-r.Context().Done()
+		return
+	}
 	for {
 		if f.fail(w, "sync") {
 			f.mu.Unlock()
