@@ -580,18 +580,27 @@ func classify(err error) error {
 // retryAfter reads the wait a 429 names: retry_after_ms in the body, else
 // the Retry-After header (seconds), else 1 s.
 func retryAfter(he mautrix.HTTPError) time.Duration {
+	if d, ok := namedWait(he); ok {
+		return d
+	}
+	return time.Second
+}
+
+// namedWait is the wait an answer names: retry_after_ms in the body,
+// else the Retry-After header (seconds); ok false when it names none.
+func namedWait(he mautrix.HTTPError) (time.Duration, bool) {
 	if he.RespError != nil {
 		if ms, ok := he.RespError.ExtraData["retry_after_ms"].(float64); ok && ms > 0 {
-			return time.Duration(ms) * time.Millisecond
+			return time.Duration(ms) * time.Millisecond, true
 		}
 	}
 	if he.Response != nil {
 		if s := he.Response.Header.Get("Retry-After"); s != "" {
 			var secs int
 			if _, err := fmt.Sscan(s, &secs); err == nil && secs > 0 {
-				return time.Duration(secs) * time.Second
+				return time.Duration(secs) * time.Second, true
 			}
 		}
 	}
-	return time.Second
+	return 0, false
 }

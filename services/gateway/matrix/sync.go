@@ -92,6 +92,17 @@ func (p *Platform) Connect(ctx context.Context, conn platform.Conn) error {
 			if ctx.Err() != nil {
 				return nil
 			}
+			if wait, ok := syncRateLimited(err); ok {
+				p.log.Warn("matrix: the homeserver rate-limits /sync; trying again after the wait it names", "wait", wait, "err", err)
+				t := time.NewTimer(wait)
+				select {
+				case <-ctx.Done():
+					t.Stop()
+					return nil
+				case <-t.C:
+				}
+				continue
+			}
 			if silent {
 				return fmt.Errorf("matrix sync: no answer within %s (the connection gone silent?): %w", timeout+grace, err)
 			}
@@ -134,6 +145,27 @@ func (p *Platform) Connect(ctx context.Context, conn platform.Conn) error {
 		since, history = resp.NextBatch, time.Time{}
 	}
 	return nil
+}
+
+// maxSyncRetryAfter bounds the wait a 429 on /sync may ask for.
+const maxSyncRetryAfter = 5 * time.Minute
+
+// syncRateLimited reports the wait a /sync refused with a 429
+// (M_LIMIT_EXCEEDED) names (retry_after_ms, or Retry-After), at most
+// maxSyncRetryAfter; ok false when it is no such refusal or names no
+// wait (the reconnect schedule's then).
+func syncRateLimited(err error) (wait time.Duration, ok bool) {
+	var he mautrix.HTTPError
+	if !errors.As(err, &he) {
+		return 0, false
+	}
+	limited := he.Response != nil && he.Response.StatusCode == http.StatusTooManyRequests ||
+		he.RespError != nil && he.RespError.ErrCode == mautrix.MLimitExceeded.ErrCode
+	if !limited {
+		return 0, false
+	}
+	d, ok := namedWait(he)
+	return min(d, maxSyncRetryAfter), ok
 }
 
 // positionUnknown reports whether a /sync from a token failed because

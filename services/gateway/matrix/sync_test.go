@@ -103,3 +103,29 @@ func TestSilentSyncGivenUp(t *testing.T) {
 		t.Fatalf("the message came %s later, want within the poll's 300 ms and the 500 ms grace (and a retry)", waited)
 	}
 }
+
+// A /sync refused with a 429 is tried again after the wait the
+// homeserver names (retry_after_ms), not at once on the reconnect
+// schedule, which met the rate limit again and again.
+func TestSyncRateLimitWaits(t *testing.T) {
+	t.Parallel()
+	g := start(t, nil)
+	first := g.f.Message(dmRm, ann, "hello")
+	if ev := g.next(t); ev.GetEventId() != first {
+		t.Fatalf("event %s, want %s", ev.GetEventId(), first)
+	}
+	const wait = 1500 * time.Millisecond
+	g.f.FailNext("sync", 1, matrixfake.Fail{Status: http.StatusTooManyRequests, ErrCode: "M_LIMIT_EXCEEDED", RetryAfterMS: int(wait.Milliseconds())})
+	calls := g.f.Calls("sync")
+	start := time.Now()
+	id := g.f.Message(dmRm, ann, "still there?") // wakes the poll, which is refused
+	if ev := g.next(t); ev.GetEventId() != id {
+		t.Fatalf("event %s, want %s", ev.GetEventId(), id)
+	}
+	if took := time.Since(start); took < wait {
+		t.Fatalf("the message came %s after the 429, want after its retry_after_ms %s", took, wait)
+	}
+	if n := g.f.Calls("sync") - calls; n > 3 {
+		t.Fatalf("%d syncs during the wait, want the refused one and the next", n)
+	}
+}
