@@ -440,7 +440,7 @@ func (p *Platform) findReaction(ctx context.Context, rid id.RoomID, msg id.Event
 			return "", classify(err)
 		}
 		for _, ev := range resp.Chunk {
-			if ev == nil || ev.Sender != id.UserID(p.cfg.UserID) {
+			if ev == nil || !isBot(ev.Sender, id.UserID(p.cfg.UserID)) {
 				continue
 			}
 			_ = ev.Content.ParseRaw(event.EventReaction)

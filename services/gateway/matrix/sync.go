@@ -407,7 +407,7 @@ func (p *Platform) joinInvites(ctx context.Context, rs mautrix.RespSyncRooms) {
 		direct := false
 		if inv != nil {
 			for _, ev := range inv.State.Events {
-				if ev != nil && ev.Type == event.StateMember && ev.StateKey != nil && *ev.StateKey == p.cfg.UserID {
+				if ev != nil && ev.Type == event.StateMember && ev.StateKey != nil && isBot(id.UserID(*ev.StateKey), id.UserID(p.cfg.UserID)) {
 					var m struct {
 						IsDirect bool `json:"is_direct"`
 					}
@@ -617,9 +617,13 @@ func (r *room) view(bot string) roomView {
 		dm = r.listed || r.invitedDirect
 	}
 	names := make(map[id.UserID]string, len(r.names))
+	botName := ""
 	for u, n := range r.names {
 		names[u] = n
+		if isBot(u, id.UserID(bot)) {
+			botName = n
+		}
 	}
-	return roomView{ID: r.id, Name: r.name, DM: dm, BotName: names[id.UserID(bot)],
+	return roomView{ID: r.id, Name: r.name, DM: dm, BotName: botName,
 		Names: func(u id.UserID) string { return names[u] }}
 }

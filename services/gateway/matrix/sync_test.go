@@ -8,7 +8,12 @@ import (
 	"testing"
 	"time"
 
+	"maunium.net/go/mautrix"
+	"maunium.net/go/mautrix/event"
+	"maunium.net/go/mautrix/id"
+
 	"github.com/switchboard-chat/switchboard/pkg/bus/bustest"
+	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	"github.com/switchboard-chat/switchboard/pkg/platform"
 	"github.com/switchboard-chat/switchboard/pkg/platform/platformtest"
 	"github.com/switchboard-chat/switchboard/services/gateway/matrix/matrixfake"
@@ -128,4 +133,73 @@ func TestSyncRateLimitWaits(t *testing.T) {
 	if n := g.f.Calls("sync") - calls; n > 3 {
 		t.Fatalf("%d syncs during the wait, want the refused one and the next", n)
 	}
+}
+
+// A MATRIX_USER_ID written in another case than the homeserver's
+// (@Bot:fake.test for @bot:fake.test; with an access token it is not
+// checked) is the bot all the same, as normalize has it for the bot's
+// own messages: its reaction is found and taken off by a replica that
+// did not make it, a message that starts with its display name mentions
+// it, and an invite marked is_direct makes a DM.
+func TestBotIDInAnotherCase(t *testing.T) {
+	t.Parallel()
+	const upper = "@Bot:" + matrixfake.Server
+	signedInAs := func(t *testing.T, f *matrixfake.Fake) *Platform {
+		t.Helper()
+		cfg := testConfig(f)
+		cfg.UserID = upper
+		p, err := NewPlatform(cfg, slog.New(slog.DiscardHandler), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.SignIn(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	t.Run("its reaction taken off", func(t *testing.T) {
+		t.Parallel()
+		f := matrixfake.New(bot, token)
+		t.Cleanup(f.Close)
+		fakeRooms(f)
+		ctx := platform.WithReactionTurn(context.Background(), "t1")
+		target := &deliveryv1.Target{Platform: "matrix", Account: upper, ChatId: team}
+		msg := f.Message(team, ann, "hi")
+		if err := signedInAs(t, f).React(ctx, target, msg, "👀"); err != nil {
+			t.Fatal(err)
+		}
+		if err := signedInAs(t, f).Unreact(ctx, target, msg, "👀"); err != nil {
+			t.Fatal(err)
+		}
+		if got := f.Reactions(team, msg); len(got) != 0 {
+			t.Fatalf("the bot's reactions %q left on the message", got)
+		}
+	})
+	t.Run("a mention by its display name", func(t *testing.T) {
+		t.Parallel()
+		g := start(t, func(c *Config) { c.UserID = upper })
+		id := g.f.Message(team, ann, "Hermes: plan the trip")
+		if ev := g.next(t); ev.GetEventId() != id || ev.GetText() != "plan the trip" {
+			t.Fatalf("event %s %q, want %s", ev.GetEventId(), ev.GetText(), id)
+		}
+	})
+	t.Run("an invite marked is_direct", func(t *testing.T) {
+		t.Parallel()
+		f := matrixfake.New(bot, token)
+		t.Cleanup(f.Close)
+		p := signedInAs(t, f)
+		const rid = "!invited:" + matrixfake.Server
+		f.Invite(rid, ann, true)
+		key := bot
+		p.joinInvites(context.Background(), mautrix.RespSyncRooms{Invite: map[id.RoomID]*mautrix.SyncInvitedRoom{
+			rid: {State: mautrix.SyncEventsList{Events: []*event.Event{{Type: event.StateMember, Sender: ann, StateKey: &key,
+				Content: event.Content{VeryRaw: []byte(`{"membership":"invite","is_direct":true}`)}}}}},
+		}})
+		if !f.Joined(rid) {
+			t.Fatal("the invite was not joined")
+		}
+		if v := p.rooms.get(rid).view(p.cfg.UserID); !v.DM {
+			t.Fatal("the room joined on an is_direct invite is no DM")
+		}
+	})
 }
