@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -30,6 +31,8 @@ type cursor struct {
 
 	kv  jetstream.KeyValue
 	rev uint64
+	// at is when the token held was stored (zero: none is).
+	at time.Time
 }
 
 func cursorKey(account string) string {
@@ -59,13 +62,13 @@ func (c *cursor) load(ctx context.Context) (string, error) {
 	}
 	e, err := c.kv.Get(ctx, c.key)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		c.rev = 0
+		c.rev, c.at = 0, time.Time{}
 		return "", nil
 	}
 	if err != nil {
 		return "", fmt.Errorf("read matrix sync token: %w", err)
 	}
-	c.rev = e.Revision()
+	c.rev, c.at = e.Revision(), e.Created()
 	return string(e.Value()), nil
 }
 
@@ -85,6 +88,6 @@ func (c *cursor) store(ctx context.Context, next string) error {
 	if err != nil {
 		return fmt.Errorf("store matrix sync token: %w", err)
 	}
-	c.rev = rev
+	c.rev, c.at = rev, time.Now()
 	return nil
 }

@@ -184,6 +184,9 @@ type Platform struct {
 	log  *slog.Logger
 	cli  *mautrix.Client
 	sync time.Duration
+	// syncGrace is how long past its timeout a long poll of a token may
+	// go unanswered before it is given up (syncGrace; a test's).
+	syncGrace time.Duration
 
 	free, allowed map[string]bool
 
@@ -242,7 +245,7 @@ func NewPlatform(cfg Config, log *slog.Logger, hc *http.Client) (*Platform, erro
 		st = DefaultConfig().SyncTimeout
 	}
 	return &Platform{
-		cfg: cfg, log: log.With("platform", "matrix"), cli: cli, sync: st,
+		cfg: cfg, log: log.With("platform", "matrix"), cli: cli, sync: st, syncGrace: syncGrace,
 		free: platform.IDSet(cfg.FreeResponseRooms), allowed: platform.IDSet(cfg.AllowedRooms),
 		rooms: rooms{m: map[id.RoomID]*room{}}, reactions: map[string]id.EventID{}, clock: time.Now,
 	}, nil

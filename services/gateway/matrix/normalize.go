@@ -6,6 +6,7 @@ import (
 	"mime"
 	"net/url"
 	"path"
+	"slices"
 	"strings"
 	"time"
 
@@ -85,10 +86,7 @@ func normalize(ev *event.Event, rv roomView, r rules, inBotThread func(thread id
 		// Redactions, reactions, state and anything else.
 		return nil, skipNotMessage, nil
 	}
-	if strings.EqualFold(ev.Sender.String(), r.Bot.String()) {
-		// In any case, as Hermes compares: a MATRIX_USER_ID written in
-		// another case than the homeserver's (an access token does not
-		// check it) must not make the bot answer itself.
+	if isBot(ev.Sender, r.Bot) {
 		return nil, skipOwn, nil
 	}
 	c, err := messageContent(ev)
@@ -250,6 +248,14 @@ func attachmentOf(c *event.MessageEventContent) (*eventsv1.Attachment, skip) {
 	return a, skipNone
 }
 
+// isBot reports whether user u is the bot, whose configured user id is
+// bot: in any case, as Hermes compares, since a MATRIX_USER_ID written in
+// another case than the homeserver's (an access token does not check
+// it) must neither make the bot answer itself nor miss what is its own.
+func isBot(u, bot id.UserID) bool {
+	return bot != "" && strings.EqualFold(u.String(), bot.String())
+}
+
 // mentions reports whether the message addresses the bot: its user id in
 // m.mentions, a pill (a matrix.to link to it) in the formatted body, or
 // its user id or display name in the body (what clients write for a
@@ -258,7 +264,7 @@ func mentions(c *event.MessageEventContent, body string, bot id.UserID, botName 
 	if bot == "" {
 		return false
 	}
-	if c.Mentions != nil && c.Mentions.Has(bot) {
+	if c.Mentions != nil && slices.ContainsFunc(c.Mentions.UserIDs, func(u id.UserID) bool { return isBot(u, bot) }) {
 		return true
 	}
 	if c.FormattedBody != "" && pills(c.FormattedBody, bot) {

@@ -440,7 +440,7 @@ func (p *Platform) findReaction(ctx context.Context, rid id.RoomID, msg id.Event
 			return "", classify(err)
 		}
 		for _, ev := range resp.Chunk {
-			if ev == nil || ev.Sender != id.UserID(p.cfg.UserID) {
+			if ev == nil || !isBot(ev.Sender, id.UserID(p.cfg.UserID)) {
 				continue
 			}
 			_ = ev.Content.ParseRaw(event.EventReaction)
@@ -580,18 +580,27 @@ func classify(err error) error {
 // retryAfter reads the wait a 429 names: retry_after_ms in the body, else
 // the Retry-After header (seconds), else 1 s.
 func retryAfter(he mautrix.HTTPError) time.Duration {
+	if d, ok := namedWait(he); ok {
+		return d
+	}
+	return time.Second
+}
+
+// namedWait is the wait an answer names: retry_after_ms in the body,
+// else the Retry-After header (seconds); ok false when it names none.
+func namedWait(he mautrix.HTTPError) (time.Duration, bool) {
 	if he.RespError != nil {
 		if ms, ok := he.RespError.ExtraData["retry_after_ms"].(float64); ok && ms > 0 {
-			return time.Duration(ms) * time.Millisecond
+			return time.Duration(ms) * time.Millisecond, true
 		}
 	}
 	if he.Response != nil {
 		if s := he.Response.Header.Get("Retry-After"); s != "" {
 			var secs int
 			if _, err := fmt.Sscan(s, &secs); err == nil && secs > 0 {
-				return time.Duration(secs) * time.Second
+				return time.Duration(secs) * time.Second, true
 			}
 		}
 	}
-	return time.Second
+	return 0, false
 }

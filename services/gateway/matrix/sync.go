@@ -24,13 +24,25 @@ import (
 // history, not messages to answer.
 const startGrace = 5 * time.Second
 
+// syncGrace is how long past its timeout a /sync from a token may go
+// unanswered (the homeserver building a large answer) before the gateway
+// gives it up as a connection gone silent (a NAT or a proxy that dropped
+// it without a reset) and connects again.
+const syncGrace = 30 * time.Second
+
+// initialSyncGrace is the same for the initial sync (no token), whose
+// answer (every room's state) a homeserver may take minutes to build
+// for a large account; the HTTP client's 180 s as before.
+const initialSyncGrace = 3 * time.Minute
+
 // maxEventBytes bounds one room event's content; larger ones are
 // rejected (the kit bounds the published event too).
 const maxEventBytes = 64 << 10
 
 // Connect runs the /sync loop from the stored token until ctx ends or a
 // sync fails. Each batch's messages are published, the invites joined
-// and the read receipts sent before the token moves on.
+// and the read receipts sent before the token moves on. A stored token
+// the homeserver no longer knows is dropped (see positionUnknown).
 func (p *Platform) Connect(ctx context.Context, conn platform.Conn) error {
 	if p.bus == nil {
 		return platform.Fatal(errors.New("matrix: platform not attached to a bus"))
@@ -54,17 +66,60 @@ func (p *Platform) Connect(ctx context.Context, conn platform.Conn) error {
 	if p.started.IsZero() {
 		p.started = p.clock()
 	}
-	fresh, started := since == "", p.started
+	// history: while no token is held, the initial sync's events older
+	// than this are history, not messages to answer.
+	var history time.Time
+	if since == "" {
+		history = p.started.Add(-startGrace)
+	}
 	connected := false
 	for ctx.Err() == nil {
 		timeout := p.sync
 		if !connected {
 			timeout = 0 // answer at once: the gateway is ready when it did
 		}
-		resp, err := p.syncLenient(ctx, mautrix.ReqSync{Since: since, Timeout: int(timeout.Milliseconds())}, p.rejectEvent(ctx, conn))
+		// The long poll's own deadline: the homeserver answers by its
+		// timeout; one that has not a grace later is not going to.
+		grace := p.syncGrace
+		if since == "" {
+			grace = initialSyncGrace
+		}
+		pollCtx, cancel := context.WithTimeout(ctx, timeout+grace)
+		resp, err := p.syncLenient(pollCtx, mautrix.ReqSync{Since: since, Timeout: int(timeout.Milliseconds())}, p.rejectEvent(ctx, conn))
+		silent := pollCtx.Err() != nil
+		cancel()
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
+			}
+			if wait, ok := syncRateLimited(err); ok {
+				p.log.Warn("matrix: the homeserver rate-limits /sync; trying again after the wait it names", "wait", wait, "err", err)
+				t := time.NewTimer(wait)
+				select {
+				case <-ctx.Done():
+					t.Stop()
+					return nil
+				case <-t.C:
+				}
+				continue
+			}
+			if silent {
+				return fmt.Errorf("matrix sync: no answer within %s (the connection gone silent?): %w", timeout+grace, err)
+			}
+			if since != "" && positionUnknown(err) {
+				// Start again as a first start does, from the homeserver's
+				// current state; what is older than the token held (less
+				// the grace) was taken already, or is lost with the
+				// homeserver's database.
+				history = p.cursor.at
+				if history.IsZero() {
+					history = p.clock()
+				}
+				history = history.Add(-startGrace)
+				p.log.Error("matrix: the homeserver does not know the stored sync position (its database restored, wiped or replaced?); syncing again from its current state, messages sent before the position was stored are not read again",
+					"stored_at", p.cursor.at, "err", err)
+				since = ""
+				continue
 			}
 			return p.syncFailed(err)
 		}
@@ -72,11 +127,7 @@ func (p *Platform) Connect(ctx context.Context, conn platform.Conn) error {
 			connected = true
 			conn.Connected()
 		}
-		var notBefore time.Time
-		if fresh {
-			notBefore = started.Add(-startGrace)
-		}
-		if err := p.handle(ctx, conn, resp, since, notBefore); err != nil {
+		if err := p.handle(ctx, conn, resp, since, history); err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
@@ -91,9 +142,48 @@ func (p *Platform) Connect(ctx context.Context, conn platform.Conn) error {
 			}
 			return err
 		}
-		since, fresh = resp.NextBatch, false
+		since, history = resp.NextBatch, time.Time{}
 	}
 	return nil
+}
+
+// maxSyncRetryAfter bounds the wait a 429 on /sync may ask for.
+const maxSyncRetryAfter = 5 * time.Minute
+
+// syncRateLimited reports the wait a /sync refused with a 429
+// (M_LIMIT_EXCEEDED) names (retry_after_ms, or Retry-After), at most
+// maxSyncRetryAfter; ok false when it is no such refusal or names no
+// wait (the reconnect schedule's then).
+func syncRateLimited(err error) (wait time.Duration, ok bool) {
+	var he mautrix.HTTPError
+	if !errors.As(err, &he) {
+		return 0, false
+	}
+	limited := he.Response != nil && he.Response.StatusCode == http.StatusTooManyRequests ||
+		he.RespError != nil && he.RespError.ErrCode == mautrix.MLimitExceeded.ErrCode
+	if !limited {
+		return 0, false
+	}
+	d, ok := namedWait(he)
+	return min(d, maxSyncRetryAfter), ok
+}
+
+// positionUnknown reports whether a /sync from a token failed because
+// the homeserver does not know the token: a 400 naming it (Synapse:
+// M_UNKNOWN "Invalid stream token" for a token it cannot read; Dendrite:
+// M_INVALID_PARAM; sliding sync: M_UNKNOWN_POS). Its database restored,
+// wiped or replaced, the homeserver will not know it at the next try
+// either. A 429, a 5xx or the network is no such answer.
+func positionUnknown(err error) bool {
+	var he mautrix.HTTPError
+	if !errors.As(err, &he) || he.Response == nil || he.Response.StatusCode != http.StatusBadRequest || he.RespError == nil {
+		return false
+	}
+	switch he.RespError.ErrCode {
+	case "M_UNKNOWN_POS", mautrix.MInvalidParam.ErrCode, "M_INVALID_ARGUMENT_VALUE", mautrix.MUnknown.ErrCode:
+		return true
+	}
+	return false
 }
 
 // rejectEvent is the badEvent of a sync: an event of the answer that
@@ -105,8 +195,8 @@ func (p *Platform) rejectEvent(ctx context.Context, conn platform.Conn) badEvent
 	}
 }
 
-// syncFailed turns a failed /sync into the connection's error: a token
-// the homeserver does not know is fatal; anything else (a 429, a 5xx,
+// syncFailed turns a failed /sync into the connection's error: an
+// access token the homeserver does not know is fatal; anything else (a 429, a 5xx,
 // the network) is retried on the backoff schedule.
 func (p *Platform) syncFailed(err error) error {
 	var he mautrix.HTTPError
@@ -317,7 +407,7 @@ func (p *Platform) joinInvites(ctx context.Context, rs mautrix.RespSyncRooms) {
 		direct := false
 		if inv != nil {
 			for _, ev := range inv.State.Events {
-				if ev != nil && ev.Type == event.StateMember && ev.StateKey != nil && *ev.StateKey == p.cfg.UserID {
+				if ev != nil && ev.Type == event.StateMember && ev.StateKey != nil && isBot(id.UserID(*ev.StateKey), id.UserID(p.cfg.UserID)) {
 					var m struct {
 						IsDirect bool `json:"is_direct"`
 					}
@@ -527,9 +617,13 @@ func (r *room) view(bot string) roomView {
 		dm = r.listed || r.invitedDirect
 	}
 	names := make(map[id.UserID]string, len(r.names))
+	botName := ""
 	for u, n := range r.names {
 		names[u] = n
+		if isBot(u, id.UserID(bot)) {
+			botName = n
+		}
 	}
-	return roomView{ID: r.id, Name: r.name, DM: dm, BotName: names[id.UserID(bot)],
+	return roomView{ID: r.id, Name: r.name, DM: dm, BotName: botName,
 		Names: func(u id.UserID) string { return names[u] }}
 }

@@ -104,6 +104,14 @@ type Fake struct {
 	// limit is the most timeline events one room gets in a sync answer
 	// (0: all), as a homeserver's default filter has it (Synapse: 10).
 	limit int
+	// firstToken is the oldest position a since token may name: what
+	// is older the homeserver no longer knows (ForgetSyncTokens).
+	firstToken int
+	// stall is how many of the next syncs are never answered.
+	stall int
+	// sinces are the since tokens of the syncs answered, in order (""
+	// for an initial sync).
+	sinces []string
 }
 
 type media struct {
@@ -185,7 +193,8 @@ func (f *Fake) append(roomID string, ev Event, state bool) Event {
 		ev.EventID = fmt.Sprintf("$ev%d:%s", f.seq, Server)
 	}
 	if ev.TS == 0 {
-		f.now++
+		// The homeserver's clock, never twice the same.
+		f.now = max(f.now+1, time.Now().UnixMilli())
 		ev.TS = f.now
 	}
 	f.log = append(f.log, logged{pos: f.seq, room: roomID, ev: ev, state: state})
@@ -269,6 +278,37 @@ func (f *Fake) SetTimelineLimit(n int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.limit = n
+}
+
+// ForgetSyncTokens makes the homeserver forget the sync tokens it gave
+// out so far, as one whose database was replaced (wiped, or moved to
+// another server) does: a sync from one of them is answered 400 with
+// M_UNKNOWN "Invalid stream token", as Synapse answers a token it cannot
+// read; a sync without a token starts again from its current state.
+func (f *Fake) ForgetSyncTokens() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.seq++
+	f.firstToken = f.seq
+	f.notify()
+}
+
+// StallSyncs makes the next n syncs go unanswered, whatever their
+// timeout, until the client gives up on them: a connection gone silent
+// (a NAT or proxy that dropped it without a reset) looks so to the
+// client.
+func (f *Fake) StallSyncs(n int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.stall += n
+}
+
+// SyncSinces returns the since token of each sync answered so far, in
+// order ("" for an initial sync).
+func (f *Fake) SyncSinces() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.sinces...)
 }
 
 // Joined reports whether the bot joined the room.
@@ -628,9 +668,20 @@ func (f *Fake) sync(w http.ResponseWriter, r *http.Request) {
 	deadline := time.After(time.Duration(timeout) * time.Millisecond)
 	f.mu.Lock()
 	f.calls["sync"]++
+	if f.stall > 0 {
+		f.stall--
+		f.mu.Unlock()
+		<-r.Context().Done()
+		return
+	}
 	for {
 		if f.fail(w, "sync") {
 			f.mu.Unlock()
+			return
+		}
+		if since >= 0 && since < f.firstToken {
+			f.mu.Unlock()
+			writeErr(w, http.StatusBadRequest, "M_UNKNOWN", "Invalid stream token")
 			return
 		}
 		if f.drop {
@@ -655,6 +706,7 @@ func (f *Fake) sync(w http.ResponseWriter, r *http.Request) {
 		f.mu.Lock()
 	}
 	defer f.mu.Unlock()
+	f.sinces = append(f.sinces, q.Get("since"))
 	join := map[string]any{}
 	invite := map[string]any{}
 	for _, rm := range f.rooms {

@@ -1,0 +1,205 @@
+package matrix
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"slices"
+	"testing"
+	"time"
+
+	"maunium.net/go/mautrix"
+	"maunium.net/go/mautrix/event"
+	"maunium.net/go/mautrix/id"
+
+	"github.com/switchboard-chat/switchboard/pkg/bus/bustest"
+	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
+	"github.com/switchboard-chat/switchboard/pkg/platform"
+	"github.com/switchboard-chat/switchboard/pkg/platform/platformtest"
+	"github.com/switchboard-chat/switchboard/services/gateway/matrix/matrixfake"
+)
+
+// A stored sync position the homeserver no longer knows (its database
+// replaced or wiped: Synapse answers a token it cannot read with 400
+// M_UNKNOWN, Dendrite with M_INVALID_PARAM, a sliding-sync server with
+// M_UNKNOWN_POS) is dropped: the gateway syncs again from the
+// homeserver's current state and hears the rooms, where it used to ask
+// with the same token forever, deaf until an operator deleted the key.
+// A transient failure (a 429, a 5xx) keeps the position.
+func TestUnknownSyncPositionStartsAgain(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		fail  func(f *matrixfake.Fake)
+		reset bool
+	}{
+		{"the homeserver's database replaced", func(f *matrixfake.Fake) { f.ForgetSyncTokens() }, true},
+		{"400 M_INVALID_PARAM", func(f *matrixfake.Fake) {
+			f.FailNext("sync", 1, matrixfake.Fail{Status: http.StatusBadRequest, ErrCode: "M_INVALID_PARAM"})
+		}, true},
+		{"400 M_UNKNOWN_POS", func(f *matrixfake.Fake) {
+			f.FailNext("sync", 1, matrixfake.Fail{Status: http.StatusBadRequest, ErrCode: "M_UNKNOWN_POS"})
+		}, true},
+		{"429", func(f *matrixfake.Fake) {
+			f.FailNext("sync", 1, matrixfake.Fail{Status: http.StatusTooManyRequests, ErrCode: "M_LIMIT_EXCEEDED"})
+		}, false},
+		{"502", func(f *matrixfake.Fake) {
+			f.FailNext("sync", 1, matrixfake.Fail{Status: http.StatusBadGateway, ErrCode: "M_UNKNOWN"})
+		}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			g := start(t, nil)
+			before := g.f.Message(dmRm, ann, "before")
+			if ev := g.next(t); ev.GetEventId() != before {
+				t.Fatalf("event %s, want %s", ev.GetEventId(), before)
+			}
+			platformtest.WaitFor(t, "the token to move past the first message", func() bool {
+				return g.f.Receipt(dmRm) == before
+			})
+			n := len(g.f.SyncSinces())
+			tc.fail(g.f)
+			after := g.f.Message(dmRm, ann, "after")
+			if ev := g.next(t); ev.GetEventId() != after {
+				t.Fatalf("event %s %q, want %s", ev.GetEventId(), ev.GetText(), after)
+			}
+			g.none(t) // the first message is not answered again
+			if reset := slices.Contains(g.f.SyncSinces()[n:], ""); reset != tc.reset {
+				t.Fatalf("synced again without a token: %v, want %v (syncs %q)", reset, tc.reset, g.f.SyncSinces()[n:])
+			}
+		})
+	}
+}
+
+// A long poll whose answer never comes (the connection gone silent: a
+// NAT or a proxy dropped it without a reset) is given up once its
+// timeout and a grace have passed, and the next one hears the room:
+// only the HTTP client's 180 s bounded it, the bot deaf meanwhile.
+func TestSilentSyncGivenUp(t *testing.T) {
+	t.Parallel()
+	f := matrixfake.New(bot, token)
+	t.Cleanup(f.Close)
+	fakeRooms(f)
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	t.Cleanup(func() {
+		_ = b.JetStream().DeleteKeyValue(context.Background(), b.Topology().Stream(BucketCursors))
+	})
+	evs := platformtest.InboundEvents(t, b)
+	s, err := New(testConfig(f), Deps{Log: slog.New(slog.DiscardHandler), Bus: b,
+		Runner: platform.Options{Backoff: platform.Schedule(10 * time.Millisecond), LeaseTTL: time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.p.syncGrace = 500 * time.Millisecond
+	platformtest.Start(t, b, s)
+	platformtest.WaitFor(t, "the gateway to sync", func() bool {
+		st, _ := s.Runner().State()
+		return st == platform.StateConnected
+	})
+	calls := f.Calls("sync")
+	f.StallSyncs(1)
+	platformtest.WaitFor(t, "the silent sync", func() bool { return f.Calls("sync") > calls })
+	id := f.Message(dmRm, ann, "anyone there?")
+	start := time.Now()
+	if ev := platformtest.NextEvent(t, evs); ev.GetEventId() != id {
+		t.Fatalf("event %s, want %s", ev.GetEventId(), id)
+	}
+	if waited := time.Since(start); waited > 5*time.Second {
+		t.Fatalf("the message came %s later, want within the poll's 300 ms and the 500 ms grace (and a retry)", waited)
+	}
+}
+
+// A /sync refused with a 429 is tried again after the wait the
+// homeserver names (retry_after_ms), not at once on the reconnect
+// schedule, which met the rate limit again and again.
+func TestSyncRateLimitWaits(t *testing.T) {
+	t.Parallel()
+	g := start(t, nil)
+	first := g.f.Message(dmRm, ann, "hello")
+	if ev := g.next(t); ev.GetEventId() != first {
+		t.Fatalf("event %s, want %s", ev.GetEventId(), first)
+	}
+	const wait = 1500 * time.Millisecond
+	g.f.FailNext("sync", 1, matrixfake.Fail{Status: http.StatusTooManyRequests, ErrCode: "M_LIMIT_EXCEEDED", RetryAfterMS: int(wait.Milliseconds())})
+	calls := g.f.Calls("sync")
+	start := time.Now()
+	id := g.f.Message(dmRm, ann, "still there?") // wakes the poll, which is refused
+	if ev := g.next(t); ev.GetEventId() != id {
+		t.Fatalf("event %s, want %s", ev.GetEventId(), id)
+	}
+	if took := time.Since(start); took < wait {
+		t.Fatalf("the message came %s after the 429, want after its retry_after_ms %s", took, wait)
+	}
+	if n := g.f.Calls("sync") - calls; n > 3 {
+		t.Fatalf("%d syncs during the wait, want the refused one and the next", n)
+	}
+}
+
+// A MATRIX_USER_ID written in another case than the homeserver's
+// (@Bot:fake.test for @bot:fake.test; with an access token it is not
+// checked) is the bot all the same, as normalize has it for the bot's
+// own messages: its reaction is found and taken off by a replica that
+// did not make it, a message that starts with its display name mentions
+// it, and an invite marked is_direct makes a DM.
+func TestBotIDInAnotherCase(t *testing.T) {
+	t.Parallel()
+	const upper = "@Bot:" + matrixfake.Server
+	signedInAs := func(t *testing.T, f *matrixfake.Fake) *Platform {
+		t.Helper()
+		cfg := testConfig(f)
+		cfg.UserID = upper
+		p, err := NewPlatform(cfg, slog.New(slog.DiscardHandler), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.SignIn(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	t.Run("its reaction taken off", func(t *testing.T) {
+		t.Parallel()
+		f := matrixfake.New(bot, token)
+		t.Cleanup(f.Close)
+		fakeRooms(f)
+		ctx := platform.WithReactionTurn(context.Background(), "t1")
+		target := &deliveryv1.Target{Platform: "matrix", Account: upper, ChatId: team}
+		msg := f.Message(team, ann, "hi")
+		if err := signedInAs(t, f).React(ctx, target, msg, "👀"); err != nil {
+			t.Fatal(err)
+		}
+		if err := signedInAs(t, f).Unreact(ctx, target, msg, "👀"); err != nil {
+			t.Fatal(err)
+		}
+		if got := f.Reactions(team, msg); len(got) != 0 {
+			t.Fatalf("the bot's reactions %q left on the message", got)
+		}
+	})
+	t.Run("a mention by its display name", func(t *testing.T) {
+		t.Parallel()
+		g := start(t, func(c *Config) { c.UserID = upper })
+		id := g.f.Message(team, ann, "Hermes: plan the trip")
+		if ev := g.next(t); ev.GetEventId() != id || ev.GetText() != "plan the trip" {
+			t.Fatalf("event %s %q, want %s", ev.GetEventId(), ev.GetText(), id)
+		}
+	})
+	t.Run("an invite marked is_direct", func(t *testing.T) {
+		t.Parallel()
+		f := matrixfake.New(bot, token)
+		t.Cleanup(f.Close)
+		p := signedInAs(t, f)
+		const rid = "!invited:" + matrixfake.Server
+		f.Invite(rid, ann, true)
+		key := bot
+		p.joinInvites(context.Background(), mautrix.RespSyncRooms{Invite: map[id.RoomID]*mautrix.SyncInvitedRoom{
+			rid: {State: mautrix.SyncEventsList{Events: []*event.Event{{Type: event.StateMember, Sender: ann, StateKey: &key,
+				Content: event.Content{VeryRaw: []byte(`{"membership":"invite","is_direct":true}`)}}}}},
+		}})
+		if !f.Joined(rid) {
+			t.Fatal("the invite was not joined")
+		}
+		if v := p.rooms.get(rid).view(p.cfg.UserID); !v.DM {
+			t.Fatal("the room joined on an is_direct invite is no DM")
+		}
+	})
+}
