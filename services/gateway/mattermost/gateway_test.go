@@ -166,6 +166,28 @@ func TestChannelRules(t *testing.T) {
 	}
 }
 
+// allowed_channels (MATTERMOST_ALLOWED_CHANNELS), as in Hermes: when set,
+// posts outside DMs are taken only in those channels, a mention or a
+// free channel not letting one in elsewhere; DMs always.
+func TestAllowedChannels(t *testing.T) {
+	t.Parallel()
+	g := start(t, func(c *Config) {
+		c.AllowedChannels = []string{priv}
+		c.FreeResponseChannels = []string{town}
+	}, platform.Options{})
+	g.f.Message(town, ann, "@hermes free but not allowed")
+	g.f.Message(grp, ann, "@hermes a group message not allowed")
+	allowed := g.f.Message(priv, ann, "@hermes here")
+	if ev := g.next(t); ev.GetEventId() != allowed || ev.GetText() != "here" {
+		t.Fatalf("event %v, want %s in the allowed channel", ev, allowed)
+	}
+	dm := g.f.Message(dmCh, ann, "a DM is always taken")
+	if ev := g.next(t); ev.GetEventId() != dm {
+		t.Fatalf("event %v, want the DM %s", ev, dm)
+	}
+	g.none(t)
+}
+
 // A message in a thread is answered in it; in reply mode "thread" a
 // channel message is answered in a thread on it, and "off" posts flat.
 func TestThreads(t *testing.T) {

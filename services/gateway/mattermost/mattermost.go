@@ -61,6 +61,10 @@ type Config struct {
 	// FreeResponseChannels (MATTERMOST_FREE_RESPONSE_CHANNELS) are
 	// channel ids answered without a mention.
 	FreeResponseChannels []string `koanf:"free_response_channels"`
+	// AllowedChannels (MATTERMOST_ALLOWED_CHANNELS), as in Hermes: when
+	// set, posts outside DMs are taken only in these channel ids (group
+	// messages included); a mention does not let one in elsewhere.
+	AllowedChannels []string `koanf:"allowed_channels"`
 	// ReplyMode (MATTERMOST_REPLY_MODE): "off" (default, as in Hermes)
 	// or "thread".
 	ReplyMode string `koanf:"reply_mode"`
@@ -251,6 +255,7 @@ func (p *Platform) SignIn(ctx context.Context) error {
 	}
 	bots, _ := platform.ParseBotMode(p.cfg.AllowBots) // Validate checked it
 	p.rules = newRules(me.ID, me.Username, p.cfg.RequireMention, platform.IDSet(p.cfg.FreeResponseChannels), bots)
+	p.rules.Allowed = platform.IDSet(p.cfg.AllowedChannels)
 	p.log.Info("mattermost: signed in", "user_id", me.ID, "username", me.Username)
 	return nil
 }
@@ -282,7 +287,7 @@ func (p *Platform) Capabilities() platform.Capabilities {
 
 var skipped = promauto.NewCounterVec(prometheus.CounterOpts{
 	Name: "switchboard_mattermost_posts_skipped_total",
-	Help: "Mattermost posts read without a message to publish, by reason (own, system, deleted, empty, not mentioned, bot).",
+	Help: "Mattermost posts read without a message to publish, by reason (own, system, deleted, empty, channel not allowed, not mentioned, bot).",
 }, []string{"reason"})
 
 var caughtUp = promauto.NewCounter(prometheus.CounterOpts{
