@@ -259,6 +259,27 @@ func TestCatchUpAfterReconnect(t *testing.T) {
 	}
 }
 
+// A catch-up read the server rate limits (429) is read again after
+// X-Ratelimit-Reset, not given up with what the channel got meanwhile.
+func TestCatchUpRateLimited(t *testing.T) {
+	t.Parallel()
+	g := start(t, nil, platform.Options{})
+	first := g.f.Message(dmCh, ann, "before")
+	if ev := g.next(t); ev.GetEventId() != first {
+		t.Fatalf("event %s, want %s", ev.GetEventId(), first)
+	}
+	missed := g.f.AddSilently(mattermostfake.Post{ChannelID: dmCh, UserID: ann, Message: "while down"})
+	g.f.FailNext("channel posts", 1, mattermostfake.Fail{Status: http.StatusTooManyRequests, Reset: 1})
+	g.f.Drop()
+	if ev := g.next(t); ev.GetEventId() != missed {
+		t.Fatalf("event %v, want %s, missed while down", ev, missed)
+	}
+	if n := g.f.Calls("channel posts"); n != 2 {
+		t.Fatalf("%d channel reads, want the limited one and its retry", n)
+	}
+	g.none(t)
+}
+
 // A 429 is handed to delivery with X-Ratelimit-Reset; the retry with the
 // same key posts once. 5xx is retryable; a channel the bot cannot post
 // in, or an id that is no id, is permanent.

@@ -296,9 +296,7 @@ func (p *Platform) catchUp(ctx context.Context, conn platform.Conn) {
 		if ctx.Err() != nil {
 			return
 		}
-		cctx, cancel := context.WithTimeout(ctx, p.cfg.CallTimeout)
-		list, err := p.cli.postsSince(cctx, id, ch.Last)
-		cancel()
+		list, err := p.readSince(ctx, id, ch.Last)
 		if err != nil {
 			p.log.Warn("mattermost catch-up: channel not read; posts made there while disconnected are lost", "chat_id", id, "err", err)
 			continue
@@ -315,6 +313,33 @@ func (p *Platform) catchUp(ctx context.Context, conn platform.Conn) {
 			platform.Receive(ctx, conn, p.log, "mattermost", po.ID, nil, func() {
 				p.publish(ctx, conn, &posted{Post: po, ChannelType: ch.Type, ChannelName: ch.Name, SenderName: p.userName(ctx, po.UserID)})
 			})
+		}
+	}
+}
+
+// catchUpTries bounds the reads of one channel the server rate limits
+// during a catch-up.
+const catchUpTries = 5
+
+// readSince reads a channel's posts since a time for the catch-up, each
+// read within CallTimeout. A read the server rate limits (429, which a
+// catch-up of many channels meets on a server with rate limiting on) is
+// made again after the wait it names (X-Ratelimit-Reset, at most
+// CallTimeout), up to catchUpTries reads: given up, the channel's posts
+// made while disconnected would be lost.
+func (p *Platform) readSince(ctx context.Context, id string, since int64) (*postList, error) {
+	for try := 1; ; try++ {
+		cctx, cancel := context.WithTimeout(ctx, p.cfg.CallTimeout)
+		list, err := p.cli.postsSince(cctx, id, since)
+		cancel()
+		var ae *apiError
+		if err == nil || try == catchUpTries || !errors.As(err, &ae) || ae.Status != http.StatusTooManyRequests {
+			return list, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("mattermost catch-up: wait for the rate limit: %w", ctx.Err())
+		case <-time.After(min(ae.RetryAfter, p.cfg.CallTimeout)):
 		}
 	}
 }
