@@ -259,6 +259,23 @@ func TestCatchUpAfterReconnect(t *testing.T) {
 	}
 }
 
+// The server registers a connection (hello, then its events) before it
+// answers the authentication challenge: a post in that moment is
+// published, even one in a channel the catch-up does not know.
+func TestPostBeforeTheAuthenticationReply(t *testing.T) {
+	t.Parallel()
+	g := start(t, nil, platform.Options{})
+	conns := g.f.Connections()
+	g.f.DelayAuthReply(300 * time.Millisecond)
+	g.f.Drop()
+	platformtest.WaitFor(t, "a new connection", func() bool { return g.f.Connections() > conns })
+	id := g.f.Message(grp, ann, "@hermes first post here")
+	if ev := g.next(t); ev.GetEventId() != id || ev.GetSource().GetChatType() != "group" {
+		t.Fatalf("event %v, want %s in the group", ev, id)
+	}
+	g.none(t)
+}
+
 // A catch-up read the server rate limits (429) is read again after
 // X-Ratelimit-Reset, not given up with what the channel got meanwhile.
 func TestCatchUpRateLimited(t *testing.T) {

@@ -74,6 +74,20 @@ func (p *Platform) Connect(ctx context.Context, conn platform.Conn) error {
 	})
 	defer unanswered.Stop()
 	authed := false
+	// accepted: the server took the token. It says so by its answer to
+	// the challenge or, earlier, by its first event: it registers the
+	// connection (hello, then the events) before it answers, so a post
+	// can come first, and it sends no event to a connection it did not
+	// register.
+	accepted := func() {
+		unanswered.Stop()
+		authed = true
+		conn.Connected()
+		if p.cfg.CatchUp {
+			p.catchUp(rctx, conn)
+		}
+		go p.ping(rctx, ws, cancel)
+	}
 	for {
 		_, raw, err := ws.Read(rctx)
 		if err != nil {
@@ -91,25 +105,18 @@ func (p *Platform) Connect(ctx context.Context, conn platform.Conn) error {
 			conn.Reject(ctx, "malformed websocket message", err)
 			continue
 		}
+		if f.Event != "" && !authed {
+			accepted()
+		}
 		switch {
 		case f.SeqReply == authSeq:
 			if f.Status != "OK" {
 				return platform.Fatal(fmt.Errorf("mattermost: the server refused the token (MATTERMOST_TOKEN): %s", strings.TrimSpace(string(f.Error))))
 			}
-			if authed {
-				continue
-			}
-			unanswered.Stop()
-			authed = true
-			conn.Connected()
-			if p.cfg.CatchUp {
-				p.catchUp(rctx, conn)
-			}
-			go p.ping(rctx, ws, cancel)
-		case f.Event == "posted":
 			if !authed {
-				continue
+				accepted()
 			}
+		case f.Event == "posted":
 			// A post whose handling panics is skipped (logged,
 			// counted); the connection and the posts after it go on.
 			platform.Receive(rctx, conn, p.log, "mattermost", strconv.FormatInt(f.Seq, 10), f.Data, func() { p.handlePosted(rctx, conn, f.Data) })

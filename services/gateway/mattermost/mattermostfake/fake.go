@@ -114,6 +114,10 @@ type Fake struct {
 	channelWide []string
 	// noFileMetadata: posted events carry no metadata of their files.
 	noFileMetadata bool
+	// authReplyDelay holds the answer to the authentication challenge
+	// after the connection is registered (a busy hub): events reach it
+	// before the answer.
+	authReplyDelay time.Duration
 }
 
 type file struct {
@@ -418,6 +422,15 @@ func (f *Fake) OmitFileMetadata(omit bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.noFileMetadata = omit
+}
+
+// DelayAuthReply holds the answer to each authentication challenge this
+// long after the connection is registered and greeted (hello), as a busy
+// server's hub may: the events of that time reach the connection first.
+func (f *Fake) DelayAuthReply(d time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.authReplyDelay = d
 }
 
 // broadcastPosted sends a posted event; f.mu held.
@@ -847,9 +860,10 @@ func (f *Fake) websocket(w http.ResponseWriter, r *http.Request) {
 		_ = c.Close(websocket.StatusPolicyViolation, "not authenticated")
 		return
 	}
+	// As the server does (web_socket_router.go, hub.go): the connection
+	// is registered with the hub, which says hello and from then on
+	// sends it the events, before the answer to the challenge is sent.
 	conn := &wsConn{c: c, out: make(chan []byte, 1024), done: make(chan struct{})}
-	ok, _ := json.Marshal(map[string]any{"status": "OK", "seq_reply": auth.Seq})
-	conn.out <- ok
 	f.mu.Lock()
 	conn.seq++
 	hello, _ := json.Marshal(map[string]any{"event": "hello", "data": map[string]any{"server_version": "10.5.0.fake"},
@@ -857,6 +871,14 @@ func (f *Fake) websocket(w http.ResponseWriter, r *http.Request) {
 	conn.out <- hello
 	f.conns[conn] = true
 	f.accepted++
+	delay := f.authReplyDelay
+	f.mu.Unlock()
+	if delay > 0 {
+		time.Sleep(delay)
+	}
+	ok, _ := json.Marshal(map[string]any{"status": "OK", "seq_reply": auth.Seq})
+	f.mu.Lock()
+	conn.send(ok)
 	f.mu.Unlock()
 	defer func() {
 		f.mu.Lock()
