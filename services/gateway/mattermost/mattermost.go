@@ -6,12 +6,15 @@
 // (PUT /posts/{id}/patch, so answers stream by editing one post),
 // deletes, typing, reactions and the workers' file downloads.
 //
-// The websocket replays nothing: a post made while no connection is open
-// reaches no one. After a reconnect the gateway reads what the channels
-// it has seen posts in got meanwhile (GET /channels/{id}/posts?since=)
-// and publishes it; the kit's dedupe (the post id) drops what it had
-// already. What a channel first heard of while disconnected, and what
-// came while no replica ran, is lost, as in Hermes (docs/chat-gateways.md).
+// A reconnect resumes the websocket connection (connection_id and
+// sequence_number, Mattermost's reliable websockets): the server sends
+// again what it queued for it meanwhile, as long as it still has it. It
+// also reads what the channels it has seen posts in got meanwhile (GET
+// /channels/{id}/posts?since=) and publishes it; the kit's dedupe (the
+// post id) drops what it had already. What came while no replica ran,
+// or after the server forgot the connection (a restart, a full queue)
+// in a channel not seen before, is lost; Hermes loses every post made
+// while it is disconnected (docs/chat-gateways.md).
 //
 // Chats are named as in Hermes, so session keys carry over: a channel by
 // its id, its type D as "dm", G and P as "group", O as "channel", a
@@ -200,6 +203,9 @@ type Platform struct {
 	// published), deliveries those started: ping reads them (ws.go).
 	delivering atomic.Int32
 	deliveries atomic.Uint64
+
+	// resume is where a reconnect resumes the websocket (ws.go).
+	resume resumePoint
 
 	mu       sync.Mutex
 	channels map[string]*channel // the channels posts came from, for the catch-up

@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -45,8 +47,18 @@ func (p *Platform) Connect(ctx context.Context, conn platform.Conn) error {
 		}
 		return err
 	}
+	// A connection read before is resumed (Mattermost's reliable
+	// websockets): the server sends again what it queued for it since,
+	// which the server accepts only of a request that carries the token
+	// (the challenge comes too late for it).
+	resumeID, next := p.resume.point()
+	addr, opts := p.wsURL(), &websocket.DialOptions{HTTPClient: p.hc}
+	if resumeID != "" {
+		addr += "?connection_id=" + url.QueryEscape(resumeID) + "&sequence_number=" + strconv.FormatInt(next, 10)
+		opts.HTTPHeader = http.Header{"Authorization": {"Bearer " + p.cfg.Token}}
+	}
 	dctx, cancelDial := context.WithTimeout(ctx, p.cfg.CallTimeout)
-	ws, resp, err := websocket.Dial(dctx, p.wsURL(), &websocket.DialOptions{HTTPClient: p.hc})
+	ws, resp, err := websocket.Dial(dctx, addr, opts)
 	cancelDial()
 	if err != nil {
 		if ctx.Err() != nil {
@@ -88,9 +100,26 @@ func (p *Platform) Connect(ctx context.Context, conn platform.Conn) error {
 		}
 		go p.ping(rctx, ws, cancel)
 	}
+	if resumeID != "" {
+		// The server took the token with the request (a refused one is
+		// a 401 there) and sends no hello to a connection it resumes.
+		accepted()
+	}
+	events := 0
 	for {
 		_, raw, err := ws.Read(rctx)
 		if err != nil {
+			switch {
+			case errors.Is(err, websocket.ErrMessageTooBig):
+				// The event after the last one handled: the resumed
+				// connection starts after it, or the server would send
+				// it again and close every connection for ever.
+				p.resume.skip()
+			case resumeID != "" && events == 0:
+				// A server that ends a resumed connection before any
+				// event may not take the id: the next one starts afresh.
+				p.resume.forget()
+			}
 			if ctx.Err() != nil {
 				_ = ws.Close(websocket.StatusNormalClosure, "")
 				return nil
@@ -108,6 +137,12 @@ func (p *Platform) Connect(ctx context.Context, conn platform.Conn) error {
 		if f.Event != "" && !authed {
 			accepted()
 		}
+		if f.Event != "" {
+			events++
+		}
+		if f.Event == "hello" {
+			p.resume.hello(f)
+		}
 		switch {
 		case f.SeqReply == authSeq:
 			if f.Status != "OK" {
@@ -121,7 +156,61 @@ func (p *Platform) Connect(ctx context.Context, conn platform.Conn) error {
 			// counted); the connection and the posts after it go on.
 			platform.Receive(rctx, conn, p.log, "mattermost", strconv.FormatInt(f.Seq, 10), f.Data, func() { p.handlePosted(rctx, conn, f.Data) })
 		}
+		if f.Event != "" && rctx.Err() == nil {
+			// Handled: a resumed connection starts after it.
+			p.resume.handled(f.Seq)
+		}
 	}
+}
+
+// resumePoint is where a reconnect resumes the websocket connection: the
+// id the server's hello gave it and the seq of the first event not
+// handled yet.
+type resumePoint struct {
+	mu   sync.Mutex
+	id   string
+	next int64
+}
+
+func (r *resumePoint) point() (string, int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.id, r.next
+}
+
+// hello starts a connection: its id (none from a server without
+// reliable websockets, whose connections are not resumed) and its first
+// seq.
+func (r *resumePoint) hello(f *frame) {
+	var d struct {
+		ConnectionID string `json:"connection_id"`
+	}
+	_ = json.Unmarshal(f.Data, &d)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.id, r.next = d.ConnectionID, f.Seq
+}
+
+// handled notes the event numbered seq handled.
+func (r *resumePoint) handled(seq int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.next = max(r.next, seq+1)
+}
+
+// skip passes over the event after the last one handled, unread.
+func (r *resumePoint) skip() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.id != "" {
+		r.next++
+	}
+}
+
+func (r *resumePoint) forget() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.id, r.next = "", 0
 }
 
 // wsURL is the server's websocket endpoint (ws:// for http://, wss://
