@@ -17,6 +17,7 @@ func init() {
 		"MATTERMOST_TOKEN":                  "gateways.mattermost.token",
 		"MATTERMOST_REQUIRE_MENTION":        "gateways.mattermost.require_mention",
 		"MATTERMOST_FREE_RESPONSE_CHANNELS": "gateways.mattermost.free_response_channels",
+		"MATTERMOST_ALLOWED_CHANNELS":       "gateways.mattermost.allowed_channels",
 		"MATTERMOST_REPLY_MODE":             "gateways.mattermost.reply_mode",
 		"MATTERMOST_REACTIONS":              "gateways.mattermost.reactions",
 		"MATTERMOST_ALLOW_CHANNEL_MENTIONS": "gateways.mattermost.allow_channel_mentions",

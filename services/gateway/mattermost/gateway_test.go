@@ -166,6 +166,28 @@ func TestChannelRules(t *testing.T) {
 	}
 }
 
+// allowed_channels (MATTERMOST_ALLOWED_CHANNELS), as in Hermes: when set,
+// posts outside DMs are taken only in those channels, a mention or a
+// free channel not letting one in elsewhere; DMs always.
+func TestAllowedChannels(t *testing.T) {
+	t.Parallel()
+	g := start(t, func(c *Config) {
+		c.AllowedChannels = []string{priv}
+		c.FreeResponseChannels = []string{town}
+	}, platform.Options{})
+	g.f.Message(town, ann, "@hermes free but not allowed")
+	g.f.Message(grp, ann, "@hermes a group message not allowed")
+	allowed := g.f.Message(priv, ann, "@hermes here")
+	if ev := g.next(t); ev.GetEventId() != allowed || ev.GetText() != "here" {
+		t.Fatalf("event %v, want %s in the allowed channel", ev, allowed)
+	}
+	dm := g.f.Message(dmCh, ann, "a DM is always taken")
+	if ev := g.next(t); ev.GetEventId() != dm {
+		t.Fatalf("event %v, want the DM %s", ev, dm)
+	}
+	g.none(t)
+}
+
 // A message in a thread is answered in it; in reply mode "thread" a
 // channel message is answered in a thread on it, and "off" posts flat.
 func TestThreads(t *testing.T) {
@@ -235,6 +257,116 @@ func TestCatchUpAfterReconnect(t *testing.T) {
 	if g.f.Calls("channel posts") != 1 {
 		t.Fatalf("%d channel reads, want the DM's alone", g.f.Calls("channel posts"))
 	}
+}
+
+// A reconnect resumes the connection (connection_id and sequence_number,
+// Mattermost's reliable websockets): what the server queued for it while
+// it was down is sent again, so a post in a channel the catch-up does
+// not know is published too.
+func TestReconnectResumesTheConnection(t *testing.T) {
+	t.Parallel()
+	g := start(t, nil, platform.Options{})
+	first := g.f.Message(dmCh, ann, "before")
+	if ev := g.next(t); ev.GetEventId() != first {
+		t.Fatalf("event %s, want %s", ev.GetEventId(), first)
+	}
+	conns := g.f.Connections()
+	// Held on its way back, so the post is made while it is down.
+	g.f.FailNext("users/me", 1, mattermostfake.Fail{Delay: 300 * time.Millisecond})
+	g.f.Drop()
+	missed := g.f.Message(grp, ann, "@hermes while you were away")
+	platformtest.WaitFor(t, "a new connection", func() bool { return g.f.Connections() > conns })
+	if ev := g.next(t); ev.GetEventId() != missed || ev.GetSource().GetChatType() != "group" {
+		t.Fatalf("event %v, want %s, made while the websocket was down", ev, missed)
+	}
+	if g.f.Resumed() != 1 {
+		t.Fatalf("%d connections resumed, want 1", g.f.Resumed())
+	}
+	// A live post after it, on the resumed connection.
+	live := g.f.Message(dmCh, ann, "after")
+	if ev := g.next(t); ev.GetEventId() != live {
+		t.Fatalf("event %s, want %s", ev.GetEventId(), live)
+	}
+	// A server that no longer has the connection (restarted) starts a
+	// new one; the catch-up reads the channels seen.
+	conns = g.f.Connections()
+	g.f.FailNext("users/me", 1, mattermostfake.Fail{Delay: 300 * time.Millisecond})
+	g.f.Drop()
+	g.f.ForgetConnections()
+	caught := g.f.AddSilently(mattermostfake.Post{ChannelID: grp, UserID: ann, Message: "@hermes while the server restarted"})
+	platformtest.WaitFor(t, "a new connection", func() bool { return g.f.Connections() > conns })
+	if ev := g.next(t); ev.GetEventId() != caught {
+		t.Fatalf("event %s, want %s, caught up", ev.GetEventId(), caught)
+	}
+	after := g.f.Message(dmCh, ann, "on the new connection")
+	if ev := g.next(t); ev.GetEventId() != after {
+		t.Fatalf("event %s, want %s", ev.GetEventId(), after)
+	}
+	if g.f.Resumed() != 1 {
+		t.Fatalf("%d connections resumed, want the first alone", g.f.Resumed())
+	}
+	g.none(t)
+}
+
+// An event larger than the gateway reads closes the connection; the
+// resumed one starts after it, not with it again (which would close
+// every connection for ever), and the posts after it are published.
+func TestOversizedEventIsNotResumed(t *testing.T) {
+	t.Parallel()
+	g := start(t, nil, platform.Options{})
+	first := g.f.Message(dmCh, ann, "before")
+	if ev := g.next(t); ev.GetEventId() != first {
+		t.Fatalf("event %s, want %s", ev.GetEventId(), first)
+	}
+	conns := g.f.Connections()
+	g.f.Add(mattermostfake.Post{ChannelID: town, UserID: ann, Message: "@hermes see attached",
+		Props: map[string]any{"attachments": strings.Repeat("x", maxFrameBytes)}})
+	after := g.f.Message(grp, ann, "@hermes after the big one")
+	if ev := g.next(t); ev.GetEventId() != after {
+		t.Fatalf("event %v, want %s", ev, after)
+	}
+	if n := g.f.Connections() - conns; n != 1 {
+		t.Fatalf("%d new connections, want the one after the big event", n)
+	}
+	g.none(t)
+}
+
+// The server registers a connection (hello, then its events) before it
+// answers the authentication challenge: a post in that moment is
+// published, even one in a channel the catch-up does not know.
+func TestPostBeforeTheAuthenticationReply(t *testing.T) {
+	t.Parallel()
+	g := start(t, nil, platform.Options{})
+	conns := g.f.Connections()
+	g.f.DelayAuthReply(300 * time.Millisecond)
+	g.f.Drop()
+	platformtest.WaitFor(t, "a new connection", func() bool { return g.f.Connections() > conns })
+	id := g.f.Message(grp, ann, "@hermes first post here")
+	if ev := g.next(t); ev.GetEventId() != id || ev.GetSource().GetChatType() != "group" {
+		t.Fatalf("event %v, want %s in the group", ev, id)
+	}
+	g.none(t)
+}
+
+// A catch-up read the server rate limits (429) is read again after
+// X-Ratelimit-Reset, not given up with what the channel got meanwhile.
+func TestCatchUpRateLimited(t *testing.T) {
+	t.Parallel()
+	g := start(t, nil, platform.Options{})
+	first := g.f.Message(dmCh, ann, "before")
+	if ev := g.next(t); ev.GetEventId() != first {
+		t.Fatalf("event %s, want %s", ev.GetEventId(), first)
+	}
+	missed := g.f.AddSilently(mattermostfake.Post{ChannelID: dmCh, UserID: ann, Message: "while down"})
+	g.f.FailNext("channel posts", 1, mattermostfake.Fail{Status: http.StatusTooManyRequests, Reset: 1})
+	g.f.Drop()
+	if ev := g.next(t); ev.GetEventId() != missed {
+		t.Fatalf("event %v, want %s, missed while down", ev, missed)
+	}
+	if n := g.f.Calls("channel posts"); n != 2 {
+		t.Fatalf("%d channel reads, want the limited one and its retry", n)
+	}
+	g.none(t)
 }
 
 // A 429 is handed to delivery with X-Ratelimit-Reset; the retry with the

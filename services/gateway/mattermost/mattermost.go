@@ -6,12 +6,15 @@
 // (PUT /posts/{id}/patch, so answers stream by editing one post),
 // deletes, typing, reactions and the workers' file downloads.
 //
-// The websocket replays nothing: a post made while no connection is open
-// reaches no one. After a reconnect the gateway reads what the channels
-// it has seen posts in got meanwhile (GET /channels/{id}/posts?since=)
-// and publishes it; the kit's dedupe (the post id) drops what it had
-// already. What a channel first heard of while disconnected, and what
-// came while no replica ran, is lost, as in Hermes (docs/chat-gateways.md).
+// A reconnect resumes the websocket connection (connection_id and
+// sequence_number, Mattermost's reliable websockets): the server sends
+// again what it queued for it meanwhile, as long as it still has it. It
+// also reads what the channels it has seen posts in got meanwhile (GET
+// /channels/{id}/posts?since=) and publishes it; the kit's dedupe (the
+// post id) drops what it had already. What came while no replica ran,
+// or after the server forgot the connection (a restart, a full queue)
+// in a channel not seen before, is lost; Hermes loses every post made
+// while it is disconnected (docs/chat-gateways.md).
 //
 // Chats are named as in Hermes, so session keys carry over: a channel by
 // its id, its type D as "dm", G and P as "group", O as "channel", a
@@ -61,6 +64,10 @@ type Config struct {
 	// FreeResponseChannels (MATTERMOST_FREE_RESPONSE_CHANNELS) are
 	// channel ids answered without a mention.
 	FreeResponseChannels []string `koanf:"free_response_channels"`
+	// AllowedChannels (MATTERMOST_ALLOWED_CHANNELS), as in Hermes: when
+	// set, posts outside DMs are taken only in these channel ids (group
+	// messages included); a mention does not let one in elsewhere.
+	AllowedChannels []string `koanf:"allowed_channels"`
 	// ReplyMode (MATTERMOST_REPLY_MODE): "off" (default, as in Hermes)
 	// or "thread".
 	ReplyMode string `koanf:"reply_mode"`
@@ -197,6 +204,9 @@ type Platform struct {
 	delivering atomic.Int32
 	deliveries atomic.Uint64
 
+	// resume is where a reconnect resumes the websocket (ws.go).
+	resume resumePoint
+
 	mu       sync.Mutex
 	channels map[string]*channel // the channels posts came from, for the catch-up
 	names    map[string]string   // user id → username, for caught-up posts
@@ -251,6 +261,7 @@ func (p *Platform) SignIn(ctx context.Context) error {
 	}
 	bots, _ := platform.ParseBotMode(p.cfg.AllowBots) // Validate checked it
 	p.rules = newRules(me.ID, me.Username, p.cfg.RequireMention, platform.IDSet(p.cfg.FreeResponseChannels), bots)
+	p.rules.Allowed = platform.IDSet(p.cfg.AllowedChannels)
 	p.log.Info("mattermost: signed in", "user_id", me.ID, "username", me.Username)
 	return nil
 }
@@ -282,7 +293,7 @@ func (p *Platform) Capabilities() platform.Capabilities {
 
 var skipped = promauto.NewCounterVec(prometheus.CounterOpts{
 	Name: "switchboard_mattermost_posts_skipped_total",
-	Help: "Mattermost posts read without a message to publish, by reason (own, system, deleted, empty, not mentioned, bot).",
+	Help: "Mattermost posts read without a message to publish, by reason (own, system, deleted, empty, channel not allowed, not mentioned, bot).",
 }, []string{"reason"})
 
 var caughtUp = promauto.NewCounter(prometheus.CounterOpts{

@@ -24,6 +24,9 @@ const (
 	skipDeleted    skip = "deleted"
 	skipEmpty      skip = "empty"
 	skipNotMention skip = "not mentioned"
+	// skipChannel: a post outside DMs in a channel allowed_channels
+	// does not list.
+	skipChannel skip = "channel not allowed"
 	// skipBot: another bot's or an incoming webhook's post, which
 	// allow_bots does not admit ("none", or "mentions" without one).
 	skipBot skip = "bot"
@@ -37,6 +40,9 @@ type rules struct {
 	BotID, BotName string
 	RequireMention bool
 	Free           map[string]bool
+	// Allowed (allowed_channels), when not empty, are the only channels
+	// outside DMs whose posts are taken.
+	Allowed map[string]bool
 	// Bots says which posts of other bots and incoming webhooks are
 	// published (allow_bots).
 	Bots platform.BotMode
@@ -97,6 +103,10 @@ func normalize(ev *posted, r rules) (*eventsv1.MessageReceived, skip) {
 	}
 	kind := chatType(ev.ChannelType)
 	dm := kind == "dm"
+	if !dm && len(r.Allowed) > 0 && !r.Allowed[p.ChannelID] {
+		// As Hermes's allowed_channels: checked before any mention.
+		return nil, skipChannel
+	}
 	if ev.FromBot && !r.Bots.Admits(mentions(text, r)) {
 		// Another bot, or an incoming webhook: published only as
 		// allow_bots says ("mentions": when it names this bot, in a DM

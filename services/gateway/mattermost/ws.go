@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -45,8 +47,18 @@ func (p *Platform) Connect(ctx context.Context, conn platform.Conn) error {
 		}
 		return err
 	}
+	// A connection read before is resumed (Mattermost's reliable
+	// websockets): the server sends again what it queued for it since,
+	// which the server accepts only of a request that carries the token
+	// (the challenge comes too late for it).
+	resumeID, next := p.resume.point()
+	addr, opts := p.wsURL(), &websocket.DialOptions{HTTPClient: p.hc}
+	if resumeID != "" {
+		addr += "?connection_id=" + url.QueryEscape(resumeID) + "&sequence_number=" + strconv.FormatInt(next, 10)
+		opts.HTTPHeader = http.Header{"Authorization": {"Bearer " + p.cfg.Token}}
+	}
 	dctx, cancelDial := context.WithTimeout(ctx, p.cfg.CallTimeout)
-	ws, resp, err := websocket.Dial(dctx, p.wsURL(), &websocket.DialOptions{HTTPClient: p.hc})
+	ws, resp, err := websocket.Dial(dctx, addr, opts)
 	cancelDial()
 	if err != nil {
 		if ctx.Err() != nil {
@@ -74,9 +86,40 @@ func (p *Platform) Connect(ctx context.Context, conn platform.Conn) error {
 	})
 	defer unanswered.Stop()
 	authed := false
+	// accepted: the server took the token. It says so by its answer to
+	// the challenge or, earlier, by its first event: it registers the
+	// connection (hello, then the events) before it answers, so a post
+	// can come first, and it sends no event to a connection it did not
+	// register.
+	accepted := func() {
+		unanswered.Stop()
+		authed = true
+		conn.Connected()
+		if p.cfg.CatchUp {
+			p.catchUp(rctx, conn)
+		}
+		go p.ping(rctx, ws, cancel)
+	}
+	if resumeID != "" {
+		// The server took the token with the request (a refused one is
+		// a 401 there) and sends no hello to a connection it resumes.
+		accepted()
+	}
+	events := 0
 	for {
 		_, raw, err := ws.Read(rctx)
 		if err != nil {
+			switch {
+			case errors.Is(err, websocket.ErrMessageTooBig):
+				// The event after the last one handled: the resumed
+				// connection starts after it, or the server would send
+				// it again and close every connection for ever.
+				p.resume.skip()
+			case resumeID != "" && events == 0:
+				// A server that ends a resumed connection before any
+				// event may not take the id: the next one starts afresh.
+				p.resume.forget()
+			}
 			if ctx.Err() != nil {
 				_ = ws.Close(websocket.StatusNormalClosure, "")
 				return nil
@@ -91,30 +134,83 @@ func (p *Platform) Connect(ctx context.Context, conn platform.Conn) error {
 			conn.Reject(ctx, "malformed websocket message", err)
 			continue
 		}
+		if f.Event != "" && !authed {
+			accepted()
+		}
+		if f.Event != "" {
+			events++
+		}
+		if f.Event == "hello" {
+			p.resume.hello(f)
+		}
 		switch {
 		case f.SeqReply == authSeq:
 			if f.Status != "OK" {
 				return platform.Fatal(fmt.Errorf("mattermost: the server refused the token (MATTERMOST_TOKEN): %s", strings.TrimSpace(string(f.Error))))
 			}
-			if authed {
-				continue
-			}
-			unanswered.Stop()
-			authed = true
-			conn.Connected()
-			if p.cfg.CatchUp {
-				p.catchUp(rctx, conn)
-			}
-			go p.ping(rctx, ws, cancel)
-		case f.Event == "posted":
 			if !authed {
-				continue
+				accepted()
 			}
+		case f.Event == "posted":
 			// A post whose handling panics is skipped (logged,
 			// counted); the connection and the posts after it go on.
 			platform.Receive(rctx, conn, p.log, "mattermost", strconv.FormatInt(f.Seq, 10), f.Data, func() { p.handlePosted(rctx, conn, f.Data) })
 		}
+		if f.Event != "" && rctx.Err() == nil {
+			// Handled: a resumed connection starts after it.
+			p.resume.handled(f.Seq)
+		}
 	}
+}
+
+// resumePoint is where a reconnect resumes the websocket connection: the
+// id the server's hello gave it and the seq of the first event not
+// handled yet.
+type resumePoint struct {
+	mu   sync.Mutex
+	id   string
+	next int64
+}
+
+func (r *resumePoint) point() (string, int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.id, r.next
+}
+
+// hello starts a connection: its id (none from a server without
+// reliable websockets, whose connections are not resumed) and its first
+// seq.
+func (r *resumePoint) hello(f *frame) {
+	var d struct {
+		ConnectionID string `json:"connection_id"`
+	}
+	_ = json.Unmarshal(f.Data, &d)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.id, r.next = d.ConnectionID, f.Seq
+}
+
+// handled notes the event numbered seq handled.
+func (r *resumePoint) handled(seq int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.next = max(r.next, seq+1)
+}
+
+// skip passes over the event after the last one handled, unread.
+func (r *resumePoint) skip() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.id != "" {
+		r.next++
+	}
+}
+
+func (r *resumePoint) forget() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.id, r.next = "", 0
 }
 
 // wsURL is the server's websocket endpoint (ws:// for http://, wss://
@@ -296,9 +392,7 @@ func (p *Platform) catchUp(ctx context.Context, conn platform.Conn) {
 		if ctx.Err() != nil {
 			return
 		}
-		cctx, cancel := context.WithTimeout(ctx, p.cfg.CallTimeout)
-		list, err := p.cli.postsSince(cctx, id, ch.Last)
-		cancel()
+		list, err := p.readSince(ctx, id, ch.Last)
 		if err != nil {
 			p.log.Warn("mattermost catch-up: channel not read; posts made there while disconnected are lost", "chat_id", id, "err", err)
 			continue
@@ -315,6 +409,33 @@ func (p *Platform) catchUp(ctx context.Context, conn platform.Conn) {
 			platform.Receive(ctx, conn, p.log, "mattermost", po.ID, nil, func() {
 				p.publish(ctx, conn, &posted{Post: po, ChannelType: ch.Type, ChannelName: ch.Name, SenderName: p.userName(ctx, po.UserID)})
 			})
+		}
+	}
+}
+
+// catchUpTries bounds the reads of one channel the server rate limits
+// during a catch-up.
+const catchUpTries = 5
+
+// readSince reads a channel's posts since a time for the catch-up, each
+// read within CallTimeout. A read the server rate limits (429, which a
+// catch-up of many channels meets on a server with rate limiting on) is
+// made again after the wait it names (X-Ratelimit-Reset, at most
+// CallTimeout), up to catchUpTries reads: given up, the channel's posts
+// made while disconnected would be lost.
+func (p *Platform) readSince(ctx context.Context, id string, since int64) (*postList, error) {
+	for try := 1; ; try++ {
+		cctx, cancel := context.WithTimeout(ctx, p.cfg.CallTimeout)
+		list, err := p.cli.postsSince(cctx, id, since)
+		cancel()
+		var ae *apiError
+		if err == nil || try == catchUpTries || !errors.As(err, &ae) || ae.Status != http.StatusTooManyRequests {
+			return list, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("mattermost catch-up: wait for the rate limit: %w", ctx.Err())
+		case <-time.After(min(ae.RetryAfter, p.cfg.CallTimeout)):
 		}
 	}
 }

@@ -4,9 +4,11 @@
 // deletes, typing, reactions, file upload and download, a channel's
 // posts since a time) with Mattermost's error bodies and rate-limit
 // headers, and the websocket event stream (/api/v4/websocket) with the
-// authentication_challenge handshake, hello, and posted events whose
-// data.post is a JSON string. Like the real server it keeps no events
-// for a client that is not connected.
+// authentication_challenge handshake (or the token on the request),
+// hello with its connection_id, and posted events whose data.post is a
+// JSON string. Like the real server it keeps the events of a connection
+// gone for a client that resumes it (connection_id, sequence_number),
+// up to a full queue, and none for a client never connected.
 package mattermostfake
 
 import (
@@ -107,13 +109,22 @@ type Fake struct {
 	calls     map[string]int
 	fails     map[string][]Fail
 	conns     map[*wsConn]bool
-	accepted  int
-	lastTime  int64
+	// inactive are the connections gone, by id, still sent the events
+	// (into their log) until their client resumes them or their log is
+	// full, as the server's hub keeps them for reliable websockets.
+	inactive map[string]*wsConn
+	resumed  int
+	accepted int
+	lastTime int64
 	// channelWide are the bot's posts (created or edited) that notified
 	// their whole channel: their message at the time.
 	channelWide []string
 	// noFileMetadata: posted events carry no metadata of their files.
 	noFileMetadata bool
+	// authReplyDelay holds the answer to the authentication challenge
+	// after the connection is registered (a busy hub): events reach it
+	// before the answer.
+	authReplyDelay time.Duration
 }
 
 type file struct {
@@ -127,7 +138,23 @@ type wsConn struct {
 	out  chan []byte
 	seq  int64
 	done chan struct{}
+	// id is the connection id its hello names; log the last events sent
+	// on it (maxQueued), which a client that reconnects with the id and
+	// the next sequence number is sent again.
+	id  string
+	log []queued
 }
+
+// queued is an event sent on a connection.
+type queued struct {
+	seq int64
+	b   []byte
+}
+
+// maxQueued is how many events a connection's log keeps; a connection
+// gone that misses more is forgotten, as the server drops one whose
+// queue fills.
+const maxQueued = 256
 
 // New starts a fake with a bot user and its token.
 func New(botID, botName, token string) *Fake {
@@ -136,6 +163,7 @@ func New(botID, botName, token string) *Fake {
 		users: map[string]string{botID: botName}, bots: map[string]bool{botID: true}, channels: map[string]Channel{}, posts: map[string]*Post{},
 		pending: map[string]string{}, files: map[string]file{}, reactions: map[string][]string{},
 		typing: map[string]int{}, typingIn: map[string]int{}, calls: map[string]int{}, fails: map[string][]Fail{}, conns: map[*wsConn]bool{},
+		inactive: map[string]*wsConn{},
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /api/v4/users/me", f.auth("users/me", f.me))
@@ -256,12 +284,36 @@ func (f *Fake) Drop() {
 	conns := make([]*wsConn, 0, len(f.conns))
 	for c := range f.conns {
 		conns = append(conns, c)
-		delete(f.conns, c)
+		f.deactivate(c)
 	}
 	f.mu.Unlock()
 	for _, c := range conns {
 		_ = c.c.CloseNow()
 	}
+}
+
+// deactivate moves a connection gone to the inactive ones; f.mu held.
+func (f *Fake) deactivate(c *wsConn) {
+	if f.conns[c] {
+		delete(f.conns, c)
+		f.inactive[c.id] = c
+	}
+}
+
+// ForgetConnections forgets the connections gone, as a restarted server
+// has: a client that asks to resume one gets a new connection.
+func (f *Fake) ForgetConnections() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	clear(f.inactive)
+}
+
+// Resumed counts the connections a client resumed (connection_id and
+// sequence_number) instead of starting afresh.
+func (f *Fake) Resumed() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.resumed
 }
 
 // Message posts a message as user in channel and returns the post id.
@@ -420,6 +472,15 @@ func (f *Fake) OmitFileMetadata(omit bool) {
 	f.noFileMetadata = omit
 }
 
+// DelayAuthReply holds the answer to each authentication challenge this
+// long after the connection is registered and greeted (hello), as a busy
+// server's hub may: the events of that time reach the connection first.
+func (f *Fake) DelayAuthReply(d time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.authReplyDelay = d
+}
+
 // broadcastPosted sends a posted event; f.mu held.
 func (f *Fake) broadcastPosted(p *Post) {
 	ch := f.channels[p.ChannelID]
@@ -457,14 +518,28 @@ func (f *Fake) broadcastPosted(p *Post) {
 
 // broadcast sends an event to every connection; f.mu held.
 func (f *Fake) broadcast(event string, data map[string]any, channel string) {
+	bc := map[string]any{"omit_users": nil, "user_id": "", "channel_id": channel, "team_id": ""}
 	for c := range f.conns {
-		c.seq++
-		b, _ := json.Marshal(map[string]any{
-			"event": event, "data": data, "seq": c.seq,
-			"broadcast": map[string]any{"omit_users": nil, "user_id": "", "channel_id": channel, "team_id": ""},
-		})
-		c.send(b)
+		c.send(c.event(event, data, bc))
 	}
+	for id, c := range f.inactive {
+		c.event(event, data, bc)
+		if len(c.log) >= maxQueued {
+			delete(f.inactive, id)
+		}
+	}
+}
+
+// event numbers an event on the connection and keeps it in its log; f.mu
+// held.
+func (c *wsConn) event(event string, data, broadcast map[string]any) []byte {
+	b, _ := json.Marshal(map[string]any{"event": event, "data": data, "seq": c.seq, "broadcast": broadcast})
+	c.seq++
+	c.log = append(c.log, queued{seq: c.seq - 1, b: b})
+	if len(c.log) > maxQueued {
+		c.log = c.log[1:]
+	}
+	return b
 }
 
 func (c *wsConn) send(b []byte) {
@@ -821,7 +896,29 @@ func (f *Fake) channelPosts(w http.ResponseWriter, r *http.Request) {
 
 // websocket serves /api/v4/websocket: the first message must be the
 // authentication_challenge with the token; then hello and the events.
+//
+// A request with the token as a bearer token is authenticated as it is
+// upgraded (a wrong one is answered 401), and the challenge, if sent,
+// goes unanswered. Such a request may name the connection it resumes
+// (connection_id, and sequence_number the seq of the first event it
+// has not had): when the fake still has that connection and the events
+// from there on, it sends them again and goes on numbering, without a
+// hello; otherwise the connection is a new one.
 func (f *Fake) websocket(w http.ResponseWriter, r *http.Request) {
+	if bearer, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok {
+		if !f.tokenOK(bearer) {
+			apiError(w, http.StatusUnauthorized, "api.context.session_expired.app_error", "Invalid or expired session, please login again.")
+			return
+		}
+		c, err := websocket.Accept(w, r, nil)
+		if err != nil {
+			return
+		}
+		defer c.CloseNow()
+		q := r.URL.Query()
+		f.serveConn(c, f.resume(c, q.Get("connection_id"), q.Get("sequence_number")), 0)
+		return
+	}
 	c, err := websocket.Accept(w, r, nil)
 	if err != nil {
 		return
@@ -847,20 +944,67 @@ func (f *Fake) websocket(w http.ResponseWriter, r *http.Request) {
 		_ = c.Close(websocket.StatusPolicyViolation, "not authenticated")
 		return
 	}
-	conn := &wsConn{c: c, out: make(chan []byte, 1024), done: make(chan struct{})}
-	ok, _ := json.Marshal(map[string]any{"status": "OK", "seq_reply": auth.Seq})
-	conn.out <- ok
+	// As the server does (web_socket_router.go, hub.go): the connection
+	// is registered with the hub, which says hello and from then on
+	// sends it the events, before the answer to the challenge is sent.
 	f.mu.Lock()
-	conn.seq++
-	hello, _ := json.Marshal(map[string]any{"event": "hello", "data": map[string]any{"server_version": "10.5.0.fake"},
-		"broadcast": map[string]any{"user_id": f.botID}, "seq": conn.seq})
-	conn.out <- hello
+	conn := f.newConn(c)
+	f.mu.Unlock()
+	f.serveConn(c, conn, auth.Seq)
+}
+
+// newConn registers a new connection and says hello; f.mu held.
+func (f *Fake) newConn(c *websocket.Conn) *wsConn {
+	conn := &wsConn{c: c, out: make(chan []byte, 1024), done: make(chan struct{}), id: newID()}
+	conn.out <- conn.event("hello", map[string]any{"server_version": "10.5.0.fake", "connection_id": conn.id},
+		map[string]any{"user_id": f.botID})
 	f.conns[conn] = true
 	f.accepted++
-	f.mu.Unlock()
+	return conn
+}
+
+// resume registers the connection id names from the event numbered
+// seq on, sending the events from there again, or a new connection when
+// it has not got them.
+func (f *Fake) resume(c *websocket.Conn, id, seq string) *wsConn {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	old := f.inactive[id]
+	next, err := strconv.ParseInt(seq, 10, 64)
+	if old == nil || err != nil || next > old.seq || (next < old.seq && (len(old.log) == 0 || next < old.log[0].seq)) {
+		return f.newConn(c)
+	}
+	delete(f.inactive, id)
+	conn := &wsConn{c: c, out: make(chan []byte, 1024), done: make(chan struct{}), id: id, seq: old.seq, log: old.log}
+	for _, e := range old.log {
+		if e.seq >= next {
+			conn.out <- e.b
+		}
+	}
+	f.conns[conn] = true
+	f.accepted++
+	f.resumed++
+	return conn
+}
+
+// serveConn writes a registered connection's events until it ends; a
+// challenge seq is answered first (after authReplyDelay).
+func (f *Fake) serveConn(c *websocket.Conn, conn *wsConn, challenge int64) {
+	if challenge != 0 {
+		f.mu.Lock()
+		delay := f.authReplyDelay
+		f.mu.Unlock()
+		if delay > 0 {
+			time.Sleep(delay)
+		}
+		ok, _ := json.Marshal(map[string]any{"status": "OK", "seq_reply": challenge})
+		f.mu.Lock()
+		conn.send(ok)
+		f.mu.Unlock()
+	}
 	defer func() {
 		f.mu.Lock()
-		delete(f.conns, conn)
+		f.deactivate(conn)
 		f.mu.Unlock()
 	}()
 	go func() {
