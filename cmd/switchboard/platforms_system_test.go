@@ -547,7 +547,7 @@ func TestChatPlatformsEndToEnd(t *testing.T) {
 		if got := texts(group); len(got) != 1 || got[0] != "echo: hi family" {
 			t.Fatalf("group answers = %q", got)
 		}
-		for key, want := range map[string]int{"agent:main:bluebubbles:dm:" + ann: 1, "agent:main:bluebubbles:group:" + group + ":" + ann: 1} {
+		for key, want := range map[string]int{"agent:main:bluebubbles:dm:" + dm: 1, "agent:main:bluebubbles:group:" + group + ":" + ann: 1} {
 			var n int
 			if err := d.db.QueryRow(ctx, `SELECT count(*) FROM sessions WHERE session_key = $1`, key).Scan(&n); err != nil || n != want {
 				t.Fatalf("sessions under %s: %d %v", key, n, err)

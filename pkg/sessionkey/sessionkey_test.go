@@ -80,7 +80,7 @@ func TestBuild(t *testing.T) {
 		{"sms dm", &src{Platform: "sms", ChatType: "dm", ChatId: "+15551234567", UserId: "+15551234567"}, def, "agent:main:sms:dm:+15551234567"},
 
 		// BlueBubbles (iMessage): a DM is the address, a group its chat guid, ";" and "+" kept.
-		{"imessage dm", &src{Platform: "bluebubbles", ChatType: "dm", ChatId: "+15551234567", ChatIdAlt: "iMessage;-;+15551234567", UserId: "+15551234567"}, def, "agent:main:bluebubbles:dm:+15551234567"},
+		{"imessage dm", &src{Platform: "bluebubbles", ChatType: "dm", ChatId: "iMessage;-;+15551234567", ChatIdAlt: "+15551234567", UserId: "+15551234567"}, def, "agent:main:bluebubbles:dm:iMessage;-;+15551234567"},
 		{"imessage group", &src{Platform: "bluebubbles", ChatType: "group", ChatId: "iMessage;+;chat493817263544", UserId: "ann@icloud.com"}, def, "agent:main:bluebubbles:group:iMessage;+;chat493817263544:ann@icloud.com"},
 
 		// WhatsApp canonicalisation.

@@ -19,9 +19,9 @@
 // downloaded (GET /api/v1/attachment/{guid}/download) only when a turn
 // reads them, by any replica.
 //
-// Chats are Hermes's: a DM's chat id is the other person's address
-// (+15551234567 or someone@icloud.com), a group's the chat guid
-// (iMessage;+;chat123…). iMessage has no formatting and BlueBubbles
+// Chats are Hermes's: a chat's id is its chat guid, a DM's
+// (iMessage;-;+15551234567, with the address as chat_id_alt) as a
+// group's (iMessage;+;chat123…). iMessage has no formatting and BlueBubbles
 // cannot edit: delivery sends final plain text of up to 4,000
 // characters a message (Hermes's limit).
 package bluebubbles

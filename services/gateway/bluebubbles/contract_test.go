@@ -67,7 +67,7 @@ func (c *contractFake) Kinds() []string { return []string{"text", "group", "imag
 func (c *contractFake) Deliver(t *testing.T, ctx context.Context, kind string) *eventsv1.MessageReceived {
 	t.Helper()
 	in := bbfake.Inbound{ChatGUID: dmGUID, From: ann, Text: "hello " + kind}
-	src := &eventsv1.SessionSource{Platform: "bluebubbles", Account: c.p.Account(), ChatId: ann, ChatIdAlt: dmGUID, ChatType: "dm", ChatName: ann, UserId: ann, UserName: ann}
+	src := &eventsv1.SessionSource{Platform: "bluebubbles", Account: c.p.Account(), ChatId: dmGUID, ChatIdAlt: ann, ChatType: "dm", ChatName: ann, UserId: ann, UserName: ann}
 	var atts []*eventsv1.Attachment
 	switch kind {
 	case "group":

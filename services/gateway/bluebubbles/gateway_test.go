@@ -133,7 +133,7 @@ func TestWebhookSecret(t *testing.T) {
 			t.Fatalf("authorized call answered %d", code)
 		}
 	}
-	if ev := platformtest.NextEvent(t, h.evs); ev.GetEventId() != guid || ev.GetText() != "hello" || ev.GetSource().GetChatId() != ann {
+	if ev := platformtest.NextEvent(t, h.evs); ev.GetEventId() != guid || ev.GetText() != "hello" || ev.GetSource().GetChatId() != dmGUID {
 		t.Fatalf("published %v", ev)
 	}
 	platformtest.NoEvent(t, h.evs, 300*time.Millisecond)

@@ -91,13 +91,15 @@ type incoming struct {
 	ev   *eventsv1.MessageReceived
 	skip string
 	err  error
-	// dmGUID is a DM's chat guid, for sends to its address.
-	dmGUID string
+	// dmAddr is a DM's address and dmGUID its chat guid, for sends to
+	// the address.
+	dmAddr, dmGUID string
 }
 
 // normalize turns a webhook call into an event of account, as Hermes
-// reads it: a DM's chat id is the other person's address, a group's the
-// chat guid (a group: isGroup or a guid with ";+;"); the sender is the
+// reads it: a chat's id is its chat guid, a DM's with the other person's
+// address as chat_id_alt (a group: isGroup or a guid with ";+;"); without
+// a guid, the chat identifier or the sender; the sender is the
 // handle's address; the id is the message guid. Events other than
 // new-message, the bot's own messages, tapbacks, group events and empty
 // messages are skipped; in a group under require_mention, so is a
@@ -159,11 +161,17 @@ func normalize(w *webhook, m *message, account string, requireMention bool, ment
 			src.ChatIdAlt = chatGUID
 		}
 	} else {
-		src.ChatType, src.ChatId = "dm", dmChatID(chatGUID, ident, sender)
+		// Hermes's session chat id: the chat guid, else the chat
+		// identifier or the sender; the person's address rides along
+		// as chat_id_alt, and sends to that address go to this chat.
+		addr := dmChatID(chatGUID, ident, sender)
+		src.ChatType, src.ChatId = "dm", first(chatGUID, ident, sender)
 		src.ChatName = first(ident, sender)
-		if src.ChatId != chatGUID {
-			src.ChatIdAlt = chatGUID
-			in.dmGUID = chatGUID
+		if src.ChatId != addr {
+			src.ChatIdAlt = addr
+		}
+		if chatGUID != "" && addr != chatGUID {
+			in.dmAddr, in.dmGUID = addr, chatGUID
 		}
 	}
 	ev := &eventsv1.MessageReceived{EventId: guid, MessageId: guid, Source: src, Text: text, Mentioned: mentioned}
@@ -191,9 +199,9 @@ func normalize(w *webhook, m *message, account string, requireMention bool, ment
 	return in
 }
 
-// dmChatID is a DM's chat id as Hermes's: the chat identifier or the
-// sender when it is an address (no ";"), else what follows ";-;" in the
-// chat guid, else whatever is known.
+// dmChatID is a DM's address: the chat identifier or the sender when it
+// is an address (no ";"), else what follows ";-;" in the chat guid, else
+// whatever is known.
 func dmChatID(chatGUID, ident, sender string) string {
 	for _, c := range []string{ident, sender} {
 		if c != "" && !strings.Contains(c, ";") {

@@ -56,7 +56,7 @@ func TestNormalize(t *testing.T) {
 	}
 	dm := func(text string) *eventsv1.MessageReceived {
 		return &eventsv1.MessageReceived{EventId: msgGUID, MessageId: msgGUID, Text: text, Source: &eventsv1.SessionSource{
-			Platform: "bluebubbles", Account: testAccount, ChatId: ann, ChatIdAlt: dmGUID, ChatType: "dm", ChatName: ann, UserId: ann, UserName: ann}}
+			Platform: "bluebubbles", Account: testAccount, ChatId: dmGUID, ChatIdAlt: ann, ChatType: "dm", ChatName: ann, UserId: ann, UserName: ann}}
 	}
 	group := func(text string, mentioned bool) *eventsv1.MessageReceived {
 		return &eventsv1.MessageReceived{EventId: msgGUID, MessageId: msgGUID, Text: text, Mentioned: mentioned, Source: &eventsv1.SessionSource{
@@ -69,7 +69,11 @@ func TestNormalize(t *testing.T) {
 	replying := dm("yes")
 	replying.ReplyTo = &eventsv1.ReplyTo{MessageId: "ORIGINAL-GUID"}
 	email := dm("from mail")
-	email.Source.ChatId, email.Source.ChatName, email.Source.UserId, email.Source.UserName, email.Source.ChatIdAlt = "ann@icloud.com", "ann@icloud.com", "ann@icloud.com", "ann@icloud.com", "iMessage;-;ann@icloud.com"
+	email.Source.ChatId, email.Source.ChatName, email.Source.UserId, email.Source.UserName, email.Source.ChatIdAlt = "iMessage;-;ann@icloud.com", "ann@icloud.com", "ann@icloud.com", "ann@icloud.com", "ann@icloud.com"
+	noChat := dm("no chat")
+	noChat.Source.ChatId, noChat.Source.ChatIdAlt = ann, ""
+	tahoe := dm("new prefix")
+	tahoe.Source.ChatId = "any;-;+15551234567"
 	for _, c := range []struct {
 		name    string
 		raw     []byte
@@ -79,10 +83,15 @@ func TestNormalize(t *testing.T) {
 		skip    string
 		err     string
 	}{
-		{name: "dm", raw: body(map[string]any{"text": "  hello \n"}), want: dm("hello"), key: "agent:main:bluebubbles:dm:+15551234567"},
+		{name: "dm", raw: body(map[string]any{"text": "  hello \n"}), want: dm("hello"), key: "agent:main:bluebubbles:dm:iMessage;-;+15551234567"},
 		{name: "dm by email", raw: body(map[string]any{"text": "from mail", "handle": map[string]any{"address": "ann@icloud.com"},
-			"chats": []any{map[string]any{"guid": "iMessage;-;ann@icloud.com"}}}), want: email, key: "agent:main:bluebubbles:dm:ann@icloud.com"},
-		{name: "command", raw: body(map[string]any{"text": "/new"}), want: dm("/new"), key: "agent:main:bluebubbles:dm:+15551234567"},
+			"chats": []any{map[string]any{"guid": "iMessage;-;ann@icloud.com"}}}), want: email, key: "agent:main:bluebubbles:dm:iMessage;-;ann@icloud.com"},
+		// Hermes keys a DM by its chat guid when the payload has one
+		// (chatGuid, else data.chats[0].guid), else by the sender.
+		{name: "dm without a chat", raw: body(map[string]any{"text": "no chat", "chats": nil}), want: noChat, key: "agent:main:bluebubbles:dm:+15551234567"},
+		{name: "dm with another guid prefix", raw: body(map[string]any{"text": "new prefix", "chats": []any{map[string]any{"guid": "any;-;+15551234567", "chatIdentifier": ann}}}),
+			want: tahoe, key: "agent:main:bluebubbles:dm:any;-;+15551234567"},
+		{name: "command", raw: body(map[string]any{"text": "/new"}), want: dm("/new"), key: "agent:main:bluebubbles:dm:iMessage;-;+15551234567"},
 		{name: "reply", raw: body(map[string]any{"text": "yes", "threadOriginatorGuid": "ORIGINAL-GUID"}), want: replying},
 		{name: "group", raw: body(map[string]any{"text": "hi all", "chats": groupChats("Family")}), want: group("hi all", false),
 			key: "agent:main:bluebubbles:group:iMessage;+;chat493817263544:+15551234567"},

@@ -144,7 +144,7 @@ func TestChatsArePublishedConcurrently(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bus := &pairBus{chat: ann, started: make(chan struct{}, 16), other: make(chan struct{})}
+	bus := &pairBus{chat: dmGUID, started: make(chan struct{}, 16), other: make(chan struct{})}
 	srv := httptest.NewServer(p.WebhookHandler(bus))
 	defer srv.Close()
 	u := srv.URL + "/bluebubbles-webhook?password=" + f.Password

@@ -114,7 +114,7 @@ func (p *Platform) message(w http.ResponseWriter, r *http.Request, conn platform
 		p.log.Debug("bluebubbles webhook skipped", "reason", in.skip, "type", reason(wh.Type))
 	default:
 		if in.dmGUID != "" {
-			p.remember(in.ev.GetSource().GetChatId(), in.dmGUID)
+			p.remember(in.dmAddr, in.dmGUID)
 		}
 		acc, err := p.publish(r.Context(), held, in.ev)
 		if err != nil && !errors.Is(err, platform.ErrRejected) {
