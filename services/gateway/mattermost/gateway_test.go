@@ -308,6 +308,43 @@ func TestReconnectResumesTheConnection(t *testing.T) {
 	g.none(t)
 }
 
+// A resumed connection the server had nothing to send again, and that
+// then stayed quiet (no event) while it answered pings, is still resumed
+// when it drops: the server kept it, and a post made in a channel the
+// catch-up does not know while it is down is sent again. A gateway that
+// took the quiet connection for one the server refused dialled afresh
+// and lost the post.
+func TestQuietResumedConnectionIsResumedAgain(t *testing.T) {
+	t.Parallel()
+	g := start(t, func(c *Config) { c.PingInterval = 50 * time.Millisecond }, platform.Options{})
+	first := g.f.Message(dmCh, ann, "before")
+	if ev := g.next(t); ev.GetEventId() != first {
+		t.Fatalf("event %s, want %s", ev.GetEventId(), first)
+	}
+	for i := 1; i <= 2; i++ {
+		conns := g.f.Connections()
+		// Held on its way back, so the post is made while it is down.
+		g.f.FailNext("users/me", 1, mattermostfake.Fail{Delay: 300 * time.Millisecond})
+		g.f.Drop()
+		var missed string
+		if i == 2 {
+			missed = g.f.Message(priv, ann, "@hermes while the quiet connection was down")
+		}
+		platformtest.WaitFor(t, "a new connection", func() bool { return g.f.Connections() > conns })
+		if g.f.Resumed() != i {
+			t.Fatalf("reconnect %d: %d connections resumed, want %d", i, g.f.Resumed(), i)
+		}
+		if missed != "" {
+			if ev := g.next(t); ev.GetEventId() != missed {
+				t.Fatalf("event %s, want %s, made while the websocket was down", ev.GetEventId(), missed)
+			}
+		}
+		// Quiet: pings and their answers, no event.
+		time.Sleep(300 * time.Millisecond)
+	}
+	g.none(t)
+}
+
 // An event larger than the gateway reads closes the connection; the
 // resumed one starts after it, not with it again (which would close
 // every connection for ever), and the posts after it are published.

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -86,6 +87,9 @@ func (p *Platform) Connect(ctx context.Context, conn platform.Conn) error {
 	})
 	defer unanswered.Stop()
 	authed := false
+	// answered: the server answered a ping on the connection, so it has
+	// it (a resumed one it refused would have ended at once).
+	var answered atomic.Bool
 	// accepted: the server took the token. It says so by its answer to
 	// the challenge or, earlier, by its first event: it registers the
 	// connection (hello, then the events) before it answers, so a post
@@ -98,7 +102,7 @@ func (p *Platform) Connect(ctx context.Context, conn platform.Conn) error {
 		if p.cfg.CatchUp {
 			p.catchUp(rctx, conn)
 		}
-		go p.ping(rctx, ws, cancel)
+		go p.ping(rctx, ws, cancel, &answered)
 	}
 	if resumeID != "" {
 		// The server took the token with the request (a refused one is
@@ -115,9 +119,13 @@ func (p *Platform) Connect(ctx context.Context, conn platform.Conn) error {
 				// connection starts after it, or the server would send
 				// it again and close every connection for ever.
 				p.resume.skip()
-			case resumeID != "" && events == 0:
+			case resumeID != "" && events == 0 && !answered.Load() && ctx.Err() == nil:
 				// A server that ends a resumed connection before any
-				// event may not take the id: the next one starts afresh.
+				// event or answered ping may not take the id: the next
+				// one starts afresh. One that answered a ping kept it,
+				// though it had nothing to send again and nothing came
+				// since (a quiet bot): forgotten, the posts the server
+				// queued for it while it was down next would be lost.
 				p.resume.forget()
 			}
 			if ctx.Err() != nil {
@@ -228,8 +236,9 @@ func (p *Platform) wsURL() string {
 // reader, so no ping is sent, and a failed one does not count, while the
 // reader is handling a post (asking the server about its author or its
 // files, or publishing it, waiting for the bus while NATS is out of
-// reach): the post waits in the gateway, on its connection.
-func (p *Platform) ping(ctx context.Context, ws *websocket.Conn, fail context.CancelCauseFunc) {
+// reach): the post waits in the gateway, on its connection. A ping
+// answered sets answered: the server has the connection.
+func (p *Platform) ping(ctx context.Context, ws *websocket.Conn, fail context.CancelCauseFunc, answered *atomic.Bool) {
 	t := time.NewTicker(p.cfg.PingInterval)
 	defer t.Stop()
 	for {
@@ -244,6 +253,9 @@ func (p *Platform) ping(ctx context.Context, ws *websocket.Conn, fail context.Ca
 			pctx, cancel := context.WithTimeout(ctx, p.cfg.PingInterval)
 			err := ws.Ping(pctx)
 			cancel()
+			if err == nil {
+				answered.Store(true)
+			}
 			if err != nil && ctx.Err() == nil {
 				if p.delivering.Load() > 0 || p.deliveries.Load() != started {
 					// The pong came while the reader was held up
