@@ -635,14 +635,7 @@ func TestAReconnectingReplicaAskedLateInItsRoundIsNotTakenOver(t *testing.T) {
 		case 1: // its first question goes out a grace after its round began
 			time.Sleep(bus.GoneGrace + 200*time.Millisecond)
 		case 2: // and replica x is back by the next
-			if _, err := e.bus.Conn().Subscribe(e.bus.Topology().DeliveryAliveSubject("x"), func(m *nats.Msg) {
-				_ = m.Respond(nil)
-			}); err != nil {
-				t.Error(err)
-			}
-			if err := e.bus.Conn().Flush(); err != nil {
-				t.Error(err)
-			}
+			answerAlive(t, e, "x")
 			close(back)
 		}
 	}))
@@ -714,14 +707,7 @@ func TestASilenceIsCountedFromTheFirstSilentAnswer(t *testing.T) {
 		case 1: // the first question reaches the server late
 			relay.Hold(900 * time.Millisecond)
 		case int32(bus.GoneGrace/time.Second) + 2: // x is back the round after GoneGrace from the first
-			if _, err := e.bus.Conn().Subscribe(e.bus.Topology().DeliveryAliveSubject("x"), func(m *nats.Msg) {
-				_ = m.Respond(nil)
-			}); err != nil {
-				t.Error(err)
-			}
-			if err := e.bus.Conn().Flush(); err != nil {
-				t.Error(err)
-			}
+			answerAlive(t, e, "x")
 			close(back)
 		}
 	}))
@@ -1943,5 +1929,19 @@ func TestSenderPanicRetriesTheRow(t *testing.T) {
 	case err := <-in.done:
 		t.Fatalf("the replica stopped: %v", err)
 	default:
+	}
+}
+
+// answerAlive makes replica answer on its liveness subject from now on,
+// as a replica back from a reconnect does (on e's connection). Called
+// from a gone hook, off the test's goroutine: it reports with t.Error.
+func answerAlive(t *testing.T, e *env, replica string) {
+	if _, err := e.bus.Conn().Subscribe(e.bus.Topology().DeliveryAliveSubject(replica), func(m *nats.Msg) {
+		_ = m.Respond(nil)
+	}); err != nil {
+		t.Error(err)
+	}
+	if err := e.bus.Conn().Flush(); err != nil {
+		t.Error(err)
 	}
 }
