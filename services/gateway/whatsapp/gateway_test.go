@@ -666,3 +666,26 @@ func TestConvertedTextOverTheLimit(t *testing.T) {
 		})
 	}
 }
+
+// A user whose username hides their number writes from a business-scoped
+// user id (BSUID): the answer goes to it as the Cloud API takes it, in
+// "recipient" ("to" takes phone numbers only), the first chunk quoting
+// the user's message as for any user.
+func TestSendToBusinessScopedUser(t *testing.T) {
+	t.Parallel()
+	const bsuid = "US.13491208655302741918"
+	f := whatsappfake.New(t)
+	h := start(t, f, testConfig(f), platform.Options{})
+	r := h.send(t, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: "u1", Text: "hello",
+		Target: &deliveryv1.Target{Platform: "whatsapp", Account: phoneID, ChatId: bsuid, ReplyToMessageId: "wamid.IN1"}})
+	if !r.GetOk() {
+		t.Fatalf("receipt %v", r)
+	}
+	got := f.Messages(bsuid)
+	if len(got) != 1 || got[0].Text != "hello" || got[0].ReplyTo != "wamid.IN1" {
+		t.Fatalf("sent %+v", got)
+	}
+	if raw := string(got[0].Raw); !strings.Contains(raw, `"recipient":"`+bsuid+`"`) || strings.Contains(raw, `"to":`) {
+		t.Fatalf("request %s, want the BSUID as recipient and no to", raw)
+	}
+}

@@ -42,6 +42,10 @@ type value struct {
 			Name string `json:"name"`
 		} `json:"profile"`
 		WaID string `json:"wa_id"`
+		// UserID is the business-scoped user id (BSUID, "US.1349…"):
+		// always there, and the only id of a user whose username hides
+		// their number.
+		UserID string `json:"user_id"`
 	} `json:"contacts"`
 	// Messages are decoded one by one, so that one malformed message
 	// does not take the others of its notification with it.
@@ -67,7 +71,11 @@ type status struct {
 }
 
 type message struct {
+	// From is the sender's wa_id (their number), absent when a username
+	// hides it; FromUserID is their business-scoped user id, always
+	// there since 2026.
 	From        string                 `json:"from"`
+	FromUserID  string                 `json:"from_user_id"`
 	ID          string                 `json:"id"`
 	Timestamp   string                 `json:"timestamp"`
 	Type        string                 `json:"type"`
@@ -196,7 +204,9 @@ func parseNotification(raw []byte, phoneID string) (out parsed, err error) {
 			out.statuses = append(out.statuses, c.Value.Statuses...)
 			names := map[string]string{}
 			for _, ct := range c.Value.Contacts {
-				names[ct.WaID] = strings.TrimSpace(ct.Profile.Name)
+				for _, id := range nonEmpty(ct.WaID, ct.UserID) {
+					names[id] = strings.TrimSpace(ct.Profile.Name)
+				}
 			}
 			for _, rm := range c.Value.Messages {
 				out.messages = append(out.messages, normalize(rm, &c.Value, names))
@@ -225,26 +235,33 @@ func normalize(raw json.RawMessage, v *value, names map[string]string) incoming 
 	if err := json.Unmarshal(raw, &m); err != nil {
 		return incoming{err: fmt.Errorf("%w: message: %v", errMalformed, err)}
 	}
+	// The wa_id when WhatsApp gives it (Hermes's key), else the
+	// business-scoped user id of a user whose username hides their
+	// number: replies go to it (postMessage).
+	from := m.From
+	if from == "" {
+		from = m.FromUserID
+	}
 	switch {
 	case m.ID == "":
 		return incoming{err: fmt.Errorf("%w: message without an id", errMalformed)}
-	case m.From == "":
+	case from == "":
 		return incoming{err: fmt.Errorf("%w: message %s without a sender", errMalformed, m.ID)}
 	case m.GroupID != "" || present(m.Chat):
 		return incoming{skip: "group message"}
 	}
-	name := names[m.From]
+	name := names[from]
 	src := &eventsv1.SessionSource{
 		Platform: "whatsapp",
 		Account:  v.Metadata.PhoneNumberID,
-		ChatId:   m.From,
+		ChatId:   from,
 		ChatType: "dm",
 		ChatName: name,
-		UserId:   m.From,
+		UserId:   from,
 		UserName: name,
 	}
 	if src.ChatName == "" {
-		src.ChatName = m.From
+		src.ChatName = from
 	}
 	ev := &eventsv1.MessageReceived{EventId: m.ID, MessageId: m.ID, Source: src}
 	if sec, err := strconv.ParseInt(m.Timestamp, 10, 64); err == nil && sec > 0 && sec < 1<<40 {

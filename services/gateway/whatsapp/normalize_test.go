@@ -235,3 +235,54 @@ func FuzzParseNotification(f *testing.F) {
 		}
 	})
 }
+
+// A user whose username hides their number (Meta's usernames, 2026) is
+// known only by their business-scoped user id: the message carries
+// from_user_id and no from, the contact user_id and no wa_id. The
+// message is theirs, in a DM keyed by that id; a message that has both
+// keeps the wa_id (Hermes's key).
+func TestSenderWithoutNumber(t *testing.T) {
+	t.Parallel()
+	const bsuid = "US.13491208655302741918"
+	body := func(contact, message string) []byte {
+		return []byte(`{"object":"whatsapp_business_account","entry":[{"id":"102290129340398","changes":[{"field":"messages","value":{` +
+			`"messaging_product":"whatsapp","metadata":{"display_phone_number":"` + display + `","phone_number_id":"` + phoneID + `"},` +
+			`"contacts":[` + contact + `],"messages":[` + message + `]}}]}]}`)
+	}
+	for _, c := range []struct {
+		name, contact, message, chat, key string
+	}{
+		{"username only",
+			`{"profile":{"name":"Bo","username":"@bo"},"user_id":"` + bsuid + `"}`,
+			`{"from_user_id":"` + bsuid + `","id":"wb1","timestamp":"1700000000","type":"text","text":{"body":"hi"}}`,
+			bsuid, "agent:main:whatsapp:dm:" + bsuid},
+		{"number and user id",
+			`{"profile":{"name":"Bo"},"wa_id":"` + ann + `","user_id":"` + bsuid + `"}`,
+			`{"from":"` + ann + `","from_user_id":"` + bsuid + `","id":"wb2","timestamp":"1700000000","type":"text","text":{"body":"hi"}}`,
+			ann, "agent:main:whatsapp:dm:" + ann},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			out, err := parseNotification(body(c.contact, c.message), phoneID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(out.messages) != 1 {
+				t.Fatalf("%d messages, want 1", len(out.messages))
+			}
+			m := out.messages[0]
+			if m.err != nil || m.ev == nil {
+				t.Fatalf("not published: skip %q err %v", m.skip, m.err)
+			}
+			src := m.ev.GetSource()
+			if src.GetChatId() != c.chat || src.GetUserId() != c.chat || src.GetUserName() != "Bo" || m.ev.GetText() != "hi" {
+				t.Fatalf("event %s", prototext.Format(m.ev))
+			}
+			if err := platform.CheckEvent(m.ev, "whatsapp", phoneID, 256<<10); err != nil {
+				t.Fatalf("the kit refuses the event: %v", err)
+			}
+			if k := sessionkey.Build(src, sessionkey.DefaultOptions()); k != c.key {
+				t.Fatalf("session key %q, want %q", k, c.key)
+			}
+		})
+	}
+}

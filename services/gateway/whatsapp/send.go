@@ -36,6 +36,14 @@ func recipient(chatID string) string {
 	return to
 }
 
+// businessScoped reports whether a recipient is a business-scoped user
+// id (BSUID: a country code, ".", then letters and digits, such as
+// "US.13491208655302741918" or "US.ENT.1181…") rather than a wa_id,
+// which is digits.
+func businessScoped(id string) bool {
+	return len(id) > 3 && id[0] >= 'A' && id[0] <= 'Z' && id[1] >= 'A' && id[1] <= 'Z' && id[2] == '.'
+}
+
 // sent is the Graph API's answer to a message: its wamid.
 type sent struct {
 	Messages []struct {
@@ -64,7 +72,13 @@ func (p *Platform) postMessage(ctx context.Context, to string, msg map[string]an
 	}
 	msg["messaging_product"] = "whatsapp"
 	msg["recipient_type"] = "individual"
-	msg["to"] = to
+	if businessScoped(to) {
+		// A user whose username hides their number: "to" takes phone
+		// numbers only, a BSUID goes in "recipient".
+		msg["recipient"] = to
+	} else {
+		msg["to"] = to
+	}
 	var out sent
 	err := p.graph.post(ctx, "messages", msg, &out)
 	if err == nil && (len(out.Messages) == 0 || out.Messages[0].ID == "") {

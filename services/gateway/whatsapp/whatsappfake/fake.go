@@ -296,10 +296,13 @@ type outgoing struct {
 	MessagingProduct string `json:"messaging_product"`
 	RecipientType    string `json:"recipient_type"`
 	To               string `json:"to"`
-	Type             string `json:"type"`
-	Status           string `json:"status"`
-	MessageID        string `json:"message_id"`
-	TypingIndicator  *struct {
+	// Recipient is a business-scoped user id (BSUID), for a user whose
+	// username hides their number; To takes precedence.
+	Recipient       string `json:"recipient"`
+	Type            string `json:"type"`
+	Status          string `json:"status"`
+	MessageID       string `json:"message_id"`
+	TypingIndicator *struct {
 		Type string `json:"type"`
 	} `json:"typing_indicator"`
 	Context *struct {
@@ -363,11 +366,19 @@ func (f *Fake) postMessage(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]any{"success": true})
 		return
 	}
-	if o.To == "" {
-		badParameter(w, "to is required")
+	to := o.To
+	switch {
+	case to == "" && o.Recipient == "":
+		badParameter(w, "to or recipient is required")
+		return
+	case to == "":
+		to = o.Recipient
+	case !phoneNumber(to):
+		// A BSUID goes in recipient; to takes a phone number only.
+		writeError(w, Failure{Status: http.StatusBadRequest, Code: 100, Message: "Invalid parameter: to is not a valid phone number"})
 		return
 	}
-	m := Message{To: o.To, Type: o.Type, Raw: raw, CallbackData: o.CallbackData}
+	m := Message{To: to, Type: o.Type, Raw: raw, CallbackData: o.CallbackData}
 	if o.Context != nil {
 		m.ReplyTo = o.Context.MessageID
 	}
@@ -417,7 +428,7 @@ func (f *Fake) postMessage(w http.ResponseWriter, r *http.Request) {
 	}
 	m.ID = "wamid.OUT" + strconv.FormatInt(f.seq.Add(1), 10)
 	f.mu.Lock()
-	f.messages[o.To] = append(f.messages[o.To], m)
+	f.messages[to] = append(f.messages[to], m)
 	var lost *Failure
 	if len(f.lost) > 0 && o.Type != "reaction" {
 		lost = &f.lost[0]
@@ -430,9 +441,34 @@ func (f *Fake) postMessage(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, http.StatusOK, map[string]any{
 		"messaging_product": "whatsapp",
-		"contacts":          []any{map[string]any{"input": o.To, "wa_id": o.To}},
+		"contacts":          []any{contact(o.To, to)},
 		"messages":          []any{map[string]any{"id": m.ID, "message_status": "accepted"}},
 	})
+}
+
+// phoneNumber reports whether to is a phone number as the Cloud API
+// takes it in "to": digits, with an optional "+" and spacing.
+func phoneNumber(to string) bool {
+	n := 0
+	for i, c := range to {
+		switch {
+		case c >= '0' && c <= '9':
+			n++
+		case c == '+' && i == 0, c == ' ', c == '-', c == '(', c == ')':
+		default:
+			return false
+		}
+	}
+	return n > 0
+}
+
+// contact is the send answer's contact: the wa_id for a send to a
+// number, the user_id for one to a BSUID.
+func contact(phone, to string) map[string]any {
+	if phone != "" {
+		return map[string]any{"input": to, "wa_id": to}
+	}
+	return map[string]any{"input": to, "user_id": to}
 }
 
 // Inbound is one message a user sends the business, for Notification.
