@@ -73,32 +73,40 @@ func (v *verifier) verify(ctx context.Context, header string) error {
 	if !ok || strings.TrimSpace(raw) == "" {
 		return fmt.Errorf("%w: no bearer token", ErrUnauthorized)
 	}
+	opts := []jwt.ParserOption{
+		jwt.WithValidMethods([]string{"RS256"}),
+		jwt.WithAudience(v.audience),
+		jwt.WithLeeway(v.skew),
+		jwt.WithExpirationRequired(),
+		jwt.WithIssuedAt(),
+		jwt.WithTimeFunc(v.now),
+	}
+	idToken := googleIDToken(v.issuer)
+	if !idToken {
+		opts = append(opts, jwt.WithIssuer(v.issuer))
+	}
 	tok, err := jwt.Parse(strings.TrimSpace(raw), func(t *jwt.Token) (any, error) {
 		kid, _ := t.Header["kid"].(string)
 		if kid == "" {
 			return nil, errors.New("token has no kid")
 		}
 		return v.key(ctx, kid)
-	},
-		jwt.WithValidMethods([]string{"RS256"}),
-		jwt.WithIssuer(v.issuer),
-		jwt.WithAudience(v.audience),
-		jwt.WithLeeway(v.skew),
-		jwt.WithExpirationRequired(),
-		jwt.WithIssuedAt(),
-		jwt.WithTimeFunc(v.now),
-	)
+	}, opts...)
 	if errors.Is(err, errKeysUnavailable) {
 		return err
 	}
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrUnauthorized, err)
 	}
-	if googleIDToken(v.issuer) {
-		// Google signs an ID token for any audience for any Google
-		// account: only Google Chat's verified email makes it Google
-		// Chat's.
+	if idToken {
+		// A Google ID token's iss is either spelling of Google's
+		// issuer, whichever the operator configured. Google signs an
+		// ID token for any audience for any Google account: only
+		// Google Chat's verified email makes it Google Chat's.
 		c, _ := tok.Claims.(jwt.MapClaims)
+		if iss, _ := c["iss"].(string); !googleIDToken(iss) {
+			return fmt.Errorf("%w: an ID token issued by %q", ErrUnauthorized, iss)
+		}
 		if email, _ := c["email"].(string); email != DefaultIssuer || c["email_verified"] != true {
 			return fmt.Errorf("%w: an ID token of %q, not of %s", ErrUnauthorized, email, DefaultIssuer)
 		}
@@ -107,7 +115,8 @@ func (v *verifier) verify(ctx context.Context, header string) error {
 }
 
 // googleIDToken reports whether tokens of issuer are Google ID tokens
-// (the app's authentication audience set to its HTTP endpoint URL).
+// (the app's authentication audience set to its HTTP endpoint URL), whose
+// iss Google documents as either of these two.
 func googleIDToken(issuer string) bool {
 	return issuer == "https://accounts.google.com" || issuer == "accounts.google.com"
 }

@@ -53,6 +53,12 @@ func TestVerifyIDTokenEmail(t *testing.T) {
 			ok   bool
 		}{
 			{"google chat", func(c jwt.MapClaims) { c["iss"] = iss }, true},
+			// Google's ID tokens carry either spelling of its issuer,
+			// whichever the operator configured.
+			{"google chat, https issuer", func(c jwt.MapClaims) { c["iss"] = "https://accounts.google.com" }, true},
+			{"google chat, bare issuer", func(c jwt.MapClaims) { c["iss"] = "accounts.google.com" }, true},
+			{"another issuer", func(c jwt.MapClaims) { c["iss"] = "https://accounts.example.com" }, false},
+			{"chat's own issuer", func(c jwt.MapClaims) { c["iss"] = DefaultIssuer }, false},
 			{"another account", func(c jwt.MapClaims) { c["iss"], c["email"] = iss, "attacker@evil-project.iam.gserviceaccount.com" }, false},
 			{"no email", func(c jwt.MapClaims) { c["iss"] = iss; delete(c, "email") }, false},
 			{"email not verified", func(c jwt.MapClaims) { c["iss"], c["email_verified"] = iss, false }, false},
