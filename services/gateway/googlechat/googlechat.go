@@ -57,12 +57,12 @@ const (
 
 // Config is the gateways.googlechat section.
 type Config struct {
-	// ServiceAccountJSON (GOOGLE_CHAT_SERVICE_ACCOUNT_JSON, or
-	// GOOGLE_APPLICATION_CREDENTIALS) is the service account key: a path
-	// to its JSON file, or the JSON itself.
+	// ServiceAccountJSON (GOOGLE_CHAT_SERVICE_ACCOUNT_JSON; Hermes's
+	// fallback to GOOGLE_APPLICATION_CREDENTIALS is not read) is the
+	// service account key: a path to its JSON file, or the JSON itself.
 	ServiceAccountJSON string `koanf:"service_account_json"`
-	// Audience (GOOGLE_CHAT_HTTP_EVENTS_AUDIENCE, or GOOGLE_CHAT_PROJECT_NUMBER)
-	// is the aud of the tokens Google Chat sends: the app's project
+	// Audience (GOOGLE_CHAT_HTTP_EVENTS_AUDIENCE) is the aud of the
+	// tokens Google Chat sends: the app's project
 	// number, with the app's authentication audience set to "Project
 	// Number".
 	Audience string `koanf:"audience"`
