@@ -203,3 +203,44 @@ func TestBotIDInAnotherCase(t *testing.T) {
 		}
 	})
 }
+
+// The wait a 429 names is bounded whatever its size: a retry_after_ms or
+// Retry-After too large for a time.Duration wrapped round to a wait of 0
+// or less, and the sync was tried again at once, again and again, as was
+// a send (its receipt's retry_after negative).
+func TestRateLimitWaitBounded(t *testing.T) {
+	t.Parallel()
+	limited := func(ms any, header string) mautrix.HTTPError {
+		h := http.Header{}
+		if header != "" {
+			h.Set("Retry-After", header)
+		}
+		re := &mautrix.RespError{ErrCode: "M_LIMIT_EXCEEDED", ExtraData: map[string]any{}}
+		if ms != nil {
+			re.ExtraData["retry_after_ms"] = ms
+		}
+		return mautrix.HTTPError{Response: &http.Response{StatusCode: http.StatusTooManyRequests, Header: h}, RespError: re}
+	}
+	for _, tc := range []struct {
+		name string
+		he   mautrix.HTTPError
+		sync time.Duration // syncRateLimited's wait
+		min  time.Duration // retryAfter's at least
+	}{
+		{name: "retry_after_ms as named", he: limited(1500.0, ""), sync: 1500 * time.Millisecond, min: 1500 * time.Millisecond},
+		{name: "Retry-After as named", he: limited(nil, "7"), sync: 7 * time.Second, min: 7 * time.Second},
+		{name: "retry_after_ms of centuries", he: limited(1e13, ""), sync: maxSyncRetryAfter, min: time.Hour},
+		{name: "retry_after_ms beyond int64", he: limited(1e20, ""), sync: maxSyncRetryAfter, min: time.Hour},
+		{name: "Retry-After of centuries", he: limited(nil, "10000000000000"), sync: maxSyncRetryAfter, min: time.Hour},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			wait, ok := syncRateLimited(tc.he)
+			if !ok || wait != tc.sync {
+				t.Errorf("sync waits %s (named %v), want %s", wait, ok, tc.sync)
+			}
+			if d := retryAfter(tc.he); d < tc.min {
+				t.Errorf("a send's retry after %s, want at least %s", d, tc.min)
+			}
+		})
+	}
+}
