@@ -32,7 +32,9 @@ const syncGrace = 30 * time.Second
 
 // initialSyncGrace is the same for the initial sync (no token), whose
 // answer (every room's state) a homeserver may take minutes to build
-// for a large account; the HTTP client's 180 s as before.
+// for a large account, and for a connection's first sync from a token
+// (what happened while the gateway was away); the HTTP client's 180 s as
+// before.
 const initialSyncGrace = 3 * time.Minute
 
 // maxEventBytes bounds one room event's content; larger ones are
@@ -79,9 +81,12 @@ func (p *Platform) Connect(ctx context.Context, conn platform.Conn) error {
 			timeout = 0 // answer at once: the gateway is ready when it did
 		}
 		// The long poll's own deadline: the homeserver answers by its
-		// timeout; one that has not a grace later is not going to.
+		// timeout; one that has not a grace later is not going to. The
+		// first sync of a connection, from a token or not, may have a
+		// large answer to build (what happened while the gateway was
+		// away), and gets the initial sync's grace.
 		grace := p.syncGrace
-		if since == "" {
+		if since == "" || !connected {
 			grace = initialSyncGrace
 		}
 		pollCtx, cancel := context.WithTimeout(ctx, timeout+grace)

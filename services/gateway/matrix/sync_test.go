@@ -244,3 +244,48 @@ func TestRateLimitWaitBounded(t *testing.T) {
 		})
 	}
 }
+
+// The first sync of a connection (timeout 0: the catch-up after a
+// restart, a handover or a failed sync) gets the initial sync's grace
+// whether or not a token is stored: the homeserver may build a large
+// answer for what happened meanwhile, and it had the HTTP client's 180 s
+// before the per-poll deadline. With a stored token it got the long
+// poll's 30 s only, was given up as a silent connection and asked again
+// and again, never answered by a homeserver slower than that.
+func TestCatchUpSyncNotGivenUp(t *testing.T) {
+	t.Parallel()
+	f := matrixfake.New(bot, token)
+	t.Cleanup(f.Close)
+	fakeRooms(f)
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	t.Cleanup(func() {
+		_ = b.JetStream().DeleteKeyValue(context.Background(), b.Topology().Stream(BucketCursors))
+	})
+	evs := platformtest.InboundEvents(t, b)
+	s, err := New(testConfig(f), Deps{Log: slog.New(slog.DiscardHandler), Bus: b,
+		Runner: platform.Options{Backoff: platform.Schedule(10 * time.Millisecond), LeaseTTL: time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.p.syncGrace = 200 * time.Millisecond
+	platformtest.Start(t, b, s)
+	first := f.Message(dmRm, ann, "hello")
+	if ev := platformtest.NextEvent(t, evs); ev.GetEventId() != first {
+		t.Fatalf("event %s, want %s", ev.GetEventId(), first)
+	}
+	platformtest.WaitFor(t, "the token to move past the first message", func() bool { return f.Receipt(dmRm) == first })
+	// The long poll fails (the gateway connects again, from the token);
+	// the homeserver takes 1 s over each of the next 3 catch-ups.
+	f.FailNext("sync", 1, matrixfake.Fail{Status: http.StatusBadGateway, ErrCode: "M_UNKNOWN"})
+	f.SlowCatchUps(3, time.Second)
+	calls := f.Calls("sync")
+	id := f.Message(dmRm, ann, "still there?")
+	if ev := platformtest.NextEvent(t, evs); ev.GetEventId() != id {
+		t.Fatalf("event %s, want %s", ev.GetEventId(), id)
+	}
+	// The catch-up and the long poll after it (and one that began as the
+	// failed one ended).
+	if n := f.Calls("sync") - calls; n > 3 {
+		t.Fatalf("%d syncs for the catch-up, want one: the slow answer was given up", n)
+	}
+}

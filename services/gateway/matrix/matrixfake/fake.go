@@ -109,6 +109,10 @@ type Fake struct {
 	firstToken int
 	// stall is how many of the next syncs are never answered.
 	stall int
+	// slow is how many of the next syncs with timeout 0 are answered
+	// slowFor late.
+	slow    int
+	slowFor time.Duration
 	// sinces are the since tokens of the syncs answered, in order (""
 	// for an initial sync).
 	sinces []string
@@ -301,6 +305,16 @@ func (f *Fake) StallSyncs(n int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.stall += n
+}
+
+// SlowCatchUps makes the next n syncs with timeout 0 (a client catching
+// up) wait d before they are looked at, as a homeserver building a large
+// answer (what happened during a long absence) does; a client that gives
+// up meanwhile gets nothing.
+func (f *Fake) SlowCatchUps(n int, d time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.slow, f.slowFor = n, d
 }
 
 // SyncSinces returns the since token of each sync answered so far, in
@@ -673,6 +687,17 @@ func (f *Fake) sync(w http.ResponseWriter, r *http.Request) {
 		f.mu.Unlock()
 		<-r.Context().Done()
 		return
+	}
+	if f.slow > 0 && timeout <= 0 {
+		f.slow--
+		d := f.slowFor
+		f.mu.Unlock()
+		select {
+		case <-time.After(d):
+		case <-r.Context().Done():
+			return
+		}
+		f.mu.Lock()
 	}
 	for {
 		if f.fail(w, "sync") {
