@@ -65,7 +65,7 @@ func (p *Platform) Connect(ctx context.Context, conn platform.Conn) error {
 		}
 		return p.syncFailed(err)
 	}
-	if p.started.IsZero() {
+	if since == "" && p.started.IsZero() {
 		p.started = p.clock()
 	}
 	// history: while no token is held, the initial sync's events older
@@ -147,7 +147,9 @@ func (p *Platform) Connect(ctx context.Context, conn platform.Conn) error {
 			}
 			return err
 		}
-		since, history = resp.NextBatch, time.Time{}
+		// A token is held: a start that finds none later (the key
+		// deleted, the bucket lost) is a start of its own.
+		since, history, p.started = resp.NextBatch, time.Time{}, time.Time{}
 	}
 	return nil
 }
