@@ -74,7 +74,10 @@ func (p *Platform) Connect(ctx context.Context, conn platform.Conn) error {
 	if since == "" {
 		history = p.started.Add(-startGrace)
 	}
-	connected := false
+	// reset: this Connect dropped a stored token already; a token it was
+	// given since refused as well is not the homeserver's lost database
+	// (a 400 for another reason), and starting again at once would loop.
+	connected, reset := false, false
 	for ctx.Err() == nil {
 		timeout := p.sync
 		if !connected {
@@ -111,7 +114,7 @@ func (p *Platform) Connect(ctx context.Context, conn platform.Conn) error {
 			if silent {
 				return fmt.Errorf("matrix sync: no answer within %s (the connection gone silent?): %w", timeout+grace, err)
 			}
-			if since != "" && positionUnknown(err) {
+			if since != "" && positionUnknown(err) && !reset {
 				// Start again as a first start does, from the homeserver's
 				// current state; what is older than the token held (less
 				// the grace) was taken already, or is lost with the
@@ -123,7 +126,7 @@ func (p *Platform) Connect(ctx context.Context, conn platform.Conn) error {
 				history = history.Add(-startGrace)
 				p.log.Error("matrix: the homeserver does not know the stored sync position (its database restored, wiped or replaced?); syncing again from its current state, messages sent before the position was stored are not read again",
 					"stored_at", p.cursor.at, "err", err)
-				since = ""
+				since, reset = "", true
 				continue
 			}
 			return p.syncFailed(err)

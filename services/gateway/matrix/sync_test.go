@@ -289,3 +289,45 @@ func TestCatchUpSyncNotGivenUp(t *testing.T) {
 		t.Fatalf("%d syncs for the catch-up, want one: the slow answer was given up", n)
 	}
 }
+
+// A sync from a token refused as unknown right after the gateway
+// started again without one (every token refused: a 400 for another
+// reason than the token, a homeserver that takes a parameter badly
+// beside since) is not a reason to start again at once: it is the
+// connection's error, tried again on the backoff schedule. It started
+// again at once, a whole initial sync each time, without a pause.
+func TestUnknownSyncPositionNotResetInALoop(t *testing.T) {
+	t.Parallel()
+	f := matrixfake.New(bot, token)
+	t.Cleanup(f.Close)
+	fakeRooms(f)
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	t.Cleanup(func() {
+		_ = b.JetStream().DeleteKeyValue(context.Background(), b.Topology().Stream(BucketCursors))
+	})
+	evs := platformtest.InboundEvents(t, b)
+	s, err := New(testConfig(f), Deps{Log: slog.New(slog.DiscardHandler), Bus: b,
+		Runner: platform.Options{Backoff: platform.Schedule(500 * time.Millisecond), LeaseTTL: time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	platformtest.Start(t, b, s)
+	first := f.Message(dmRm, ann, "hello")
+	if ev := platformtest.NextEvent(t, evs); ev.GetEventId() != first {
+		t.Fatalf("event %s, want %s", ev.GetEventId(), first)
+	}
+	platformtest.WaitFor(t, "the token to move past the first message", func() bool { return f.Receipt(dmRm) == first })
+	n := len(f.SyncSinces())
+	f.RefuseSyncTokens()
+	time.Sleep(1200 * time.Millisecond)
+	initial := 0
+	for _, s := range f.SyncSinces()[n:] {
+		if s == "" {
+			initial++
+		}
+	}
+	// One at once, then one a backoff (500 ms) apart.
+	if initial > 4 {
+		t.Fatalf("%d initial syncs in 1.2 s, want one at each try of the backoff schedule", initial)
+	}
+}

@@ -109,6 +109,9 @@ type Fake struct {
 	firstToken int
 	// stall is how many of the next syncs are never answered.
 	stall int
+	// refuseSince: every sync from a token is answered 400
+	// M_INVALID_PARAM (a parameter the homeserver takes badly with one).
+	refuseSince bool
 	// slow is how many of the next syncs with timeout 0 are answered
 	// slowFor late.
 	slow    int
@@ -305,6 +308,16 @@ func (f *Fake) StallSyncs(n int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.stall += n
+}
+
+// RefuseSyncTokens makes every sync from a token, old or new, answered
+// 400 M_INVALID_PARAM, while a sync without one is answered: a
+// homeserver that takes a parameter badly beside since looks so.
+func (f *Fake) RefuseSyncTokens() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.refuseSince = true
+	f.notify()
 }
 
 // SlowCatchUps makes the next n syncs with timeout 0 (a client catching
@@ -702,6 +715,11 @@ func (f *Fake) sync(w http.ResponseWriter, r *http.Request) {
 	for {
 		if f.fail(w, "sync") {
 			f.mu.Unlock()
+			return
+		}
+		if since >= 0 && f.refuseSince {
+			f.mu.Unlock()
+			writeErr(w, http.StatusBadRequest, "M_INVALID_PARAM", "bad parameter")
 			return
 		}
 		if since >= 0 && since < f.firstToken {
