@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -606,4 +607,69 @@ func TestTypingEndsWithTheTurn(t *testing.T) {
 			}
 		})
 	}
+}
+
+// The start that makes the initial sync's history is the first Connect
+// without a token, not the replica's first Connect: a replica that has
+// run an hour with a stored token and then finds none (the key deleted,
+// a NATS that kept its buckets in memory restarted) skips what was sent
+// before, as a first start does. It took the hour's history for
+// messages to answer, the last few of every room (only the kit's
+// dedupe, while it remembers them, kept them from being answered
+// again); taken, each got a read receipt, which the test counts.
+func TestStartAfterTheTokenWasLost(t *testing.T) {
+	t.Parallel()
+	f := matrixfake.New(bot, token)
+	t.Cleanup(f.Close)
+	fakeRooms(f)
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	t.Cleanup(func() {
+		_ = b.JetStream().DeleteKeyValue(context.Background(), b.Topology().Stream(BucketCursors))
+	})
+	evs := platformtest.InboundEvents(t, b)
+	s, err := New(testConfig(f), Deps{Log: slog.New(slog.DiscardHandler), Bus: b,
+		Runner: platform.Options{Backoff: platform.Schedule(10 * time.Millisecond), LeaseTTL: time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var now atomic.Int64
+	now.Store(time.Now().UnixNano())
+	s.p.clock = func() time.Time { return time.Unix(0, now.Load()) }
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("run: %v", err)
+		}
+		platformtest.DeleteBuckets(b)
+	})
+	msg := f.Message(dmRm, ann, "hello")
+	if ev := platformtest.NextEvent(t, evs); ev.GetEventId() != msg {
+		t.Fatalf("event %s %q, want %s", ev.GetEventId(), ev.GetText(), msg)
+	}
+	platformtest.WaitFor(t, "the token to move past the message", func() bool { return f.Receipt(dmRm) == msg })
+	platformtest.WaitFor(t, "a sync from the stored token", func() bool {
+		ss := f.SyncSinces()
+		return len(ss) > 0 && ss[len(ss)-1] != ""
+	})
+	now.Add(int64(time.Hour)) // an hour on
+	receipts, n := f.Calls("receipt"), len(f.SyncSinces())
+	kv, err := b.JetStream().KeyValue(context.Background(), b.Topology().Stream(BucketCursors))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := kv.Delete(context.Background(), cursorKey(bot)); err != nil {
+		t.Fatal(err)
+	}
+	platformtest.WaitFor(t, "a sync without a token, then one from the token it stored", func() bool {
+		ss := f.SyncSinces()[n:]
+		i := slices.Index(ss, "")
+		return i >= 0 && slices.ContainsFunc(ss[i:], func(s string) bool { return s != "" })
+	})
+	if got := f.Calls("receipt") - receipts; got != 0 {
+		t.Fatalf("%d read receipts after the token was lost, want none: the hour's history was taken for messages", got)
+	}
+	platformtest.NoEvent(t, evs, 300*time.Millisecond)
 }

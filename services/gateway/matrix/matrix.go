@@ -213,10 +213,10 @@ type Platform struct {
 
 	// clock is time.Now (a test's clock).
 	clock func() time.Time
-	// started is when the first Connect began: on the very first start
-	// (no token stored) what is older is history. A Connect that fails
-	// before a token is stored and is tried again keeps it, or what was
-	// sent meanwhile would pass for history.
+	// started is when the first Connect without a token began: on such
+	// a start what is older is history. A Connect that fails before a
+	// token is stored and is tried again keeps it, or what was sent
+	// meanwhile would pass for history; storing a token clears it.
 	started time.Time
 }
 

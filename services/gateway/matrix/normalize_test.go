@@ -3,6 +3,8 @@ package matrix
 import (
 	"encoding/json"
 	"errors"
+	"net/url"
+	"strings"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
@@ -158,6 +160,10 @@ func FuzzNormalize(f *testing.F) {
 		`{"type":"m.room.message","event_id":"$e1","sender":"@ann:fake.test","content":{"msgtype":"m.image","body":"a.png","url":"mxc://s/m","info":{"size":-1}}}`,
 		`{"type":"m.room.message","event_id":"$e1","sender":"@ann:fake.test","content":{"msgtype":"m.text","body":"> x\n\ny","m.relates_to":{"rel_type":"m.thread","event_id":"$r","m.in_reply_to":{"event_id":"$q"}}}}`,
 		`{"type":"m.room.message","event_id":"$e1","sender":"@ann:fake.test","content":{"msgtype":"m.emote","body":"Hermes:","m.mentions":{"user_ids":["@bot:fake.test"]}}}`,
+		// Pills (pills parses the formatted body, outside input).
+		`{"type":"m.room.message","event_id":"$e1","sender":"@ann:fake.test","content":{"msgtype":"m.text","body":"ask Hermes","format":"org.matrix.custom.html","formatted_body":"ask <a href=\"https://matrix.to/#/%40bot%3Afake.test\">Hermes</a>"}}`,
+		`{"type":"m.room.message","event_id":"$e1","sender":"@ann:fake.test","content":{"msgtype":"m.text","body":"x","format":"org.matrix.custom.html","formatted_body":"<a href='https://matrix.to/#/@bot:fake.test?via=fake.test'>x</a> matrix.to/#/%zz matrix.to/#/%4 matrix.to/#/"}}`,
+		`{"type":"m.room.message","event_id":"$e1","sender":"@ann:fake.test","content":{"msgtype":"m.text","body":"x","format":"org.matrix.custom.html","formatted_body":"matrix.to/#/matrix.to/#/%40BOT%3aFAKE.TEST"}}`,
 	} {
 		f.Add(s, false)
 	}
@@ -179,6 +185,33 @@ func FuzzNormalize(f *testing.F) {
 		}
 		if got.GetText() == "" && len(got.GetAttachments()) == 0 {
 			t.Fatalf("published an empty event: %v", got)
+		}
+	})
+}
+
+// FuzzPills feeds arbitrary formatted bodies to the pill parser, which
+// reads outside input: it never panics, and a matrix.to link to a user
+// id, percent-encoded or not, is always found.
+func FuzzPills(f *testing.F) {
+	for _, s := range [][2]string{
+		{`<a href="https://matrix.to/#/%40bot%3Afake.test">Hermes</a>`, "@bot:fake.test"},
+		{`<a href="https://matrix.to/#/%40bot:fake.test">Hermes</a> and matrix.to/#/@bot:fake.test.other`, "@bot:fake.test"},
+		{`matrix.to/#/%zz matrix.to/#/%4 matrix.to/#/ matrix.to/#/?`, "@Bot:Fake.Test"},
+		{`<a href='https://matrix.to/#/@bot:fake.test/$event?via=x'>`, "@bot:fake.test"},
+		{"MATRIX.TO/#/%40\u00e9:x", "@\u00e9:x"},
+	} {
+		f.Add(s[0], s[1])
+	}
+	f.Fuzz(func(t *testing.T, formatted, user string) {
+		_ = pills(formatted, id.UserID(user))
+		// Matrix user ids are printable ASCII.
+		if user == "" || strings.IndexFunc(user, func(r rune) bool { return r < 0x21 || r > 0x7e }) >= 0 {
+			return
+		}
+		for _, link := range []string{url.PathEscape(user), url.QueryEscape(user)} {
+			if body := formatted + `<a href="https://matrix.to/#/` + link + `">x</a>`; !pills(body, id.UserID(user)) {
+				t.Fatalf("the pill of %q not found in %q", user, body)
+			}
 		}
 	})
 }

@@ -586,19 +586,27 @@ func retryAfter(he mautrix.HTTPError) time.Duration {
 	return time.Second
 }
 
+// maxNamedWait bounds the wait an answer names before it is made a
+// time.Duration, which a larger one overflows (to 0 or less: no wait).
+const maxNamedWait = 24 * time.Hour
+
 // namedWait is the wait an answer names: retry_after_ms in the body,
-// else the Retry-After header (seconds); ok false when it names none.
+// else the Retry-After header (seconds), at most maxNamedWait; ok false
+// when it names none.
 func namedWait(he mautrix.HTTPError) (time.Duration, bool) {
 	if he.RespError != nil {
 		if ms, ok := he.RespError.ExtraData["retry_after_ms"].(float64); ok && ms > 0 {
+			if ms >= float64(maxNamedWait/time.Millisecond) {
+				return maxNamedWait, true
+			}
 			return time.Duration(ms) * time.Millisecond, true
 		}
 	}
 	if he.Response != nil {
 		if s := he.Response.Header.Get("Retry-After"); s != "" {
-			var secs int
+			var secs int64
 			if _, err := fmt.Sscan(s, &secs); err == nil && secs > 0 {
-				return time.Duration(secs) * time.Second, true
+				return time.Duration(min(secs, int64(maxNamedWait/time.Second))) * time.Second, true
 			}
 		}
 	}

@@ -32,7 +32,9 @@ const syncGrace = 30 * time.Second
 
 // initialSyncGrace is the same for the initial sync (no token), whose
 // answer (every room's state) a homeserver may take minutes to build
-// for a large account; the HTTP client's 180 s as before.
+// for a large account, and for a connection's first sync from a token
+// (what happened while the gateway was away); the HTTP client's 180 s as
+// before.
 const initialSyncGrace = 3 * time.Minute
 
 // maxEventBytes bounds one room event's content; larger ones are
@@ -63,7 +65,7 @@ func (p *Platform) Connect(ctx context.Context, conn platform.Conn) error {
 		}
 		return p.syncFailed(err)
 	}
-	if p.started.IsZero() {
+	if since == "" && p.started.IsZero() {
 		p.started = p.clock()
 	}
 	// history: while no token is held, the initial sync's events older
@@ -72,16 +74,22 @@ func (p *Platform) Connect(ctx context.Context, conn platform.Conn) error {
 	if since == "" {
 		history = p.started.Add(-startGrace)
 	}
-	connected := false
+	// reset: this Connect dropped a stored token already; a token it was
+	// given since refused as well is not the homeserver's lost database
+	// (a 400 for another reason), and starting again at once would loop.
+	connected, reset := false, false
 	for ctx.Err() == nil {
 		timeout := p.sync
 		if !connected {
 			timeout = 0 // answer at once: the gateway is ready when it did
 		}
 		// The long poll's own deadline: the homeserver answers by its
-		// timeout; one that has not a grace later is not going to.
+		// timeout; one that has not a grace later is not going to. The
+		// first sync of a connection, from a token or not, may have a
+		// large answer to build (what happened while the gateway was
+		// away), and gets the initial sync's grace.
 		grace := p.syncGrace
-		if since == "" {
+		if since == "" || !connected {
 			grace = initialSyncGrace
 		}
 		pollCtx, cancel := context.WithTimeout(ctx, timeout+grace)
@@ -106,7 +114,7 @@ func (p *Platform) Connect(ctx context.Context, conn platform.Conn) error {
 			if silent {
 				return fmt.Errorf("matrix sync: no answer within %s (the connection gone silent?): %w", timeout+grace, err)
 			}
-			if since != "" && positionUnknown(err) {
+			if since != "" && positionUnknown(err) && !reset {
 				// Start again as a first start does, from the homeserver's
 				// current state; what is older than the token held (less
 				// the grace) was taken already, or is lost with the
@@ -118,7 +126,7 @@ func (p *Platform) Connect(ctx context.Context, conn platform.Conn) error {
 				history = history.Add(-startGrace)
 				p.log.Error("matrix: the homeserver does not know the stored sync position (its database restored, wiped or replaced?); syncing again from its current state, messages sent before the position was stored are not read again",
 					"stored_at", p.cursor.at, "err", err)
-				since = ""
+				since, reset = "", true
 				continue
 			}
 			return p.syncFailed(err)
@@ -142,7 +150,9 @@ func (p *Platform) Connect(ctx context.Context, conn platform.Conn) error {
 			}
 			return err
 		}
-		since, history = resp.NextBatch, time.Time{}
+		// A token is held: a start that finds none later (the key
+		// deleted, the bucket lost) is a start of its own.
+		since, history, p.started = resp.NextBatch, time.Time{}, time.Time{}
 	}
 	return nil
 }

@@ -203,3 +203,131 @@ func TestBotIDInAnotherCase(t *testing.T) {
 		}
 	})
 }
+
+// The wait a 429 names is bounded whatever its size: a retry_after_ms or
+// Retry-After too large for a time.Duration wrapped round to a wait of 0
+// or less, and the sync was tried again at once, again and again, as was
+// a send (its receipt's retry_after negative).
+func TestRateLimitWaitBounded(t *testing.T) {
+	t.Parallel()
+	limited := func(ms any, header string) mautrix.HTTPError {
+		h := http.Header{}
+		if header != "" {
+			h.Set("Retry-After", header)
+		}
+		re := &mautrix.RespError{ErrCode: "M_LIMIT_EXCEEDED", ExtraData: map[string]any{}}
+		if ms != nil {
+			re.ExtraData["retry_after_ms"] = ms
+		}
+		return mautrix.HTTPError{Response: &http.Response{StatusCode: http.StatusTooManyRequests, Header: h}, RespError: re}
+	}
+	for _, tc := range []struct {
+		name string
+		he   mautrix.HTTPError
+		sync time.Duration // syncRateLimited's wait
+		min  time.Duration // retryAfter's at least
+	}{
+		{name: "retry_after_ms as named", he: limited(1500.0, ""), sync: 1500 * time.Millisecond, min: 1500 * time.Millisecond},
+		{name: "Retry-After as named", he: limited(nil, "7"), sync: 7 * time.Second, min: 7 * time.Second},
+		{name: "retry_after_ms of centuries", he: limited(1e13, ""), sync: maxSyncRetryAfter, min: time.Hour},
+		{name: "retry_after_ms beyond int64", he: limited(1e20, ""), sync: maxSyncRetryAfter, min: time.Hour},
+		{name: "Retry-After of centuries", he: limited(nil, "10000000000000"), sync: maxSyncRetryAfter, min: time.Hour},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			wait, ok := syncRateLimited(tc.he)
+			if !ok || wait != tc.sync {
+				t.Errorf("sync waits %s (named %v), want %s", wait, ok, tc.sync)
+			}
+			if d := retryAfter(tc.he); d < tc.min {
+				t.Errorf("a send's retry after %s, want at least %s", d, tc.min)
+			}
+		})
+	}
+}
+
+// The first sync of a connection (timeout 0: the catch-up after a
+// restart, a handover or a failed sync) gets the initial sync's grace
+// whether or not a token is stored: the homeserver may build a large
+// answer for what happened meanwhile, and it had the HTTP client's 180 s
+// before the per-poll deadline. With a stored token it got the long
+// poll's 30 s only, was given up as a silent connection and asked again
+// and again, never answered by a homeserver slower than that.
+func TestCatchUpSyncNotGivenUp(t *testing.T) {
+	t.Parallel()
+	f := matrixfake.New(bot, token)
+	t.Cleanup(f.Close)
+	fakeRooms(f)
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	t.Cleanup(func() {
+		_ = b.JetStream().DeleteKeyValue(context.Background(), b.Topology().Stream(BucketCursors))
+	})
+	evs := platformtest.InboundEvents(t, b)
+	s, err := New(testConfig(f), Deps{Log: slog.New(slog.DiscardHandler), Bus: b,
+		Runner: platform.Options{Backoff: platform.Schedule(10 * time.Millisecond), LeaseTTL: time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.p.syncGrace = 200 * time.Millisecond
+	platformtest.Start(t, b, s)
+	first := f.Message(dmRm, ann, "hello")
+	if ev := platformtest.NextEvent(t, evs); ev.GetEventId() != first {
+		t.Fatalf("event %s, want %s", ev.GetEventId(), first)
+	}
+	platformtest.WaitFor(t, "the token to move past the first message", func() bool { return f.Receipt(dmRm) == first })
+	// The long poll fails (the gateway connects again, from the token);
+	// the homeserver takes 1 s over each of the next 3 catch-ups.
+	f.FailNext("sync", 1, matrixfake.Fail{Status: http.StatusBadGateway, ErrCode: "M_UNKNOWN"})
+	f.SlowCatchUps(3, time.Second)
+	calls := f.Calls("sync")
+	id := f.Message(dmRm, ann, "still there?")
+	if ev := platformtest.NextEvent(t, evs); ev.GetEventId() != id {
+		t.Fatalf("event %s, want %s", ev.GetEventId(), id)
+	}
+	// The catch-up and the long poll after it (and one that began as the
+	// failed one ended).
+	if n := f.Calls("sync") - calls; n > 3 {
+		t.Fatalf("%d syncs for the catch-up, want one: the slow answer was given up", n)
+	}
+}
+
+// A sync from a token refused as unknown right after the gateway
+// started again without one (every token refused: a 400 for another
+// reason than the token, a homeserver that takes a parameter badly
+// beside since) is not a reason to start again at once: it is the
+// connection's error, tried again on the backoff schedule. It started
+// again at once, a whole initial sync each time, without a pause.
+func TestUnknownSyncPositionNotResetInALoop(t *testing.T) {
+	t.Parallel()
+	f := matrixfake.New(bot, token)
+	t.Cleanup(f.Close)
+	fakeRooms(f)
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	t.Cleanup(func() {
+		_ = b.JetStream().DeleteKeyValue(context.Background(), b.Topology().Stream(BucketCursors))
+	})
+	evs := platformtest.InboundEvents(t, b)
+	s, err := New(testConfig(f), Deps{Log: slog.New(slog.DiscardHandler), Bus: b,
+		Runner: platform.Options{Backoff: platform.Schedule(500 * time.Millisecond), LeaseTTL: time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	platformtest.Start(t, b, s)
+	first := f.Message(dmRm, ann, "hello")
+	if ev := platformtest.NextEvent(t, evs); ev.GetEventId() != first {
+		t.Fatalf("event %s, want %s", ev.GetEventId(), first)
+	}
+	platformtest.WaitFor(t, "the token to move past the first message", func() bool { return f.Receipt(dmRm) == first })
+	n := len(f.SyncSinces())
+	f.RefuseSyncTokens()
+	time.Sleep(1200 * time.Millisecond)
+	initial := 0
+	for _, s := range f.SyncSinces()[n:] {
+		if s == "" {
+			initial++
+		}
+	}
+	// One at once, then one a backoff (500 ms) apart.
+	if initial > 4 {
+		t.Fatalf("%d initial syncs in 1.2 s, want one at each try of the backoff schedule", initial)
+	}
+}

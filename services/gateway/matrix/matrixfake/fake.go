@@ -109,6 +109,13 @@ type Fake struct {
 	firstToken int
 	// stall is how many of the next syncs are never answered.
 	stall int
+	// refuseSince: every sync from a token is answered 400
+	// M_INVALID_PARAM (a parameter the homeserver takes badly with one).
+	refuseSince bool
+	// slow is how many of the next syncs with timeout 0 are answered
+	// slowFor late.
+	slow    int
+	slowFor time.Duration
 	// sinces are the since tokens of the syncs answered, in order (""
 	// for an initial sync).
 	sinces []string
@@ -301,6 +308,26 @@ func (f *Fake) StallSyncs(n int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.stall += n
+}
+
+// RefuseSyncTokens makes every sync from a token, old or new, answered
+// 400 M_INVALID_PARAM, while a sync without one is answered: a
+// homeserver that takes a parameter badly beside since looks so.
+func (f *Fake) RefuseSyncTokens() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.refuseSince = true
+	f.notify()
+}
+
+// SlowCatchUps makes the next n syncs with timeout 0 (a client catching
+// up) wait d before they are looked at, as a homeserver building a large
+// answer (what happened during a long absence) does; a client that gives
+// up meanwhile gets nothing.
+func (f *Fake) SlowCatchUps(n int, d time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.slow, f.slowFor = n, d
 }
 
 // SyncSinces returns the since token of each sync answered so far, in
@@ -674,9 +701,25 @@ func (f *Fake) sync(w http.ResponseWriter, r *http.Request) {
 		<-r.Context().Done()
 		return
 	}
+	if f.slow > 0 && timeout <= 0 {
+		f.slow--
+		d := f.slowFor
+		f.mu.Unlock()
+		select {
+		case <-time.After(d):
+		case <-r.Context().Done():
+			return
+		}
+		f.mu.Lock()
+	}
 	for {
 		if f.fail(w, "sync") {
 			f.mu.Unlock()
+			return
+		}
+		if since >= 0 && f.refuseSince {
+			f.mu.Unlock()
+			writeErr(w, http.StatusBadRequest, "M_INVALID_PARAM", "bad parameter")
 			return
 		}
 		if since >= 0 && since < f.firstToken {
