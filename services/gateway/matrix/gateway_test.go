@@ -37,6 +37,20 @@ type gw struct {
 
 func start(t *testing.T, cfg func(*Config)) *gw {
 	t.Helper()
+	f, b, evs := fixture(t)
+	g := &gw{f: f, b: b, evs: evs}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	g.ctx = ctx
+	g.s, g.stop = runGateway(t, b, f, cfg)
+	return g
+}
+
+// fixture is a fake homeserver holding the test rooms and a bus whose
+// inbound events the test reads; the bus's cursors bucket is deleted
+// when the test ends.
+func fixture(t *testing.T) (*matrixfake.Fake, *bus.Bus, chan *eventsv1.MessageReceived) {
+	t.Helper()
 	f := matrixfake.New(bot, token)
 	t.Cleanup(f.Close)
 	fakeRooms(f)
@@ -44,12 +58,23 @@ func start(t *testing.T, cfg func(*Config)) *gw {
 	t.Cleanup(func() {
 		_ = b.JetStream().DeleteKeyValue(context.Background(), b.Topology().Stream(BucketCursors))
 	})
-	g := &gw{f: f, b: b, evs: platformtest.InboundEvents(t, b)}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	t.Cleanup(cancel)
-	g.ctx = ctx
-	g.s, g.stop = runGateway(t, b, f, cfg)
-	return g
+	return f, b, platformtest.InboundEvents(t, b)
+}
+
+// build makes a gateway on b talking to f (testConfig, changed by mutate
+// when it is not nil), not started, retrying at once.
+func build(t *testing.T, b *bus.Bus, f *matrixfake.Fake, mutate func(*Config), log *slog.Logger) *Service {
+	t.Helper()
+	cfg := testConfig(f)
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	s, err := New(cfg, Deps{Log: log, Bus: b,
+		Runner: platform.Options{Backoff: platform.Schedule(10 * time.Millisecond), LeaseTTL: time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
 
 // runGateway starts a gateway on b and waits for it to sync; stop ends
@@ -62,15 +87,7 @@ func runGateway(t *testing.T, b *bus.Bus, f *matrixfake.Fake, mutate func(*Confi
 // runGatewayLogged is runGateway with the gateway logging to log.
 func runGatewayLogged(t *testing.T, b *bus.Bus, f *matrixfake.Fake, mutate func(*Config), log *slog.Logger) (*Service, func()) {
 	t.Helper()
-	cfg := testConfig(f)
-	if mutate != nil {
-		mutate(&cfg)
-	}
-	s, err := New(cfg, Deps{Log: log, Bus: b,
-		Runner: platform.Options{Backoff: platform.Schedule(10 * time.Millisecond), LeaseTTL: time.Second}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := build(t, b, f, mutate, log)
 	runCtx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- s.Run(runCtx) }()
@@ -538,35 +555,15 @@ func TestDMFollowsTheRoom(t *testing.T) {
 // on: a message sent meanwhile is answered.
 func TestFirstStartKeptAcrossRetries(t *testing.T) {
 	t.Parallel()
-	f := matrixfake.New(bot, token)
-	t.Cleanup(f.Close)
-	fakeRooms(f)
-	b := bustest.New(t, bustest.EmbeddedURL(t))
-	t.Cleanup(func() {
-		_ = b.JetStream().DeleteKeyValue(context.Background(), b.Topology().Stream(BucketCursors))
-	})
-	evs := platformtest.InboundEvents(t, b)
+	f, b, evs := fixture(t)
 	msg := f.Message(dmRm, ann, "hello")
 	f.FailNext("sync", 1, matrixfake.Fail{Status: http.StatusBadGateway, ErrCode: "M_UNKNOWN"})
-	s, err := New(testConfig(f), Deps{Log: slog.New(slog.DiscardHandler), Bus: b,
-		Runner: platform.Options{Backoff: platform.Schedule(10 * time.Millisecond), LeaseTTL: time.Second}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := build(t, b, f, nil, slog.New(slog.DiscardHandler))
 	// Each reading of the clock is 10 s after the one before: the retry
 	// comes long after the message.
 	var reads atomic.Int64
 	s.p.clock = func() time.Time { return time.Now().Add(time.Duration(reads.Add(1)-1) * 10 * time.Second) }
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("run: %v", err)
-		}
-		platformtest.DeleteBuckets(b)
-	})
+	platformtest.Start(t, b, s)
 	if ev := platformtest.NextEvent(t, evs); ev.GetEventId() != msg {
 		t.Fatalf("event %s %q, want %s", ev.GetEventId(), ev.GetText(), msg)
 	}
@@ -619,32 +616,12 @@ func TestTypingEndsWithTheTurn(t *testing.T) {
 // again); taken, each got a read receipt, which the test counts.
 func TestStartAfterTheTokenWasLost(t *testing.T) {
 	t.Parallel()
-	f := matrixfake.New(bot, token)
-	t.Cleanup(f.Close)
-	fakeRooms(f)
-	b := bustest.New(t, bustest.EmbeddedURL(t))
-	t.Cleanup(func() {
-		_ = b.JetStream().DeleteKeyValue(context.Background(), b.Topology().Stream(BucketCursors))
-	})
-	evs := platformtest.InboundEvents(t, b)
-	s, err := New(testConfig(f), Deps{Log: slog.New(slog.DiscardHandler), Bus: b,
-		Runner: platform.Options{Backoff: platform.Schedule(10 * time.Millisecond), LeaseTTL: time.Second}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	f, b, evs := fixture(t)
+	s := build(t, b, f, nil, slog.New(slog.DiscardHandler))
 	var now atomic.Int64
 	now.Store(time.Now().UnixNano())
 	s.p.clock = func() time.Time { return time.Unix(0, now.Load()) }
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("run: %v", err)
-		}
-		platformtest.DeleteBuckets(b)
-	})
+	platformtest.Start(t, b, s)
 	msg := f.Message(dmRm, ann, "hello")
 	if ev := platformtest.NextEvent(t, evs); ev.GetEventId() != msg {
 		t.Fatalf("event %s %q, want %s", ev.GetEventId(), ev.GetText(), msg)

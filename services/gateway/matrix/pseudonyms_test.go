@@ -1,13 +1,11 @@
 package matrix
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"strings"
 	"testing"
 
-	"github.com/switchboard-chat/switchboard/pkg/bus/bustest"
 	"github.com/switchboard-chat/switchboard/pkg/logtest"
 	"github.com/switchboard-chat/switchboard/pkg/platform/platformtest"
 	"github.com/switchboard-chat/switchboard/pkg/telemetry"
@@ -20,13 +18,7 @@ import (
 // a DM room's id names one person's conversation.
 func TestRejectedEventLogsNoRoom(t *testing.T) {
 	t.Parallel()
-	f := matrixfake.New(bot, token)
-	t.Cleanup(f.Close)
-	fakeRooms(f)
-	b := bustest.New(t, bustest.EmbeddedURL(t))
-	t.Cleanup(func() {
-		_ = b.JetStream().DeleteKeyValue(context.Background(), b.Topology().Stream(BucketCursors))
-	})
+	f, b, _ := fixture(t)
 	var logs logtest.Buffer
 	runGatewayLogged(t, b, f, nil, telemetry.NewLogger(telemetry.LogConfig{Level: "info", Pseudonymize: true, PseudonymKey: "k"}, &logs))
 	f.Message(dmRm, ann, strings.Repeat("x", maxEventBytes+1))

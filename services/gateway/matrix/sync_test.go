@@ -12,7 +12,6 @@ import (
 	"maunium.net/go/mautrix/event"
 	"maunium.net/go/mautrix/id"
 
-	"github.com/switchboard-chat/switchboard/pkg/bus/bustest"
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	"github.com/switchboard-chat/switchboard/pkg/platform"
 	"github.com/switchboard-chat/switchboard/pkg/platform/platformtest"
@@ -77,19 +76,8 @@ func TestUnknownSyncPositionStartsAgain(t *testing.T) {
 // only the HTTP client's 180 s bounded it, the bot deaf meanwhile.
 func TestSilentSyncGivenUp(t *testing.T) {
 	t.Parallel()
-	f := matrixfake.New(bot, token)
-	t.Cleanup(f.Close)
-	fakeRooms(f)
-	b := bustest.New(t, bustest.EmbeddedURL(t))
-	t.Cleanup(func() {
-		_ = b.JetStream().DeleteKeyValue(context.Background(), b.Topology().Stream(BucketCursors))
-	})
-	evs := platformtest.InboundEvents(t, b)
-	s, err := New(testConfig(f), Deps{Log: slog.New(slog.DiscardHandler), Bus: b,
-		Runner: platform.Options{Backoff: platform.Schedule(10 * time.Millisecond), LeaseTTL: time.Second}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	f, b, evs := fixture(t)
+	s := build(t, b, f, nil, slog.New(slog.DiscardHandler))
 	s.p.syncGrace = 500 * time.Millisecond
 	platformtest.Start(t, b, s)
 	platformtest.WaitFor(t, "the gateway to sync", func() bool {
@@ -254,19 +242,8 @@ func TestRateLimitWaitBounded(t *testing.T) {
 // and again, never answered by a homeserver slower than that.
 func TestCatchUpSyncNotGivenUp(t *testing.T) {
 	t.Parallel()
-	f := matrixfake.New(bot, token)
-	t.Cleanup(f.Close)
-	fakeRooms(f)
-	b := bustest.New(t, bustest.EmbeddedURL(t))
-	t.Cleanup(func() {
-		_ = b.JetStream().DeleteKeyValue(context.Background(), b.Topology().Stream(BucketCursors))
-	})
-	evs := platformtest.InboundEvents(t, b)
-	s, err := New(testConfig(f), Deps{Log: slog.New(slog.DiscardHandler), Bus: b,
-		Runner: platform.Options{Backoff: platform.Schedule(10 * time.Millisecond), LeaseTTL: time.Second}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	f, b, evs := fixture(t)
+	s := build(t, b, f, nil, slog.New(slog.DiscardHandler))
 	s.p.syncGrace = 200 * time.Millisecond
 	platformtest.Start(t, b, s)
 	first := f.Message(dmRm, ann, "hello")
@@ -298,14 +275,7 @@ func TestCatchUpSyncNotGivenUp(t *testing.T) {
 // again at once, a whole initial sync each time, without a pause.
 func TestUnknownSyncPositionNotResetInALoop(t *testing.T) {
 	t.Parallel()
-	f := matrixfake.New(bot, token)
-	t.Cleanup(f.Close)
-	fakeRooms(f)
-	b := bustest.New(t, bustest.EmbeddedURL(t))
-	t.Cleanup(func() {
-		_ = b.JetStream().DeleteKeyValue(context.Background(), b.Topology().Stream(BucketCursors))
-	})
-	evs := platformtest.InboundEvents(t, b)
+	f, b, evs := fixture(t)
 	s, err := New(testConfig(f), Deps{Log: slog.New(slog.DiscardHandler), Bus: b,
 		Runner: platform.Options{Backoff: platform.Schedule(500 * time.Millisecond), LeaseTTL: time.Second}})
 	if err != nil {
