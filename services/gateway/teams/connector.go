@@ -37,9 +37,14 @@ func activitiesURL(serviceURL, conversation, id string) string {
 	return u
 }
 
-// failure is the connector's error answer, classified for delivery.
+// failure is the connector's error answer, classified for delivery. A
+// 412 is transient on the connector: Microsoft's rate-limit guide has
+// bots retry 412, 502 and 504 as they retry 429.
 func failure(resp *http.Response, body []byte) error {
 	e := decodeAPIError(resp, body)
+	if e.Status == http.StatusPreconditionFailed {
+		return e
+	}
 	return platform.ByStatus(e, e.Status, e.RetryAfter, defaultRetryAfter)
 }
 

@@ -290,6 +290,9 @@ func TestSends(t *testing.T) {
 		{"429 with retry-after", teamsfake.Failure{Status: 429, RetryAfter: 7}, deliveryv1.ErrorClass_ERROR_CLASS_RATE_LIMITED, 7 * time.Second},
 		{"429 without", teamsfake.Failure{Status: 429}, deliveryv1.ErrorClass_ERROR_CLASS_RATE_LIMITED, defaultRetryAfter},
 		{"502", teamsfake.Failure{Status: 502}, deliveryv1.ErrorClass_ERROR_CLASS_RETRYABLE, 0},
+		// Microsoft's rate-limit guide: retry 412, 502 and 504 as 429.
+		{"412", teamsfake.Failure{Status: 412, Code: "PreconditionFailed"}, deliveryv1.ErrorClass_ERROR_CLASS_RETRYABLE, 0},
+		{"504", teamsfake.Failure{Status: 504}, deliveryv1.ErrorClass_ERROR_CLASS_RETRYABLE, 0},
 		{"403", teamsfake.Failure{Status: 403, Code: "BotNotInConversationRoster"}, deliveryv1.ErrorClass_ERROR_CLASS_PERMANENT, 0},
 		{"404", teamsfake.Failure{Status: 404, Code: "ConversationNotFound"}, deliveryv1.ErrorClass_ERROR_CLASS_PERMANENT, 0},
 	} {
