@@ -708,6 +708,53 @@ func TestFetch(t *testing.T) {
 	}
 }
 
+// A voice note's or video's content that LINE is still preparing (the
+// download answered 202, the transcoding status "processing") is
+// waited for within the fetch's time, not reported as a failed
+// download; one LINE could not prepare is an error at once.
+func TestFetchWaitsForPreparedContent(t *testing.T) {
+	t.Parallel()
+	f := linefake.New(t)
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	p, err := NewPlatform(testConfig(f), b, slog.New(slog.DiscardHandler), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name   string
+		kind   eventsv1.AttachmentKind
+		checks int
+	}{
+		{"audio", eventsv1.AttachmentKind_ATTACHMENT_KIND_AUDIO, 3},
+		{"video", eventsv1.AttachmentKind_ATTACHMENT_KIND_VIDEO, 2},
+		{"202 on a download of another kind", eventsv1.AttachmentKind_ATTACHMENT_KIND_DOCUMENT, 1},
+	} {
+		id := f.AddPreparingContent("audio/x-m4a", []byte("m4a bytes"), tc.checks, false)
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		rc, mt, err := p.Fetch(ctx, &eventsv1.Attachment{Kind: tc.kind, Location: &eventsv1.Attachment_Url{Url: contentURL(f.BaseURL(), id)}})
+		if err != nil {
+			cancel()
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		got, _ := io.ReadAll(rc)
+		rc.Close()
+		cancel()
+		if !bytes.Equal(got, []byte("m4a bytes")) || mt != "audio/x-m4a" {
+			t.Fatalf("%s: content %q %q", tc.name, got, mt)
+		}
+	}
+	id := f.AddPreparingContent("video/mp4", []byte("mp4"), 0, true)
+	if _, _, err := p.Fetch(context.Background(), &eventsv1.Attachment{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_VIDEO, Location: &eventsv1.Attachment_Url{Url: contentURL(f.BaseURL(), id)}}); !errors.Is(err, ErrDownload) {
+		t.Fatalf("content LINE could not prepare: %v", err)
+	}
+	id = f.AddPreparingContent("video/mp4", []byte("mp4"), 1000, false)
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if _, _, err := p.Fetch(ctx, &eventsv1.Attachment{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_VIDEO, Location: &eventsv1.Attachment_Url{Url: contentURL(f.BaseURL(), id)}}); err == nil {
+		t.Fatal("content never prepared was fetched")
+	}
+}
+
 // A channel access token LINE refuses makes the gateway unready with
 // the reason, and it does not retry.
 func TestRefusedTokenIsFatal(t *testing.T) {

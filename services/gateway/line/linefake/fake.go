@@ -2,7 +2,8 @@
 // LINE gateway makes (GET /v2/bot/info, POST /v2/bot/message/reply with
 // single-use reply tokens, POST /v2/bot/message/push honouring
 // X-Line-Retry-Key, POST /v2/bot/chat/loading/start, and GET
-// /v2/bot/message/{id}/content of the content host), each with the
+// /v2/bot/message/{id}/content and its /transcoding status on the
+// content host, for content still being prepared too), each with the
 // channel's bearer token checked, and LINE's side of the webhook:
 // deliveries in LINE's JSON, signed with the channel secret
 // (X-Line-Signature). Errors can be injected (429, 500, 400 …).
@@ -71,6 +72,13 @@ type Button struct {
 type Content struct {
 	MimeType string
 	Data     []byte
+	// Preparing is how many more checks (a download, a transcoding
+	// status) find a video's or audio's content still being prepared:
+	// the download is answered 202 without the content, the status
+	// "processing", as LINE answers before it has converted the file.
+	Preparing int
+	// PrepareFailed: LINE could not prepare it (status "failed").
+	PrepareFailed bool
 }
 
 // Failure is an error answer to the next reply or push.
@@ -107,6 +115,7 @@ func New(t testing.TB) *Fake {
 	mux.HandleFunc("POST /v2/bot/message/push", f.push)
 	mux.HandleFunc("POST /v2/bot/chat/loading/start", f.startLoading)
 	mux.HandleFunc("GET /v2/bot/message/{id}/content", f.download)
+	mux.HandleFunc("GET /v2/bot/message/{id}/content/transcoding", f.transcoding)
 	f.srv = httptest.NewServer(mux)
 	t.Cleanup(f.srv.Close)
 	return f
@@ -182,6 +191,35 @@ func (f *Fake) AddContent(mimeType string, data []byte) string {
 	id := f.nextID()
 	f.content[id] = Content{MimeType: mimeType, Data: data}
 	return id
+}
+
+// AddPreparingContent stores the content of a new video or audio
+// message that LINE is still preparing for the next checks (Content's
+// Preparing) and returns its id.
+func (f *Fake) AddPreparingContent(mimeType string, data []byte, checks int, failed bool) string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	id := f.nextID()
+	f.content[id] = Content{MimeType: mimeType, Data: data, Preparing: checks, PrepareFailed: failed}
+	return id
+}
+
+// preparing reports (under mu) whether id's content is not ready at this
+// check, and counts the check.
+func (f *Fake) preparing(id string) (c Content, ok, notReady bool) {
+	c, ok = f.content[id]
+	if !ok {
+		return c, false, false
+	}
+	if c.PrepareFailed {
+		return c, true, true
+	}
+	if c.Preparing > 0 {
+		c.Preparing--
+		f.content[id] = c
+		return c, true, true
+	}
+	return c, true, false
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -412,17 +450,42 @@ func (f *Fake) download(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	f.mu.Lock()
-	c, ok := f.content[r.PathValue("id")]
-	if ok {
+	c, ok, notReady := f.preparing(r.PathValue("id"))
+	if ok && !notReady {
 		f.downloads++
 	}
 	f.mu.Unlock()
-	if !ok {
+	switch {
+	case !ok:
 		writeError(w, Failure{Status: http.StatusNotFound, Message: "Not found"})
+		return
+	case notReady:
+		w.WriteHeader(http.StatusAccepted)
 		return
 	}
 	w.Header().Set("Content-Type", c.MimeType)
 	_, _ = w.Write(c.Data)
+}
+
+// transcoding answers GET /v2/bot/message/{id}/content/transcoding:
+// processing, succeeded or failed.
+func (f *Fake) transcoding(w http.ResponseWriter, r *http.Request) {
+	if !f.authorized(w, r) {
+		return
+	}
+	f.mu.Lock()
+	c, ok, notReady := f.preparing(r.PathValue("id"))
+	f.mu.Unlock()
+	switch {
+	case !ok:
+		writeError(w, Failure{Status: http.StatusNotFound, Message: "Not found"})
+	case c.PrepareFailed:
+		writeJSON(w, http.StatusOK, map[string]string{"status": "failed"})
+	case notReady:
+		writeJSON(w, http.StatusOK, map[string]string{"status": "processing"})
+	default:
+		writeJSON(w, http.StatusOK, map[string]string{"status": "succeeded"})
+	}
 }
 
 // Inbound describes one message event a user sends.
