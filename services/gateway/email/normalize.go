@@ -145,7 +145,11 @@ func parse(raw []byte, maxPart int64, skipAttachments bool) (*inbound, error) {
 			name = decodeWords(params["name"])
 		}
 		isAttachment := disp == "attachment" || (disp == "inline" && mt != "text/plain" && mt != "text/html") ||
-			(disp == "" && name != "" && !strings.HasPrefix(mt, "text/")) || mt == "message/rfc822"
+			(disp == "" && name != "" && !strings.HasPrefix(mt, "text/")) || mt == "message/rfc822" ||
+			// A named text part once the body is read is a file: Apple
+			// Mail sends attached files inline, a .txt or .log as an
+			// inline text/plain part after the body.
+			(name != "" && (plain != "" || haveHTML))
 		switch {
 		case !isAttachment && mt == "text/plain":
 			if plain == "" {

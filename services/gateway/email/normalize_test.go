@@ -191,6 +191,15 @@ func TestNormalize(t *testing.T) {
 				"--XX", "Content-Type: multipart/alternative", "", "junk", "--XX--"),
 			text: "The text.", from: "max@example.com", user: "max@example.com", topic: "Re: nest", id: "b3@example.com",
 		},
+		{
+			name: "a named text file after the body (Apple Mail sends files inline) is an attachment, not dropped",
+			raw: mailText("From: ned@example.com", "Subject: Re: log", "Message-ID: <b4@example.com>",
+				"Content-Type: multipart/mixed; boundary=XX", "", "--XX", "Content-Type: text/plain", "", "The log is attached.",
+				"--XX", "Content-Type: text/plain; name=\"build.log\"", "Content-Disposition: inline; filename=\"build.log\"", "",
+				"Error at line 3", "--XX", "Content-Type: text/html; name=page.html", "", "<p>saved page</p>", "--XX--"),
+			text: "The log is attached.", from: "ned@example.com", user: "ned@example.com", topic: "Re: log", id: "b4@example.com",
+			parts: []string{"build.log text/plain 15 kept", "page.html text/html 17 named"},
+		},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			m, err := parse(c.raw, 16, false)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/emersion/go-imap/v2"
 	"github.com/emersion/go-smtp"
@@ -40,16 +41,38 @@ const credentialsHint = "check gateways.email.address and gateways.email.passwor
 // refusing the credentials (AUTHENTICATIONFAILED, AUTHORIZATIONFAILED,
 // EXPIRED, an ALERT such as Gmail's "application-specific password
 // required", or no code at all), which no retry mends, unless its code
-// says the server is only unavailable for now (UNAVAILABLE, INUSE).
-// Anything else (BAD, the connection lost) is tried again.
+// says the server is only unavailable for now (UNAVAILABLE, INUSE,
+// LIMIT) or it is a limit Gmail states in words under an ALERT (fifteen
+// connections per account, the command and bandwidth limits): a person's
+// phone and laptop holding connections must not end the gateway for
+// good. Anything else (BAD, the connection lost) is tried again.
 func (p *Platform) imapLoginError(err error) error {
 	var ie *imap.Error
-	if errors.As(err, &ie) && ie.Type == imap.StatusResponseTypeNo &&
-		ie.Code != imap.ResponseCodeUnavailable && ie.Code != imap.ResponseCodeInUse {
+	if errors.As(err, &ie) && ie.Type == imap.StatusResponseTypeNo && !busy(ie) {
 		return platform.Fatal(fmt.Errorf("email: the IMAP server %s refused the login as %s (%s): %w",
 			p.cfg.IMAPHost, p.cfg.Address, credentialsHint, err))
 	}
 	return fmt.Errorf("imap login: %w", err)
+}
+
+// busyTexts are the words of a login refused for a limit, not for the
+// credentials (Gmail's, which has no code for it).
+var busyTexts = []string{"simultaneous connections", "bandwidth limits"}
+
+// busy reports whether a NO to LOGIN says the server is busy or at a
+// limit for now.
+func busy(e *imap.Error) bool {
+	switch e.Code {
+	case imap.ResponseCodeUnavailable, imap.ResponseCodeInUse, imap.ResponseCodeLimit:
+		return true
+	}
+	text := strings.ToLower(e.Text)
+	for _, t := range busyTexts {
+		if strings.Contains(text, t) {
+			return true
+		}
+	}
+	return false
 }
 
 // smtpLoginError classifies a failed SMTP sign-in: 535 (credentials
