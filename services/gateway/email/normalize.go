@@ -115,7 +115,10 @@ func parse(raw []byte, maxPart int64, skipAttachments bool) (*inbound, error) {
 	var plain, html string
 	var haveHTML bool
 	nparts := 0
-	walkErr := e.Walk(func(_ []int, p *message.Entity, err error) error {
+	// alternatives: the paths of the multipart/alternative parts, whose
+	// text parts are renderings of the body, named or not.
+	alternatives := map[string]bool{}
+	walkErr := e.Walk(func(path []int, p *message.Entity, err error) error {
 		// A part in a charset or transfer encoding the decoder does not
 		// know (unknown-8bit, RFC 1428) is read as it stands, as the
 		// message's own body is when it is not multipart: its text, with
@@ -134,8 +137,12 @@ func parse(raw []byte, maxPart int64, skipAttachments bool) (*inbound, error) {
 		}
 		mt, params, _ := p.Header.ContentType()
 		if strings.HasPrefix(mt, "multipart/") {
+			if mt == "multipart/alternative" {
+				alternatives[fmt.Sprint(path)] = true
+			}
 			return nil
 		}
+		alternative := len(path) > 0 && alternatives[fmt.Sprint(path[:len(path)-1])]
 		if mt == "" {
 			mt = "text/plain"
 		}
@@ -148,8 +155,9 @@ func parse(raw []byte, maxPart int64, skipAttachments bool) (*inbound, error) {
 			(disp == "" && name != "" && !strings.HasPrefix(mt, "text/")) || mt == "message/rfc822" ||
 			// A named text part once the body is read is a file: Apple
 			// Mail sends attached files inline, a .txt or .log as an
-			// inline text/plain part after the body.
-			(name != "" && (plain != "" || haveHTML))
+			// inline text/plain part after the body. A rendering of the
+			// body in a multipart/alternative is not, named or not.
+			(name != "" && (plain != "" || haveHTML) && !alternative)
 		switch {
 		case !isAttachment && mt == "text/plain":
 			if plain == "" {

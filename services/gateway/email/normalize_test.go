@@ -200,6 +200,18 @@ func TestNormalize(t *testing.T) {
 			text: "The log is attached.", from: "ned@example.com", user: "ned@example.com", topic: "Re: log", id: "b4@example.com",
 			parts: []string{"build.log text/plain 15 kept", "page.html text/html 17 named"},
 		},
+		{
+			name: "a multipart/alternative whose parts are named is the body, its HTML not a file",
+			raw: mailText("From: ola@example.com", "Subject: Re: names", "Message-ID: <b5@example.com>",
+				"Content-Type: multipart/mixed; boundary=XX", "", "--XX", "Content-Type: multipart/alternative; boundary=YY", "",
+				"--YY", "Content-Type: text/plain; name=\"message.txt\"", "", "The text.",
+				"--YY", "Content-Type: text/html; name=\"message.html\"", "Content-Disposition: inline; filename=\"message.html\"", "",
+				"<p>The text.</p>", "--YY--",
+				"--XX", "Content-Type: text/plain; name=\"notes.txt\"", "Content-Disposition: inline; filename=\"notes.txt\"", "",
+				"a note", "--XX--"),
+			text: "The text.", from: "ola@example.com", user: "ola@example.com", topic: "Re: names", id: "b5@example.com",
+			parts: []string{"notes.txt text/plain 6 kept"},
+		},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			m, err := parse(c.raw, 16, false)
