@@ -58,6 +58,10 @@ type status struct {
 	ID          string `json:"id"`
 	Status      string `json:"status"` // sent, delivered, read, failed (and deleted, warning)
 	RecipientID string `json:"recipient_id"`
+	// RecipientUserID is the recipient's business-scoped user id: the
+	// only id of a message sent to one (a user whose username hides
+	// their number), which has no recipient_id.
+	RecipientUserID string `json:"recipient_user_id"`
 	// CallbackData is the biz_opaque_callback_data the send gave.
 	CallbackData string `json:"biz_opaque_callback_data"`
 	Errors       []struct {

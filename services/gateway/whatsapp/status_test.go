@@ -196,3 +196,30 @@ func TestEveryUnansweredAttemptIsWaitedFor(t *testing.T) {
 		t.Fatalf("retry right after the second unanswered attempt: %v, sent %d; want a wait and 2 sent", r, len(f.Messages(to)))
 	}
 }
+
+// A failed status of a message sent to a business-scoped user id (a user
+// whose username hides their number) names them in recipient_user_id,
+// with no recipient_id: the warning still says which chat it was.
+func TestFailedStatusOfBusinessScopedUser(t *testing.T) {
+	t.Parallel()
+	const bsuid = "US.13491208655302741918"
+	f := whatsappfake.New(t)
+	var logs logtest.Buffer
+	h := start(t, f, testConfig(f), platform.Options{}, slog.New(slog.NewJSONHandler(&logs, nil)))
+	r := h.send(t, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: "late", Text: "hello",
+		Target: &deliveryv1.Target{Platform: "whatsapp", Account: phoneID, ChatId: bsuid}})
+	if !r.GetOk() {
+		t.Fatalf("receipt %v", r)
+	}
+	if got := h.post(t, f.Status(r.GetPlatformMessageId(), bsuid, "failed", 131047)); got != http.StatusOK {
+		t.Fatalf("status answered %d", got)
+	}
+	var recs []map[string]any
+	platformtest.WaitFor(t, "the failure logged", func() bool {
+		recs = records(t, &logs, "whatsapp reports a sent message failed")
+		return len(recs) == 1
+	})
+	if recs[0]["message_id"] != r.GetPlatformMessageId() || recs[0]["chat_id"] != bsuid {
+		t.Fatalf("log record %v, want message %s of chat %s", recs[0], r.GetPlatformMessageId(), bsuid)
+	}
+}

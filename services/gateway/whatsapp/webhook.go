@@ -161,7 +161,12 @@ func (p *Platform) status(s status) {
 		label = strconv.Itoa(code)
 	}
 	sendFailures.WithLabelValues(label).Inc()
-	p.log.Warn("whatsapp reports a sent message failed", "message_id", pseudonym.Personal(s.ID), "chat_id", s.RecipientID,
+	chat := s.RecipientID
+	if chat == "" {
+		// Sent to a business-scoped user id: no number to name.
+		chat = s.RecipientUserID
+	}
+	p.log.Warn("whatsapp reports a sent message failed", "message_id", pseudonym.Personal(s.ID), "chat_id", chat,
 		"code", code, "title", title, "message", msg, "details", details)
 }
 

@@ -539,7 +539,8 @@ var statusErrors = map[int][2]string{
 // a failed one carries an error with its code, title, message,
 // error_data.details and href.
 func (f *Fake) Status(messageID, to, status string, code int) []byte {
-	s := map[string]any{"id": messageID, "status": status, "timestamp": strconv.FormatInt(time.Now().Unix(), 10), "recipient_id": to}
+	s := map[string]any{"id": messageID, "status": status, "timestamp": strconv.FormatInt(time.Now().Unix(), 10)}
+	addressed(s, to)
 	if code != 0 {
 		e, ok := statusErrors[code]
 		if !ok {
@@ -555,11 +556,23 @@ func (f *Fake) Status(messageID, to, status string, code int) []byte {
 // StatusOf is the webhook body for a status of m as Meta writes it,
 // with the send's biz_opaque_callback_data when it gave one.
 func (f *Fake) StatusOf(m Message, status string) []byte {
-	s := map[string]any{"id": m.ID, "status": status, "timestamp": strconv.FormatInt(time.Now().Unix(), 10), "recipient_id": m.To}
+	s := map[string]any{"id": m.ID, "status": status, "timestamp": strconv.FormatInt(time.Now().Unix(), 10)}
+	addressed(s, m.To)
 	if m.CallbackData != "" {
 		s["biz_opaque_callback_data"] = m.CallbackData
 	}
 	return f.wrap(map[string]any{"statuses": []any{s}})
+}
+
+// addressed names a status's recipient as Meta does: a phone number in
+// recipient_id, a business-scoped user id (a message sent in
+// "recipient", the number unknown) in recipient_user_id only.
+func addressed(s map[string]any, to string) {
+	if phoneNumber(to) {
+		s["recipient_id"] = to
+	} else {
+		s["recipient_user_id"] = to
+	}
 }
 
 func (f *Fake) wrap(value map[string]any) []byte {
