@@ -1,6 +1,7 @@
 package whatsapp
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -242,10 +243,7 @@ func normalize(raw json.RawMessage, v *value, names map[string]string) incoming 
 	// The wa_id when WhatsApp gives it (Hermes's key), else the
 	// business-scoped user id of a user whose username hides their
 	// number: replies go to it (postMessage).
-	from := m.From
-	if from == "" {
-		from = m.FromUserID
-	}
+	from := cmp.Or(m.From, m.FromUserID)
 	switch {
 	case m.ID == "":
 		return incoming{err: fmt.Errorf("%w: message without an id", errMalformed)}

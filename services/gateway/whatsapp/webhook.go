@@ -1,6 +1,7 @@
 package whatsapp
 
 import (
+	"cmp"
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
@@ -161,11 +162,8 @@ func (p *Platform) status(s status) {
 		label = strconv.Itoa(code)
 	}
 	sendFailures.WithLabelValues(label).Inc()
-	chat := s.RecipientID
-	if chat == "" {
-		// Sent to a business-scoped user id: no number to name.
-		chat = s.RecipientUserID
-	}
+	// Sent to a business-scoped user id, a status names no number.
+	chat := cmp.Or(s.RecipientID, s.RecipientUserID)
 	p.log.Warn("whatsapp reports a sent message failed", "message_id", pseudonym.Personal(s.ID), "chat_id", chat,
 		"code", code, "title", title, "message", msg, "details", details)
 }
