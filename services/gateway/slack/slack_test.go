@@ -683,6 +683,11 @@ func TestReplyInThread(t *testing.T) {
 		{"off, message outside a thread", false, &deliveryv1.Target{ChatId: "C0CHANNEL", ThreadId: "1.1", ReplyToMessageId: "1.1"}, ""},
 		{"off, message in a thread", false, &deliveryv1.Target{ChatId: "C0CHANNEL", ThreadId: "1.1", ReplyToMessageId: "2.1"}, "1.1"},
 		{"off, a send to a thread without a message to answer", false, &deliveryv1.Target{ChatId: "C0CHANNEL", ThreadId: "1.1"}, "1.1"},
+		// A slash command's or a press's message id names no message
+		// whose thread the answer could start: it goes to the top level.
+		{"default, the answer to a slash command", true, &deliveryv1.Target{ChatId: "C0CHANNEL", ReplyToMessageId: "slash:1337.42"}, ""},
+		{"default, the answer to a press outside a thread", true, &deliveryv1.Target{ChatId: "C0CHANNEL", ReplyToMessageId: "press:C0CHANNEL:1.1:2.2"}, ""},
+		{"default, a send without a message to answer", true, &deliveryv1.Target{ChatId: "C0CHANNEL"}, ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
