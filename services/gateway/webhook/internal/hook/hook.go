@@ -246,17 +246,21 @@ func Build(route *CompiledRoute, account string, h http.Header, body []byte) (*e
 }
 
 // HeaderID is the delivery id the sender's headers give, "" when none
-// does: X-GitHub-Delivery, X-Gitlab-Event-UUID, X-Webhook-Id,
-// X-Request-Id or Idempotency-Key; on a standard route the signed
+// does: X-GitHub-Delivery, Idempotency-Key, X-Gitlab-Event-UUID,
+// X-Webhook-Id or X-Request-Id; on a standard route the signed
 // webhook-id, and only it (another header cannot make a replayed
-// delivery new).
+// delivery new). Idempotency-Key comes before the others a sender may
+// send beside it, as the one that names the delivery and not the
+// request: GitLab (17.4 on) sends it, the same on a resend of the
+// delivery, beside an X-Gitlab-Event-UUID that a resend makes anew,
+// and a proxy's X-Request-Id is new on every request.
 func HeaderID(route *CompiledRoute, h http.Header) string {
 	if route.Signature == SigStandard {
 		id, _, _ := standardHeaders(h)
 		return id
 	}
 	id := h.Get("X-GitHub-Delivery")
-	for _, k := range []string{"X-Gitlab-Event-UUID", "X-Webhook-Id", "X-Request-Id", "Idempotency-Key"} {
+	for _, k := range []string{"Idempotency-Key", "X-Gitlab-Event-UUID", "X-Webhook-Id", "X-Request-Id"} {
 		if id == "" {
 			id = h.Get(k)
 		}
