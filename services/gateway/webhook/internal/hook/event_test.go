@@ -84,6 +84,10 @@ func TestIdempotencyKeyNamesTheDelivery(t *testing.T) {
 		{"gitlab resent", map[string]string{"Idempotency-Key": "9e2bd4a2-7f5c-4d9a-8f5e-0d2b1c3a4e5f", "X-Gitlab-Event-UUID": "4b1e0b7e-2c7d-4f7a-9a43-5f0e0c5d6a11"},
 			"9e2bd4a2-7f5c-4d9a-8f5e-0d2b1c3a4e5f"},
 		{"behind a proxy", map[string]string{"Idempotency-Key": "key-1", "X-Request-Id": "proxy-7"}, "key-1"},
+		// The IETF draft's Idempotency-Key is a structured-field string,
+		// quoted; it was refused 400 bad_delivery_id, the delivery lost.
+		{"as the IETF draft writes it", map[string]string{"Idempotency-Key": `"8e03978e-40d5-43e8-bc93-6894a57f9324"`},
+			"8e03978e-40d5-43e8-bc93-6894a57f9324"},
 		{"gitlab before 17.4", map[string]string{"X-Gitlab-Event-UUID": "1671f880-67c6-45cb-9dfa-f4707face4ba"}, "1671f880-67c6-45cb-9dfa-f4707face4ba"},
 	} {
 		h := http.Header{}
