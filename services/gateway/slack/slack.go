@@ -736,10 +736,13 @@ func (p *Platform) Edit(ctx context.Context, req *deliveryv1.SendRequested) erro
 	return nil
 }
 
-// Delete removes a message (chat.delete).
+// Delete removes a message (chat.delete). A message Slack no longer has
+// (message_not_found: a retry of a delete whose answer was lost, or one
+// deleted by hand) is gone already, which is what was asked, as the
+// Telegram and Mattermost gateways take it.
 func (p *Platform) Delete(ctx context.Context, req *deliveryv1.SendRequested) error {
 	_, _, err := p.api.DeleteMessageContext(ctx, req.GetTarget().GetChatId(), req.GetMessageId())
-	if err != nil {
+	if err != nil && !isSlackError(err, "message_not_found") {
 		return sendError("chat.delete", err)
 	}
 	return nil

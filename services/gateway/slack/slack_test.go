@@ -910,3 +910,33 @@ func TestReplyInThreadOffApprovalInTheThread(t *testing.T) {
 		})
 	}
 }
+
+// A delete retried after its answer was lost finds the message gone
+// (Slack's message_not_found): that is the delete done, not a failure
+// for delivery to dead-letter.
+func TestDeleteOfAMessageGoneAlready(t *testing.T) {
+	t.Parallel()
+	fake := slackfake.New(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cfg := DefaultConfig()
+	cfg.BotToken, cfg.SigningSecret, cfg.APIBaseURL = fake.BotToken, "s3cret", fake.APIURL()
+	p, err := NewPlatform(ctx, cfg, slog.New(slog.DiscardHandler), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := &deliveryv1.Target{Platform: "slack", ChatId: "C0CHANNEL"}
+	ts, err := p.Send(ctx, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, Target: target, Text: "soon gone"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	del := &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_DELETE, Target: target, MessageId: ts}
+	for attempt := 1; attempt <= 2; attempt++ {
+		if err := p.Delete(ctx, del); err != nil {
+			t.Fatalf("delete, attempt %d: %v", attempt, err)
+		}
+	}
+	if m := fake.Messages("C0CHANNEL"); len(m) != 1 || !m[0].Deleted {
+		t.Fatalf("messages %+v, want the one deleted", m)
+	}
+}
