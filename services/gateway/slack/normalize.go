@@ -292,16 +292,25 @@ func voiceMessage(atts []*eventsv1.Attachment, text string) bool {
 
 // slash turns a slash command (Socket Mode) into the inbound event, as
 // Hermes reads /hermes: "/hermes new" is the command !new, "/hermes" alone
-// is !help, and "/hermes <anything else>" is a message to the bot. The
-// trigger id, one per invocation, is the event id. The answer goes to the
-// channel the command was typed in.
+// is !help, and "/hermes <anything else>" is a message to the bot. A
+// slash named after a command is that command with its text as the
+// arguments ("/stop" is !stop, "/model gpt-5" !model gpt-5): Hermes's
+// Slack app manifest (`hermes slack manifest`) registers every gateway
+// command as a slash of its own beside /hermes, and Hermes reads one as
+// "/<name> <text>". A slash of any other name is read as /hermes, the
+// one an app registers otherwise. The trigger id, one per invocation, is
+// the event id. The answer goes to the channel the command was typed in.
 func slash(cmd slackapi.SlashCommand, id identity) (*eventsv1.MessageReceived, skip) {
 	if cmd.ChannelID == "" || cmd.UserID == "" || cmd.TriggerID == "" {
 		return nil, "slash command without channel, user or trigger id"
 	}
 	text := strings.TrimSpace(cmd.Text)
 	name, _, _ := strings.Cut(text, " ")
+	native := strings.ToLower(strings.TrimPrefix(strings.TrimSpace(cmd.Command), "/"))
+	_, nativeKnown := command.Canonical(native)
 	switch _, known := command.Canonical(strings.ToLower(name)); {
+	case native != "hermes" && nativeKnown:
+		text = strings.TrimSpace("!" + native + " " + text)
 	case text == "":
 		text = "!help"
 	case known:

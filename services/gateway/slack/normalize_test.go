@@ -347,18 +347,30 @@ func TestSlash(t *testing.T) {
 	for _, c := range []struct {
 		name, text, want, key string
 		channel               string
+		command               string // the slash; "" is /hermes
 	}{
 		{name: "a command", text: "sethome", want: "!sethome", key: "agent:main:slack:group:T0WORKSPACE:C1:U1"},
 		{name: "a command with arguments", text: "Model gpt-5", want: "!Model gpt-5"},
 		{name: "nothing", text: "  ", want: "!help"},
 		{name: "a message", text: "what is the time?", want: "what is the time?"},
 		{name: "in a dm", text: "new", want: "!new", channel: "D0DM", key: "agent:main:slack:dm:T0WORKSPACE:D0DM"},
+		// Hermes's manifest registers each command as a slash of its own.
+		{name: "a command's own slash", command: "/stop", want: "!stop"},
+		{name: "a command's own slash with arguments", command: "/model", text: " gpt-5 ", want: "!model gpt-5"},
+		{name: "an alias's own slash", command: "/bg", text: "tidy the notes", want: "!bg tidy the notes"},
+		{name: "a command's own slash named like another command", command: "/new", text: "help", want: "!new help"},
+		// A catch-all slash of another name reads as /hermes.
+		{name: "another catch-all slash", command: "/ai", text: "new", want: "!new"},
+		{name: "another catch-all slash, a message", command: "/ai", text: "what is the time?", want: "what is the time?"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cmd := base
 			cmd.Text = c.text
 			if c.channel != "" {
 				cmd.ChannelID = c.channel
+			}
+			if c.command != "" {
+				cmd.Command = c.command
 			}
 			ev, why := slash(cmd, me)
 			if ev == nil {

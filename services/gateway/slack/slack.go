@@ -694,12 +694,17 @@ func (p *Platform) sendMedia(ctx context.Context, req *deliveryv1.SendRequested)
 // dm_top_level_threads_as_sessions off: one session for the DM's top
 // level) goes to the thread of the message it answers, as Hermes's
 // _resolve_thread_ts falls back to reply_to: the session stays the
-// DM's, and a reply in that thread is keyed by it, as in Hermes.
+// DM's, and a reply in that thread is keyed by it, as in Hermes. Only
+// a message (a ts) starts a thread: the answer to a slash command or a
+// button press outside a thread (its message id "slash:…" or
+// "press:…", as Hermes's slash event has no message to reply to) goes
+// to the top level; as thread_ts that id would put it in a thread no
+// one can open, or be refused.
 func (p *Platform) thread(t *deliveryv1.Target) string {
 	switch {
 	case !p.cfg.ReplyInThread && t.GetThreadId() == t.GetReplyToMessageId():
 		return ""
-	case p.cfg.ReplyInThread && t.GetThreadId() == "":
+	case p.cfg.ReplyInThread && t.GetThreadId() == "" && tsTime(t.GetReplyToMessageId()) != nil:
 		return t.GetReplyToMessageId()
 	}
 	return t.GetThreadId()
@@ -731,10 +736,13 @@ func (p *Platform) Edit(ctx context.Context, req *deliveryv1.SendRequested) erro
 	return nil
 }
 
-// Delete removes a message (chat.delete).
+// Delete removes a message (chat.delete). A message Slack no longer has
+// (message_not_found: a retry of a delete whose answer was lost, or one
+// deleted by hand) is gone already, which is what was asked, as the
+// Telegram and Mattermost gateways take it.
 func (p *Platform) Delete(ctx context.Context, req *deliveryv1.SendRequested) error {
 	_, _, err := p.api.DeleteMessageContext(ctx, req.GetTarget().GetChatId(), req.GetMessageId())
-	if err != nil {
+	if err != nil && !isSlackError(err, "message_not_found") {
 		return sendError("chat.delete", err)
 	}
 	return nil

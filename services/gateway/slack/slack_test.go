@@ -683,6 +683,11 @@ func TestReplyInThread(t *testing.T) {
 		{"off, message outside a thread", false, &deliveryv1.Target{ChatId: "C0CHANNEL", ThreadId: "1.1", ReplyToMessageId: "1.1"}, ""},
 		{"off, message in a thread", false, &deliveryv1.Target{ChatId: "C0CHANNEL", ThreadId: "1.1", ReplyToMessageId: "2.1"}, "1.1"},
 		{"off, a send to a thread without a message to answer", false, &deliveryv1.Target{ChatId: "C0CHANNEL", ThreadId: "1.1"}, "1.1"},
+		// A slash command's or a press's message id names no message
+		// whose thread the answer could start: it goes to the top level.
+		{"default, the answer to a slash command", true, &deliveryv1.Target{ChatId: "C0CHANNEL", ReplyToMessageId: "slash:1337.42"}, ""},
+		{"default, the answer to a press outside a thread", true, &deliveryv1.Target{ChatId: "C0CHANNEL", ReplyToMessageId: "press:C0CHANNEL:1.1:2.2"}, ""},
+		{"default, a send without a message to answer", true, &deliveryv1.Target{ChatId: "C0CHANNEL"}, ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
@@ -903,5 +908,35 @@ func TestReplyInThreadOffApprovalInTheThread(t *testing.T) {
 				t.Fatalf("posted %+v, want the answer at the top level", m)
 			}
 		})
+	}
+}
+
+// A delete retried after its answer was lost finds the message gone
+// (Slack's message_not_found): that is the delete done, not a failure
+// for delivery to dead-letter.
+func TestDeleteOfAMessageGoneAlready(t *testing.T) {
+	t.Parallel()
+	fake := slackfake.New(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cfg := DefaultConfig()
+	cfg.BotToken, cfg.SigningSecret, cfg.APIBaseURL = fake.BotToken, "s3cret", fake.APIURL()
+	p, err := NewPlatform(ctx, cfg, slog.New(slog.DiscardHandler), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := &deliveryv1.Target{Platform: "slack", ChatId: "C0CHANNEL"}
+	ts, err := p.Send(ctx, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, Target: target, Text: "soon gone"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	del := &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_DELETE, Target: target, MessageId: ts}
+	for attempt := 1; attempt <= 2; attempt++ {
+		if err := p.Delete(ctx, del); err != nil {
+			t.Fatalf("delete, attempt %d: %v", attempt, err)
+		}
+	}
+	if m := fake.Messages("C0CHANNEL"); len(m) != 1 || !m[0].Deleted {
+		t.Fatalf("messages %+v, want the one deleted", m)
 	}
 }

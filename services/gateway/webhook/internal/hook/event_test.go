@@ -61,3 +61,46 @@ func TestGitLabEventFilter(t *testing.T) {
 		}
 	}
 }
+
+// GitLab sends Idempotency-Key, the same on a resend of a delivery (its
+// webhook's "Resend request", the hook events API), beside an
+// X-Gitlab-Event-UUID made anew for each sending; a proxy adds an
+// X-Request-Id of its own to every request. The delivery is named by its
+// Idempotency-Key, so a resend is the same delivery, a duplicate.
+func TestIdempotencyKeyNamesTheDelivery(t *testing.T) {
+	t.Parallel()
+	route, err := Compile("gl", Route{Secret: "s3cret", Signature: SigGitLab}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := []byte(`{"object_kind":"issue","object_attributes":{"action":"open"}}`)
+	for _, c := range []struct {
+		name    string
+		headers map[string]string
+		want    string
+	}{
+		{"gitlab", map[string]string{"Idempotency-Key": "9e2bd4a2-7f5c-4d9a-8f5e-0d2b1c3a4e5f", "X-Gitlab-Event-UUID": "1671f880-67c6-45cb-9dfa-f4707face4ba"},
+			"9e2bd4a2-7f5c-4d9a-8f5e-0d2b1c3a4e5f"},
+		{"gitlab resent", map[string]string{"Idempotency-Key": "9e2bd4a2-7f5c-4d9a-8f5e-0d2b1c3a4e5f", "X-Gitlab-Event-UUID": "4b1e0b7e-2c7d-4f7a-9a43-5f0e0c5d6a11"},
+			"9e2bd4a2-7f5c-4d9a-8f5e-0d2b1c3a4e5f"},
+		{"behind a proxy", map[string]string{"Idempotency-Key": "key-1", "X-Request-Id": "proxy-7"}, "key-1"},
+		// The IETF draft's Idempotency-Key is a structured-field string,
+		// quoted; it was refused 400 bad_delivery_id, the delivery lost.
+		{"as the IETF draft writes it", map[string]string{"Idempotency-Key": `"8e03978e-40d5-43e8-bc93-6894a57f9324"`},
+			"8e03978e-40d5-43e8-bc93-6894a57f9324"},
+		{"gitlab before 17.4", map[string]string{"X-Gitlab-Event-UUID": "1671f880-67c6-45cb-9dfa-f4707face4ba"}, "1671f880-67c6-45cb-9dfa-f4707face4ba"},
+	} {
+		h := http.Header{}
+		h.Set("X-Gitlab-Token", "s3cret")
+		for k, v := range c.headers {
+			h.Set(k, v)
+		}
+		ev, rerr := Prepare(route, "default", h, body, time.Now())
+		if rerr != nil {
+			t.Fatalf("%s: Prepare: %d %s: %v", c.name, rerr.Code, rerr.Status, rerr.Err)
+		}
+		if ev.GetMessageId() != c.want || ev.GetEventId() != "gl/"+c.want {
+			t.Errorf("%s: delivery %q (event %q), want %q", c.name, ev.GetMessageId(), ev.GetEventId(), c.want)
+		}
+	}
+}

@@ -246,22 +246,38 @@ func Build(route *CompiledRoute, account string, h http.Header, body []byte) (*e
 }
 
 // HeaderID is the delivery id the sender's headers give, "" when none
-// does: X-GitHub-Delivery, X-Gitlab-Event-UUID, X-Webhook-Id,
-// X-Request-Id or Idempotency-Key; on a standard route the signed
+// does: X-GitHub-Delivery, Idempotency-Key, X-Gitlab-Event-UUID,
+// X-Webhook-Id or X-Request-Id; on a standard route the signed
 // webhook-id, and only it (another header cannot make a replayed
-// delivery new).
+// delivery new). Idempotency-Key comes before the others a sender may
+// send beside it, as the one that names the delivery and not the
+// request: GitLab (17.4 on) sends it, the same on a resend of the
+// delivery, beside an X-Gitlab-Event-UUID that a resend makes anew,
+// and a proxy's X-Request-Id is new on every request. An
+// Idempotency-Key written as the IETF draft has it, a structured-field
+// string ("8e03978e-…" in double quotes), is read without its quotes;
+// GitLab's and Stripe's are bare.
 func HeaderID(route *CompiledRoute, h http.Header) string {
 	if route.Signature == SigStandard {
 		id, _, _ := standardHeaders(h)
 		return id
 	}
-	id := h.Get("X-GitHub-Delivery")
-	for _, k := range []string{"X-Gitlab-Event-UUID", "X-Webhook-Id", "X-Request-Id", "Idempotency-Key"} {
-		if id == "" {
-			id = h.Get(k)
+	if id := h.Get("X-GitHub-Delivery"); id != "" {
+		return id
+	}
+	key := strings.TrimSpace(h.Get("Idempotency-Key"))
+	if len(key) >= 2 && key[0] == '"' && key[len(key)-1] == '"' {
+		key = key[1 : len(key)-1]
+	}
+	if key != "" {
+		return key
+	}
+	for _, k := range []string{"X-Gitlab-Event-UUID", "X-Webhook-Id", "X-Request-Id"} {
+		if id := h.Get(k); id != "" {
+			return id
 		}
 	}
-	return id
+	return ""
 }
 
 // BodyID is the id of a delivery without a delivery id: a hash of its
