@@ -188,12 +188,7 @@ func pressed(u *models.Update, me identity) (outcome, error) {
 		UserName: fullName(q.From.FirstName, q.From.LastName), IsBot: q.From.IsBot,
 	}
 	// The prompt went to the chat's topic: the press belongs to it.
-	if thread != 0 && (src.ChatType == "group" && (topic || chat.IsForum) || src.ChatType == "dm" && topic) {
-		src.ThreadId = strconv.Itoa(thread)
-	}
-	if src.ChatType == "group" && src.ThreadId == "" && chat.IsForum {
-		src.ThreadId = generalTopic
-	}
+	src.ThreadId = topicOf(src.ChatType, chat, thread, topic)
 	out.ev = &eventsv1.MessageReceived{
 		EventId: strconv.FormatInt(u.ID, 10), Source: src, Text: command, Mentioned: src.ChatType == "group",
 		ButtonPress: &eventsv1.ButtonPress{MessageId: strconv.Itoa(cardID), ToolCallId: call, Data: data},

@@ -471,6 +471,37 @@ func TestSending(t *testing.T) {
 			t.Fatalf("delete receipt %v", dr)
 		}
 	})
+	// A forum's General topic: a message goes without message_thread_id
+	// (Telegram refuses 1), the typing action names it, or General's view
+	// never shows the bot typing (Hermes's _message_thread_id_for_typing).
+	t.Run("typing in a forum's General topic names it", func(t *testing.T) {
+		if tr := sendReq(t, b, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_TYPING, Target: target("-1002285219670", "1", "")}); !tr.GetOk() {
+			t.Fatalf("typing receipt %v", tr)
+		}
+		var got []telegramfake.Action
+		for _, a := range f.Actions() {
+			if a.ChatID == "-1002285219670" {
+				got = append(got, a)
+			}
+		}
+		if len(got) != 1 || got[0].ThreadID != 1 || got[0].Action != "typing" {
+			t.Fatalf("actions %+v", got)
+		}
+		// Refused as not found, it goes without the thread.
+		f.DeleteTopic("-1002285219671", 1)
+		if tr := sendReq(t, b, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_TYPING, Target: target("-1002285219671", "1", "")}); !tr.GetOk() {
+			t.Fatalf("typing receipt %v", tr)
+		}
+		got = nil
+		for _, a := range f.Actions() {
+			if a.ChatID == "-1002285219671" {
+				got = append(got, a)
+			}
+		}
+		if len(got) != 1 || got[0].ThreadID != 0 {
+			t.Fatalf("actions %+v", got)
+		}
+	})
 	t.Run("photo and document", func(t *testing.T) {
 		r := send(target("8", "", "3"), "chart", func(r *deliveryv1.SendRequested) {
 			r.Attachments = []*eventsv1.Attachment{

@@ -147,21 +147,7 @@ func normalize(u *models.Update, me identity, g gating) (outcome, error) {
 		src.UserId = chatID
 		src.UserName = src.ChatName
 	}
-	// Hermes keeps message_thread_id only for real topics: in groups when
-	// the message is a topic message or the chat is a forum (a forum
-	// message without a topic is in General), in DMs for topic messages.
-	if msg.MessageThreadID != 0 {
-		tid := strconv.Itoa(msg.MessageThreadID)
-		switch {
-		case src.ChatType == "group" && (msg.IsTopicMessage || msg.Chat.IsForum):
-			src.ThreadId = tid
-		case src.ChatType == "dm" && msg.IsTopicMessage:
-			src.ThreadId = tid
-		}
-	}
-	if src.ChatType == "group" && src.ThreadId == "" && msg.Chat.IsForum {
-		src.ThreadId = generalTopic
-	}
+	src.ThreadId = topicOf(src.ChatType, msg.Chat, msg.MessageThreadID, msg.IsTopicMessage)
 
 	text, entities := msg.Text, msg.Entities
 	if text == "" && msg.Caption != "" {
@@ -482,6 +468,26 @@ func pyFloat(f float64) string {
 		s += ".0"
 	}
 	return s
+}
+
+// topicOf is the thread a message of a chat of chatType belongs to:
+// its topic's message_thread_id when it is a topic message (a group's
+// forum topic, a private chat's topic), a forum's General topic
+// (generalTopic) for any other message of a forum, and "" otherwise. A
+// message_thread_id without is_topic_message is no topic but a reply
+// chain, its id the chain's first message: a reply in a forum's General
+// topic carries one (Telegram's "root message" of the replies; sent to,
+// "message thread not found"), and so does a reply in a group without
+// topics, or in a private chat. Kept, each reply chain in General would
+// be a conversation of its own, apart from General's.
+func topicOf(chatType string, c models.Chat, thread int, topicMessage bool) string {
+	switch {
+	case thread != 0 && topicMessage && (chatType == "group" || chatType == "dm"):
+		return strconv.Itoa(thread)
+	case chatType == "group" && c.IsForum:
+		return generalTopic
+	}
+	return ""
 }
 
 func chatType(c models.Chat, channelPost bool) string {

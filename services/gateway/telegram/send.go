@@ -518,10 +518,27 @@ func (p *Platform) Delete(ctx context.Context, req *deliveryv1.SendRequested) er
 	return classify(err)
 }
 
-// Typing sends the typing chat action (it shows for about 5 s).
+// Typing sends the typing chat action (it shows for about 5 s) into the
+// target's topic. Unlike a message, the action names a forum's General
+// topic by its id, 1: sent without a thread, Telegram's clients show it
+// in no topic, and General's view never shows the bot typing (Hermes's
+// _message_thread_id_for_typing, kept apart from its sends' on purpose).
+// Should Telegram refuse thread 1 as not found (a chat that is no forum
+// any more), the action goes without a thread.
 func (p *Platform) Typing(ctx context.Context, req *deliveryv1.SendRequested) error {
 	t := req.GetTarget()
-	_, err := p.api.SendChatAction(ctx, &bot.SendChatActionParams{ChatID: chatID(t.GetChatId()), MessageThreadID: threadID(t), Action: models.ChatActionTyping})
+	thread := threadID(t)
+	if t.GetThreadId() == generalTopic {
+		thread = 1
+	}
+	action := func(thread int) error {
+		_, err := p.api.SendChatAction(ctx, &bot.SendChatActionParams{ChatID: chatID(t.GetChatId()), MessageThreadID: thread, Action: models.ChatActionTyping})
+		return err
+	}
+	err := action(thread)
+	if thread == 1 && t.GetThreadId() == generalTopic && isTopicGone(err) {
+		err = action(0)
+	}
 	return classify(err)
 }
 

@@ -92,6 +92,17 @@ func kindCases() []kindCase {
 		{"forum_general", obj{"message": msg(obj{"from": alice, "chat": forum, "text": "/help@" + testUsername,
 			"entities": []obj{{"type": "bot_command", "offset": 0, "length": len(testUsername) + 6}}})},
 			ev(src("-1002285219668", "Forum", "group", "99", "Alice Liddell", "1"), "/help", mention)},
+		// A reply in a forum's General topic carries the reply chain's
+		// first message as message_thread_id, without is_topic_message:
+		// it is no topic (sent to, "message thread not found"), and the
+		// reply stays in General's conversation.
+		{"forum_general_reply", obj{"message": msg(obj{"from": alice, "chat": forum, "text": "and then?",
+			"message_thread_id": 5,
+			"reply_to_message":  obj{"message_id": 5, "date": msgDate, "chat": forum, "from": botUser, "text": "first answer"}})},
+			ev(src("-1002285219668", "Forum", "group", "99", "Alice Liddell", "1"), "and then?", func(e *eventsv1.MessageReceived) {
+				e.Mentioned = true
+				e.ReplyTo = &eventsv1.ReplyTo{MessageId: "5", Text: "first answer", UserId: "4242", FromBot: true}
+			})},
 		{"basic_group_text_mention", obj{"message": msg(obj{"from": alice, "chat": basicGrp, "text": "hey SB",
 			"entities": []obj{{"type": "text_mention", "offset": 4, "length": 2, "user": botUser}}})},
 			ev(src("-555", "Basic", "group", "99", "Alice Liddell", ""), "hey SB", mention)},
@@ -167,6 +178,17 @@ func kindCases() []kindCase {
 				e.MessageId, e.SentAt = "", nil
 				e.ButtonPress = &eventsv1.ButtonPress{MessageId: "7", ToolCallId: "call_1"}
 				e.Interaction = &eventsv1.Interaction{Id: "4242000001", Component: true}
+			})},
+		// A press of a prompt the bot sent in a forum's General topic as
+		// a reply (its message_thread_id the reply chain's, no
+		// is_topic_message) belongs to General, as the prompt does.
+		{"approval_button_forum_general", obj{"callback_query": obj{"id": "4242000003", "from": alice, "chat_instance": "-98", "data": "ea:once",
+			"message": msg(obj{"from": botUser, "chat": forum, "text": "⚠️ Dangerous command requires approval", "message_thread_id": 5,
+				"reply_to_message": obj{"message_id": 5, "date": msgDate, "chat": forum, "from": alice, "text": "run it"}})}},
+			ev(src("-1002285219668", "Forum", "group", "99", "Alice Liddell", "1"), "/approve", func(e *eventsv1.MessageReceived) {
+				e.MessageId, e.SentAt, e.Mentioned = "", nil, true
+				e.ButtonPress = &eventsv1.ButtonPress{MessageId: "7"}
+				e.Interaction = &eventsv1.Interaction{Id: "4242000003", Component: true}
 			})},
 		// Skipped kinds: acknowledged to Telegram, never published.
 		{"unknown_button", obj{"callback_query": obj{"id": "4242000002", "from": alice, "chat_instance": "-99", "data": "mp:gpt",
