@@ -221,10 +221,14 @@ func hasRole(m *discordgo.Member, allowed map[string]bool) bool {
 	return false
 }
 
-var mentionRE = regexp.MustCompile(`<@!?([0-9]+)>`)
+// mentionRE is a mention of a user ("<@id>", "<@!id>"), with the spaces
+// and tabs after it.
+var mentionRE = regexp.MustCompile(`<@!?([0-9]+)>[ \t]*`)
 
-// stripMention removes mentions of the bot ("<@id>", "<@!id>") from the
-// text of a message that mentions it.
+// stripMention removes mentions of the bot ("<@id>", "<@!id>"), each with
+// the spaces after it, from the text of a message that mentions it, and
+// trims the text, as Hermes does. The rest stays as written: its lines,
+// indentation and code blocks are the user's.
 func stripMention(text, bot string) string {
 	found := false
 	out := mentionRE.ReplaceAllStringFunc(text, func(s string) string {
@@ -237,7 +241,7 @@ func stripMention(text, bot string) string {
 	if !found {
 		return text
 	}
-	return strings.TrimSpace(strings.Join(strings.Fields(out), " "))
+	return strings.TrimSpace(out)
 }
 
 // pictureExts are the file extensions of the pictures the model is shown.

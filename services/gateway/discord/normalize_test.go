@@ -71,6 +71,12 @@ func TestNormalize(t *testing.T) {
 			key: "agent:main:discord:thread:900000000000000001:700000000000000007", text: "help", mention: true},
 		{name: "mention without auto-thread", m: discordfake.MessageCreate{ID: "7", ChannelID: "C1", GuildID: "G1", AuthorID: "42", Content: "<@" + bot + "> /new", Mentions: []string{bot}}, r: base,
 			key: "agent:main:discord:group:C1:42", text: "/new", mention: true},
+		// As Hermes, only the mention goes: the lines and indentation of
+		// code the user pasted stay as written.
+		{name: "a mention keeps the message's lines", m: discordfake.MessageCreate{ID: "7", ChannelID: "C1", GuildID: "G1", AuthorID: "42", Content: "<@" + bot + ">  why does this fail?\n```go\nfunc f() {\n\treturn  nil\n}\n```\n", Mentions: []string{bot}}, r: base,
+			key: "agent:main:discord:group:C1:42", text: "why does this fail?\n```go\nfunc f() {\n\treturn  nil\n}\n```", mention: true},
+		{name: "a mention inside the text", m: discordfake.MessageCreate{ID: "7", ChannelID: "C1", GuildID: "G1", AuthorID: "42", Content: "so <@!" + bot + "> what now?\n- a\n- b", Mentions: []string{bot}}, r: base,
+			key: "agent:main:discord:group:C1:42", text: "so what now?\n- a\n- b", mention: true},
 		{name: "no auto-thread inside a thread", m: discordfake.MessageCreate{ID: "7", ChannelID: "T1", GuildID: "G1", AuthorID: "42", Content: "<@" + bot + "> hi", Mentions: []string{bot}}, ch: channelInfo{Thread: true, Parent: "C1"}, r: auto,
 			key: "agent:main:discord:thread:T1:T1", text: "hi", mention: true},
 		{name: "attachment only", m: discordfake.MessageCreate{ID: "1", ChannelID: "D1", AuthorID: "U1", Attachments: []discordfake.Attachment{{ID: "a", Filename: "v.ogg", ContentType: "audio/ogg", URL: "https://x/v.ogg"}}}, r: base,
