@@ -66,7 +66,8 @@ type Config struct {
 	// are never published.
 	AllowBots string `koanf:"allow_bots"`
 	// AutoThread (DISCORD_AUTO_THREAD, default true, as in Hermes): a
-	// guild channel message that mentions the bot is answered in a new
+	// guild channel message that mentions the bot (outside the
+	// free-response channels, answered inline) is answered in a new
 	// thread the gateway opens from it before publishing it (the message
 	// is published as the thread's, so it and the thread's later
 	// messages are one session), which the bot then follows without

@@ -157,9 +157,10 @@ func normalize(m *discordgo.Message, ch channelInfo, r rules) (*eventsv1.Message
 	if !dm && !mentioned && !free && r.IgnoreNoMention && mentionsOthers(m, r.BotID) {
 		return nil, "addressed to others"
 	}
-	if r.AutoThread && src.ChatType == "group" && mentioned && m.Type != discordgo.MessageTypeReply {
+	if r.AutoThread && src.ChatType == "group" && mentioned && !free && m.Type != discordgo.MessageTypeReply {
 		// The reply opens a thread from this message; Discord gives the
-		// thread the message's id.
+		// thread the message's id. Not in a free-response channel, as in
+		// Hermes: it is answered inline, mention or not.
 		src.ProspectiveThreadId = m.ID
 	}
 	if !m.Timestamp.IsZero() {

@@ -42,6 +42,10 @@ func TestNormalize(t *testing.T) {
 			key: "agent:main:discord:group:C1:U1", text: "and?", mention: true},
 		{name: "gated: a free-response channel", m: discordfake.MessageCreate{ID: "1", ChannelID: "F1", GuildID: "G1", AuthorID: "U1", Content: "hi"}, r: gated,
 			key: "agent:main:discord:group:F1:U1", text: "hi"},
+		// As in Hermes, a free-response channel is answered inline: a
+		// mention there opens no thread.
+		{name: "gated: a mention in a free-response channel", m: discordfake.MessageCreate{ID: "7", ChannelID: "F1", GuildID: "G1", AuthorID: "U1", Content: "<@" + bot + "> hi", Mentions: []string{bot}}, r: gated,
+			key: "agent:main:discord:group:F1:U1", text: "hi", mention: true},
 		{name: "gated: a thread of a free-response channel", m: discordfake.MessageCreate{ID: "1", ChannelID: "T1", GuildID: "G1", AuthorID: "U1", Content: "hi"}, ch: channelInfo{Thread: true, Parent: "F1"}, r: gated,
 			key: "agent:main:discord:thread:T1:T1", text: "hi"},
 		{name: "gated: a thread the bot opened", m: discordfake.MessageCreate{ID: "1", ChannelID: "T1", GuildID: "G1", AuthorID: "U1", Content: "hi"}, ch: channelInfo{Thread: true, Parent: "C1", Owner: bot}, r: gated,
