@@ -101,7 +101,7 @@ func normalize(m *discordgo.Message, ch channelInfo, r rules) (*eventsv1.Message
 	}
 	src := &eventsv1.SessionSource{
 		Platform: "discord", Account: r.Account, ChatId: m.ChannelID,
-		UserId: m.Author.ID, UserName: m.Author.Username, ScopeId: m.GuildID, IsBot: bot,
+		UserId: m.Author.ID, UserName: displayName(m.Author, m.Member), ScopeId: m.GuildID, IsBot: bot,
 	}
 	dm := m.GuildID == ""
 	switch {
@@ -194,6 +194,21 @@ func normalize(m *discordgo.Message, ch channelInfo, r rules) (*eventsv1.Message
 		return ev, skipUnaddressed
 	}
 	return ev, ""
+}
+
+// displayName is the name Discord shows for a user, Hermes's
+// user_name (discord.py's display_name): the member's nickname in the
+// guild, else the user's display name (global_name), else the username
+// (the handle, "alice_1234"). member is the guild member, nil in a DM;
+// a message's carries no user, its author is u.
+func displayName(u *discordgo.User, member *discordgo.Member) string {
+	if member != nil && member.Nick != "" {
+		return member.Nick
+	}
+	if u.GlobalName != "" {
+		return u.GlobalName
+	}
+	return u.Username
 }
 
 // mentionsOthers reports whether a message mentions users (or roles, or

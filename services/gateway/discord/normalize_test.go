@@ -3,7 +3,9 @@ package discord
 import (
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/bwmarrin/discordgo"
 	"google.golang.org/protobuf/proto"
@@ -257,6 +259,63 @@ func TestAttachmentKinds(t *testing.T) {
 			}
 			if a := ev.GetAttachments()[0]; a.GetKind() != tc.kind || a.GetMimeType() != tc.mime {
 				t.Fatalf("kind %v, type %q; want %v, %q", a.GetKind(), a.GetMimeType(), tc.kind, tc.mime)
+			}
+		})
+	}
+}
+
+// TestDisplayName: the sender's name is the one Discord shows, as
+// Hermes's display_name: the nickname in the guild, else the display
+// name, else the username; for messages, slash commands and presses.
+func TestDisplayName(t *testing.T) {
+	t.Parallel()
+	r := rules{Account: bot, BotID: bot}
+	cases := []struct {
+		name, author, member, want string
+	}{
+		{name: "a nickname in the guild", author: `{"id":"42","username":"alice_1234","global_name":"Alice"}`, member: `{"nick":"Al (ops)","roles":[]}`, want: "Al (ops)"},
+		{name: "no nickname", author: `{"id":"42","username":"alice_1234","global_name":"Alice"}`, member: `{"nick":null,"roles":[]}`, want: "Alice"},
+		{name: "no display name", author: `{"id":"42","username":"alice_1234","global_name":null}`, member: `{"roles":[]}`, want: "alice_1234"},
+		{name: "a DM", author: `{"id":"42","username":"alice_1234","global_name":"Alice"}`, want: "Alice"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			guild, member := "", ""
+			if c.member != "" {
+				guild, member = `"guild_id":"5",`, `"member":`+c.member+`,`
+			}
+			raw := `{"id":"7","channel_id":"9",` + guild + member + `"type":0,"content":"hi","mentions":[],"author":` + c.author + `}`
+			m, err := parseMessage([]byte(raw))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ev, why := normalize(m, channelInfo{}, r)
+			if ev == nil {
+				t.Fatalf("skipped: %s", why)
+			}
+			if got := ev.GetSource().GetUserName(); got != c.want {
+				t.Errorf("message from %s: user name %q, want %q", c.author, got, c.want)
+			}
+
+			// An interaction carries the user in member.user in a guild,
+			// in user in a DM.
+			user := `"user":` + c.author
+			if c.member != "" {
+				user = `"member":` + strings.Replace(c.member, "{", `{"user":`+c.author+`,`, 1)
+			}
+			raw = `{"id":"8","application_id":"` + bot + `","type":2,"token":"tok","channel_id":"9",` + guild + user +
+				`,"data":{"id":"3","name":"status","type":1}}`
+			in, err := parseInteraction([]byte(raw))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ev, why = invoked(in, channelInfo{}, r, time.Now())
+			if ev == nil {
+				t.Fatalf("slash command skipped: %s", why)
+			}
+			if got := ev.GetSource().GetUserName(); got != c.want {
+				t.Errorf("slash command of %s: user name %q, want %q", raw, got, c.want)
 			}
 		})
 	}
