@@ -799,7 +799,8 @@ func (p *Platform) channel(ctx context.Context, id string) (channelInfo, error) 
 		p.log.Warn("discord channel lookup answered nothing; taking it as no thread", "chat_id", id)
 		return channelInfo{}, nil
 	}
-	ci = channelInfo{Thread: c.IsThread(), Parent: c.ParentID, Owner: c.OwnerID}
+	ci = channelInfo{Thread: c.IsThread(), Parent: c.ParentID, Owner: c.OwnerID,
+		Posts: c.Type == discordgo.ChannelTypeGuildForum || c.Type == discordgo.ChannelTypeGuildMedia}
 	p.chMu.Lock()
 	if len(p.channels) > 100000 {
 		clear(p.channels)

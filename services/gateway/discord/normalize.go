@@ -53,6 +53,9 @@ type channelInfo struct {
 	Thread bool
 	Parent string
 	Owner  string // a thread's creator
+	// Posts: a forum or media channel, whose threads (posts) begin with
+	// a message in the thread itself, with the thread's id.
+	Posts bool
 }
 
 // rules are the gateway's filters and identity.

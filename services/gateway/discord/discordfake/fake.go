@@ -44,6 +44,7 @@ const (
 	TypeGuildText    = 0
 	TypeDM           = 1
 	TypePublicThread = 11
+	TypeGuildForum   = 15
 )
 
 // Fake is one Discord with one bot.
