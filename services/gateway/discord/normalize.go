@@ -140,6 +140,14 @@ func normalize(m *discordgo.Message, ch channelInfo, r rules) (*eventsv1.Message
 		// it among the mentions).
 		return nil, "bot message without a mention"
 	}
+	if !dm && !mentioned && mentionsOtherBot(m, r.BotID) {
+		// Hermes's multi-agent filter: a message that mentions another
+		// bot and not this one is that bot's to answer, in a
+		// free-response channel or a thread too, whatever
+		// ignore_no_mention says; two agents in one channel do not both
+		// answer it.
+		return nil, "addressed to another bot"
+	}
 	ev := &eventsv1.MessageReceived{EventId: m.ID, MessageId: m.ID, Source: src, Text: text,
 		// A role that authorizes its members stands in for the user
 		// allowlists, as in Hermes.
@@ -212,6 +220,17 @@ func displayName(u *discordgo.User, member *discordgo.Member) string {
 		return u.GlobalName
 	}
 	return u.Username
+}
+
+// mentionsOtherBot reports whether a message mentions a bot other than
+// this one (Discord marks a mentioned bot user bot: true).
+func mentionsOtherBot(m *discordgo.Message, self string) bool {
+	for _, u := range m.Mentions {
+		if u != nil && u.Bot && u.ID != self {
+			return true
+		}
+	}
+	return false
 }
 
 // mentionsOthers reports whether a message mentions users (or roles, or

@@ -56,6 +56,16 @@ func TestNormalize(t *testing.T) {
 		{name: "gated: addressed to someone else", m: discordfake.MessageCreate{ID: "1", ChannelID: "C1", GuildID: "G1", AuthorID: "U1", Content: "<@55> hi", Mentions: []string{"55"}}, r: rules{Account: bot, BotID: bot, IgnoreNoMention: true}, skip: true},
 		{name: "gated: addressed to someone else in a free channel", m: discordfake.MessageCreate{ID: "1", ChannelID: "F1", GuildID: "G1", AuthorID: "U1", Content: "<@55> hi", Mentions: []string{"55"}}, r: gated,
 			key: "agent:main:discord:group:F1:U1", text: "<@55> hi"},
+		// Hermes's multi-agent filter: a message for another bot is
+		// theirs, even in a free-response channel or a thread the bot
+		// follows, or with ignore_no_mention off.
+		{name: "gated: addressed to another bot in a free channel", m: discordfake.MessageCreate{ID: "1", ChannelID: "F1", GuildID: "G1", AuthorID: "U1", Content: "<@66> hi", MentionedBots: []string{"66"}}, r: gated, skip: true},
+		{name: "addressed to another bot in a thread the bot opened", m: discordfake.MessageCreate{ID: "1", ChannelID: "T1", GuildID: "G1", AuthorID: "U1", Content: "<@66> hi", MentionedBots: []string{"66"}}, ch: channelInfo{Thread: true, Parent: "C1", Owner: bot}, r: gated, skip: true},
+		{name: "addressed to another bot without ignore_no_mention", m: discordfake.MessageCreate{ID: "1", ChannelID: "C1", GuildID: "G1", AuthorID: "U1", Content: "<@66> hi", MentionedBots: []string{"66"}}, r: base, skip: true},
+		{name: "addressed to this bot and another", m: discordfake.MessageCreate{ID: "1", ChannelID: "F1", GuildID: "G1", AuthorID: "U1", Content: "<@" + bot + "> <@66> compare", Mentions: []string{bot}, MentionedBots: []string{"66"}}, r: gated,
+			key: "agent:main:discord:group:F1:U1", text: "<@66> compare", mention: true},
+		{name: "another bot named in a DM", m: discordfake.MessageCreate{ID: "1", ChannelID: "D1", AuthorID: "U1", Content: "ask <@66>", MentionedBots: []string{"66"}}, r: gated,
+			key: "agent:main:discord:dm:D1", text: "ask <@66>", mention: true},
 		// As in Hermes, the message's mentions decide: Discord lists no
 		// mention written in code, which stays as written.
 		{name: "gated: the bot's id in a code span", m: discordfake.MessageCreate{ID: "1", ChannelID: "C1", GuildID: "G1", AuthorID: "U1", Content: "set it to `<@" + bot + ">`"}, r: gated, unaddressed: true},
