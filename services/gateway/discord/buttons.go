@@ -419,7 +419,7 @@ func interactionSource(in *discordgo.Interaction, ch channelInfo, r rules) (*eve
 	dm := in.GuildID == ""
 	src := &eventsv1.SessionSource{
 		Platform: "discord", Account: r.Account, ChatId: in.ChannelID,
-		UserId: u.ID, UserName: u.Username, ScopeId: in.GuildID, IsBot: u.Bot,
+		UserId: u.ID, UserName: displayName(u, in.Member), ScopeId: in.GuildID, IsBot: u.Bot,
 	}
 	switch {
 	case dm:

@@ -66,7 +66,8 @@ type Config struct {
 	// are never published.
 	AllowBots string `koanf:"allow_bots"`
 	// AutoThread (DISCORD_AUTO_THREAD, default true, as in Hermes): a
-	// guild channel message that mentions the bot is answered in a new
+	// guild channel message that mentions the bot (outside the
+	// free-response channels, answered inline) is answered in a new
 	// thread the gateway opens from it before publishing it (the message
 	// is published as the thread's, so it and the thread's later
 	// messages are one session), which the bot then follows without
@@ -798,7 +799,8 @@ func (p *Platform) channel(ctx context.Context, id string) (channelInfo, error) 
 		p.log.Warn("discord channel lookup answered nothing; taking it as no thread", "chat_id", id)
 		return channelInfo{}, nil
 	}
-	ci = channelInfo{Thread: c.IsThread(), Parent: c.ParentID, Owner: c.OwnerID}
+	ci = channelInfo{Thread: c.IsThread(), Parent: c.ParentID, Owner: c.OwnerID,
+		Posts: c.Type == discordgo.ChannelTypeGuildForum || c.Type == discordgo.ChannelTypeGuildMedia}
 	p.chMu.Lock()
 	if len(p.channels) > 100000 {
 		clear(p.channels)

@@ -53,6 +53,9 @@ type channelInfo struct {
 	Thread bool
 	Parent string
 	Owner  string // a thread's creator
+	// Posts: a forum or media channel, whose threads (posts) begin with
+	// a message in the thread itself, with the thread's id.
+	Posts bool
 }
 
 // rules are the gateway's filters and identity.
@@ -101,7 +104,7 @@ func normalize(m *discordgo.Message, ch channelInfo, r rules) (*eventsv1.Message
 	}
 	src := &eventsv1.SessionSource{
 		Platform: "discord", Account: r.Account, ChatId: m.ChannelID,
-		UserId: m.Author.ID, UserName: m.Author.Username, ScopeId: m.GuildID, IsBot: bot,
+		UserId: m.Author.ID, UserName: displayName(m.Author, m.Member), ScopeId: m.GuildID, IsBot: bot,
 	}
 	dm := m.GuildID == ""
 	switch {
@@ -137,6 +140,14 @@ func normalize(m *discordgo.Message, ch channelInfo, r rules) (*eventsv1.Message
 		// it among the mentions).
 		return nil, "bot message without a mention"
 	}
+	if !dm && !mentioned && mentionsOtherBot(m, r.BotID) {
+		// Hermes's multi-agent filter: a message that mentions another
+		// bot and not this one is that bot's to answer, in a
+		// free-response channel or a thread too, whatever
+		// ignore_no_mention says; two agents in one channel do not both
+		// answer it.
+		return nil, "addressed to another bot"
+	}
 	ev := &eventsv1.MessageReceived{EventId: m.ID, MessageId: m.ID, Source: src, Text: text,
 		// A role that authorizes its members stands in for the user
 		// allowlists, as in Hermes.
@@ -157,9 +168,10 @@ func normalize(m *discordgo.Message, ch channelInfo, r rules) (*eventsv1.Message
 	if !dm && !mentioned && !free && r.IgnoreNoMention && mentionsOthers(m, r.BotID) {
 		return nil, "addressed to others"
 	}
-	if r.AutoThread && src.ChatType == "group" && mentioned && m.Type != discordgo.MessageTypeReply {
+	if r.AutoThread && src.ChatType == "group" && mentioned && !free && m.Type != discordgo.MessageTypeReply {
 		// The reply opens a thread from this message; Discord gives the
-		// thread the message's id.
+		// thread the message's id. Not in a free-response channel, as in
+		// Hermes: it is answered inline, mention or not.
 		src.ProspectiveThreadId = m.ID
 	}
 	if !m.Timestamp.IsZero() {
@@ -195,6 +207,32 @@ func normalize(m *discordgo.Message, ch channelInfo, r rules) (*eventsv1.Message
 	return ev, ""
 }
 
+// displayName is the name Discord shows for a user, Hermes's
+// user_name (discord.py's display_name): the member's nickname in the
+// guild, else the user's display name (global_name), else the username
+// (the handle, "alice_1234"). member is the guild member, nil in a DM;
+// a message's carries no user, its author is u.
+func displayName(u *discordgo.User, member *discordgo.Member) string {
+	if member != nil && member.Nick != "" {
+		return member.Nick
+	}
+	if u.GlobalName != "" {
+		return u.GlobalName
+	}
+	return u.Username
+}
+
+// mentionsOtherBot reports whether a message mentions a bot other than
+// this one (Discord marks a mentioned bot user bot: true).
+func mentionsOtherBot(m *discordgo.Message, self string) bool {
+	for _, u := range m.Mentions {
+		if u != nil && u.Bot && u.ID != self {
+			return true
+		}
+	}
+	return false
+}
+
 // mentionsOthers reports whether a message mentions users (or roles, or
 // everyone) other than the bot.
 func mentionsOthers(m *discordgo.Message, bot string) bool {
@@ -221,10 +259,14 @@ func hasRole(m *discordgo.Member, allowed map[string]bool) bool {
 	return false
 }
 
-var mentionRE = regexp.MustCompile(`<@!?([0-9]+)>`)
+// mentionRE is a mention of a user ("<@id>", "<@!id>"), with the spaces
+// and tabs after it.
+var mentionRE = regexp.MustCompile(`<@!?([0-9]+)>[ \t]*`)
 
-// stripMention removes mentions of the bot ("<@id>", "<@!id>") from the
-// text of a message that mentions it.
+// stripMention removes mentions of the bot ("<@id>", "<@!id>"), each with
+// the spaces after it, from the text of a message that mentions it, and
+// trims the text, as Hermes does. The rest stays as written: its lines,
+// indentation and code blocks are the user's.
 func stripMention(text, bot string) string {
 	found := false
 	out := mentionRE.ReplaceAllStringFunc(text, func(s string) string {
@@ -237,7 +279,7 @@ func stripMention(text, bot string) string {
 	if !found {
 		return text
 	}
-	return strings.TrimSpace(strings.Join(strings.Fields(out), " "))
+	return strings.TrimSpace(out)
 }
 
 // pictureExts are the file extensions of the pictures the model is shown.

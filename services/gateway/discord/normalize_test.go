@@ -3,7 +3,9 @@ package discord
 import (
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/bwmarrin/discordgo"
 	"google.golang.org/protobuf/proto"
@@ -42,6 +44,10 @@ func TestNormalize(t *testing.T) {
 			key: "agent:main:discord:group:C1:U1", text: "and?", mention: true},
 		{name: "gated: a free-response channel", m: discordfake.MessageCreate{ID: "1", ChannelID: "F1", GuildID: "G1", AuthorID: "U1", Content: "hi"}, r: gated,
 			key: "agent:main:discord:group:F1:U1", text: "hi"},
+		// As in Hermes, a free-response channel is answered inline: a
+		// mention there opens no thread.
+		{name: "gated: a mention in a free-response channel", m: discordfake.MessageCreate{ID: "7", ChannelID: "F1", GuildID: "G1", AuthorID: "U1", Content: "<@" + bot + "> hi", Mentions: []string{bot}}, r: gated,
+			key: "agent:main:discord:group:F1:U1", text: "hi", mention: true},
 		{name: "gated: a thread of a free-response channel", m: discordfake.MessageCreate{ID: "1", ChannelID: "T1", GuildID: "G1", AuthorID: "U1", Content: "hi"}, ch: channelInfo{Thread: true, Parent: "F1"}, r: gated,
 			key: "agent:main:discord:thread:T1:T1", text: "hi"},
 		{name: "gated: a thread the bot opened", m: discordfake.MessageCreate{ID: "1", ChannelID: "T1", GuildID: "G1", AuthorID: "U1", Content: "hi"}, ch: channelInfo{Thread: true, Parent: "C1", Owner: bot}, r: gated,
@@ -50,6 +56,16 @@ func TestNormalize(t *testing.T) {
 		{name: "gated: addressed to someone else", m: discordfake.MessageCreate{ID: "1", ChannelID: "C1", GuildID: "G1", AuthorID: "U1", Content: "<@55> hi", Mentions: []string{"55"}}, r: rules{Account: bot, BotID: bot, IgnoreNoMention: true}, skip: true},
 		{name: "gated: addressed to someone else in a free channel", m: discordfake.MessageCreate{ID: "1", ChannelID: "F1", GuildID: "G1", AuthorID: "U1", Content: "<@55> hi", Mentions: []string{"55"}}, r: gated,
 			key: "agent:main:discord:group:F1:U1", text: "<@55> hi"},
+		// Hermes's multi-agent filter: a message for another bot is
+		// theirs, even in a free-response channel or a thread the bot
+		// follows, or with ignore_no_mention off.
+		{name: "gated: addressed to another bot in a free channel", m: discordfake.MessageCreate{ID: "1", ChannelID: "F1", GuildID: "G1", AuthorID: "U1", Content: "<@66> hi", MentionedBots: []string{"66"}}, r: gated, skip: true},
+		{name: "addressed to another bot in a thread the bot opened", m: discordfake.MessageCreate{ID: "1", ChannelID: "T1", GuildID: "G1", AuthorID: "U1", Content: "<@66> hi", MentionedBots: []string{"66"}}, ch: channelInfo{Thread: true, Parent: "C1", Owner: bot}, r: gated, skip: true},
+		{name: "addressed to another bot without ignore_no_mention", m: discordfake.MessageCreate{ID: "1", ChannelID: "C1", GuildID: "G1", AuthorID: "U1", Content: "<@66> hi", MentionedBots: []string{"66"}}, r: base, skip: true},
+		{name: "addressed to this bot and another", m: discordfake.MessageCreate{ID: "1", ChannelID: "F1", GuildID: "G1", AuthorID: "U1", Content: "<@" + bot + "> <@66> compare", Mentions: []string{bot}, MentionedBots: []string{"66"}}, r: gated,
+			key: "agent:main:discord:group:F1:U1", text: "<@66> compare", mention: true},
+		{name: "another bot named in a DM", m: discordfake.MessageCreate{ID: "1", ChannelID: "D1", AuthorID: "U1", Content: "ask <@66>", MentionedBots: []string{"66"}}, r: gated,
+			key: "agent:main:discord:dm:D1", text: "ask <@66>", mention: true},
 		// As in Hermes, the message's mentions decide: Discord lists no
 		// mention written in code, which stays as written.
 		{name: "gated: the bot's id in a code span", m: discordfake.MessageCreate{ID: "1", ChannelID: "C1", GuildID: "G1", AuthorID: "U1", Content: "set it to `<@" + bot + ">`"}, r: gated, unaddressed: true},
@@ -71,6 +87,12 @@ func TestNormalize(t *testing.T) {
 			key: "agent:main:discord:thread:900000000000000001:700000000000000007", text: "help", mention: true},
 		{name: "mention without auto-thread", m: discordfake.MessageCreate{ID: "7", ChannelID: "C1", GuildID: "G1", AuthorID: "42", Content: "<@" + bot + "> /new", Mentions: []string{bot}}, r: base,
 			key: "agent:main:discord:group:C1:42", text: "/new", mention: true},
+		// As Hermes, only the mention goes: the lines and indentation of
+		// code the user pasted stay as written.
+		{name: "a mention keeps the message's lines", m: discordfake.MessageCreate{ID: "7", ChannelID: "C1", GuildID: "G1", AuthorID: "42", Content: "<@" + bot + ">  why does this fail?\n```go\nfunc f() {\n\treturn  nil\n}\n```\n", Mentions: []string{bot}}, r: base,
+			key: "agent:main:discord:group:C1:42", text: "why does this fail?\n```go\nfunc f() {\n\treturn  nil\n}\n```", mention: true},
+		{name: "a mention inside the text", m: discordfake.MessageCreate{ID: "7", ChannelID: "C1", GuildID: "G1", AuthorID: "42", Content: "so <@!" + bot + "> what now?\n- a\n- b", Mentions: []string{bot}}, r: base,
+			key: "agent:main:discord:group:C1:42", text: "so what now?\n- a\n- b", mention: true},
 		{name: "no auto-thread inside a thread", m: discordfake.MessageCreate{ID: "7", ChannelID: "T1", GuildID: "G1", AuthorID: "42", Content: "<@" + bot + "> hi", Mentions: []string{bot}}, ch: channelInfo{Thread: true, Parent: "C1"}, r: auto,
 			key: "agent:main:discord:thread:T1:T1", text: "hi", mention: true},
 		{name: "attachment only", m: discordfake.MessageCreate{ID: "1", ChannelID: "D1", AuthorID: "U1", Attachments: []discordfake.Attachment{{ID: "a", Filename: "v.ogg", ContentType: "audio/ogg", URL: "https://x/v.ogg"}}}, r: base,
@@ -247,6 +269,63 @@ func TestAttachmentKinds(t *testing.T) {
 			}
 			if a := ev.GetAttachments()[0]; a.GetKind() != tc.kind || a.GetMimeType() != tc.mime {
 				t.Fatalf("kind %v, type %q; want %v, %q", a.GetKind(), a.GetMimeType(), tc.kind, tc.mime)
+			}
+		})
+	}
+}
+
+// TestDisplayName: the sender's name is the one Discord shows, as
+// Hermes's display_name: the nickname in the guild, else the display
+// name, else the username; for messages, slash commands and presses.
+func TestDisplayName(t *testing.T) {
+	t.Parallel()
+	r := rules{Account: bot, BotID: bot}
+	cases := []struct {
+		name, author, member, want string
+	}{
+		{name: "a nickname in the guild", author: `{"id":"42","username":"alice_1234","global_name":"Alice"}`, member: `{"nick":"Al (ops)","roles":[]}`, want: "Al (ops)"},
+		{name: "no nickname", author: `{"id":"42","username":"alice_1234","global_name":"Alice"}`, member: `{"nick":null,"roles":[]}`, want: "Alice"},
+		{name: "no display name", author: `{"id":"42","username":"alice_1234","global_name":null}`, member: `{"roles":[]}`, want: "alice_1234"},
+		{name: "a DM", author: `{"id":"42","username":"alice_1234","global_name":"Alice"}`, want: "Alice"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			guild, member := "", ""
+			if c.member != "" {
+				guild, member = `"guild_id":"5",`, `"member":`+c.member+`,`
+			}
+			raw := `{"id":"7","channel_id":"9",` + guild + member + `"type":0,"content":"hi","mentions":[],"author":` + c.author + `}`
+			m, err := parseMessage([]byte(raw))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ev, why := normalize(m, channelInfo{}, r)
+			if ev == nil {
+				t.Fatalf("skipped: %s", why)
+			}
+			if got := ev.GetSource().GetUserName(); got != c.want {
+				t.Errorf("message from %s: user name %q, want %q", c.author, got, c.want)
+			}
+
+			// An interaction carries the user in member.user in a guild,
+			// in user in a DM.
+			user := `"user":` + c.author
+			if c.member != "" {
+				user = `"member":` + strings.Replace(c.member, "{", `{"user":`+c.author+`,`, 1)
+			}
+			raw = `{"id":"8","application_id":"` + bot + `","type":2,"token":"tok","channel_id":"9",` + guild + user +
+				`,"data":{"id":"3","name":"status","type":1}}`
+			in, err := parseInteraction([]byte(raw))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ev, why = invoked(in, channelInfo{}, r, time.Now())
+			if ev == nil {
+				t.Fatalf("slash command skipped: %s", why)
+			}
+			if got := ev.GetSource().GetUserName(); got != c.want {
+				t.Errorf("slash command of %s: user name %q, want %q", raw, got, c.want)
 			}
 		})
 	}

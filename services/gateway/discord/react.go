@@ -56,7 +56,9 @@ func (p *Platform) Unreact(ctx context.Context, t *deliveryv1.Target, messageID,
 
 // messageChannel is the channel a message of a chat is in: the chat,
 // except for the message a thread was opened from (the thread has its
-// id), which is in the thread's parent.
+// id), which is in the thread's parent. A forum's or media channel's
+// post is a thread whose first message has the thread's id too, but is
+// in the thread: the parent is looked up to tell them apart.
 func (p *Platform) messageChannel(ctx context.Context, chat, messageID string) (string, error) {
 	if chat != messageID {
 		return chat, nil
@@ -65,10 +67,17 @@ func (p *Platform) messageChannel(ctx context.Context, chat, messageID string) (
 	if err != nil {
 		return "", sendError("look up the thread", err)
 	}
-	if ci.Thread && ci.Parent != "" {
-		return ci.Parent, nil
+	if !ci.Thread || ci.Parent == "" {
+		return chat, nil
 	}
-	return chat, nil
+	parent, err := p.channel(ctx, ci.Parent)
+	if err != nil {
+		return "", sendError("look up the thread's channel", err)
+	}
+	if parent.Posts {
+		return chat, nil
+	}
+	return ci.Parent, nil
 }
 
 // checkMessage refuses ids that are not snowflakes before they reach a

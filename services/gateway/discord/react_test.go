@@ -26,6 +26,7 @@ func TestReactions(t *testing.T) {
 		fail      int    // status Discord answers reactions with
 		thread    bool   // answered in a prospective auto-thread
 		opened    bool   // answered in the auto-thread opened from it
+		post      bool   // the first message of a forum post
 		errorCode string // of the final message
 		want      []string
 		calls     int // reaction requests
@@ -34,6 +35,9 @@ func TestReactions(t *testing.T) {
 		{name: "answered in a new thread", thread: true, want: []string{"✅"}, calls: 3},
 		// The thread has the message's id; the message is in the channel.
 		{name: "answered in its auto-thread", opened: true, want: []string{"✅"}, calls: 3},
+		// A forum post's first message has the post's id too, but is
+		// in the post.
+		{name: "a forum post's first message", post: true, want: []string{"✅"}, calls: 3},
 		{name: "failure", errorCode: "provider", want: []string{"❌"}, calls: 4},
 		{name: "interrupted", errorCode: "interrupted", calls: 3},
 		{name: "reactions off", off: true, calls: 0},
@@ -55,15 +59,23 @@ func TestReactions(t *testing.T) {
 			if tc.thread {
 				target.ThreadId = msg
 			}
+			in := channel // where the message is
 			if tc.opened {
 				f.AddChannel(msg, discordfake.TypePublicThread, guild, channel)
 				target.ChatId, target.ThreadId = msg, msg
+			}
+			if tc.post {
+				forum := f.NewID()
+				f.AddChannel(forum, discordfake.TypeGuildForum, guild, "")
+				f.AddChannel(msg, discordfake.TypePublicThread, guild, forum)
+				target.ChatId, target.ThreadId = msg, msg
+				in = msg
 			}
 			for range 3 {
 				send(&deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_TYPING, Target: target, TurnId: turn, InputMessageIds: []string{msg}})
 			}
 			if !tc.off && tc.fail == 0 {
-				platformtest.WaitFor(t, "👀 on the message", func() bool { return strings.Join(f.Reactions(channel, msg), " ") == "👀" })
+				platformtest.WaitFor(t, "👀 on the message", func() bool { return strings.Join(f.Reactions(in, msg), " ") == "👀" })
 			}
 			final := &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: turn + ":0", Text: "the answer",
 				Target: target, TurnId: turn, InputMessageIds: []string{msg}, Final: true, ErrorCode: tc.errorCode}
@@ -75,16 +87,16 @@ func TestReactions(t *testing.T) {
 			if n := f.ReactionCalls(); n != tc.calls {
 				t.Errorf("%d reaction requests, want %d", n, tc.calls)
 			}
-			if got := f.Reactions(channel, msg); strings.Join(got, " ") != strings.Join(tc.want, " ") {
+			if got := f.Reactions(in, msg); strings.Join(got, " ") != strings.Join(tc.want, " ") {
 				t.Errorf("the message shows %q, want %q", got, tc.want)
 			}
-			in := where(target)
+			answers := where(target)
 			var texts []string
-			for _, m := range f.Messages(in) {
+			for _, m := range f.Messages(answers) {
 				texts = append(texts, m.Content)
 			}
 			if len(texts) != 1 || texts[0] != "the answer" {
-				t.Errorf("%s has %q, want the answer once", in, texts)
+				t.Errorf("%s has %q, want the answer once", answers, texts)
 			}
 		})
 	}

@@ -44,6 +44,7 @@ const (
 	TypeGuildText    = 0
 	TypeDM           = 1
 	TypePublicThread = 11
+	TypeGuildForum   = 15
 )
 
 // Fake is one Discord with one bot.
@@ -1208,6 +1209,7 @@ type MessageCreate struct {
 	ID, ChannelID, GuildID, AuthorID, Content string
 	AuthorBot                                 bool
 	Mentions                                  []string
+	MentionedBots                             []string // mentions of bot users (listed with bot: true)
 	Roles                                     []string
 	ReplyTo                                   string
 	Attachments                               []Attachment
@@ -1230,6 +1232,9 @@ func (m MessageCreate) Payload() map[string]any {
 	mentions := []map[string]any{}
 	for _, id := range m.Mentions {
 		mentions = append(mentions, map[string]any{"id": id, "username": "u" + id})
+	}
+	for _, id := range m.MentionedBots {
+		mentions = append(mentions, map[string]any{"id": id, "username": "bot" + id, "bot": true})
 	}
 	d["mentions"] = mentions
 	if m.GuildID != "" {
