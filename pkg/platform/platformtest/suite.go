@@ -268,7 +268,8 @@ func Run(t *testing.T, h Harness) {
 		conns := sessions(s.fake)
 		defer func() {
 			if n := sessions(s.fake); n != conns {
-				t.Errorf("the gateway connected %d times more around the bad payloads, want it to keep its connection", n-conns)
+				t.Errorf("the gateway connected %d times more around the bad payloads, want it to keep its connection; its warnings:\n%s",
+					n-conns, s.logs.warnings())
 			}
 		}()
 		for _, c := range []struct {
@@ -517,6 +518,21 @@ func (l *logBuffer) rejectionSince(off int) bool {
 		}
 	}
 	return false
+}
+
+// warnings are the logged lines at level WARN or ERROR, for failure
+// messages that must say why a gateway reconnected (a lease lost, a
+// poll that failed).
+func (l *logBuffer) warnings() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for _, line := range strings.Split(l.b.String(), "\n") {
+		if strings.Contains(line, "level=WARN") || strings.Contains(line, "level=ERROR") {
+			out = append(out, line)
+		}
+	}
+	return strings.Join(out, "\n")
 }
 
 // String is for failure messages.
