@@ -59,6 +59,7 @@ type Fake struct {
 	reads       []string      // the conversations.history and .replies calls, as "method channel"
 	rateLimit   time.Duration // the next chat.postMessage answers 429 with this Retry-After
 	rateSkip    int           // posts that go through before rateLimit applies
+	rateBare    bool          // the 429 names no Retry-After (as a proxy's may not)
 	envelopeSeq atomic.Int64
 	fileSeq     atomic.Int64
 	files       map[string]hostedFile // file id → file
@@ -210,7 +211,16 @@ func (f *Fake) Connections() int {
 // RateLimitNext makes the next chat.postMessage answer 429 with Retry-After.
 func (f *Fake) RateLimitNext(d time.Duration) {
 	f.mu.Lock()
-	f.rateLimit, f.rateSkip = d, 0
+	f.rateLimit, f.rateSkip, f.rateBare = d, 0, false
+	f.mu.Unlock()
+}
+
+// RateLimitNextBare makes the next chat.postMessage answer 429 without
+// Retry-After: Slack always names the wait, a proxy in front of it may
+// not.
+func (f *Fake) RateLimitNextBare() {
+	f.mu.Lock()
+	f.rateLimit, f.rateSkip, f.rateBare = time.Second, 0, true
 	f.mu.Unlock()
 }
 
@@ -218,7 +228,7 @@ func (f *Fake) RateLimitNext(d time.Duration) {
 // makes the one after them answer 429 with Retry-After.
 func (f *Fake) RateLimitAfter(n int, d time.Duration) {
 	f.mu.Lock()
-	f.rateLimit, f.rateSkip = d, n
+	f.rateLimit, f.rateSkip, f.rateBare = d, n, false
 	f.mu.Unlock()
 }
 
@@ -370,9 +380,12 @@ func (f *Fake) postMessage(w http.ResponseWriter, r *http.Request) {
 	p := form(r)
 	f.mu.Lock()
 	if d := f.rateLimit; d > 0 && f.rateSkip == 0 {
-		f.rateLimit = 0
+		bare := f.rateBare
+		f.rateLimit, f.rateBare = 0, false
 		f.mu.Unlock()
-		w.Header().Set("Retry-After", strconv.Itoa(int(d.Seconds())))
+		if !bare {
+			w.Header().Set("Retry-After", strconv.Itoa(int(d.Seconds())))
+		}
 		w.WriteHeader(http.StatusTooManyRequests)
 		return
 	}
