@@ -407,7 +407,7 @@ func (f *Fake) postMessage(w http.ResponseWriter, r *http.Request) {
 	}
 	m := &Message{Channel: ch, ThreadTS: p["thread_ts"], Text: p["text"]}
 	if b := p["blocks"]; b != "" && b != "[]" {
-		if !json.Valid([]byte(b)) {
+		if !validBlocks(b) {
 			fail(w, "invalid_blocks")
 			return
 		}
@@ -794,6 +794,30 @@ func (f *Fake) find(ch, ts string) *Message {
 	return nil
 }
 
+// MaxSectionText is the longest text a section block takes: Slack
+// refuses a message with a longer one (invalid_blocks).
+const MaxSectionText = 3000
+
+// validBlocks reports whether Slack takes blocks: JSON, each section's
+// text at most MaxSectionText characters.
+func validBlocks(b string) bool {
+	var blocks []struct {
+		Type string `json:"type"`
+		Text *struct {
+			Text string `json:"text"`
+		} `json:"text"`
+	}
+	if json.Unmarshal([]byte(b), &blocks) != nil {
+		return false
+	}
+	for _, bl := range blocks {
+		if bl.Type == "section" && bl.Text != nil && utf8.RuneCountInString(bl.Text.Text) > MaxSectionText {
+			return false
+		}
+	}
+	return true
+}
+
 func (f *Fake) update(w http.ResponseWriter, r *http.Request) {
 	if token(r) != f.BotToken {
 		fail(w, "invalid_auth")
@@ -809,6 +833,10 @@ func (f *Fake) update(w http.ResponseWriter, r *http.Request) {
 	}
 	if utf8.RuneCountInString(p["text"]) > MaxText {
 		fail(w, "msg_too_long")
+		return
+	}
+	if b := p["blocks"]; b != "" && b != "[]" && !validBlocks(b) {
+		fail(w, "invalid_blocks")
 		return
 	}
 	m.Text = p["text"]
