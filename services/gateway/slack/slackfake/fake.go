@@ -1179,6 +1179,10 @@ type Event struct {
 	TS          string
 	ThreadTS    string
 	Files       []File
+	// Blocks and Attachments, when set, are the event's blocks and
+	// attachments as Slack sends them (a forwarded message's
+	// attachment, a rich text message's blocks).
+	Blocks, Attachments json.RawMessage
 }
 
 // File is a file shared with a message (AddFile hosts one).
@@ -1248,6 +1252,12 @@ func (f *Fake) Callback(eventID string, ev Event) []byte {
 	}
 	if ev.ThreadTS != "" {
 		inner["thread_ts"] = ev.ThreadTS
+	}
+	if ev.Blocks != nil {
+		inner["blocks"] = ev.Blocks
+	}
+	if ev.Attachments != nil {
+		inner["attachments"] = ev.Attachments
 	}
 	if len(ev.Files) > 0 {
 		files := make([]map[string]any, 0, len(ev.Files))
