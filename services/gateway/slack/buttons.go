@@ -27,9 +27,13 @@ import (
 const (
 	valuePrefix = "ea:"
 	maxCallID   = 255
-	// maxSectionText is Slack's limit of a section's text: a longer
-	// prompt is posted as text, without buttons.
+	// maxSectionText is Slack's limit of a section's text (a longer one:
+	// invalid_blocks).
 	maxSectionText = 3000
+	// sectionCut is where a longer prompt's section text is cut, as
+	// Hermes's send_exec_approval cuts its command at 2,900 characters
+	// and adds "...", keeping the buttons.
+	sectionCut = 2900
 )
 
 // approvalButton is how one choice is shown.
@@ -53,10 +57,12 @@ var choiceCommands = map[string]string{
 }
 
 // approvalBlocks are the blocks of an approval prompt whose rendered
-// text is mrkdwn (nil when no choice is asked for, a choice is none the
-// gateway knows, or the text is too long for a section).
+// text is mrkdwn (nil when no choice is asked for or a choice is none
+// the gateway knows). A text too long for a section is cut there
+// (sectionText); the message's text, the notification's fallback, stays
+// whole.
 func approvalBlocks(a *deliveryv1.Approval, mrkdwn string) []slackapi.Block {
-	if len(a.GetChoices()) == 0 || mrkdwn == "" || utf8.RuneCountInString(mrkdwn) > maxSectionText {
+	if len(a.GetChoices()) == 0 || mrkdwn == "" {
 		return nil
 	}
 	var buttons []slackapi.BlockElement
@@ -76,9 +82,34 @@ func approvalBlocks(a *deliveryv1.Approval, mrkdwn string) []slackapi.Block {
 		buttons = append(buttons, el)
 	}
 	return []slackapi.Block{
-		slackapi.NewSectionBlock(slackapi.NewTextBlockObject(slackapi.MarkdownType, mrkdwn, false, false), nil, nil),
+		slackapi.NewSectionBlock(slackapi.NewTextBlockObject(slackapi.MarkdownType, sectionText(mrkdwn), false, false), nil, nil),
 		slackapi.NewActionBlock("approval", buttons...),
 	}
+}
+
+// sectionText is mrkdwn as a section shows it: whole when it fits
+// Slack's 3,000 characters, else its first 2,900 and "...", as Hermes
+// cuts its prompt, so the buttons stay and the user can still answer
+// (posted without them before, a prompt this long could only be
+// answered by typing). The cut does not split an escape (&amp;) or a
+// <link|label>, mention or date (they start at "&" and "<", which the
+// escaped text has nowhere else), and a code block it opens is closed.
+func sectionText(mrkdwn string) string {
+	if utf8.RuneCountInString(mrkdwn) <= maxSectionText {
+		return mrkdwn
+	}
+	cut := string([]rune(mrkdwn)[:sectionCut])
+	if i := strings.LastIndexByte(cut, '&'); i >= 0 && !strings.Contains(cut[i:], ";") {
+		cut = cut[:i]
+	}
+	if i := strings.LastIndexByte(cut, '<'); i >= 0 && !strings.Contains(cut[i:], ">") {
+		cut = cut[:i]
+	}
+	cut += "..."
+	if strings.Count(cut, "```")%2 == 1 {
+		cut += "\n```"
+	}
+	return cut
 }
 
 // validCall reports whether a tool call id can ride in a button's value.

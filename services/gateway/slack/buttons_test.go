@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	slackapi "github.com/slack-go/slack"
 
@@ -110,9 +111,9 @@ func TestApprovalButtonsOnlyInSocketMode(t *testing.T) {
 	}
 }
 
-// A prompt without choices, with one the gateway does not know, or too
-// long for a section is text only; a call id that cannot ride in a
-// value is left out.
+// A prompt without choices or with one the gateway does not know is
+// text only; one too long for a section keeps its buttons; a call id
+// that cannot ride in a value is left out.
 func TestApprovalBlocks(t *testing.T) {
 	all := []string{"once", "session", "always", "deny"}
 	for _, tc := range []struct {
@@ -124,7 +125,7 @@ func TestApprovalBlocks(t *testing.T) {
 	}{
 		{"no prompt", nil, "hi", 0, ""},
 		{"unknown choice", &deliveryv1.Approval{Choices: []string{"once", "maybe"}}, "hi", 0, ""},
-		{"too long", &deliveryv1.Approval{Choices: all}, strings.Repeat("x", maxSectionText+1), 0, ""},
+		{"too long for a section", &deliveryv1.Approval{Choices: all}, strings.Repeat("x", maxSectionText+1), 4, "ea:once"},
 		{"without a call", &deliveryv1.Approval{Choices: all}, "hi", 4, "ea:once"},
 		{"a call with a space", &deliveryv1.Approval{Choices: all, ToolCallId: "a b"}, "hi", 4, "ea:once"},
 		{"a long call", &deliveryv1.Approval{Choices: all, ToolCallId: strings.Repeat("x", maxCallID+1)}, "hi", 4, "ea:once"},
@@ -144,6 +145,68 @@ func TestApprovalBlocks(t *testing.T) {
 			}
 			if v := actions.Elements.ElementSet[0].(*slackapi.ButtonBlockElement).Value; v != tc.value {
 				t.Fatalf("first value %q, want %q", v, tc.value)
+			}
+		})
+	}
+}
+
+// An approval prompt longer than a section's 3,000 characters (a long
+// reason) is posted with its buttons, its section cut at 2,900 with
+// "...", as Hermes's send_exec_approval; posted without them before,
+// it could only be answered by typing. The cut splits no escape, link
+// or code block; the message's text, the fallback, stays whole.
+func TestLongApprovalPromptKeepsButtons(t *testing.T) {
+	t.Parallel()
+	fake := slackfake.New(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	p, err := NewPlatform(ctx, Config{BotToken: fake.BotToken, AppToken: fake.AppToken, APIBaseURL: fake.APIURL()}, slog.New(slog.DiscardHandler), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	head := "⚠️ **Dangerous command requires approval:**\n```\nrm -rf /tmp/x\n```\nReason: "
+	for _, tc := range []struct{ name, reason string }{
+		{"plain", strings.Repeat("r", 5000)},
+		{"an escape at the cut", strings.Repeat("a", 2820) + strings.Repeat("&", 1000)},
+		{"a link at the cut", strings.Repeat("b", 2730) + "[the page](https://example.com/" + strings.Repeat("p", 200) + ")" + strings.Repeat("b", 1000)},
+		{"inside a code block", strings.Repeat("c", 2000) + "\n```\n" + strings.Repeat("d", 3000) + "\n```"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ch := "C0LONG" + strings.ToUpper(strings.ReplaceAll(tc.name, " ", ""))
+			prompt := head + tc.reason
+			_, err := p.Send(ctx, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, Text: prompt,
+				Format: deliveryv1.TextFormat_TEXT_FORMAT_MARKDOWN, Target: &deliveryv1.Target{Platform: "slack", ChatId: ch, ThreadId: "1690000000.000001"},
+				Approval: &deliveryv1.Approval{Choices: []string{"once", "session", "always", "deny"}, ToolCallId: "call_1"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			card := fake.Messages(ch)[0]
+			if got := card.Buttons(); len(got) != 4 {
+				t.Fatalf("prompt posted with buttons %v, want four", got)
+			}
+			var blocks []struct {
+				Type string                `json:"type"`
+				Text struct{ Text string } `json:"text"`
+			}
+			if err := json.Unmarshal(card.Blocks, &blocks); err != nil || len(blocks) != 2 {
+				t.Fatalf("blocks %s: %v", card.Blocks, err)
+			}
+			section := blocks[0].Text.Text
+			if n := utf8.RuneCountInString(section); n > slackfake.MaxSectionText || n < 2800 ||
+				!strings.HasPrefix(section, "⚠️ *Dangerous command requires approval:*") || !strings.Contains(section, "...") {
+				t.Fatalf("section of %d characters %q…, want the prompt's start cut with ...", n, section[:80])
+			}
+			if strings.Count(section, "```")%2 != 0 {
+				t.Fatalf("section leaves a code block open: …%q", section[len(section)-40:])
+			}
+			if i := strings.LastIndexByte(section, '<'); i >= 0 && !strings.Contains(section[i:], ">") {
+				t.Fatalf("section cuts a link: …%q", section[i:])
+			}
+			if i := strings.LastIndexByte(section, '&'); i >= 0 && !strings.Contains(section[i:], ";") {
+				t.Fatalf("section cuts an escape: …%q", section[i:])
+			}
+			if utf8.RuneCountInString(card.Text) <= slackfake.MaxSectionText {
+				t.Fatalf("the message's text has %d characters, want the whole prompt", utf8.RuneCountInString(card.Text))
 			}
 		})
 	}

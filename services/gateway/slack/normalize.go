@@ -42,6 +42,11 @@ type message struct {
 	Team        string      `json:"team"`
 	Files       []slackFile `json:"files"`
 	Hidden      bool        `json:"hidden"`
+	// Blocks and Attachments are decoded leniently (richBlocks,
+	// attachments): a shape this gateway does not know in them must
+	// not make the message unreadable.
+	Blocks      json.RawMessage `json:"blocks"`
+	Attachments json.RawMessage `json:"attachments"`
 }
 
 type slackFile struct {
@@ -150,6 +155,15 @@ func normalize(raw []byte, id identity) (*eventsv1.MessageReceived, skip, error)
 		user = m.BotID
 	}
 	text, mentioned := stripMention(m.Text, id.BotUserID)
+	if strings.TrimSpace(m.Text) == "" {
+		// Its words only in rich text blocks (see richText).
+		text, _ = stripMention(richText(richBlocks(rawList(m.Blocks))), id.BotUserID)
+	}
+	if shared := attachmentText(attachments(m.Attachments), text); shared != "" {
+		// A forwarded message, a link preview (see attachmentText):
+		// after what the user typed, as Hermes adds them.
+		text = strings.TrimSpace(text + "\n\n" + shared)
+	}
 	if m.BotID != "" && !id.Bots.Admits(mentioned || m.Type == "app_mention") {
 		// As Hermes's SLACK_ALLOW_BOTS=mentions: a bot's message is
 		// taken when it mentions this bot, in a DM too.

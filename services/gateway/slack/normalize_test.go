@@ -448,3 +448,88 @@ func TestAudioFileIsAVoiceMessage(t *testing.T) {
 		})
 	}
 }
+
+// A forwarded message's content is in the forwarding message's
+// attachments (is_share, with is_msg_unfurl), its text what the user
+// typed with it, "" when nothing: skipped as empty before, and only the
+// comment reached the agent when there was one. It is now shown as
+// Hermes shows an attachment ("📎 <url>", the text, "_footer_"), after
+// the comment; a message link's unfurl (is_msg_unfurl alone) is left
+// out, as Hermes does. A link preview is shown as Hermes shows it, and a
+// message whose words are only in rich text blocks reads them as
+// Hermes's _extract_text_from_slack_blocks. Blocks of other shapes do
+// not make a message unreadable.
+func TestForwardedAndRichText(t *testing.T) {
+	f := &slackfake.Fake{TeamID: "T0WORKSPACE", AppID: "A0APP", BotUserID: "U0BOT"}
+	const permalink = "https://acme.slack.com/archives/C0OPS/p1700000000000100"
+	forward := func(text, fallback, messageText string) json.RawMessage {
+		return json.RawMessage(`[{"ts":"1700000000.000100","author_id":"U0ALICE","channel_id":"C0OPS","channel_team":"T0WORKSPACE",
+			"is_msg_unfurl":true,"is_share":true,"color":"D0D0D0","from_url":"` + permalink + `",
+			"message_blocks":[{"team":"T0WORKSPACE","channel":"C0OPS","ts":"1700000000.000100","message":{"blocks":[
+				{"type":"rich_text","block_id":"a1","elements":[{"type":"rich_text_section","elements":[{"type":"text","text":"` + messageText + `"}]}]}]}}],
+			"text":"` + text + `","fallback":"` + fallback + `","author_name":"alice","author_subname":"alice",
+			"mrkdwn_in":["text"],"footer":"Posted in #ops"}]`)
+	}
+	richBlocks := json.RawMessage(`[{"type":"rich_text","block_id":"b1","elements":[
+		{"type":"rich_text_section","elements":[{"type":"text","text":"look at "},{"type":"link","url":"https://example.com","text":"this"},
+			{"type":"text","text":" "},{"type":"user","user_id":"U0CAROL"},{"type":"text","text":" "},{"type":"emoji","name":"eyes","unicode":"1f440"}]},
+		{"type":"rich_text_quote","elements":[{"type":"text","text":"quoted words"}]},
+		{"type":"rich_text_list","style":"bullet","indent":0,"elements":[
+			{"type":"rich_text_section","elements":[{"type":"text","text":"one","style":{"bold":true}}]},
+			{"type":"rich_text_section","elements":[{"type":"text","text":"two"}]}]},
+		{"type":"rich_text_preformatted","border":0,"elements":[{"type":"text","text":"make test"}]}]}]`)
+	sectionBlocks := json.RawMessage(`[{"type":"section","text":{"type":"mrkdwn","text":"*deploy* done"},
+		"accessory":{"type":"button","text":{"type":"plain_text","text":"Open"},"action_id":"open"}}]`)
+	for _, c := range []struct {
+		name string
+		ev   slackfake.Event
+		id   identity
+		text string // "" skipped
+	}{
+		{"a forward without a comment", slackfake.Event{Channel: "D0DM", ChannelType: "im", User: "U0USER01", TS: "1.1",
+			Attachments: forward("the deploy is stuck on staging", "[November 14th, 2023 10:13 PM] alice: the deploy is stuck on staging", "the deploy is stuck on staging")},
+			me, "📎 " + permalink + "\n   the deploy is stuck on staging\n   _Posted in #ops_"},
+		{"a forward with a comment and a mention", slackfake.Event{Type: "app_mention", Channel: "C0CHANNEL", User: "U0USER01", Text: "<@U0BOT> can you look?", TS: "1.1",
+			Attachments: forward("the deploy is stuck on staging", "", "the deploy is stuck on staging")},
+			me, "can you look?\n\n📎 " + permalink + "\n   the deploy is stuck on staging\n   _Posted in #ops_"},
+		{"a forward whose text is only in its blocks", slackfake.Event{Channel: "D0DM", ChannelType: "im", User: "U0USER01", TS: "1.1",
+			Attachments: forward("", "[November 14th, 2023 10:13 PM] alice: ", "rollback please")},
+			me, "📎 " + permalink + "\n   rollback please\n   _Posted in #ops_"},
+		{"a message link's unfurl is left out", slackfake.Event{Channel: "D0DM", ChannelType: "im", User: "U0USER01", Text: "see <" + permalink + ">", TS: "1.1",
+			Attachments: json.RawMessage(`[{"is_msg_unfurl":true,"from_url":"` + permalink + `","text":"an answer of the bot","footer":"Posted in #ops"}]`)},
+			me, "see <" + permalink + ">"},
+		{"a link preview", slackfake.Event{Channel: "D0DM", ChannelType: "im", User: "U0USER01", Text: "<https://example.com/doc>", TS: "1.1",
+			Attachments: json.RawMessage(`[{"title":"The doc","title_link":"https://example.com/doc","text":"` + strings.Repeat("w", 600) + `","footer":"Example"}]`)},
+			me, "<https://example.com/doc>\n\n📎 [The doc](https://example.com/doc)\n   " + strings.Repeat("w", 497) + "...\n   _Example_"},
+		{"words only in rich text blocks", slackfake.Event{Channel: "D0DM", ChannelType: "im", User: "U0USER01", TS: "1.1", Blocks: richBlocks},
+			me, "look at this (https://example.com) <@U0CAROL> :eyes:\n> quoted words\n• one\n• two\n```\nmake test\n```"},
+		{"text first, its blocks not added", slackfake.Event{Channel: "D0DM", ChannelType: "im", User: "U0USER01", Text: "look at <https://example.com|this>", TS: "1.1", Blocks: richBlocks},
+			me, "look at <https://example.com|this>"},
+		{"section blocks with text", slackfake.Event{Channel: "D0DM", ChannelType: "im", User: "U0USER01", Text: "deploy done", TS: "1.1", Blocks: sectionBlocks},
+			me, "deploy done"},
+		{"section blocks alone are empty", slackfake.Event{Channel: "D0DM", ChannelType: "im", User: "U0USER01", TS: "1.1", Blocks: sectionBlocks},
+			me, ""},
+		{"a bot's legacy attachment", slackfake.Event{Subtype: "bot_message", Channel: "C0CHANNEL", ChannelType: "channel", BotID: "B9", TS: "1.1",
+			Attachments: json.RawMessage(`[{"fallback":"Build 42 failed","title":"Build 42","title_link":"https://ci.example.com/42","text":"tests failed","color":"danger","fields":[{"title":"branch","value":"main","short":true}]}]`)},
+			identity{Account: "U0BOT", BotUserID: "U0BOT", BotID: "B0BOT", Bots: platform.BotsAll}, "📎 [Build 42](https://ci.example.com/42)\n   tests failed"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ev, why, err := normalize(f.Callback("Ev1", c.ev), c.id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.text == "" {
+				if ev != nil {
+					t.Fatalf("published %q, want it skipped as empty", ev.GetText())
+				}
+				return
+			}
+			if ev == nil {
+				t.Fatalf("skipped: %s", why)
+			}
+			if ev.GetText() != c.text {
+				t.Fatalf("text\n%q\nwant\n%q", ev.GetText(), c.text)
+			}
+		})
+	}
+}

@@ -791,6 +791,12 @@ func (p *Platform) setStatus(ctx context.Context, t *deliveryv1.Target, status s
 	return nil
 }
 
+// rateLimitWait is how long a rate-limited call waits when Slack names
+// no wait: its "ratelimited" error code, or a 429 without Retry-After
+// (Slack always sends one; a proxy in front of it may not).
+// chat.postMessage takes about one message a second in a channel.
+const rateLimitWait = time.Second
+
 // retryableCodes are Slack error codes worth retrying; every other error
 // code is permanent.
 var retryableCodes = map[string]bool{"internal_error": true, "fatal_error": true, "service_unavailable": true, "request_timeout": true}
@@ -804,7 +810,7 @@ func sendError(method string, err error) error {
 	var se slackapi.SlackErrorResponse
 	if errors.As(err, &se) {
 		if se.Err == "ratelimited" {
-			return platform.RateLimited(err, time.Second)
+			return platform.RateLimited(err, rateLimitWait)
 		}
 		if retryableCodes[se.Err] {
 			return err
@@ -812,6 +818,10 @@ func sendError(method string, err error) error {
 		return platform.Permanent(err)
 	}
 	var sc slackapi.StatusCodeError
+	if errors.As(err, &sc) && sc.Code == http.StatusTooManyRequests {
+		// A 429 without Retry-After (slack-go reports the bare status).
+		return platform.RateLimited(err, rateLimitWait)
+	}
 	if errors.As(err, &sc) && sc.Code >= 400 && sc.Code < 500 {
 		return platform.Permanent(err)
 	}

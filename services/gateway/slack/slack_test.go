@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -440,6 +441,47 @@ func TestEventsAPIOverHTTP(t *testing.T) {
 	}
 	if ev := next(); ev.GetEventId() != "C1:1700000002.000100" {
 		t.Fatalf("after retries and refusals the next event is %s, want the sentinel", ev.GetEventId())
+	}
+}
+
+// A 429 is a rate limit whether or not it names its wait: Slack always
+// sends Retry-After, a proxy in front of it may not, and slack-go then
+// reports the bare status (a 4xx, taken for a permanent failure before:
+// delivery dead-lettered the reply). Without a named wait it is retried
+// after rateLimitWait, as Slack's "ratelimited" error code is.
+func TestRateLimitedWithoutRetryAfter(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		limit func(*slackfake.Fake)
+		want  time.Duration
+	}{
+		{"Retry-After named", func(f *slackfake.Fake) { f.RateLimitNext(7 * time.Second) }, 7 * time.Second},
+		{"no Retry-After", (*slackfake.Fake).RateLimitNextBare, rateLimitWait},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			fake := slackfake.New(t)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			p, err := NewPlatform(ctx, Config{BotToken: fake.BotToken, SigningSecret: "s3cret", APIBaseURL: fake.APIURL()}, slog.New(slog.DiscardHandler), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tc.limit(fake)
+			req := &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, Text: "hi", Target: &deliveryv1.Target{Platform: "slack", ChatId: "C1"}}
+			_, err = p.Send(ctx, req)
+			var se *platform.SendError
+			if !errors.As(err, &se) || se.Class != deliveryv1.ErrorClass_ERROR_CLASS_RATE_LIMITED || se.RetryAfter != tc.want {
+				t.Fatalf("send answered %v, want rate limited for %v", err, tc.want)
+			}
+			if _, err := p.Send(ctx, req); err != nil {
+				t.Fatalf("the retry: %v", err)
+			}
+			if m := fake.Messages("C1"); len(m) != 1 {
+				t.Fatalf("posted %d messages, want 1", len(m))
+			}
+		})
 	}
 }
 

@@ -59,6 +59,7 @@ type Fake struct {
 	reads       []string      // the conversations.history and .replies calls, as "method channel"
 	rateLimit   time.Duration // the next chat.postMessage answers 429 with this Retry-After
 	rateSkip    int           // posts that go through before rateLimit applies
+	rateBare    bool          // the 429 names no Retry-After (as a proxy's may not)
 	envelopeSeq atomic.Int64
 	fileSeq     atomic.Int64
 	files       map[string]hostedFile // file id → file
@@ -210,7 +211,16 @@ func (f *Fake) Connections() int {
 // RateLimitNext makes the next chat.postMessage answer 429 with Retry-After.
 func (f *Fake) RateLimitNext(d time.Duration) {
 	f.mu.Lock()
-	f.rateLimit, f.rateSkip = d, 0
+	f.rateLimit, f.rateSkip, f.rateBare = d, 0, false
+	f.mu.Unlock()
+}
+
+// RateLimitNextBare makes the next chat.postMessage answer 429 without
+// Retry-After: Slack always names the wait, a proxy in front of it may
+// not.
+func (f *Fake) RateLimitNextBare() {
+	f.mu.Lock()
+	f.rateLimit, f.rateSkip, f.rateBare = time.Second, 0, true
 	f.mu.Unlock()
 }
 
@@ -218,7 +228,7 @@ func (f *Fake) RateLimitNext(d time.Duration) {
 // makes the one after them answer 429 with Retry-After.
 func (f *Fake) RateLimitAfter(n int, d time.Duration) {
 	f.mu.Lock()
-	f.rateLimit, f.rateSkip = d, n
+	f.rateLimit, f.rateSkip, f.rateBare = d, n, false
 	f.mu.Unlock()
 }
 
@@ -370,9 +380,12 @@ func (f *Fake) postMessage(w http.ResponseWriter, r *http.Request) {
 	p := form(r)
 	f.mu.Lock()
 	if d := f.rateLimit; d > 0 && f.rateSkip == 0 {
-		f.rateLimit = 0
+		bare := f.rateBare
+		f.rateLimit, f.rateBare = 0, false
 		f.mu.Unlock()
-		w.Header().Set("Retry-After", strconv.Itoa(int(d.Seconds())))
+		if !bare {
+			w.Header().Set("Retry-After", strconv.Itoa(int(d.Seconds())))
+		}
 		w.WriteHeader(http.StatusTooManyRequests)
 		return
 	}
@@ -394,7 +407,7 @@ func (f *Fake) postMessage(w http.ResponseWriter, r *http.Request) {
 	}
 	m := &Message{Channel: ch, ThreadTS: p["thread_ts"], Text: p["text"]}
 	if b := p["blocks"]; b != "" && b != "[]" {
-		if !json.Valid([]byte(b)) {
+		if !validBlocks(b) {
 			fail(w, "invalid_blocks")
 			return
 		}
@@ -781,6 +794,30 @@ func (f *Fake) find(ch, ts string) *Message {
 	return nil
 }
 
+// MaxSectionText is the longest text a section block takes: Slack
+// refuses a message with a longer one (invalid_blocks).
+const MaxSectionText = 3000
+
+// validBlocks reports whether Slack takes blocks: JSON, each section's
+// text at most MaxSectionText characters.
+func validBlocks(b string) bool {
+	var blocks []struct {
+		Type string `json:"type"`
+		Text *struct {
+			Text string `json:"text"`
+		} `json:"text"`
+	}
+	if json.Unmarshal([]byte(b), &blocks) != nil {
+		return false
+	}
+	for _, bl := range blocks {
+		if bl.Type == "section" && bl.Text != nil && utf8.RuneCountInString(bl.Text.Text) > MaxSectionText {
+			return false
+		}
+	}
+	return true
+}
+
 func (f *Fake) update(w http.ResponseWriter, r *http.Request) {
 	if token(r) != f.BotToken {
 		fail(w, "invalid_auth")
@@ -796,6 +833,10 @@ func (f *Fake) update(w http.ResponseWriter, r *http.Request) {
 	}
 	if utf8.RuneCountInString(p["text"]) > MaxText {
 		fail(w, "msg_too_long")
+		return
+	}
+	if b := p["blocks"]; b != "" && b != "[]" && !validBlocks(b) {
+		fail(w, "invalid_blocks")
 		return
 	}
 	m.Text = p["text"]
@@ -1138,6 +1179,10 @@ type Event struct {
 	TS          string
 	ThreadTS    string
 	Files       []File
+	// Blocks and Attachments, when set, are the event's blocks and
+	// attachments as Slack sends them (a forwarded message's
+	// attachment, a rich text message's blocks).
+	Blocks, Attachments json.RawMessage
 }
 
 // File is a file shared with a message (AddFile hosts one).
@@ -1207,6 +1252,12 @@ func (f *Fake) Callback(eventID string, ev Event) []byte {
 	}
 	if ev.ThreadTS != "" {
 		inner["thread_ts"] = ev.ThreadTS
+	}
+	if ev.Blocks != nil {
+		inner["blocks"] = ev.Blocks
+	}
+	if ev.Attachments != nil {
+		inner["attachments"] = ev.Attachments
 	}
 	if len(ev.Files) > 0 {
 		files := make([]map[string]any, 0, len(ev.Files))
