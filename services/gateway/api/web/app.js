@@ -903,9 +903,12 @@
   // delta and onTool per hermes.tool.progress event (a tool call's start
   // or end); it returns the answer at data: [DONE], throws the gateway's
   // in-stream error, and throws a TypeError when the stream ends before
-  // either (the connection was cut) or the gateway stopped waiting (its
+  // either (the connection was cut), the gateway stopped waiting (its
   // error comes after a ": wait ended" comment; a turn that failed, with
-  // the same code timeout perhaps, has none: that error is its answer).
+  // the same code timeout perhaps, has none: that error is its answer)
+  // or the answer is not what streamed (the turn ran again after its
+  // worker died: ": answer changed"; asked again with the message's
+  // key, the whole answer comes; a turn /stop ended has none).
   async function readStream(res, onText, onTool) {
     var reader = res.body.getReader();
     var decoder = new TextDecoder();
@@ -921,7 +924,7 @@
         var lines = ev.split("\n"), name = "";
         for (var i = 0; i < lines.length; i++) {
           var line = lines[i];
-          if (line === ": wait ended") waitEnded = true;
+          if (line === ": wait ended" || line === ": answer changed") waitEnded = true;
           if (line.indexOf("event:") === 0) name = line.slice(6).trim();
           if (line.indexOf("data:") !== 0) continue;
           var data = line.slice(5).trim();
@@ -929,8 +932,9 @@
           var msg = JSON.parse(data);
           if (name === "hermes.tool.progress") { onTool(msg); continue; }
           if (msg.error && waitEnded) {
-            // The wait ended, not the turn: asked again with the same
-            // key, the gateway gives the answer when it comes.
+            // The wait ended, not the turn, or the answer changed: asked
+            // again with the same key, the gateway gives the (whole)
+            // answer when it comes.
             throw new TypeError(msg.error.message);
           }
           if (msg.error) throw new Error(msg.error.message);
