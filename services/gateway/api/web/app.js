@@ -59,6 +59,16 @@
       return x.protocol === "http:" || x.protocol === "https:" ? x.href : null;
     } catch (e) { return null; }
   }
+  // MEDIA is the gateway's link to a file an answer sent (a voice reply,
+  // a /save export: /v1/media/<id>?exp=…&sig=…), a path on its own
+  // address unless gateways.api.public_url is set.
+  var MEDIA = /^\/v1\/media\/[0-9a-f]+(\?[^\s#]*)?$/;
+  // linkURL is a link's address as the browser opens it: an http(s)
+  // address, or the gateway's link to a file, on this page's address;
+  // else null.
+  function linkURL(u) {
+    return MEDIA.test(u) ? new URL(u, location.href).href : safeURL(u);
+  }
   function link(href, host) {
     var a = el("a");
     a.href = href;
@@ -200,7 +210,7 @@
         continue;
       }
       if (c === "[" && !inLink && (m = linkAt(i))) {
-        var href = safeURL(m.href);
+        var href = linkURL(m.href);
         if (href) {
           put(null);
           // A link without text of its own shows its address, as written.
