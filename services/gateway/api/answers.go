@@ -77,6 +77,31 @@ type answerPiece struct {
 	// the session key it ran under (answerPoint).
 	Turn       string `json:"turn,omitempty"`
 	SessionKey string `json:"session_key,omitempty"`
+	// Usage, on the final piece: the turn's model tokens, which the
+	// answer reports (a chat completion's usage, a response's).
+	Usage *answerUsage `json:"usage,omitempty"`
+}
+
+// answerUsage is a deliveryv1.TokenUsage in an answer record.
+type answerUsage struct {
+	PromptTokens     int64 `json:"prompt_tokens"`
+	CompletionTokens int64 `json:"completion_tokens"`
+}
+
+// usageRecord is the record of a final send's usage (nil for none).
+func usageRecord(u *deliveryv1.TokenUsage) *answerUsage {
+	if u == nil {
+		return nil
+	}
+	return &answerUsage{PromptTokens: u.GetPromptTokens(), CompletionTokens: u.GetCompletionTokens()}
+}
+
+// tokens is the usage the record kept (nil for none).
+func (u *answerUsage) tokens() *deliveryv1.TokenUsage {
+	if u == nil {
+		return nil
+	}
+	return &deliveryv1.TokenUsage{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens}
 }
 
 func (a answer) has(key string) bool {
@@ -373,14 +398,15 @@ func (f *follower) apply(rec answer) {
 		final := rec.Final && i == len(rec.Pieces)-1
 		pc := piece{text: p.Text, final: final, errorCode: p.ErrorCode, media: p.Media}
 		if final {
-			pc.at = answerPoint{turn: p.Turn, sessionKey: p.SessionKey}
+			pc.at, pc.usage = answerPoint{turn: p.Turn, sessionKey: p.SessionKey}, p.Usage.tokens()
 		}
 		f.piece(pc)
 	}
 	if rec.Final && f.emitted >= len(rec.Pieces) {
 		pc := piece{final: true}
 		if n := len(rec.Pieces); n > 0 {
-			pc.at = answerPoint{turn: rec.Pieces[n-1].Turn, sessionKey: rec.Pieces[n-1].SessionKey}
+			last := rec.Pieces[n-1]
+			pc.at, pc.usage = answerPoint{turn: last.Turn, sessionKey: last.SessionKey}, last.Usage.tokens()
 		}
 		f.piece(pc)
 	}

@@ -496,7 +496,7 @@ func (s *Service) Send(ctx context.Context, req *deliveryv1.SendRequested) (stri
 	for _, id := range keyed {
 		p := answerPiece{Key: req.GetIdempotencyKey(), Text: req.GetText(), ErrorCode: req.GetErrorCode(), Media: mediaLinks(req.GetAttachments())}
 		if req.GetFinal() {
-			p.Turn, p.SessionKey = req.GetTurnId(), req.GetSessionKey()
+			p.Turn, p.SessionKey, p.Usage = req.GetTurnId(), req.GetSessionKey(), usageRecord(req.GetUsage())
 		}
 		if err := s.answers.add(ctx, id, p, req.GetFinal()); err != nil {
 			return "", err

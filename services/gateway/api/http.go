@@ -465,6 +465,9 @@ func (s *Service) stream(ctx context.Context, w http.ResponseWriter, r *http.Req
 		out.send("", errorBody("server_error", e.code, "", e.msg))
 	case end.errorCode != "":
 		// The SDKs raise it as an error.
+		if end.changed {
+			out.write(answerChangedComment)
+		}
 		out.send("", turnErrorBody(end.errorCode, end.errorText))
 	default:
 		stop := "stop"

@@ -355,3 +355,82 @@ func TestAnswerLinksItsMedia(t *testing.T) {
 		t.Fatalf("response %q, %v; want %q", got.OutputText(), err, want)
 	}
 }
+
+// A request with an Idempotency-Key reports its turn's usage, as one
+// without does: its answer comes through the kept answer record, which
+// kept no usage, so every keyed answer said 0 tokens (null for a
+// response) — the web chat's every message, and every retry. Each
+// request is sent twice with its key: the second attempt takes the
+// kept answer.
+func TestKeyedAnswersReportTheirUsage(t *testing.T) {
+	t.Parallel()
+	b := newBus(t)
+	s := startService(t, b, nil)
+	startResponder(t, b)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	client := sdkClient(s)
+	for _, tc := range []struct {
+		name string
+		// ask sends text with key and returns the usage the answer
+		// reported and the answer's text.
+		ask func(t *testing.T, text string, key option.RequestOption) (prompt, completion int64, answer string)
+	}{
+		{"chat completion", func(t *testing.T, text string, key option.RequestOption) (int64, int64, string) {
+			resp, err := client.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{
+				Model: "switchboard", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage(text)},
+			}, key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return resp.Usage.PromptTokens, resp.Usage.CompletionTokens, resp.Choices[0].Message.Content
+		}},
+		{"streamed chat completion", func(t *testing.T, text string, key option.RequestOption) (int64, int64, string) {
+			stream := client.Chat.Completions.NewStreaming(ctx, openai.ChatCompletionNewParams{
+				Model: "switchboard", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage(text)},
+				StreamOptions: openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)},
+			}, key)
+			var acc openai.ChatCompletionAccumulator
+			var last openai.ChatCompletionChunk
+			for stream.Next() {
+				acc.AddChunk(stream.Current())
+				last = stream.Current()
+			}
+			if err := stream.Err(); err != nil {
+				t.Fatal(err)
+			}
+			return last.Usage.PromptTokens, last.Usage.CompletionTokens, acc.Choices[0].Message.Content
+		}},
+		{"response", func(t *testing.T, text string, key option.RequestOption) (int64, int64, string) {
+			resp, err := client.Responses.New(ctx, responses.ResponseNewParams{Model: "switchboard", Input: inputText(text)}, key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return resp.Usage.InputTokens, resp.Usage.OutputTokens, resp.OutputText()
+		}},
+		{"streamed response", func(t *testing.T, text string, key option.RequestOption) (int64, int64, string) {
+			stream := client.Responses.NewStreaming(ctx, responses.ResponseNewParams{Model: "switchboard", Input: inputText(text)}, key)
+			var done responses.Response
+			for stream.Next() {
+				if ev := stream.Current(); ev.Type == "response.completed" {
+					done = ev.Response
+				}
+			}
+			if err := stream.Err(); err != nil {
+				t.Fatal(err)
+			}
+			return done.Usage.InputTokens, done.Usage.OutputTokens, done.OutputText()
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			text := "usage of a " + tc.name
+			key := option.WithHeader(HeaderIdempotencyKey, "usage-"+strings.ReplaceAll(tc.name, " ", "-"))
+			for _, attempt := range []string{"first", "retry"} {
+				prompt, completion, answer := tc.ask(t, text, key)
+				if answer == "" || prompt != int64(len(text)) || completion != int64(len(answer)) {
+					t.Fatalf("%s attempt: usage %d+%d for %q (%d+%d asked), want the turn's", attempt, prompt, completion, answer, len(text), len(answer))
+				}
+			}
+		})
+	}
+}

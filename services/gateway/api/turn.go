@@ -480,6 +480,10 @@ type ending struct {
 	errorCode, errorText string
 	// err is why the wait ended before the final piece.
 	err error
+	// changed: the answer is not what was streamed (errorCode
+	// interrupted, errorText streamInterrupted), and whole in the
+	// request's kept answer, which a retry with its Idempotency-Key gets.
+	changed bool
 }
 
 // streamInterrupted explains an answer that is not what was streamed.
@@ -562,7 +566,7 @@ func relay(ctx context.Context, wt *waiter, quiet time.Duration, show func(strin
 				// after its worker died mid-stream): the client holds a
 				// part of another answer, which nothing can take back. A
 				// retry with the same Idempotency-Key gets the whole answer.
-				return ending{final: &p, text: shown.String(), errorCode: "interrupted", errorText: streamInterrupted}
+				return ending{final: &p, text: shown.String(), errorCode: "interrupted", errorText: streamInterrupted, changed: true}
 			}
 			if p.final {
 				if rest := strings.TrimPrefix(withMedia(shown.String(), media), shown.String()); rest != "" {
@@ -629,6 +633,13 @@ func (e *sse) keepalive() { e.write(": keepalive\n\n") }
 // (timeout) with a turn that failed: the web chat asks again for the
 // one and shows the other. A comment, which the SDKs skip.
 const waitEndedComment = ": wait ended\n\n"
+
+// answerChangedComment precedes the in-stream error of a stream whose
+// answer is not what it streamed (ending.changed), which shares its
+// code (interrupted) with a turn /stop ended: the web chat asks again,
+// with the message's Idempotency-Key, for the one (the whole answer
+// comes) and shows the other. A comment, which the SDKs skip.
+const answerChangedComment = ": answer changed\n\n"
 
 func (e *sse) flush() {
 	if e.flusher != nil {

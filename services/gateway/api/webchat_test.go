@@ -328,6 +328,40 @@ func TestWebChatShowsATurnThatTimedOut(t *testing.T) {
 	}
 }
 
+// TestWebChatGetsAnAnswerThatChangedWhileItStreamed: a turn run again
+// after its worker died mid-stream answers with a final that does not
+// continue what the first attempt streamed; the stream ends with the
+// interrupted error (TestStreamEndsWithAnErrorWhenTheAnswerChanged),
+// whose message tells a client to send the request again with its
+// Idempotency-Key. The page showed that error as the answer and
+// dropped the message, so the answer the conversation holds was never
+// shown; it asks again with the message's key and shows the whole
+// answer, the turn run once.
+func TestWebChatGetsAnAnswerThatChangedWhileItStreamed(t *testing.T) {
+	browser, s, r := keylessWebChat(t)
+	const second = "a different answer, from the turn's second attempt"
+	r.mu.Lock()
+	r.final = func([]string) string { return second }
+	r.mu.Unlock()
+	ctx, step := headless(t, browser)
+	step("open", chromedp.Navigate("http://"+s.Addr()+"/"), chromedp.WaitVisible("#input"))
+	step("send", chromedp.SendKeys("#input", "stream me"), chromedp.Click("#send"))
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`document.querySelectorAll('.msg.assistant:not(.pending), .msg.error').length >= 1 && !document.querySelector('.msg.pending')`)); err != nil {
+		t.Fatalf("browser: the answer: %v", err)
+	}
+	got, err := chromedp.Run(ctx, chromedp.Evaluate[string](pageLog+` + " | pending: " + `+pendingRecords+` + " | kept: " + localStorage.getItem("sb.history")`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "msg user: stream me | msg assistant: " + second + ` | pending: null | kept: [{"role":"user","content":"stream me"},{"role":"assistant","content":"` + second + `"}]`
+	if got != want {
+		t.Fatalf("page %q, want %q", got, want)
+	}
+	if n := len(r.received()); n != 1 {
+		t.Fatalf("%d messages published, want the one", n)
+	}
+}
+
 // pendingRecords is the page's pending messages' records (each of its
 // own, sb.pending.<key>), joined by ",", or "null" for none.
 const pendingRecords = `(Object.keys(localStorage).filter(k => k.startsWith("sb.pending.")).map(k => localStorage.getItem(k)).join(",") || "null")`

@@ -14,6 +14,7 @@ import (
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 
+	"github.com/switchboard-chat/switchboard/pkg/attachment"
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	"github.com/switchboard-chat/switchboard/pkg/platform/platformtest"
@@ -916,4 +917,48 @@ func TestWebChatTakesOnABigPendingRecordOfTheReleaseBefore(t *testing.T) {
 	if n := len(r.received()); n != 1 {
 		t.Fatalf("%d messages published, want the pending one", n)
 	}
+}
+
+// TestWebChatLinksTheFilesAnAnswerSent: a file a turn sends from the
+// attachment store (a voice reply, a /save export) is linked by the
+// gateway as a path on its own address (/v1/media/<id>?exp=…&sig=…,
+// without gateways.api.public_url), which the page took for an address
+// it cannot open and showed as the Markdown it was written in; it is a
+// link the reader opens, signed, without a key.
+func TestWebChatLinksTheFilesAnAnswerSent(t *testing.T) {
+	browser, s, r := keylessWebChat(t)
+	store := attachment.New(s.bus.JetStream(), s.bus.Topology(), attachment.Config{Enabled: true})
+	if _, err := store.Keep(context.Background(), "test/notes.txt", "text/plain", strings.NewReader("the notes")); err != nil {
+		t.Fatal(err)
+	}
+	r.mu.Lock()
+	r.answer = func(*eventsv1.MessageReceived, int) []string { return []string{"Here are", " your notes."} }
+	r.media = []*eventsv1.Attachment{{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_DOCUMENT,
+		Location: &eventsv1.Attachment_BytesRef{BytesRef: "test/notes.txt"}, FileName: "notes.txt"}}
+	r.mu.Unlock()
+	ctx, step := headless(t, browser)
+	eval, poll := evaluator(t, ctx), poller(t, ctx)
+	base := "http://" + s.Addr()
+	step("open", chromedp.Navigate(base+"/"), chromedp.WaitVisible("#input"))
+	step("send", chromedp.SendKeys("#input", "my notes"), chromedp.Click("#send"))
+	poll("the answer", `document.querySelectorAll('.msg.assistant:not(.pending)').length >= 1`)
+	const links = `Array.from(document.querySelectorAll('.msg.assistant a')).map(a => a.textContent + " " + a.href).join(",")`
+	check := func(when string) string {
+		t.Helper()
+		got := eval(`document.querySelector('.msg.assistant').textContent + " | " + ` + links)
+		text, link, _ := strings.Cut(got, " | ")
+		if text != "Here are your notes.notes.txt" || !strings.HasPrefix(link, "notes.txt "+base+"/v1/media/") || strings.Contains(link, ",") {
+			t.Fatalf("%s: answer %q, links %q: want the file linked on the gateway's address", when, text, link)
+		}
+		return strings.TrimPrefix(link, "notes.txt ")
+	}
+	href := check("streamed")
+	eval(`(fetch(` + "`" + href + "`" + `).then(r => r.text().then(b => window.fetched = r.status + " " + b)), "")`)
+	poll("the file", `window.fetched !== undefined`)
+	if got := eval(`window.fetched`); got != "200 the notes" {
+		t.Fatalf("the link opens %q, want the file", got)
+	}
+	step("reload", chromedp.Reload(), chromedp.WaitVisible("#input"))
+	poll("the kept answer rendered", `!document.querySelector('.msg[data-later]')`)
+	check("kept")
 }

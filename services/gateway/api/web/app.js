@@ -59,6 +59,16 @@
       return x.protocol === "http:" || x.protocol === "https:" ? x.href : null;
     } catch (e) { return null; }
   }
+  // MEDIA is the gateway's link to a file an answer sent (a voice reply,
+  // a /save export: /v1/media/<id>?exp=…&sig=…), a path on its own
+  // address unless gateways.api.public_url is set.
+  var MEDIA = /^\/v1\/media\/[0-9a-f]+(\?[^\s#]*)?$/;
+  // linkURL is a link's address as the browser opens it: an http(s)
+  // address, or the gateway's link to a file, on this page's address;
+  // else null.
+  function linkURL(u) {
+    return MEDIA.test(u) ? new URL(u, location.href).href : safeURL(u);
+  }
   function link(href, host) {
     var a = el("a");
     a.href = href;
@@ -200,7 +210,7 @@
         continue;
       }
       if (c === "[" && !inLink && (m = linkAt(i))) {
-        var href = safeURL(m.href);
+        var href = linkURL(m.href);
         if (href) {
           put(null);
           // A link without text of its own shows its address, as written.
@@ -903,9 +913,12 @@
   // delta and onTool per hermes.tool.progress event (a tool call's start
   // or end); it returns the answer at data: [DONE], throws the gateway's
   // in-stream error, and throws a TypeError when the stream ends before
-  // either (the connection was cut) or the gateway stopped waiting (its
+  // either (the connection was cut), the gateway stopped waiting (its
   // error comes after a ": wait ended" comment; a turn that failed, with
-  // the same code timeout perhaps, has none: that error is its answer).
+  // the same code timeout perhaps, has none: that error is its answer)
+  // or the answer is not what streamed (the turn ran again after its
+  // worker died: ": answer changed"; asked again with the message's
+  // key, the whole answer comes; a turn /stop ended has none).
   async function readStream(res, onText, onTool) {
     var reader = res.body.getReader();
     var decoder = new TextDecoder();
@@ -921,7 +934,7 @@
         var lines = ev.split("\n"), name = "";
         for (var i = 0; i < lines.length; i++) {
           var line = lines[i];
-          if (line === ": wait ended") waitEnded = true;
+          if (line === ": wait ended" || line === ": answer changed") waitEnded = true;
           if (line.indexOf("event:") === 0) name = line.slice(6).trim();
           if (line.indexOf("data:") !== 0) continue;
           var data = line.slice(5).trim();
@@ -929,8 +942,9 @@
           var msg = JSON.parse(data);
           if (name === "hermes.tool.progress") { onTool(msg); continue; }
           if (msg.error && waitEnded) {
-            // The wait ended, not the turn: asked again with the same
-            // key, the gateway gives the answer when it comes.
+            // The wait ended, not the turn, or the answer changed: asked
+            // again with the same key, the gateway gives the (whole)
+            // answer when it comes.
             throw new TypeError(msg.error.message);
           }
           if (msg.error) throw new Error(msg.error.message);

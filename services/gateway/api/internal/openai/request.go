@@ -344,8 +344,13 @@ func decode(body []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(pythonLiterals(body)))
 	if err := dec.Decode(v); err != nil {
 		var te *json.UnmarshalTypeError
-		if errors.As(err, &te) && te.Field != "" {
+		switch {
+		case errors.As(err, &te) && te.Field != "":
 			return typeError(te)
+		case te != nil:
+			// Valid JSON, of another type than an object (an array, a
+			// string): not "not valid JSON", nor the Go type it missed.
+			return invalid("", "request body must be a JSON object, not %s", te.Value)
 		}
 		return invalid("", "request body is not valid JSON: %v", err)
 	}

@@ -696,3 +696,33 @@ func contextLine(context []*eventsv1.ContextMessage) string {
 	}
 	return strings.Join(out, "|")
 }
+
+// A body that is JSON but no object (an array, a string, a number) is
+// refused as such: it was "not valid JSON", naming the Go type it
+// missed ("json: cannot unmarshal array into Go value of type
+// openai.chatRequest").
+func TestBodyThatIsNoObject(t *testing.T) {
+	t.Parallel()
+	parsers := map[string]func([]byte) error{
+		"chat":      func(b []byte) error { _, err := Parse(b); return err },
+		"responses": func(b []byte) error { _, err := ParseResponses(b); return err },
+		"run":       func(b []byte) error { _, err := ParseRun(b); return err },
+	}
+	for _, c := range []struct{ body, want string }{
+		{`[{"role":"user","content":"hi"}]`, "request body must be a JSON object, not array"},
+		{`"hello"`, "request body must be a JSON object, not string"},
+		{`42`, "request body must be a JSON object, not number"},
+		{`true`, "request body must be a JSON object, not bool"},
+		{`{"messages":`, "request body is not valid JSON: unexpected EOF"},
+	} {
+		for name, parse := range parsers {
+			t.Run(name+" "+c.body, func(t *testing.T) {
+				t.Parallel()
+				var inv *InvalidError
+				if err := parse([]byte(c.body)); !errors.As(err, &inv) || inv.Msg != c.want || inv.Param != "" {
+					t.Fatalf("error %v, want %q", err, c.want)
+				}
+			})
+		}
+	}
+}
