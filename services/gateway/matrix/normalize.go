@@ -283,8 +283,10 @@ const matrixTo = "matrix.to/#/"
 // pills reports whether the formatted body links to user u on matrix.to:
 // the id written as it is (@bot:example.org) or percent-encoded, whole
 // (%40bot%3Aexample.org, as the spec's examples and Ruma-based clients
-// write it) or in part; the link's id ends where its path, query or
-// attribute does.
+// write it) or in part; the link's id ends where its query or attribute
+// does, or its path (a "/" after the server name's ":": a localpart may
+// hold "/", as the spec's user id grammar has it, and Element writes it
+// unescaped in the link).
 func pills(formatted string, u id.UserID) bool {
 	want := strings.ToLower(u.String())
 	rest := strings.ToLower(formatted)
@@ -295,13 +297,31 @@ func pills(formatted string, u id.UserID) bool {
 		}
 		rest = rest[i+len(matrixTo):]
 		target := rest
-		if end := strings.IndexAny(target, "\"'/?#>< \t\n"); end >= 0 {
+		if end := strings.IndexAny(target, "\"'?#>< \t\n"); end >= 0 {
 			target = target[:end]
 		}
-		if dec, err := url.PathUnescape(target); err == nil && dec == want {
+		target = cutPath(target)
+		dec, err := url.PathUnescape(target)
+		if s := strings.IndexByte(target, '/'); err != nil && s >= 0 {
+			// A malformed escape in the path after an id escaped whole.
+			dec, err = url.PathUnescape(target[:s])
+		}
+		if err == nil && cutPath(dec) == want {
 			return true
 		}
 	}
+}
+
+// cutPath is a matrix.to link's user id without the path after it: up to
+// the first "/" after the ":" that starts its server name (a "/" before
+// it is the localpart's).
+func cutPath(s string) string {
+	if c := strings.IndexByte(s, ':'); c >= 0 {
+		if end := strings.IndexByte(s[c:], '/'); end >= 0 {
+			return s[:c+end]
+		}
+	}
+	return s
 }
 
 // namePrefix returns the length of "name:" or "name," (a pill as a

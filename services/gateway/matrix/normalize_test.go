@@ -189,6 +189,29 @@ func FuzzNormalize(f *testing.F) {
 	})
 }
 
+// A user id's localpart may hold a "/" (the spec's user id grammar, and
+// Synapse registers such names), which Element writes as it is in the
+// pill's matrix.to link: the link's id runs past it to the server name.
+func TestPillOfAnIDWithASlash(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, formatted, user string
+		want                  bool
+	}{
+		{"raw slash", `ask <a href="https://matrix.to/#/@hermes/bot:fake.test">Hermes</a>`, "@hermes/bot:fake.test", true},
+		{"escaped slash", `ask <a href="https://matrix.to/#/%40hermes%2Fbot%3Afake.test">Hermes</a>`, "@hermes/bot:fake.test", true},
+		{"raw slash, via", `<a href='https://matrix.to/#/@hermes/bot:fake.test?via=fake.test'>Hermes</a>`, "@hermes/bot:fake.test", true},
+		{"raw slash, trailing path", `<a href="https://matrix.to/#/@hermes/bot:fake.test/">Hermes</a>`, "@hermes/bot:fake.test", true},
+		{"another user under it", `<a href="https://matrix.to/#/@hermes/bot2:fake.test">Bob</a>`, "@hermes/bot:fake.test", false},
+		{"the user before the slash", `<a href="https://matrix.to/#/@hermes/bot:fake.test">Hermes</a>`, "@hermes", false},
+		{"no slash, path after", `<a href="https://matrix.to/#/@bot:fake.test/$event">x</a>`, "@bot:fake.test", true},
+	} {
+		if got := pills(tc.formatted, id.UserID(tc.user)); got != tc.want {
+			t.Errorf("%s: pills(%q, %s) = %v, want %v", tc.name, tc.formatted, tc.user, got, tc.want)
+		}
+	}
+}
+
 // FuzzPills feeds arbitrary formatted bodies to the pill parser, which
 // reads outside input: it never panics, and a matrix.to link to a user
 // id, percent-encoded or not, is always found.
@@ -204,8 +227,12 @@ func FuzzPills(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, formatted, user string) {
 		_ = pills(formatted, id.UserID(user))
-		// Matrix user ids are printable ASCII.
+		// Matrix user ids are printable ASCII, and their server name (from
+		// the first ":") holds no "/" (a link's path starts there).
 		if user == "" || strings.IndexFunc(user, func(r rune) bool { return r < 0x21 || r > 0x7e }) >= 0 {
+			return
+		}
+		if c := strings.IndexByte(user, ':'); c >= 0 && strings.Contains(user[c:], "/") {
 			return
 		}
 		for _, link := range []string{url.PathEscape(user), url.QueryEscape(user)} {
