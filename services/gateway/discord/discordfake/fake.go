@@ -21,6 +21,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"mime"
@@ -239,7 +240,13 @@ type File struct {
 
 // maxUpload is the largest file Discord takes from a bot (10 MiB
 // without a server boost); a larger one is 413 Request Entity Too Large.
-const maxUpload = 10 << 20
+// maxRequest is the largest create message request Discord takes, files
+// and all (25 MiB, Discord's "maximum request size when sending a
+// message"); a larger one is refused as a whole, 413 with code 40005.
+const (
+	maxUpload  = 10 << 20
+	maxRequest = 25 << 20
+)
 
 // Button is a button component of a message.
 type Button struct {
@@ -699,7 +706,17 @@ func (f *Fake) createMessage(w http.ResponseWriter, r *http.Request) {
 	// A message with files is multipart: payload_json and files[n].
 	var files []File
 	if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt == "multipart/form-data" {
+		if r.ContentLength > maxRequest {
+			writeJSON(w, 413, map[string]any{"message": "Request entity too large", "code": 40005})
+			return
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, maxRequest)
 		if err := r.ParseMultipartForm(4 * maxUpload); err != nil {
+			var tooLarge *http.MaxBytesError
+			if errors.As(err, &tooLarge) {
+				writeJSON(w, 413, map[string]any{"message": "Request entity too large", "code": 40005})
+				return
+			}
 			writeJSON(w, 400, map[string]any{"message": "Invalid Form Body", "code": 50035})
 			return
 		}
