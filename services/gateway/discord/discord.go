@@ -949,6 +949,9 @@ func (p *Platform) post(ctx context.Context, req *deliveryv1.SendRequested, dest
 		m, err = post()
 	}
 	if err != nil {
+		if isCode(err, discordgo.ErrCodeCannotSendMessagesInVoiceChannel) {
+			return "", p.noMessages(ctx, ch, err)
+		}
 		return "", sendError("create message", err)
 	}
 	if retry && m.Content != ms.Content {
@@ -957,6 +960,22 @@ func (p *Platform) post(ctx context.Context, req *deliveryv1.SendRequested, dest
 		}
 	}
 	return m.ID, nil
+}
+
+// noMessages is the failure of a message Discord refused because
+// channel ch takes none (400, code 50008: "Cannot send messages in a
+// non-text channel"). Mostly a forum or media channel named as a cron
+// job's or a proactive send's chat, which takes posts (threads) only.
+// Hermes opens a post there; an answer here is several sends (its
+// chunks, a stream's edits, its tool progress), each of which would
+// need the post the first opened, so the send fails as permanent and
+// says what to name instead.
+func (p *Platform) noMessages(ctx context.Context, ch string, err error) error {
+	what := "a channel that takes no messages"
+	if ci, lerr := p.channel(ctx, ch); lerr == nil && ci.Posts {
+		what = "a forum (or media) channel, which takes posts, not messages: name one of its posts (a thread) or a text channel instead"
+	}
+	return platform.Permanent(fmt.Errorf("discord create message: chat %s is %s: %w", ch, what, err))
 }
 
 // retrying records, for the send being performed with ctx, that an

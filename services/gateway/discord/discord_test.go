@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -821,6 +822,32 @@ func TestUploadsOverARequestGoAsSeveralMessages(t *testing.T) {
 	for i := range want {
 		if !bytes.Equal(got[i], want[i]) {
 			t.Errorf("file %d differs, or is out of order", i)
+		}
+	}
+}
+
+// A send to a forum (or media) channel (a cron job's or a proactive
+// send's chat id), which Discord refuses (400, code 50008: it takes
+// posts, not messages), fails once as permanent and says why, so the
+// operator can name one of its posts instead; it was refused with
+// Discord's "non-text channel" alone, which names no forum.
+func TestSendToAForumIsRefusedClearly(t *testing.T) {
+	t.Parallel()
+	f := newFake(t)
+	b, _ := run(t, f, Config{})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for i, typ := range []int{discordfake.TypeGuildForum, discordfake.TypeGuildMedia} {
+		forum := "90000000000000020" + strconv.Itoa(i)
+		f.AddChannel(forum, typ, guild, "")
+		req := &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: "cron-forum:" + forum, Text: "the daily report",
+			Target: &deliveryv1.Target{Platform: "discord", ChatId: forum}}
+		r := sendOf(ctx, t, b)(req)
+		if r.GetOk() || r.GetErrorClass() != deliveryv1.ErrorClass_ERROR_CLASS_PERMANENT || !strings.Contains(r.GetError(), "forum") {
+			t.Errorf("channel type %d: receipt %v, want a permanent failure that names the forum", typ, r)
+		}
+		if ms := f.Messages(forum); len(ms) != 0 {
+			t.Errorf("channel type %d shows %+v", typ, ms)
 		}
 	}
 }

@@ -46,6 +46,7 @@ const (
 	TypeDM           = 1
 	TypePublicThread = 11
 	TypeGuildForum   = 15
+	TypeGuildMedia   = 16
 )
 
 // Fake is one Discord with one bot.
@@ -766,8 +767,14 @@ func (f *Fake) createMessage(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("X-RateLimit-Remaining", "4")
 	w.Header().Set("X-RateLimit-Reset-After", "0.001")
-	if _, ok := f.channels[ch]; !ok {
+	c, ok := f.channels[ch]
+	if !ok {
 		unknownChannel(w)
+		return
+	}
+	if typ, _ := c["type"].(int); typ == TypeGuildForum || typ == TypeGuildMedia {
+		// A forum (or media) channel takes posts (threads), not messages.
+		writeJSON(w, 400, map[string]any{"message": "Cannot send messages in a non-text channel", "code": 50008})
 		return
 	}
 	if n := len([]rune(body.Content)); (n == 0 && len(files) == 0) || n > 2000 {
