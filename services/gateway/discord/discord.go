@@ -878,17 +878,24 @@ func (p *Platform) Send(ctx context.Context, req *deliveryv1.SendRequested) (str
 	}
 	// The attachments' captions and links follow the text delivery cut
 	// to Discord's 2,000 characters: over it, they go as several
-	// messages, the files and buttons with the last, rather than
-	// Discord refusing the one.
+	// messages, the files with the last, rather than Discord refusing
+	// the one. Files too many bytes for one request follow it in
+	// messages of their own, without text; the buttons go with the last
+	// message.
 	pieces := platform.Pieces(content, chunk.Limit{Max: maxText, Measure: chunk.Runes})
+	last, batches := len(pieces)-1, files.batches()
+	pieces = append(pieces, make([]string, len(batches)-1)...)
 	// The pieces go where the first went: a thread opened for it, or the
 	// channel where none could be; the fallback runs once per send.
 	ch := where(t)
 	return platform.SendPieces(ctx, pieces, func(i int) int { return i }, func(ctx context.Context, i int, piece string) (string, error) {
 		ms := &discordgo.MessageSend{Content: piece, AllowedMentions: p.cfg.AllowMentions.allowed()}
 		var fs uploads
+		if i >= last {
+			fs = batches[i-last]
+		}
 		if i == len(pieces)-1 {
-			ms.Components, fs = components(req), files
+			ms.Components = components(req)
 		}
 		return p.post(ctx, req, &ch, ms, fs, i == 0 && req.GetChunkIndex() == 0, i)
 	})
@@ -942,6 +949,9 @@ func (p *Platform) post(ctx context.Context, req *deliveryv1.SendRequested, dest
 		m, err = post()
 	}
 	if err != nil {
+		if isCode(err, discordgo.ErrCodeCannotSendMessagesInVoiceChannel) {
+			return "", p.noMessages(ctx, ch, err)
+		}
 		return "", sendError("create message", err)
 	}
 	if retry && m.Content != ms.Content {
@@ -950,6 +960,22 @@ func (p *Platform) post(ctx context.Context, req *deliveryv1.SendRequested, dest
 		}
 	}
 	return m.ID, nil
+}
+
+// noMessages is the failure of a message Discord refused because
+// channel ch takes none (400, code 50008: "Cannot send messages in a
+// non-text channel"). Mostly a forum or media channel named as a cron
+// job's or a proactive send's chat, which takes posts (threads) only.
+// Hermes opens a post there; an answer here is several sends (its
+// chunks, a stream's edits, its tool progress), each of which would
+// need the post the first opened, so the send fails as permanent and
+// says what to name instead.
+func (p *Platform) noMessages(ctx context.Context, ch string, err error) error {
+	what := "a channel that takes no messages"
+	if ci, lerr := p.channel(ctx, ch); lerr == nil && ci.Posts {
+		what = "a forum (or media) channel, which takes posts, not messages: name one of its posts (a thread) or a text channel instead"
+	}
+	return platform.Permanent(fmt.Errorf("discord create message: chat %s is %s: %w", ch, what, err))
 }
 
 // retrying records, for the send being performed with ctx, that an
@@ -1056,9 +1082,17 @@ const maxText = 2000
 
 // maxUpload is the largest file a bot may upload to Discord (10 MiB in
 // a server without boosts), and maxFiles the files one message takes.
+// maxRequest is the largest request Discord takes to create a message,
+// its files and all (25 MiB); one over it is refused whole, 413 (code
+// 40005), so files over it together go as several messages.
+// requestSlack is what a request's files leave of maxRequest for the
+// rest of its body: the message's JSON (2,000 characters, escaped, and
+// its buttons) and the multipart boundaries and headers.
 const (
-	maxUpload = 10 << 20
-	maxFiles  = 10
+	maxUpload    = 10 << 20
+	maxFiles     = 10
+	maxRequest   = 25 << 20
+	requestSlack = 256 << 10
 )
 
 // upload is a file to post with a message.
@@ -1077,6 +1111,24 @@ func (us uploads) parts() []*discordgo.File {
 	out := make([]*discordgo.File, len(us))
 	for i, u := range us {
 		out[i] = &discordgo.File{Name: u.name, ContentType: u.mimeType, Reader: bytes.NewReader(u.data)}
+	}
+	return out
+}
+
+// batches splits the files, in order, into the groups that go with one
+// message each: each group within maxRequest (a file within maxUpload
+// fits any), however many files there are. Always at least one group,
+// empty when there are no files.
+func (us uploads) batches() []uploads {
+	out := []uploads{nil}
+	size := 0
+	for _, u := range us {
+		n := len(u.data) + len(u.name) + len(u.mimeType) + 256 // the part's headers
+		if cur := out[len(out)-1]; len(cur) > 0 && size+n > maxRequest-requestSlack {
+			out, size = append(out, nil), 0
+		}
+		out[len(out)-1] = append(out[len(out)-1], u)
+		size += n
 	}
 	return out
 }

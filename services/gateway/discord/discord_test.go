@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -760,5 +762,92 @@ func sendOf(ctx context.Context, t *testing.T, b *bus.Bus) func(*deliveryv1.Send
 			t.Fatal(err)
 		}
 		return r
+	}
+}
+
+// Files that together are over Discord's 25 MiB a create message takes
+// (each within the 10 MiB a file may be) go as several messages, each
+// request within it, the text once, with the first: one request with
+// them all was refused whole, 413, and the answer's files were lost. A
+// retry after a later message's answer was lost shows each message once.
+func TestUploadsOverARequestGoAsSeveralMessages(t *testing.T) {
+	t.Parallel()
+	f := newFake(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var media []*eventsv1.Attachment
+	var want [][]byte
+	for i := range 3 {
+		data := bytes.Repeat([]byte{byte('a' + i)}, 9<<20)
+		want = append(want, data)
+		media = append(media, &eventsv1.Attachment{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_DOCUMENT, FileName: fmt.Sprintf("part%d.bin", i),
+			Location: &eventsv1.Attachment_Url{Url: "data:application/octet-stream;base64," + base64.StdEncoding.EncodeToString(data)}})
+	}
+	req := &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: "big-files", Text: "the three parts",
+		Target: &deliveryv1.Target{Platform: "discord", ChatId: channel, ReplyToMessageId: "700000000000000001"}, Attachments: media}
+	p, err := NewPlatform(ctx, Config{BotToken: f.Token, APIBaseURL: f.URL()}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.LoseCreateAnswerAfter(1)
+	var se *platform.SendError
+	if _, err := p.Send(ctx, req); err == nil || errors.As(err, &se) {
+		t.Fatalf("attempt with the second message's answer lost: %v, want a failure to retry", err)
+	}
+	id, err := p.Send(ctx, req)
+	if err != nil {
+		t.Fatalf("retry: %v", err)
+	}
+	ms := f.Messages(channel)
+	if len(ms) < 2 || id != ms[0].ID || ms[0].Content != "the three parts" || ms[0].ReplyTo != "700000000000000001" {
+		t.Fatalf("posted %+v (send answered %q), want the text once with the first of several messages", ms, id)
+	}
+	var got [][]byte
+	for i, m := range ms {
+		size := 0
+		for _, file := range m.Files {
+			size += len(file.Data)
+			got = append(got, file.Data)
+		}
+		if i > 0 && m.Content != "" {
+			t.Errorf("message %d repeats text %q", i, m.Content)
+		}
+		if size > 25<<20 {
+			t.Errorf("message %d carries %d bytes of files, over a request", i, size)
+		}
+	}
+	if len(got) != len(want) {
+		t.Fatalf("%d files shown, want %d", len(got), len(want))
+	}
+	for i := range want {
+		if !bytes.Equal(got[i], want[i]) {
+			t.Errorf("file %d differs, or is out of order", i)
+		}
+	}
+}
+
+// A send to a forum (or media) channel (a cron job's or a proactive
+// send's chat id), which Discord refuses (400, code 50008: it takes
+// posts, not messages), fails once as permanent and says why, so the
+// operator can name one of its posts instead; it was refused with
+// Discord's "non-text channel" alone, which names no forum.
+func TestSendToAForumIsRefusedClearly(t *testing.T) {
+	t.Parallel()
+	f := newFake(t)
+	b, _ := run(t, f, Config{})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for i, typ := range []int{discordfake.TypeGuildForum, discordfake.TypeGuildMedia} {
+		forum := "90000000000000020" + strconv.Itoa(i)
+		f.AddChannel(forum, typ, guild, "")
+		req := &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: "cron-forum:" + forum, Text: "the daily report",
+			Target: &deliveryv1.Target{Platform: "discord", ChatId: forum}}
+		r := sendOf(ctx, t, b)(req)
+		if r.GetOk() || r.GetErrorClass() != deliveryv1.ErrorClass_ERROR_CLASS_PERMANENT || !strings.Contains(r.GetError(), "forum") {
+			t.Errorf("channel type %d: receipt %v, want a permanent failure that names the forum", typ, r)
+		}
+		if ms := f.Messages(forum); len(ms) != 0 {
+			t.Errorf("channel type %d shows %+v", typ, ms)
+		}
 	}
 }

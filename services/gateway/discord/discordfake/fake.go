@@ -21,6 +21,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"mime"
@@ -45,6 +46,7 @@ const (
 	TypeDM           = 1
 	TypePublicThread = 11
 	TypeGuildForum   = 15
+	TypeGuildMedia   = 16
 )
 
 // Fake is one Discord with one bot.
@@ -239,7 +241,13 @@ type File struct {
 
 // maxUpload is the largest file Discord takes from a bot (10 MiB
 // without a server boost); a larger one is 413 Request Entity Too Large.
-const maxUpload = 10 << 20
+// maxRequest is the largest create message request Discord takes, files
+// and all (25 MiB, Discord's "maximum request size when sending a
+// message"); a larger one is refused as a whole, 413 with code 40005.
+const (
+	maxUpload  = 10 << 20
+	maxRequest = 25 << 20
+)
 
 // Button is a button component of a message.
 type Button struct {
@@ -699,7 +707,17 @@ func (f *Fake) createMessage(w http.ResponseWriter, r *http.Request) {
 	// A message with files is multipart: payload_json and files[n].
 	var files []File
 	if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt == "multipart/form-data" {
+		if r.ContentLength > maxRequest {
+			writeJSON(w, 413, map[string]any{"message": "Request entity too large", "code": 40005})
+			return
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, maxRequest)
 		if err := r.ParseMultipartForm(4 * maxUpload); err != nil {
+			var tooLarge *http.MaxBytesError
+			if errors.As(err, &tooLarge) {
+				writeJSON(w, 413, map[string]any{"message": "Request entity too large", "code": 40005})
+				return
+			}
 			writeJSON(w, 400, map[string]any{"message": "Invalid Form Body", "code": 50035})
 			return
 		}
@@ -749,8 +767,14 @@ func (f *Fake) createMessage(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("X-RateLimit-Remaining", "4")
 	w.Header().Set("X-RateLimit-Reset-After", "0.001")
-	if _, ok := f.channels[ch]; !ok {
+	c, ok := f.channels[ch]
+	if !ok {
 		unknownChannel(w)
+		return
+	}
+	if typ, _ := c["type"].(int); typ == TypeGuildForum || typ == TypeGuildMedia {
+		// A forum (or media) channel takes posts (threads), not messages.
+		writeJSON(w, 400, map[string]any{"message": "Cannot send messages in a non-text channel", "code": 50008})
 		return
 	}
 	if n := len([]rune(body.Content)); (n == 0 && len(files) == 0) || n > 2000 {
