@@ -1406,6 +1406,13 @@ func (s *Server) answerCallback(w http.ResponseWriter, p params) {
 		writeErr(w, APIError{Code: 400, Description: "Bad Request: query is too old and response timeout expired or query ID is invalid"})
 		return
 	}
+	if utf16Len(p["text"]) > 200 {
+		// The Bot API's "0-200 characters", counted as Telegram counts
+		// its other texts' lengths, in UTF-16 units: an emoji outside
+		// the BMP counts two.
+		writeErr(w, APIError{Code: 400, Description: "Bad Request: MESSAGE_TOO_LONG"})
+		return
+	}
 	s.queries[id] = true
 	s.answered = append(s.answered, CallbackAnswer{QueryID: id, Text: p["text"], ShowAlert: p["show_alert"] == "true"})
 	s.notifyLocked()
