@@ -174,6 +174,9 @@ type Server struct {
 	privateTopics, usersCreateTopics bool
 	dmTopics                         map[string]map[int]string
 	nextTopic                        int
+	// migrated are groups upgraded to supergroups (Migrate): old chat
+	// id → the supergroup's.
+	migrated map[string]int64
 }
 
 // file is one file a user sent, as getFile describes it.
@@ -450,6 +453,20 @@ func (s *Server) Pending() int {
 		}
 	}
 	return n
+}
+
+// Migrate upgrades group chat to the supergroup to: from now on any
+// method naming chat as chat_id is refused with 400 "Bad Request: group
+// chat was upgraded to a supergroup chat" and parameters'
+// migrate_to_chat_id, as Telegram refuses it. The group's messages stay
+// in it; the supergroup starts with none.
+func (s *Server) Migrate(chat string, to int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.migrated == nil {
+		s.migrated = map[string]int64{}
+	}
+	s.migrated[chat] = to
 }
 
 // DeleteTopic deletes a forum topic of a chat: from now on a send or
@@ -877,6 +894,11 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		}
 		s.mu.Unlock()
 		writeErr(w, e)
+		return
+	}
+	if to, ok := s.migrated[p["chat_id"]]; ok {
+		s.mu.Unlock()
+		writeErr(w, APIError{Code: 400, Description: "Bad Request: group chat was upgraded to a supergroup chat", MigrateTo: to})
 		return
 	}
 	drop := s.drop
@@ -1404,6 +1426,13 @@ func (s *Server) answerCallback(w http.ResponseWriter, p params) {
 	done, ok := s.queries[id]
 	if !ok || done || s.queryLife > 0 && time.Since(s.queryAt[id]) > s.queryLife {
 		writeErr(w, APIError{Code: 400, Description: "Bad Request: query is too old and response timeout expired or query ID is invalid"})
+		return
+	}
+	if utf16Len(p["text"]) > 200 {
+		// The Bot API's "0-200 characters", counted as Telegram counts
+		// its other texts' lengths, in UTF-16 units: an emoji outside
+		// the BMP counts two.
+		writeErr(w, APIError{Code: 400, Description: "Bad Request: MESSAGE_TOO_LONG"})
 		return
 	}
 	s.queries[id] = true

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 	"unicode"
-	"unicode/utf8"
+	"unicode/utf16"
 
 	"github.com/go-telegram/bot"
 	"github.com/go-telegram/bot/models"
@@ -216,9 +216,7 @@ func (p *Platform) answerCallback(ctx context.Context, id string, handed time.Ti
 // answerQuery answers callback query id with text, once, and returns
 // Telegram's error.
 func (p *Platform) answerQuery(ctx context.Context, id, text string) error {
-	if utf8.RuneCountInString(text) > maxCallbackText {
-		text = string([]rune(text)[:maxCallbackText])
-	}
+	text = cutUTF16(text, maxCallbackText)
 	_, err := p.api.AnswerCallbackQuery(ctx, &bot.AnswerCallbackQueryParams{CallbackQueryID: id, Text: text})
 	return err
 }
@@ -967,6 +965,27 @@ func (p *Platform) forwardRefusal(ctx context.Context, req *deliveryv1.SendReque
 	return taken
 }
 
-// maxCallbackText is the most a callback query's answer shows (Telegram
-// takes 0-200 characters).
+// maxCallbackText is the most a callback query's answer shows: the Bot
+// API takes 0-200 characters, and a longer one is refused
+// (MESSAGE_TOO_LONG), the toast lost. The API does not say what it
+// counts; Telegram counts its other texts' lengths in UTF-16 units, in
+// which an emoji outside the BMP (🔒, 👍) is two, so 200 runes can be
+// up to 400. Cut at 200 units, the answer fits whichever it counts.
 const maxCallbackText = 200
+
+// cutUTF16 is the longest start of s that is at most limit UTF-16
+// units, never half of a surrogate pair.
+func cutUTF16(s string, limit int) string {
+	n := 0
+	for i, r := range s {
+		w := utf16.RuneLen(r)
+		if w < 0 {
+			w = 1 // an invalid rune goes as U+FFFD
+		}
+		if n+w > limit {
+			return s[:i]
+		}
+		n += w
+	}
+	return s
+}

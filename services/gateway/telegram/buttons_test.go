@@ -695,3 +695,39 @@ func sendApprovalCard(t *testing.T, f *telegramfake.Server, b *bus.Bus) telegram
 	}
 	return f.Messages("99")[0]
 }
+
+// A callback query's answer over the Bot API's 200 characters is cut to
+// fit: counted in UTF-16 units, as Telegram counts its texts, where an
+// emoji outside the BMP is two. Cut at 200 runes, such a toast was up to
+// 400 units, refused (MESSAGE_TOO_LONG) and lost.
+func TestCallbackAnswerFits(t *testing.T) {
+	t.Parallel()
+	f := newFake(t)
+	p, err := NewPlatform(testConfig(f), quietLog(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, c := range []struct {
+		name, text, want string
+	}{
+		{"short", "⛔ Not yours.", "⛔ Not yours."},
+		{"ascii", strings.Repeat("a", 250), strings.Repeat("a", 200)},
+		{"emoji under 200 runes", strings.Repeat("🔒", 150), strings.Repeat("🔒", 100)},
+		{"emoji over 200 runes", strings.Repeat("🔒", 250), strings.Repeat("🔒", 100)},
+		{"a pair at the cut", "a" + strings.Repeat("🔒", 150), "a" + strings.Repeat("🔒", 99)},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, qid := f.InjectQuery(`{"callback_query":{"id":"%[1]s","from":{"id":99,"is_bot":false,"first_name":"A"},"chat_instance":"-99","data":"x"}}`)
+			if err := p.answerQuery(ctx, qid, c.text); err != nil {
+				t.Fatalf("answer refused: %v", err)
+			}
+			for _, a := range f.CallbackAnswers() {
+				if a.QueryID == qid && a.Text != c.want {
+					t.Fatalf("answered %q, want %q", a.Text, c.want)
+				}
+			}
+		})
+	}
+}

@@ -176,7 +176,13 @@ func normalize(u *models.Update, me identity, g gating) (outcome, error) {
 		}
 		if r.From != nil {
 			ev.ReplyTo.UserId = strconv.FormatInt(r.From.ID, 10)
-			ev.ReplyTo.FromBot = r.From.ID == me.id
+			// In a forum topic every message that replies to no other
+			// comes as a reply to the topic's creation (the
+			// forum_topic_created service message), whose sender is
+			// whoever opened the topic: this bot, for a topic it (or
+			// Hermes with its token) opened. That is no reply to the bot,
+			// or every message of such a topic would pass require_mention.
+			ev.ReplyTo.FromBot = r.From.ID == me.id && r.ForumTopicCreated == nil
 		}
 	}
 

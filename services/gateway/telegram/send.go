@@ -128,12 +128,26 @@ func checkLength(text string, limit int) error {
 	return nil
 }
 
-// Send posts a text message, or the attachments with the text as caption.
+// Send posts a text message, or the attachments with the text as caption,
+// in the supergroup a group was upgraded to (followMigration).
 func (p *Platform) Send(ctx context.Context, req *deliveryv1.SendRequested) (string, error) {
-	t := req.GetTarget()
-	if t.GetInteraction().GetComponent() {
+	if req.GetTarget().GetInteraction().GetComponent() {
 		return p.refuse(ctx, req)
 	}
+	var id string
+	chat, err := p.followMigration(req, func(req *deliveryv1.SendRequested) error {
+		var err error
+		id, err = p.send(ctx, req)
+		return err
+	})
+	if err == nil && id != "" && chat != req.GetTarget().GetChatId() {
+		p.sentMoved(req.GetTarget().GetChatId(), id)
+	}
+	return id, err
+}
+
+func (p *Platform) send(ctx context.Context, req *deliveryv1.SendRequested) (string, error) {
+	t := req.GetTarget()
 	if len(req.GetAttachments()) > 0 {
 		return p.sendMedia(ctx, req)
 	}
@@ -485,6 +499,9 @@ func (p *Platform) Edit(ctx context.Context, req *deliveryv1.SendRequested) erro
 	if err != nil {
 		return platform.Permanent(fmt.Errorf("message id %q is not a telegram message id", req.GetMessageId()))
 	}
+	if to := p.movedMessage(req.GetTarget().GetChatId(), req.GetMessageId()); to != "" {
+		req = inChat(req, to) // sent to the supergroup in the old group's place
+	}
 	if strings.TrimSpace(req.GetText()) == "" {
 		return platform.Permanent(errors.New("empty message"))
 	}
@@ -511,6 +528,9 @@ func (p *Platform) Delete(ctx context.Context, req *deliveryv1.SendRequested) er
 	if err != nil {
 		return platform.Permanent(fmt.Errorf("message id %q is not a telegram message id", req.GetMessageId()))
 	}
+	if to := p.movedMessage(req.GetTarget().GetChatId(), req.GetMessageId()); to != "" {
+		req = inChat(req, to) // sent to the supergroup in the old group's place
+	}
 	_, err = p.api.DeleteMessage(ctx, &bot.DeleteMessageParams{ChatID: chatID(req.GetTarget().GetChatId()), MessageID: id})
 	if err != nil && errors.Is(err, bot.ErrorBadRequest) && strings.Contains(err.Error(), "message to delete not found") {
 		return nil
@@ -524,8 +544,14 @@ func (p *Platform) Delete(ctx context.Context, req *deliveryv1.SendRequested) er
 // in no topic, and General's view never shows the bot typing (Hermes's
 // _message_thread_id_for_typing, kept apart from its sends' on purpose).
 // Should Telegram refuse thread 1 as not found (a chat that is no forum
-// any more), the action goes without a thread.
+// any more), the action goes without a thread. A group upgraded to a
+// supergroup sees it in the supergroup (followMigration).
 func (p *Platform) Typing(ctx context.Context, req *deliveryv1.SendRequested) error {
+	_, err := p.followMigration(req, func(req *deliveryv1.SendRequested) error { return p.typing(ctx, req) })
+	return err
+}
+
+func (p *Platform) typing(ctx context.Context, req *deliveryv1.SendRequested) error {
 	t := req.GetTarget()
 	thread := threadID(t)
 	if t.GetThreadId() == generalTopic {

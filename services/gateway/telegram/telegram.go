@@ -341,6 +341,10 @@ type Platform struct {
 	stopped bool
 	presses sync.WaitGroup
 
+	// moved are the groups upgraded to supergroups (migrate.go).
+	movedMu sync.Mutex
+	moved   moved
+
 	mu       sync.Mutex
 	username string
 	menuSet  bool // the command menu was set (setCommands)

@@ -103,6 +103,23 @@ func kindCases() []kindCase {
 				e.Mentioned = true
 				e.ReplyTo = &eventsv1.ReplyTo{MessageId: "5", Text: "first answer", UserId: "4242", FromBot: true}
 			})},
+		// A topic message that replies to no other comes as a reply to
+		// the topic's creation; the bot opened this topic, and still the
+		// message does not address it.
+		{"forum_topic_opened_by_the_bot", obj{"message": msg(obj{"from": alice, "chat": forum, "text": "chatter",
+			"message_thread_id": 17585, "is_topic_message": true,
+			"reply_to_message": obj{"message_id": 17585, "date": msgDate, "chat": forum, "from": botUser,
+				"message_thread_id": 17585, "is_topic_message": true,
+				"forum_topic_created": obj{"name": "Deploys", "icon_color": 7322096}}})},
+			nil},
+		{"forum_topic_reply_to_the_bot", obj{"message": msg(obj{"from": alice, "chat": forum, "text": "and then?",
+			"message_thread_id": 17585, "is_topic_message": true,
+			"reply_to_message": obj{"message_id": 17590, "date": msgDate, "chat": forum, "from": botUser,
+				"message_thread_id": 17585, "is_topic_message": true, "text": "first answer"}})},
+			ev(src("-1002285219668", "Forum", "group", "99", "Alice Liddell", "17585"), "and then?", func(e *eventsv1.MessageReceived) {
+				e.Mentioned = true
+				e.ReplyTo = &eventsv1.ReplyTo{MessageId: "17590", Text: "first answer", UserId: "4242", FromBot: true}
+			})},
 		{"basic_group_text_mention", obj{"message": msg(obj{"from": alice, "chat": basicGrp, "text": "hey SB",
 			"entities": []obj{{"type": "text_mention", "offset": 4, "length": 2, "user": botUser}}})},
 			ev(src("-555", "Basic", "group", "99", "Alice Liddell", ""), "hey SB", mention)},
