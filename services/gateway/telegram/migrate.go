@@ -63,12 +63,19 @@ func (p *Platform) move(chat, to string) {
 	p.moved.chats[chat] = to
 }
 
+// maxMovedMessages bounds the messages kept as sent to a supergroup in
+// an old group's place.
+const maxMovedMessages = 10000
+
 // sentMoved keeps that message id, sent in the place of a message to
 // chat, is in chat's supergroup.
 func (p *Platform) sentMoved(chat, id string) {
 	p.movedMu.Lock()
 	defer p.movedMu.Unlock()
-	if p.moved.msgs == nil {
+	if p.moved.msgs == nil || len(p.moved.msgs) >= maxMovedMessages {
+		// Bounded: only the sends that still named an old group (a turn
+		// begun before its upgrade, a cron job's) add to it; past the
+		// bound the oldest edits are refused as before the fix.
 		p.moved.msgs = map[string]bool{}
 	}
 	p.moved.msgs[chat+"/"+id] = true
