@@ -49,6 +49,8 @@ type Fake struct {
 
 	mu          sync.Mutex
 	conns       int
+	pending     int  // connections counted whose session is not current yet
+	dropPending bool // Drop came while one was pending: close it
 	cur         *socket
 	connected   chan struct{} // closed and replaced on each new connection
 	messages    map[string][]*Message
@@ -949,8 +951,20 @@ type socket struct {
 }
 
 func (f *Fake) link(w http.ResponseWriter, r *http.Request) {
+	// The connection is counted before the handshake's answer goes out:
+	// slack-go reports it connected (socketmode's EventTypeConnected, on
+	// which the gateway says it is up) as soon as its dial returns,
+	// before the hello, so a count read then must already see it.
+	f.mu.Lock()
+	f.conns++
+	f.pending++
+	f.mu.Unlock()
 	c, err := websocket.Accept(w, r, &websocket.AcceptOptions{OriginPatterns: []string{"api.slack.com"}})
 	if err != nil {
+		f.mu.Lock()
+		f.conns--
+		f.pending--
+		f.mu.Unlock()
 		return
 	}
 	c.SetReadLimit(1 << 20)
@@ -960,17 +974,23 @@ func (f *Fake) link(w http.ResponseWriter, r *http.Request) {
 		"debug_info":      map[string]any{"host": "fake", "approximate_connection_time": 3600},
 		"connection_info": map[string]any{"app_id": f.AppID}}
 	data, _ := json.Marshal(hello)
-	// The session is counted and made current before its hello goes out,
-	// and the hello is written under the lock: the client reports itself
-	// connected on the hello, and a count read or a Drop after that must
-	// already see this session, while a Push waits for the hello to be
-	// out before writing its envelope.
+	// The session is made current before its hello goes out, and the
+	// hello is written under the lock: a Drop after the client saw the
+	// hello must find this session, while a Push waits for the hello to
+	// be out before writing its envelope.
 	f.mu.Lock()
+	f.pending--
+	if f.dropPending && f.pending == 0 {
+		// Dropped before it was current (see Drop).
+		f.dropPending = false
+		f.mu.Unlock()
+		_ = c.CloseNow()
+		return
+	}
 	if f.cur != nil {
 		_ = f.cur.c.Close(websocket.StatusGoingAway, "replaced")
 	}
 	f.cur = s
-	f.conns++
 	err = c.Write(ctx, websocket.MessageText, data)
 	if err == nil {
 		close(f.connected)
@@ -1013,6 +1033,11 @@ func (f *Fake) Drop() {
 	f.mu.Lock()
 	s := f.cur
 	f.cur = nil
+	if s == nil && f.pending > 0 {
+		// A connection the client already took for up (its dial
+		// returned) is not current yet: it is closed once it would be.
+		f.dropPending = true
+	}
 	f.mu.Unlock()
 	if s != nil {
 		_ = s.c.CloseNow()
