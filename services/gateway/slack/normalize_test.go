@@ -195,7 +195,13 @@ func TestNormalize(t *testing.T) {
 		{name: "thread parent is its thread's", ev: slackfake.Event{Channel: "C0CHANNEL", ChannelType: "channel", User: "U0USER01", Text: "hi", TS: "1.1", ThreadTS: "1.1"},
 			key: "agent:main:slack:group:T0WORKSPACE:C0CHANNEL:1.1", text: "hi"},
 		{name: "app mention stripped", ev: slackfake.Event{Type: "app_mention", Channel: "C0CHANNEL", User: "U0USER01", Text: "<@U0BOT>  !new  please", TS: "1.1"},
-			key: "agent:main:slack:group:T0WORKSPACE:C0CHANNEL:1.1", text: "!new please", mention: true},
+			key: "agent:main:slack:group:T0WORKSPACE:C0CHANNEL:1.1", text: "!new  please", mention: true},
+		// As Hermes, only the mention goes: the lines and indentation of
+		// code the user pasted stay as written.
+		{name: "a mention keeps the message's lines", ev: slackfake.Event{Type: "app_mention", Channel: "C0CHANNEL", User: "U0USER01", Text: "<@U0BOT>  why does this fail?\n```\nfunc f() {\n\treturn  nil\n}\n```\n", TS: "1.1"},
+			key: "agent:main:slack:group:T0WORKSPACE:C0CHANNEL:1.1", text: "why does this fail?\n```\nfunc f() {\n\treturn  nil\n}\n```", mention: true},
+		{name: "a mention inside the text", ev: slackfake.Event{Channel: "C0CHANNEL", ChannelType: "channel", User: "U0USER01", Text: "so <@U0BOT|hermes> what now?\n• a\n• b", TS: "1.1"},
+			key: "agent:main:slack:group:T0WORKSPACE:C0CHANNEL:1.1", text: "so what now?\n• a\n• b", mention: true},
 		{name: "other mentions kept", ev: slackfake.Event{Channel: "C0CHANNEL", ChannelType: "channel", User: "U0USER01", Text: "ask <@U0OTHER|bob>", TS: "1.1"},
 			key: "agent:main:slack:group:T0WORKSPACE:C0CHANNEL:1.1", text: "ask <@U0OTHER|bob>"},
 		{name: "command passes through", ev: slackfake.Event{Channel: "D0DM", ChannelType: "im", User: "U0USER01", Text: "!model gpt", TS: "1.1"},
