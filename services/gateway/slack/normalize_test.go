@@ -509,6 +509,16 @@ func TestForwardedAndRichText(t *testing.T) {
 			me, "<https://example.com/doc>\n\n📎 [The doc](https://example.com/doc)\n   " + strings.Repeat("w", 497) + "...\n   _Example_"},
 		{"words only in rich text blocks", slackfake.Event{Channel: "D0DM", ChannelType: "im", User: "U0USER01", TS: "1.1", Blocks: richBlocks},
 			me, "look at this (https://example.com) <@U0CAROL> :eyes:\n> quoted words\n• one\n• two\n```\nmake test\n```"},
+		// A quote's and a code block's elements are inline ones, as
+		// Slack sends them: a styled word, a link or a line break in
+		// them does not cut the quote or the code into lines, each line
+		// of a quote is quoted, and a link in code stays as written.
+		{"a quote and code with links and styles", slackfake.Event{Channel: "D0DM", ChannelType: "im", User: "U0USER01", TS: "1.1", Blocks: json.RawMessage(`[{"type":"rich_text","block_id":"q1","elements":[
+			{"type":"rich_text_quote","elements":[{"type":"text","text":"the deploy is "},{"type":"text","text":"stuck","style":{"bold":true}},
+				{"type":"text","text":" on "},{"type":"link","url":"https://ci.example.com/42","text":"staging"},{"type":"text","text":"\nsince noon"}]},
+			{"type":"rich_text_preformatted","border":0,"elements":[{"type":"text","text":"curl -v "},{"type":"link","url":"https://ci.example.com/42"},
+				{"type":"text","text":" \\\n  -H 'Accept: */*'"}]}]}]`)},
+			me, "> the deploy is stuck on staging (https://ci.example.com/42)\n> since noon\n```\ncurl -v https://ci.example.com/42 \\\n  -H 'Accept: */*'\n```"},
 		{"text first, its blocks not added", slackfake.Event{Channel: "D0DM", ChannelType: "im", User: "U0USER01", Text: "look at <https://example.com|this>", TS: "1.1", Blocks: richBlocks},
 			me, "look at <https://example.com|this>"},
 		{"section blocks with text", slackfake.Event{Channel: "D0DM", ChannelType: "im", User: "U0USER01", Text: "deploy done", TS: "1.1", Blocks: sectionBlocks},
