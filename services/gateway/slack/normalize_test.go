@@ -519,6 +519,14 @@ func TestForwardedAndRichText(t *testing.T) {
 			{"type":"rich_text_preformatted","border":0,"elements":[{"type":"text","text":"curl -v "},{"type":"link","url":"https://ci.example.com/42"},
 				{"type":"text","text":" \\\n  -H 'Accept: */*'"}]}]}]`)},
 			me, "> the deploy is stuck on staging (https://ci.example.com/42)\n> since noon\n```\ncurl -v https://ci.example.com/42 \\\n  -H 'Accept: */*'\n```"},
+		// A nested list comes as a list of its own, indented, and the
+		// ordered list continued after it numbers on from its offset.
+		{"a nested list", slackfake.Event{Channel: "D0DM", ChannelType: "im", User: "U0USER01", TS: "1.1", Blocks: json.RawMessage(`[{"type":"rich_text","block_id":"l1","elements":[
+			{"type":"rich_text_list","style":"ordered","indent":0,"border":0,"elements":[{"type":"rich_text_section","elements":[{"type":"text","text":"build"}]}]},
+			{"type":"rich_text_list","style":"bullet","indent":1,"border":0,"elements":[{"type":"rich_text_section","elements":[{"type":"text","text":"arm64"}]},
+				{"type":"rich_text_section","elements":[{"type":"text","text":"amd64"}]}]},
+			{"type":"rich_text_list","style":"ordered","indent":0,"offset":1,"border":0,"elements":[{"type":"rich_text_section","elements":[{"type":"text","text":"deploy"}]}]}]}]`)},
+			me, "1. build\n  • arm64\n  • amd64\n2. deploy"},
 		{"text first, its blocks not added", slackfake.Event{Channel: "D0DM", ChannelType: "im", User: "U0USER01", Text: "look at <https://example.com|this>", TS: "1.1", Blocks: richBlocks},
 			me, "look at <https://example.com|this>"},
 		{"section blocks with text", slackfake.Event{Channel: "D0DM", ChannelType: "im", User: "U0USER01", Text: "deploy done", TS: "1.1", Blocks: sectionBlocks},

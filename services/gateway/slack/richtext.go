@@ -40,6 +40,12 @@ type richBlock struct {
 	Name        string          `json:"name"`
 	Range       string          `json:"range"`
 	Fallback    string          `json:"fallback"`
+	// Indent and Offset are a list's: its nesting depth (Slack sends a
+	// nested list as a list of its own after its parent's item) and
+	// how many items of its ordered list came before it (a list
+	// continued after a nested one).
+	Indent int `json:"indent"`
+	Offset int `json:"offset"`
 }
 
 // slackAttachment is an entry of a message's attachments.
@@ -89,7 +95,8 @@ func attachments(raw json.RawMessage) []slackAttachment {
 
 // richText renders the rich text blocks among blocks as Hermes's
 // _extract_text_from_slack_blocks does: a line per section, "> " before
-// a quote's lines, "• " or "1. " before a list's items, a preformatted
+// a quote's lines, "• " or "1. " before a list's items (numbered on
+// from its offset, indented two spaces a level), a preformatted
 // block fenced with ```, a link as "label (url)" (in code as written),
 // mentions as Slack
 // writes them in text (<@U…>, <#C…>), an emoji as :name:. Other blocks
@@ -130,11 +137,11 @@ func richText(blocks []richBlock) string {
 				var style string
 				_ = json.Unmarshal(el.Style, &style)
 				for i, item := range el.Elements {
-					b := strconv.Itoa(i+1) + ". "
+					b := strconv.Itoa(el.Offset+i+1) + ". "
 					if style == "bullet" {
 						b = "• "
 					}
-					walk([]richBlock{item}, quote, b)
+					walk([]richBlock{item}, quote, strings.Repeat("  ", max(el.Indent, 0))+b)
 				}
 			case "rich_text_preformatted":
 				// Its elements are inline ones too (text and links):
