@@ -430,3 +430,86 @@ func TestRetryCallsNoFilesInfo(t *testing.T) {
 		})
 	}
 }
+
+// A file Slack answers 429 (its rate limit) or a 5xx for is asked again,
+// after the Retry-After it names, else 1.5 s then 3 s, three attempts in
+// all, as Hermes's _download_slack_file: before, the first such answer
+// lost the file to the turn. A 404 is final, and a wait longer than the
+// fetch's bound fails at once.
+func TestDownloadRetries(t *testing.T) {
+	t.Parallel()
+	rateLimited := slackfake.FileFailure{Status: http.StatusTooManyRequests, RetryAfter: "1"}
+	unavailable := slackfake.FileFailure{Status: http.StatusServiceUnavailable}
+	for _, tc := range []struct {
+		name  string
+		fails []slackfake.FileFailure
+		bound time.Duration // the fetch's ctx
+		// requests is how many file requests the fetch makes; kept:
+		// the file is downloaded.
+		requests int
+		kept     bool
+	}{
+		{name: "429 with Retry-After", fails: []slackfake.FileFailure{rateLimited}, bound: 30 * time.Second, requests: 2, kept: true},
+		{name: "503", fails: []slackfake.FileFailure{unavailable}, bound: 30 * time.Second, requests: 2, kept: true},
+		{name: "three failures", fails: []slackfake.FileFailure{rateLimited, {Status: http.StatusInternalServerError}, rateLimited}, bound: 30 * time.Second, requests: 3},
+		{name: "404 is final", fails: []slackfake.FileFailure{{Status: http.StatusNotFound}}, bound: 30 * time.Second, requests: 1},
+		{name: "a wait beyond the bound", fails: []slackfake.FileFailure{{Status: http.StatusTooManyRequests, RetryAfter: "120"}}, bound: 30 * time.Second, requests: 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			fake := slackfake.New(t)
+			ctx, cancel := context.WithTimeout(context.Background(), tc.bound)
+			defer cancel()
+			p, err := NewPlatform(ctx, Config{BotToken: fake.BotToken, AppToken: fake.AppToken, APIBaseURL: fake.APIURL()}, slog.New(slog.DiscardHandler), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			data := platformtest.NoisePNG(t, 4, 4)
+			f := fake.AddFile("cat.png", "image/png", data)
+			fake.FailFiles(tc.fails...)
+			rc, _, err := p.Fetch(ctx, &eventsv1.Attachment{Location: &eventsv1.Attachment_Url{Url: f.DownloadURL}, PlatformFileId: f.ID, MimeType: "image/png"})
+			if n := fake.Downloads(); n != tc.requests {
+				t.Errorf("%d file requests, want %d", n, tc.requests)
+			}
+			if !tc.kept {
+				if err == nil {
+					_ = rc.Close()
+					t.Fatal("downloaded, want a failure")
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("fetch: %v, want the file", err)
+			}
+			defer func() { _ = rc.Close() }()
+			if got, err := io.ReadAll(rc); err != nil || !bytes.Equal(got, data) {
+				t.Fatalf("read %d bytes (%v), want the %d of the file", len(got), err, len(data))
+			}
+		})
+	}
+}
+
+func TestDownloadWait(t *testing.T) {
+	now := time.Date(2026, 12, 7, 17, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		retryAfter string
+		try        int
+		want       time.Duration
+	}{
+		{"", 1, 1500 * time.Millisecond},
+		{"", 2, 3 * time.Second},
+		{"7", 1, 7 * time.Second},
+		{" 2 ", 2, 2 * time.Second},
+		{now.Add(4 * time.Second).Format(http.TimeFormat), 1, 4 * time.Second},
+		{now.Add(-time.Minute).Format(http.TimeFormat), 1, 0},
+		{"soon", 1, 1500 * time.Millisecond},
+	} {
+		h := http.Header{}
+		if tc.retryAfter != "" {
+			h.Set("Retry-After", tc.retryAfter)
+		}
+		if got := downloadWait(h, tc.try, now); got != tc.want {
+			t.Errorf("Retry-After %q, attempt %d: wait %s, want %s", tc.retryAfter, tc.try, got, tc.want)
+		}
+	}
+}

@@ -215,10 +215,15 @@ func normalize(raw []byte, id identity) (*eventsv1.MessageReceived, skip, error)
 	return ev, "", nil
 }
 
-var mentionRE = regexp.MustCompile(`<@([A-Z0-9]+)(\|[^>]*)?>`)
+// mentionRE is a mention of a user ("<@U…>", "<@U…|name>"), with the
+// spaces and tabs after it.
+var mentionRE = regexp.MustCompile(`<@([A-Z0-9]+)(\|[^>]*)?>[ \t]*`)
 
-// stripMention removes mentions of the bot and reports whether there was
-// one; "<@U0BOT> !new" becomes "!new" so commands work after a mention.
+// stripMention removes mentions of the bot, each with the spaces after
+// it, and reports whether there was one; "<@U0BOT> !new" becomes "!new"
+// so commands work after a mention. The text is trimmed, as Hermes
+// does; the rest stays as written: its lines, indentation and code
+// blocks are the user's.
 func stripMention(text, bot string) (string, bool) {
 	if bot == "" {
 		return text, false
@@ -234,7 +239,7 @@ func stripMention(text, bot string) (string, bool) {
 	if !found {
 		return text, false
 	}
-	return strings.TrimSpace(strings.Join(strings.Fields(out), " ")), true
+	return strings.TrimSpace(out), true
 }
 
 // tsTime reads a Slack ts ("1700000000.000100") as a time; nil if it is

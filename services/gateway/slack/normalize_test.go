@@ -195,7 +195,13 @@ func TestNormalize(t *testing.T) {
 		{name: "thread parent is its thread's", ev: slackfake.Event{Channel: "C0CHANNEL", ChannelType: "channel", User: "U0USER01", Text: "hi", TS: "1.1", ThreadTS: "1.1"},
 			key: "agent:main:slack:group:T0WORKSPACE:C0CHANNEL:1.1", text: "hi"},
 		{name: "app mention stripped", ev: slackfake.Event{Type: "app_mention", Channel: "C0CHANNEL", User: "U0USER01", Text: "<@U0BOT>  !new  please", TS: "1.1"},
-			key: "agent:main:slack:group:T0WORKSPACE:C0CHANNEL:1.1", text: "!new please", mention: true},
+			key: "agent:main:slack:group:T0WORKSPACE:C0CHANNEL:1.1", text: "!new  please", mention: true},
+		// As Hermes, only the mention goes: the lines and indentation of
+		// code the user pasted stay as written.
+		{name: "a mention keeps the message's lines", ev: slackfake.Event{Type: "app_mention", Channel: "C0CHANNEL", User: "U0USER01", Text: "<@U0BOT>  why does this fail?\n```\nfunc f() {\n\treturn  nil\n}\n```\n", TS: "1.1"},
+			key: "agent:main:slack:group:T0WORKSPACE:C0CHANNEL:1.1", text: "why does this fail?\n```\nfunc f() {\n\treturn  nil\n}\n```", mention: true},
+		{name: "a mention inside the text", ev: slackfake.Event{Channel: "C0CHANNEL", ChannelType: "channel", User: "U0USER01", Text: "so <@U0BOT|hermes> what now?\n• a\n• b", TS: "1.1"},
+			key: "agent:main:slack:group:T0WORKSPACE:C0CHANNEL:1.1", text: "so what now?\n• a\n• b", mention: true},
 		{name: "other mentions kept", ev: slackfake.Event{Channel: "C0CHANNEL", ChannelType: "channel", User: "U0USER01", Text: "ask <@U0OTHER|bob>", TS: "1.1"},
 			key: "agent:main:slack:group:T0WORKSPACE:C0CHANNEL:1.1", text: "ask <@U0OTHER|bob>"},
 		{name: "command passes through", ev: slackfake.Event{Channel: "D0DM", ChannelType: "im", User: "U0USER01", Text: "!model gpt", TS: "1.1"},
@@ -503,6 +509,24 @@ func TestForwardedAndRichText(t *testing.T) {
 			me, "<https://example.com/doc>\n\n📎 [The doc](https://example.com/doc)\n   " + strings.Repeat("w", 497) + "...\n   _Example_"},
 		{"words only in rich text blocks", slackfake.Event{Channel: "D0DM", ChannelType: "im", User: "U0USER01", TS: "1.1", Blocks: richBlocks},
 			me, "look at this (https://example.com) <@U0CAROL> :eyes:\n> quoted words\n• one\n• two\n```\nmake test\n```"},
+		// A quote's and a code block's elements are inline ones, as
+		// Slack sends them: a styled word, a link or a line break in
+		// them does not cut the quote or the code into lines, each line
+		// of a quote is quoted, and a link in code stays as written.
+		{"a quote and code with links and styles", slackfake.Event{Channel: "D0DM", ChannelType: "im", User: "U0USER01", TS: "1.1", Blocks: json.RawMessage(`[{"type":"rich_text","block_id":"q1","elements":[
+			{"type":"rich_text_quote","elements":[{"type":"text","text":"the deploy is "},{"type":"text","text":"stuck","style":{"bold":true}},
+				{"type":"text","text":" on "},{"type":"link","url":"https://ci.example.com/42","text":"staging"},{"type":"text","text":"\nsince noon"}]},
+			{"type":"rich_text_preformatted","border":0,"elements":[{"type":"text","text":"curl -v "},{"type":"link","url":"https://ci.example.com/42"},
+				{"type":"text","text":" \\\n  -H 'Accept: */*'"}]}]}]`)},
+			me, "> the deploy is stuck on staging (https://ci.example.com/42)\n> since noon\n```\ncurl -v https://ci.example.com/42 \\\n  -H 'Accept: */*'\n```"},
+		// A nested list comes as a list of its own, indented, and the
+		// ordered list continued after it numbers on from its offset.
+		{"a nested list", slackfake.Event{Channel: "D0DM", ChannelType: "im", User: "U0USER01", TS: "1.1", Blocks: json.RawMessage(`[{"type":"rich_text","block_id":"l1","elements":[
+			{"type":"rich_text_list","style":"ordered","indent":0,"border":0,"elements":[{"type":"rich_text_section","elements":[{"type":"text","text":"build"}]}]},
+			{"type":"rich_text_list","style":"bullet","indent":1,"border":0,"elements":[{"type":"rich_text_section","elements":[{"type":"text","text":"arm64"}]},
+				{"type":"rich_text_section","elements":[{"type":"text","text":"amd64"}]}]},
+			{"type":"rich_text_list","style":"ordered","indent":0,"offset":1,"border":0,"elements":[{"type":"rich_text_section","elements":[{"type":"text","text":"deploy"}]}]}]}]`)},
+			me, "1. build\n  • arm64\n  • amd64\n2. deploy"},
 		{"text first, its blocks not added", slackfake.Event{Channel: "D0DM", ChannelType: "im", User: "U0USER01", Text: "look at <https://example.com|this>", TS: "1.1", Blocks: richBlocks},
 			me, "look at <https://example.com|this>"},
 		{"section blocks with text", slackfake.Event{Channel: "D0DM", ChannelType: "im", User: "U0USER01", Text: "deploy done", TS: "1.1", Blocks: sectionBlocks},

@@ -40,6 +40,12 @@ type richBlock struct {
 	Name        string          `json:"name"`
 	Range       string          `json:"range"`
 	Fallback    string          `json:"fallback"`
+	// Indent and Offset are a list's: its nesting depth (Slack sends a
+	// nested list as a list of its own after its parent's item) and
+	// how many items of its ordered list came before it (a list
+	// continued after a nested one).
+	Indent int `json:"indent"`
+	Offset int `json:"offset"`
 }
 
 // slackAttachment is an entry of a message's attachments.
@@ -89,8 +95,10 @@ func attachments(raw json.RawMessage) []slackAttachment {
 
 // richText renders the rich text blocks among blocks as Hermes's
 // _extract_text_from_slack_blocks does: a line per section, "> " before
-// a quote's lines, "• " or "1. " before a list's items, a preformatted
-// block fenced with ```, a link as "label (url)", mentions as Slack
+// a quote's lines, "• " or "1. " before a list's items (numbered on
+// from its offset, indented two spaces a level), a preformatted
+// block fenced with ```, a link as "label (url)" (in code as written),
+// mentions as Slack
 // writes them in text (<@U…>, <#C…>), an emoji as :name:. Other blocks
 // are left out.
 func richText(blocks []richBlock) string {
@@ -99,11 +107,14 @@ func richText(blocks []richBlock) string {
 		if strings.TrimSpace(text) == "" {
 			return
 		}
-		prefix := ""
+		text = strings.TrimRightFunc(bullet+text, unicode.IsSpace)
 		if quote > 0 {
-			prefix = strings.Repeat(">", quote) + " "
+			// Every line of a quote is quoted, the lines of a text
+			// element's "\n" too.
+			prefix := strings.Repeat(">", quote) + " "
+			text = prefix + strings.ReplaceAll(text, "\n", "\n"+prefix)
 		}
-		lines = append(lines, strings.TrimRightFunc(prefix+bullet+text, unicode.IsSpace))
+		lines = append(lines, text)
 	}
 	var walk func(elements []richBlock, quote int, bullet string)
 	walk = func(elements []richBlock, quote int, bullet string) {
@@ -112,25 +123,36 @@ func richText(blocks []richBlock) string {
 			case "rich_text_section":
 				line(inline(el.Elements), quote, bullet)
 			case "rich_text_quote":
-				walk(el.Elements, quote+1, "")
+				// Its elements are inline ones, as a section's (text,
+				// link, user …): a line of them is one text, not a line
+				// each.
+				for _, run := range runs(el.Elements, false) {
+					if run.block != nil {
+						walk([]richBlock{*run.block}, quote+1, "")
+					} else {
+						line(run.text, quote+1, "")
+					}
+				}
 			case "rich_text_list":
 				var style string
 				_ = json.Unmarshal(el.Style, &style)
 				for i, item := range el.Elements {
-					b := strconv.Itoa(i+1) + ". "
+					b := strconv.Itoa(el.Offset+i+1) + ". "
 					if style == "bullet" {
 						b = "• "
 					}
-					walk([]richBlock{item}, quote, b)
+					walk([]richBlock{item}, quote, strings.Repeat("  ", max(el.Indent, 0))+b)
 				}
 			case "rich_text_preformatted":
+				// Its elements are inline ones too (text and links):
+				// the code is their text run together; a section in it
+				// (not what Slack sends) is a line of its own, as in
+				// Hermes.
 				var code []string
-				for _, child := range el.Elements {
-					var s string
-					if child.Type == "rich_text_section" {
-						s = inline(child.Elements)
-					} else {
-						s = inline([]richBlock{child})
+				for _, run := range runs(el.Elements, true) {
+					s := run.text
+					if run.block != nil && run.block.Type == "rich_text_section" {
+						s = inlineText(run.block.Elements, true)
 					}
 					if s != "" {
 						code = append(code, s)
@@ -152,14 +174,57 @@ func richText(blocks []richBlock) string {
 	return strings.Join(lines, "\n")
 }
 
+// run is a rich text block (a rich_text_section …) among a quote's or a
+// preformatted block's elements, or the text of the inline elements
+// between two of them.
+type run struct {
+	block *richBlock
+	text  string
+}
+
+// runs splits elements, a quote's or a preformatted block's, into the
+// rich text blocks among them (not what Slack sends there, but Hermes
+// reads them) and the runs of inline elements between them, each run
+// rendered as one text (inlineText, in code when code).
+func runs(elements []richBlock, code bool) []run {
+	var out []run
+	var pending []richBlock
+	flush := func() {
+		if len(pending) > 0 {
+			out = append(out, run{text: inlineText(pending, code)})
+			pending = nil
+		}
+	}
+	for i := range elements {
+		if strings.HasPrefix(elements[i].Type, "rich_text_") {
+			flush()
+			out = append(out, run{block: &elements[i]})
+			continue
+		}
+		pending = append(pending, elements[i])
+	}
+	flush()
+	return out
+}
+
 // inline renders rich text's inline elements.
-func inline(elements []richBlock) string {
+func inline(elements []richBlock) string { return inlineText(elements, false) }
+
+// inlineText renders rich text's inline elements, in a preformatted
+// block when code.
+func inlineText(elements []richBlock, code bool) string {
 	var b strings.Builder
 	for _, el := range elements {
 		switch el.Type {
 		case "text":
 			b.WriteString(el.Text)
 		case "link":
+			if code {
+				// In code, what the user wrote: the URL (Slack links
+				// one there), not a rendering that changes the code.
+				b.WriteString(cmp.Or(el.Text, el.URL))
+				continue
+			}
 			b.WriteString(cmp.Or(el.Text, el.URL) + " (" + el.URL + ")")
 		case "channel":
 			b.WriteString("<#" + el.ChannelID + ">")

@@ -68,6 +68,7 @@ type Fake struct {
 	downloads   int
 	fileGets    []string            // the URLs of the requests for files, in order
 	noFilesRead bool                // the bot token lacks files:read
+	fileFails   []FileFailure       // the answers of the next file requests, in order, before they are served again
 	fileInfos   int                 // files.info calls
 	reactions   map[string][]string // channel/ts → the bot's reactions, in order
 	reactCalls  int
@@ -268,6 +269,21 @@ func (f *Fake) SetFilesRead(ok bool) {
 	f.mu.Unlock()
 }
 
+// FileFailure is an answer of files.slack.com other than the file: a
+// status (429, 500, 503 …) with the Retry-After it names ("": none).
+type FileFailure struct {
+	Status     int
+	RetryAfter string
+}
+
+// FailFiles makes the next file requests, one each, answer these
+// failures in order; the requests after them are served again.
+func (f *Fake) FailFiles(fails ...FileFailure) {
+	f.mu.Lock()
+	f.fileFails = append(f.fileFails, fails...)
+	f.mu.Unlock()
+}
+
 // Downloads counts requests for files, authorized or not.
 func (f *Fake) Downloads() int {
 	f.mu.Lock()
@@ -291,8 +307,20 @@ func (f *Fake) file(w http.ResponseWriter, r *http.Request) {
 	f.fileGets = append(f.fileGets, f.srv.URL+r.URL.EscapedPath())
 	file, ok := f.files[id]
 	denied := f.noFilesRead || r.Header.Get("Authorization") != "Bearer "+f.BotToken
+	var failure *FileFailure
+	if len(f.fileFails) > 0 {
+		failure = &f.fileFails[0]
+		f.fileFails = f.fileFails[1:]
+	}
 	f.mu.Unlock()
 	switch {
+	case failure != nil:
+		if failure.RetryAfter != "" {
+			w.Header().Set("Retry-After", failure.RetryAfter)
+		}
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.WriteHeader(failure.Status)
+		_, _ = io.WriteString(w, http.StatusText(failure.Status))
 	case denied:
 		http.Redirect(w, r, "/?redir="+url.QueryEscape(r.URL.Path), http.StatusFound)
 	case !ok || r.PathValue("name") != file.name:
