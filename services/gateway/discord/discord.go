@@ -879,9 +879,9 @@ func (p *Platform) Send(ctx context.Context, req *deliveryv1.SendRequested) (str
 	// The attachments' captions and links follow the text delivery cut
 	// to Discord's 2,000 characters: over it, they go as several
 	// messages, the files with the last, rather than Discord refusing
-	// the one. Files too many bytes for one request follow it in
-	// messages of their own, without text; the buttons go with the last
-	// message.
+	// the one. Files too many bytes for one request, or more than the
+	// maxFiles a message takes, follow it in messages of their own,
+	// without text; the buttons go with the last message.
 	pieces := platform.Pieces(content, chunk.Limit{Max: maxText, Measure: chunk.Runes})
 	last, batches := len(pieces)-1, files.batches()
 	pieces = append(pieces, make([]string, len(batches)-1)...)
@@ -1117,14 +1117,14 @@ func (us uploads) parts() []*discordgo.File {
 
 // batches splits the files, in order, into the groups that go with one
 // message each: each group within maxRequest (a file within maxUpload
-// fits any), however many files there are. Always at least one group,
-// empty when there are no files.
+// fits any) and maxFiles, however many files there are. Always at least
+// one group, empty when there are no files.
 func (us uploads) batches() []uploads {
 	out := []uploads{nil}
 	size := 0
 	for _, u := range us {
 		n := len(u.data) + len(u.name) + len(u.mimeType) + 256 // the part's headers
-		if cur := out[len(out)-1]; len(cur) > 0 && size+n > maxRequest-requestSlack {
+		if cur := out[len(out)-1]; len(cur) >= maxFiles || (len(cur) > 0 && size+n > maxRequest-requestSlack) {
 			out, size = append(out, nil), 0
 		}
 		out[len(out)-1] = append(out[len(out)-1], u)
@@ -1137,17 +1137,14 @@ func (us uploads) batches() []uploads {
 // then for each attachment its caption and, for an http(s) URL, the
 // link (Discord shows the picture or a preview); an attachment that is
 // bytes (a data: URL, or kept in the attachment store) is uploaded with
-// the message. An attachment Discord cannot take (over maxUpload, more
-// than maxFiles, kept bytes without a store) fails the send as
-// permanent, rather than the message going out without it.
+// the message. An attachment Discord cannot take (over maxUpload, kept
+// bytes without a store) fails the send as permanent, rather than the
+// message going out without it.
 func (p *Platform) media(ctx context.Context, req *deliveryv1.SendRequested) (string, uploads, error) {
 	if len(req.GetAttachments()) == 0 {
 		return req.GetText(), nil, nil
 	}
 	text, idx := platform.LinkedText(req)
-	if len(idx) > maxFiles {
-		return "", nil, platform.Permanent(fmt.Errorf("discord takes %d files a message", maxFiles))
-	}
 	var files uploads
 	for _, i := range idx {
 		a := req.GetAttachments()[i]

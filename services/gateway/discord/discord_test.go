@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -823,6 +824,60 @@ func TestUploadsOverARequestGoAsSeveralMessages(t *testing.T) {
 		if !bytes.Equal(got[i], want[i]) {
 			t.Errorf("file %d differs, or is out of order", i)
 		}
+	}
+}
+
+// More files than the 10 a Discord message takes go as several
+// messages, in order, at most 10 each, the text once, with the first:
+// a send with more was refused as permanent, and the answer's files
+// were lost. A retry after a later message's answer was lost shows each
+// file once.
+func TestMoreThanTenFilesGoAsSeveralMessages(t *testing.T) {
+	t.Parallel()
+	f := newFake(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var media []*eventsv1.Attachment
+	var want []string
+	for i := range 23 {
+		data := fmt.Sprintf("page %d", i)
+		want = append(want, data)
+		media = append(media, &eventsv1.Attachment{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_DOCUMENT, FileName: fmt.Sprintf("page%02d.txt", i),
+			Location: &eventsv1.Attachment_Url{Url: "data:text/plain;base64," + base64.StdEncoding.EncodeToString([]byte(data))}})
+	}
+	req := &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: "many-files", Text: "the pages",
+		Target: &deliveryv1.Target{Platform: "discord", ChatId: channel}, Attachments: media}
+	p, err := NewPlatform(ctx, Config{BotToken: f.Token, APIBaseURL: f.URL()}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.LoseCreateAnswerAfter(1)
+	var se *platform.SendError
+	if _, err := p.Send(ctx, req); err == nil || errors.As(err, &se) {
+		t.Fatalf("attempt with the second message's answer lost: %v, want a failure to retry", err)
+	}
+	id, err := p.Send(ctx, req)
+	if err != nil {
+		t.Fatalf("retry: %v", err)
+	}
+	ms := f.Messages(channel)
+	if len(ms) != 3 || id != ms[0].ID || ms[0].Content != "the pages" {
+		t.Fatalf("posted %+v (send answered %q), want the text once with the first of 3 messages", ms, id)
+	}
+	var got []string
+	for i, m := range ms {
+		if len(m.Files) > 10 {
+			t.Errorf("message %d carries %d files", i, len(m.Files))
+		}
+		if i > 0 && m.Content != "" {
+			t.Errorf("message %d repeats text %q", i, m.Content)
+		}
+		for _, file := range m.Files {
+			got = append(got, string(file.Data))
+		}
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("files shown %q, want %q", got, want)
 	}
 }
 

@@ -27,11 +27,19 @@ type badEvent func(raw json.RawMessage, err error)
 
 // syncLenient is FullSyncRequest, one undecodable event costing only
 // itself.
+// The long poll is bounded by ctx (Connect's deadline: its timeout and
+// a grace), not by the HTTP client's overall timeout: mautrix's client
+// cuts every request at 180 s, so a sync_timeout over about 150 s
+// (up to 5m is taken) failed each quiet poll, and the gateway
+// reconnected again and again.
 func (p *Platform) syncLenient(ctx context.Context, req mautrix.ReqSync, bad badEvent) (*mautrix.RespSync, error) {
+	hc := *p.cli.Client
+	hc.Timeout = 0
 	body, err := p.cli.MakeFullRequest(ctx, mautrix.FullRequest{
 		Method:      http.MethodGet,
 		URL:         p.cli.BuildURLWithQuery(mautrix.ClientURLPath{"v3", "sync"}, req.BuildQuery()),
 		MaxAttempts: 1,
+		Client:      &hc,
 	})
 	if err != nil {
 		return nil, err

@@ -2,6 +2,7 @@ package matrix
 
 import (
 	"context"
+	"encoding/json"
 	"log/slog"
 	"net/http"
 	"slices"
@@ -67,6 +68,39 @@ func TestUnknownSyncPositionStartsAgain(t *testing.T) {
 				t.Fatalf("synced again without a token: %v, want %v (syncs %q)", reset, tc.reset, g.f.SyncSinces()[n:])
 			}
 		})
+	}
+}
+
+// A sync_timeout longer than the HTTP client's overall timeout
+// (mautrix's cuts every request at 180 s; sync_timeout may be up to 5m)
+// holds a quiet long poll for the whole timeout and is answered: the
+// client's timeout cut each quiet poll short, a failure, and the
+// gateway reconnected again and again.
+func TestSyncTimeoutOverTheClientTimeout(t *testing.T) {
+	t.Parallel()
+	f := matrixfake.New(bot, token)
+	t.Cleanup(f.Close)
+	fakeRooms(f)
+	cfg := testConfig(f)
+	cfg.SyncTimeout = time.Second
+	// The client's 200 ms stand for mautrix's 180 s.
+	p, err := NewPlatform(cfg, slog.New(slog.DiscardHandler), &http.Client{Timeout: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	bad := func(raw json.RawMessage, err error) { t.Errorf("event %s rejected: %v", raw, err) }
+	first, err := p.syncLenient(ctx, mautrix.ReqSync{}, bad)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := p.syncLenient(ctx, mautrix.ReqSync{Since: first.NextBatch, Timeout: int(cfg.SyncTimeout.Milliseconds())}, bad)
+	if err != nil {
+		t.Fatalf("a quiet long poll of %s: %v, want its empty answer", cfg.SyncTimeout, err)
+	}
+	if resp.NextBatch == "" {
+		t.Fatalf("answer %+v has no next_batch", resp)
 	}
 }
 

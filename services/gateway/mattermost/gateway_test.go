@@ -259,6 +259,38 @@ func TestCatchUpAfterReconnect(t *testing.T) {
 	}
 }
 
+// The catch-up after a reconnect reads only the channels
+// allowed_channels lets in: a channel it keeps out, where a post was
+// skipped or the bot posted (a proactive send), was read each reconnect
+// too, every post there skipped, a call for nothing and a step nearer
+// the server's rate limit.
+func TestCatchUpSkipsChannelsNotAllowed(t *testing.T) {
+	t.Parallel()
+	g := start(t, func(c *Config) { c.AllowedChannels = []string{priv} }, platform.Options{})
+	g.f.Message(town, ann, "@hermes not allowed")
+	g.f.Message(grp, ann, "@hermes not allowed either")
+	if r := g.send(t, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, Text: "the daily report", IdempotencyKey: "cron-1",
+		Target: &deliveryv1.Target{Platform: "mattermost", Account: bot, ChatId: town}}); !r.GetOk() {
+		t.Fatalf("proactive send: %v", r)
+	}
+	in := g.f.Message(priv, ann, "@hermes here")
+	if ev := g.next(t); ev.GetEventId() != in {
+		t.Fatalf("event %v, want %s in the allowed channel", ev, in)
+	}
+	conns, reads := g.f.Connections(), g.f.Calls("channel posts")
+	g.f.Drop()
+	platformtest.WaitFor(t, "a new connection", func() bool { return g.f.Connections() > conns })
+	// A DM not seen before: read over the new connection, after the
+	// catch-up, which runs before its events.
+	after := g.f.Message(dmCh, ann, "still here?")
+	if ev := g.next(t); ev.GetEventId() != after {
+		t.Fatalf("event %v, want %s", ev, after)
+	}
+	if n := g.f.Calls("channel posts") - reads; n != 1 {
+		t.Fatalf("%d channel reads in the catch-up, want the allowed channel's alone", n)
+	}
+}
+
 // A reconnect resumes the connection (connection_id and sequence_number,
 // Mattermost's reliable websockets): what the server queued for it while
 // it was down is sent again, so a post in a channel the catch-up does

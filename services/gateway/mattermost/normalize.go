@@ -50,6 +50,12 @@ type rules struct {
 	mention []*regexp.Regexp
 }
 
+// allowed reports whether allowed_channels lets in the posts of ev's
+// channel: a DM always, and any channel when it is empty.
+func (r rules) allowed(ev *posted) bool {
+	return chatType(ev.ChannelType) == "dm" || len(r.Allowed) == 0 || r.Allowed[ev.Post.ChannelID]
+}
+
 // newRules builds the rules with the bot's mention patterns: @username
 // or @id, in any case, as Hermes matches them.
 func newRules(botID, botName string, requireMention bool, free map[string]bool, bots platform.BotMode) rules {
@@ -103,7 +109,7 @@ func normalize(ev *posted, r rules) (*eventsv1.MessageReceived, skip) {
 	}
 	kind := chatType(ev.ChannelType)
 	dm := kind == "dm"
-	if !dm && len(r.Allowed) > 0 && !r.Allowed[p.ChannelID] {
+	if !r.allowed(ev) {
 		// As Hermes's allowed_channels: checked before any mention.
 		return nil, skipChannel
 	}

@@ -361,8 +361,14 @@ func (p *Platform) describeFiles(ctx context.Context, po *post) bool {
 }
 
 // remember notes a post's channel, its newest post and its author's
-// name, for the catch-up after a reconnect.
+// name, for the catch-up after a reconnect. A channel allowed_channels
+// keeps out is not noted: every post the catch-up read there would be
+// skipped, a read (and a step nearer the rate limit) each reconnect for
+// nothing.
 func (p *Platform) remember(ev *posted) {
+	if !p.rules.allowed(ev) {
+		return
+	}
 	po := ev.Post
 	p.mu.Lock()
 	defer p.mu.Unlock()

@@ -244,9 +244,12 @@ type File struct {
 // maxRequest is the largest create message request Discord takes, files
 // and all (25 MiB, Discord's "maximum request size when sending a
 // message"); a larger one is refused as a whole, 413 with code 40005.
+// maxFiles is the most files a message takes; more are refused, 400
+// Invalid Form Body (code 50035).
 const (
 	maxUpload  = 10 << 20
 	maxRequest = 25 << 20
+	maxFiles   = 10
 )
 
 // Button is a button component of a message.
@@ -742,6 +745,11 @@ func (f *Fake) createMessage(w http.ResponseWriter, r *http.Request) {
 			data, _ := io.ReadAll(fr)
 			_ = fr.Close()
 			files = append(files, File{Name: fhs[0].Filename, ContentType: fhs[0].Header.Get("Content-Type"), Data: data})
+		}
+		if len(files) > maxFiles {
+			writeJSON(w, 400, map[string]any{"message": "Invalid Form Body", "code": 50035, "errors": map[string]any{
+				"attachments": map[string]any{"_errors": []any{map[string]any{"code": "BASE_TYPE_MAX_LENGTH", "message": "Must be 10 or fewer in length."}}}}})
+			return
 		}
 	} else if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
 		writeJSON(w, 400, map[string]any{"message": "Invalid Form Body", "code": 50035})
