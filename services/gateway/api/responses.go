@@ -585,6 +585,16 @@ func (s *Service) streamResponse(ctx context.Context, w http.ResponseWriter, r *
 		s.finish(r.Context(), k, o, answerPoint{})
 		e.response("response.incomplete")
 	case end.errorCode != "":
+		record := o
+		if end.changed {
+			// The stream showed part of another answer, but the turn
+			// answered: the response kept is that answer, as a retry
+			// with the request's Idempotency-Key gets it.
+			answered := *o
+			answered.complete(end.answer, end.final.usage)
+			answered.Output = e.outputWith(answered.Output)
+			record = &answered
+		}
 		o.fail(end.errorCode, end.errorText)
 		if e.opened {
 			// What was shown before the turn failed: an unfinished item.
@@ -592,7 +602,7 @@ func (s *Service) streamResponse(ctx context.Context, w http.ResponseWriter, r *
 			o.Output = []outputMessage{o.message("incomplete", end.text)}
 		}
 		o.Output = e.outputWith(o.Output)
-		s.finish(r.Context(), k, o, end.final.at)
+		s.finish(r.Context(), k, record, end.final.at)
 		e.response("response.failed")
 	default:
 		e.itemDone("completed", end.text)

@@ -257,6 +257,43 @@ func TestResponsesKeyedStreamingRetry(t *testing.T) {
 	}
 }
 
+// A keyed stream whose answer changed (the turn ran again after its
+// worker died mid-stream) ends failed, the client holding part of
+// another answer; the response kept is the turn's answer, completed, as
+// GET shows it before and after a retry with the same Idempotency-Key
+// (which gets that answer).
+func TestResponsesStreamWhoseAnswerChangedKeepsTheAnswer(t *testing.T) {
+	t.Parallel()
+	b := newBus(t)
+	s := startService(t, b, nil)
+	r := startResponder(t, b)
+	const answer = "a different answer, from the turn's second attempt"
+	r.mu.Lock()
+	r.final = func([]string) string { return answer }
+	r.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	client := sdkClient(s, option.WithHeader(HeaderIdempotencyKey, "k-changed"))
+	params := responses.ResponseNewParams{Model: "switchboard", Input: inputText("stream me")}
+	_, _, first := streamEvents(ctx, t, client, params)
+	if first.Status != responses.ResponseStatusFailed || !strings.Contains(first.Error.Message, "interrupted") {
+		t.Fatalf("first attempt %s %q, want failed as interrupted", first.Status, first.Error.Message)
+	}
+	check := func(when string) {
+		t.Helper()
+		kept, err := client.Responses.Get(ctx, first.ID, responses.ResponseGetParams{})
+		if err != nil || kept.Status != responses.ResponseStatusCompleted || kept.OutputText() != answer || kept.Error.Message != "" {
+			t.Fatalf("%s: kept %s %q %s (%v), want completed with the answer", when, kept.Status, kept.OutputText(), kept.Error.Code, err)
+		}
+	}
+	check("after the stream")
+	_, _, again := streamEvents(ctx, t, client, params)
+	if again.ID != first.ID || again.Status != responses.ResponseStatusCompleted || again.OutputText() != answer {
+		t.Fatalf("retry %s %s %q", again.ID, again.Status, again.OutputText())
+	}
+	check("after the retry")
+}
+
 // A deleted response stays deleted: a retry of its request with the same
 // Idempotency-Key is refused rather than making it again.
 func TestResponsesDeletedAgainstRetries(t *testing.T) {

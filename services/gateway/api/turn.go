@@ -484,6 +484,10 @@ type ending struct {
 	// interrupted, errorText streamInterrupted), and whole in the
 	// request's kept answer, which a retry with its Idempotency-Key gets.
 	changed bool
+	// answer, when changed, is that whole answer: the text of the
+	// answer's sends with the links to their media, as a request that
+	// does not stream gets it (collect).
+	answer string
 }
 
 // streamInterrupted explains an answer that is not what was streamed.
@@ -515,6 +519,8 @@ func relay(ctx context.Context, wt *waiter, quiet time.Duration, show func(strin
 	// shown is everything the client was streamed; streamed is what the
 	// answer must start with: what was streamed since the last restart.
 	var shown, streamed, sent, failure strings.Builder
+	// sends is the text of every send, as collect reads the answer.
+	var sends strings.Builder
 	// media are the links to the media the answer's sends carried, shown
 	// after its text.
 	var media []string
@@ -554,6 +560,7 @@ func relay(ctx context.Context, wt *waiter, quiet time.Duration, show func(strin
 				media = append(media, p.media)
 			}
 			sent.WriteString(p.text)
+			sends.WriteString(p.text)
 			// Send chunks carry the answer; show what deltas did not.
 			rest, continues := strings.CutPrefix(sent.String(), streamed.String())
 			if continues && rest != "" {
@@ -566,7 +573,8 @@ func relay(ctx context.Context, wt *waiter, quiet time.Duration, show func(strin
 				// after its worker died mid-stream): the client holds a
 				// part of another answer, which nothing can take back. A
 				// retry with the same Idempotency-Key gets the whole answer.
-				return ending{final: &p, text: shown.String(), errorCode: "interrupted", errorText: streamInterrupted, changed: true}
+				return ending{final: &p, text: shown.String(), errorCode: "interrupted", errorText: streamInterrupted, changed: true,
+					answer: withMedia(sends.String(), media)}
 			}
 			if p.final {
 				if rest := strings.TrimPrefix(withMedia(shown.String(), media), shown.String()); rest != "" {

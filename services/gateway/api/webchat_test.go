@@ -264,6 +264,58 @@ func TestWebChatResumesAnAnswerAfterAReload(t *testing.T) {
 	}
 }
 
+// TestWebChatKeepsReconnecting: on a flaky network every request for
+// the answer fails as a lost connection does, more often than the three
+// tries after which the page gave up (six seconds, "reload the page to
+// get it"); it keeps asking with the message's key, saying in the
+// answer's bubble that it is reconnecting, and shows the answer once a
+// request gets through, the message sent once. (The browser's online
+// event, which a network coming back fires, makes it ask at once.)
+func TestWebChatKeepsReconnecting(t *testing.T) {
+	browser, s, r := keylessWebChat(t)
+	ctx, step := headless(t, browser)
+	eval := evaluator(t, ctx)
+	step("open", chromedp.Navigate("http://"+s.Addr()+"/"), chromedp.WaitVisible("#input"))
+	// The network is down: the page's requests for an answer fail as
+	// fetch fails when the connection is lost.
+	eval(`(() => {
+		const real = window.fetch;
+		window.tries = 0;
+		window.down = true;
+		window.fetch = function (url) {
+			if (window.down && String(url).includes("/v1/chat/completions")) {
+				window.tries++;
+				return Promise.reject(new TypeError("Failed to fetch"));
+			}
+			return real.apply(this, arguments);
+		};
+		return "";
+	})()`)
+	step("send", chromedp.SendKeys("#input", "are you there?"), chromedp.Click("#send"))
+	for i := 1; i <= 6; i++ {
+		cond := fmt.Sprintf(`(window.tries >= %d && !!document.querySelector('.msg.assistant.pending .reconnecting')) || !!document.querySelector('.msg.error')`, i)
+		if _, err := chromedp.Run(ctx, chromedp.Poll[bool](cond)); err != nil {
+			t.Fatalf("browser: try %d: %v", i, err)
+		}
+		if got := eval(pageLog); strings.Contains(got, "msg error") {
+			t.Fatalf("the page gave up after %s tries, not reconnecting: %q", eval(`String(window.tries)`), got)
+		}
+		if i == 6 {
+			eval(`window.down = false, ""`)
+		}
+		eval(`window.dispatchEvent(new Event("online")), ""`)
+	}
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`document.querySelectorAll('.msg.assistant:not(.pending), .msg.error').length >= 1`)); err != nil {
+		t.Fatalf("browser: the answer: %v", err)
+	}
+	if got, want := eval(pageLog+` + " | pending: " + `+pendingRecords), "msg user: are you there? | msg assistant: echo: are you there? (turn 1) | pending: null"; got != want {
+		t.Fatalf("page %q, want %q", got, want)
+	}
+	if n := len(r.received()); n != 1 {
+		t.Fatalf("%d messages published, want 1", n)
+	}
+}
+
 // TestWebChatWaitsOutTheReplyTimeout: an answer that takes longer than
 // gateways.api.reply_timeout ends the page's stream with the timeout
 // error while its turn goes on; the page asks again with the message's

@@ -714,7 +714,41 @@
   document.addEventListener("visibilitychange", function () {
     if (document.visibilityState === "hidden") keepPart();
   });
-  function sleep(ms) { return new Promise(function (ok) { setTimeout(ok, ms); }); }
+  // A message whose answer did not come (a lost connection, a busy
+  // gateway) is asked for again, with its key, for as long as the
+  // gateway keeps the answer for it (gateways.api.idempotency_ttl, 24 h
+  // by default, after the message went): after a second, then twice as
+  // long each time the gateway is not reached, up to half a minute, and
+  // at once when the browser is online again; meanwhile its bubble says
+  // it is reconnecting. (It gave up after three tries, six seconds: on a
+  // flaky network the answer showed only after a reload.)
+  var KEPT_FOR = 24 * 3600 * 1000, RETRY_FIRST = 1000, RETRY_MAX = 30000;
+  // pause waits ms, or until the browser is online again or the answer
+  // is no longer waited for (signal).
+  function pause(ms, signal) {
+    return new Promise(function (ok) {
+      var timer = setTimeout(end, ms);
+      function end() {
+        clearTimeout(timer);
+        window.removeEventListener("online", end);
+        signal.removeEventListener("abort", end);
+        ok();
+      }
+      window.addEventListener("online", end);
+      signal.addEventListener("abort", end);
+    });
+  }
+  // reconnecting shows (text) or takes off (no text) the line of an
+  // answer's bubble that says it is being asked for again.
+  function reconnecting(out, text) {
+    if (!text) {
+      if (out.retry) out.retry.remove();
+      out.retry = null;
+      return;
+    }
+    if (!out.retry) out.retry = out.appendChild(el("div", "note reconnecting"));
+    out.retry.textContent = text;
+  }
 
   // NEW_STARTED is how the router answers a /new that started a new
   // conversation (services/router/commands.go), after the notice of a
@@ -763,15 +797,20 @@
     currentOut = out;
     busy(true);
     try {
-      for (var attempt = 0; ; attempt++) {
+      // failed counts the tries in a row that did not reach the gateway
+      // or were turned back by it.
+      var failed = 0;
+      for (;;) {
         var fresh = true;
-        var res, answer, wait = 0;
+        var res = null, answer, wait = 0, lost = false;
         try {
           var headers = { "Content-Type": "application/json", "X-Session-Id": p.session, "Idempotency-Key": p.key };
           var key = store.getItem("sb.key");
           if (key) headers["Authorization"] = "Bearer " + key;
           res = await fetch("/v1/chat/completions", { method: "POST", headers: headers, body: p.body, signal: ctl.signal });
           if (res.ok) {
+            reconnecting(out, "");
+            failed = 0;
             // The text streamed shows at most once a frame (each render
             // is of the whole answer); what came last shows when the
             // stream ends, however it ends.
@@ -815,7 +854,8 @@
           }
         } catch (err) {
           if (!(err instanceof TypeError)) throw err; // the gateway's error
-          answer = null; // the connection was lost
+          answer = null;
+          lost = !err.waitEnded; // the connection was lost, not the wait ended
         }
         if (res && res.status === 401) {
           // The message stays pending: it goes out once the key is in
@@ -870,28 +910,33 @@
           }
           return;
         }
-        if (attempt >= 3) {
-          var lost = new Error(res && !res.ok ?
-            "The gateway is busy (HTTP " + res.status + "); reload the page to send your message again." :
-            "The connection was lost before the answer came; reload the page to get it.");
-          lost.keep = true; // still pending: a reload sends it again
-          throw lost;
+        var turnedBack = res && !res.ok;
+        if (p.at && Date.now() - p.at >= KEPT_FOR) {
+          // The gateway keeps the answer no more: sent again, the
+          // message would be a new one.
+          throw new Error(turnedBack ?
+            "The gateway stayed busy (HTTP " + res.status + "); send your message again." :
+            "The connection was lost before the answer came, and the gateway keeps it no more; send your message again.");
         }
-        await sleep(Math.max(1000 * (attempt + 1), wait));
+        var delay = RETRY_FIRST;
+        if (lost || turnedBack) {
+          delay = Math.max(Math.min(RETRY_FIRST * Math.pow(2, failed), RETRY_MAX), wait);
+          failed++;
+          reconnecting(out, turnedBack ? "The gateway is busy; trying again…" : "Connection lost; reconnecting…");
+        }
+        await pause(delay, ctl.signal);
         if (ctl.signal.aborted) return;
       }
     } catch (err) {
       if (ctl.signal.aborted) return; // New chat: nothing to show or keep
-      if (!err.keep) {
-        var ended = taken(p);
-        if (shown || tools.length) {
-          // The part of the answer that was shown stays, marked.
-          stopped(out);
-          if (ended && store.getItem("sb.session") === p.session) {
-            var kept = history();
-            kept.push({ role: "assistant", content: shown, stopped: true, tools: keptTools(tools) });
-            saveHistory(kept);
-          }
+      var ended = taken(p);
+      if (shown || tools.length) {
+        // The part of the answer that was shown stays, marked.
+        stopped(out);
+        if (ended && store.getItem("sb.session") === p.session) {
+          var kept = history();
+          kept.push({ role: "assistant", content: shown, stopped: true, tools: keptTools(tools) });
+          saveHistory(kept);
         }
       }
       bubble("error", String(err.message || err));
@@ -900,6 +945,7 @@
         keepPart(); // for a reload, if it is still pending
         part = null;
       }
+      reconnecting(out, "");
       out.classList.remove("pending");
       if (!out.textContent) out.remove();
       if (current === ctl) {
@@ -945,7 +991,9 @@
             // The wait ended, not the turn, or the answer changed: asked
             // again with the same key, the gateway gives the (whole)
             // answer when it comes.
-            throw new TypeError(msg.error.message);
+            var ended = new TypeError(msg.error.message);
+            ended.waitEnded = true;
+            throw ended;
           }
           if (msg.error) throw new Error(msg.error.message);
           var c = msg.choices && msg.choices[0] && msg.choices[0].delta && msg.choices[0].delta.content;
