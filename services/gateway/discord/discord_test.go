@@ -786,20 +786,7 @@ func TestUploadsOverARequestGoAsSeveralMessages(t *testing.T) {
 	}
 	req := &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: "big-files", Text: "the three parts",
 		Target: &deliveryv1.Target{Platform: "discord", ChatId: channel, ReplyToMessageId: "700000000000000001"}, Attachments: media}
-	p, err := NewPlatform(ctx, Config{BotToken: f.Token, APIBaseURL: f.URL()}, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.LoseCreateAnswerAfter(1)
-	var se *platform.SendError
-	if _, err := p.Send(ctx, req); err == nil || errors.As(err, &se) {
-		t.Fatalf("attempt with the second message's answer lost: %v, want a failure to retry", err)
-	}
-	id, err := p.Send(ctx, req)
-	if err != nil {
-		t.Fatalf("retry: %v", err)
-	}
-	ms := f.Messages(channel)
+	id, ms := sendRetriedAfterSecondAnswerLost(t, ctx, f, req)
 	if len(ms) < 2 || id != ms[0].ID || ms[0].Content != "the three parts" || ms[0].ReplyTo != "700000000000000001" {
 		t.Fatalf("posted %+v (send answered %q), want the text once with the first of several messages", ms, id)
 	}
@@ -827,6 +814,28 @@ func TestUploadsOverARequestGoAsSeveralMessages(t *testing.T) {
 	}
 }
 
+// sendRetriedAfterSecondAnswerLost sends req, a send of several
+// messages, with the answer to its second message lost (a failure to
+// retry), sends it again, and returns the retry's message id and the
+// channel's messages.
+func sendRetriedAfterSecondAnswerLost(t *testing.T, ctx context.Context, f *discordfake.Fake, req *deliveryv1.SendRequested) (string, []discordfake.Message) {
+	t.Helper()
+	p, err := NewPlatform(ctx, Config{BotToken: f.Token, APIBaseURL: f.URL()}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.LoseCreateAnswerAfter(1)
+	var se *platform.SendError
+	if _, err := p.Send(ctx, req); err == nil || errors.As(err, &se) {
+		t.Fatalf("attempt with the second message's answer lost: %v, want a failure to retry", err)
+	}
+	id, err := p.Send(ctx, req)
+	if err != nil {
+		t.Fatalf("retry: %v", err)
+	}
+	return id, f.Messages(req.GetTarget().GetChatId())
+}
+
 // More files than the 10 a Discord message takes go as several
 // messages, in order, at most 10 each, the text once, with the first:
 // a send with more was refused as permanent, and the answer's files
@@ -847,20 +856,7 @@ func TestMoreThanTenFilesGoAsSeveralMessages(t *testing.T) {
 	}
 	req := &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: "many-files", Text: "the pages",
 		Target: &deliveryv1.Target{Platform: "discord", ChatId: channel}, Attachments: media}
-	p, err := NewPlatform(ctx, Config{BotToken: f.Token, APIBaseURL: f.URL()}, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.LoseCreateAnswerAfter(1)
-	var se *platform.SendError
-	if _, err := p.Send(ctx, req); err == nil || errors.As(err, &se) {
-		t.Fatalf("attempt with the second message's answer lost: %v, want a failure to retry", err)
-	}
-	id, err := p.Send(ctx, req)
-	if err != nil {
-		t.Fatalf("retry: %v", err)
-	}
-	ms := f.Messages(channel)
+	id, ms := sendRetriedAfterSecondAnswerLost(t, ctx, f, req)
 	if len(ms) != 3 || id != ms[0].ID || ms[0].Content != "the pages" {
 		t.Fatalf("posted %+v (send answered %q), want the text once with the first of 3 messages", ms, id)
 	}
