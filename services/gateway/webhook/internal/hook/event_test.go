@@ -89,6 +89,12 @@ func TestIdempotencyKeyNamesTheDelivery(t *testing.T) {
 		{"as the IETF draft writes it", map[string]string{"Idempotency-Key": `"8e03978e-40d5-43e8-bc93-6894a57f9324"`},
 			"8e03978e-40d5-43e8-bc93-6894a57f9324"},
 		{"gitlab before 17.4", map[string]string{"X-Gitlab-Event-UUID": "1671f880-67c6-45cb-9dfa-f4707face4ba"}, "1671f880-67c6-45cb-9dfa-f4707face4ba"},
+		// An Idempotency-Key that is no plain token (a base64 one) beside
+		// another id: the delivery is named by that id, as before
+		// Idempotency-Key was read first, not refused 400 bad_delivery_id.
+		{"a key that is no plain token", map[string]string{"Idempotency-Key": "q1w2/e3r4+t5y6==", "X-Gitlab-Event-UUID": "1671f880-67c6-45cb-9dfa-f4707face4ba"},
+			"1671f880-67c6-45cb-9dfa-f4707face4ba"},
+		{"a key that is no plain token, behind a proxy", map[string]string{"Idempotency-Key": "q1w2/e3r4+t5y6==", "X-Request-Id": "proxy-7"}, "proxy-7"},
 	} {
 		h := http.Header{}
 		h.Set("X-Gitlab-Token", "s3cret")

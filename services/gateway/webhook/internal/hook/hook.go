@@ -256,7 +256,8 @@ func Build(route *CompiledRoute, account string, h http.Header, body []byte) (*e
 // and a proxy's X-Request-Id is new on every request. An
 // Idempotency-Key written as the IETF draft has it, a structured-field
 // string ("8e03978e-…" in double quotes), is read without its quotes;
-// GitLab's and Stripe's are bare.
+// GitLab's and Stripe's are bare. One that is no plain token gives way
+// to the other headers (and alone is refused, as any such id).
 func HeaderID(route *CompiledRoute, h http.Header) string {
 	if route.Signature == SigStandard {
 		id, _, _ := standardHeaders(h)
@@ -269,15 +270,19 @@ func HeaderID(route *CompiledRoute, h http.Header) string {
 	if len(key) >= 2 && key[0] == '"' && key[len(key)-1] == '"' {
 		key = key[1 : len(key)-1]
 	}
-	if key != "" {
+	if deliveryID.MatchString(key) {
 		return key
 	}
+	// A key that is no plain token (a base64 one) names the delivery
+	// only when no other header does: beside one, the delivery went by
+	// that one before Idempotency-Key came first, rather than being
+	// refused (bad_delivery_id) and lost.
 	for _, k := range []string{"X-Gitlab-Event-UUID", "X-Webhook-Id", "X-Request-Id"} {
 		if id := h.Get(k); id != "" {
 			return id
 		}
 	}
-	return ""
+	return key
 }
 
 // BodyID is the id of a delivery without a delivery id: a hash of its
