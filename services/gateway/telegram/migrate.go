@@ -30,6 +30,7 @@ import (
 type moved struct {
 	chats map[string]string // old chat id → supergroup's
 	msgs  map[string]bool   // "<old chat>/<message id>" sent to the supergroup instead
+	older map[string]bool   // msgs before it reached maxMovedMessages
 }
 
 // migratedTo returns the supergroup that Telegram's refusal err names
@@ -64,7 +65,7 @@ func (p *Platform) move(chat, to string) {
 }
 
 // maxMovedMessages bounds the messages kept as sent to a supergroup in
-// an old group's place.
+// an old group's place: at most twice it are kept, the newest.
 const maxMovedMessages = 10000
 
 // sentMoved keeps that message id, sent in the place of a message to
@@ -75,8 +76,10 @@ func (p *Platform) sentMoved(chat, id string) {
 	if p.moved.msgs == nil || len(p.moved.msgs) >= maxMovedMessages {
 		// Bounded: only the sends that still named an old group (a turn
 		// begun before its upgrade, a cron job's) add to it; past the
-		// bound the oldest edits are refused as before the fix.
-		p.moved.msgs = map[string]bool{}
+		// bound the oldest are forgotten (their edits refused as before
+		// the fix), the newest kept: a streamed answer's message, still
+		// being edited, is among them.
+		p.moved.older, p.moved.msgs = p.moved.msgs, map[string]bool{}
 	}
 	p.moved.msgs[chat+"/"+id] = true
 }
@@ -86,7 +89,7 @@ func (p *Platform) sentMoved(chat, id string) {
 func (p *Platform) movedMessage(chat, id string) string {
 	p.movedMu.Lock()
 	defer p.movedMu.Unlock()
-	if !p.moved.msgs[chat+"/"+id] {
+	if k := chat + "/" + id; !p.moved.msgs[k] && !p.moved.older[k] {
 		return ""
 	}
 	return p.moved.chats[chat]

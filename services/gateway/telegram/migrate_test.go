@@ -92,3 +92,28 @@ func TestGroupUpgradedToSupergroup(t *testing.T) {
 		t.Errorf("the old group has %+v, want its one message", ms)
 	}
 }
+
+// The messages kept as sent to a supergroup are bounded, and reaching
+// the bound forgets the oldest, not the ones just sent: the message a
+// streamed answer is still editing stays found.
+func TestMovedMessagesBoundKeepsTheNewest(t *testing.T) {
+	t.Parallel()
+	p := &Platform{log: quietLog()}
+	const group, super = "-555", "-1001555"
+	p.move(group, super)
+	for i := 1; i <= maxMovedMessages; i++ {
+		p.sentMoved(group, strconv.Itoa(i))
+	}
+	p.sentMoved(group, strconv.Itoa(maxMovedMessages+1)) // over the bound
+	for _, id := range []int{maxMovedMessages, maxMovedMessages + 1} {
+		if got := p.movedMessage(group, strconv.Itoa(id)); got != super {
+			t.Errorf("message %d sent in the supergroup: found in %q, want %q", id, got, super)
+		}
+	}
+	for i := maxMovedMessages + 2; i <= 3*maxMovedMessages; i++ {
+		p.sentMoved(group, strconv.Itoa(i))
+	}
+	if got := p.movedMessage(group, "1"); got != "" {
+		t.Errorf("the oldest message is still kept (%q): unbounded", got)
+	}
+}
