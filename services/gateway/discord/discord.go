@@ -194,6 +194,8 @@ type Platform struct {
 	// store holds the attachments a send refers to by bytes_ref (nil:
 	// attachments are off).
 	store *attachment.Store
+	// sendBytes bounds the bytes of one send's files (maxSendBytes).
+	sendBytes int
 	// bus tells the replica holding a press that its refusal was shown
 	// (endHold); nil in a Platform built without one.
 	bus *bus.Bus
@@ -274,7 +276,7 @@ func newPlatform(cfg Config, log *slog.Logger) (*Platform, error) {
 		cfg.PressHold = defaultPressHold
 	}
 	p := &Platform{
-		cfg: cfg, log: log.With("platform", "discord"), s: s, cdn: cdnClient(s.Client), channels: map[string]channelInfo{},
+		cfg: cfg, log: log.With("platform", "discord"), s: s, cdn: cdnClient(s.Client), channels: map[string]channelInfo{}, sendBytes: maxSendBytes,
 		rules: rules{Bots: bots, AutoThread: cfg.AutoThread,
 			AllowedChannels: platform.IDSet(cfg.AllowedChannels), IgnoredChannels: platform.IDSet(cfg.IgnoredChannels), AllowedRoles: platform.IDSet(cfg.AllowedRoles),
 			RequireMention: cfg.RequireMention, FreeChannels: platform.IDSet(cfg.FreeResponseChannels), IgnoreNoMention: cfg.IgnoreNoMention},
@@ -1093,6 +1095,12 @@ const (
 	maxFiles     = 10
 	maxRequest   = 25 << 20
 	requestSlack = 256 << 10
+	// maxSendBytes bounds the files one send reads into memory before
+	// posting them (four requests' worth, the most the ten files a send
+	// took before it went over several messages): an answer with more
+	// fails as permanent, saying so, rather than the gateway holding
+	// hundreds of megabytes for it.
+	maxSendBytes = 100 << 20
 )
 
 // upload is a file to post with a message.
@@ -1146,11 +1154,16 @@ func (p *Platform) media(ctx context.Context, req *deliveryv1.SendRequested) (st
 	}
 	text, idx := platform.LinkedText(req)
 	var files uploads
+	total := 0
 	for _, i := range idx {
 		a := req.GetAttachments()[i]
 		data, mimeType, err := platform.ReadOutbound(ctx, a, p.store, nil, maxUpload)
 		if err != nil {
 			return "", nil, fmt.Errorf("discord attachment %d: %w", i, err)
+		}
+		if total += len(data); total > p.sendBytes {
+			return "", nil, platform.Permanent(fmt.Errorf("discord attachments: over %d MiB of files in one send (at attachment %d of %d)",
+				p.sendBytes>>20, i+1, len(req.GetAttachments())))
 		}
 		name := platform.FileName(a, mimeType)
 		files = append(files, upload{name: name, mimeType: mimeType, data: data})

@@ -902,3 +902,46 @@ func TestSendToAForumIsRefusedClearly(t *testing.T) {
 		}
 	}
 }
+
+// The files of one send are read into memory before they are posted:
+// past maxSendBytes the send fails as permanent, saying so, and posts
+// nothing (with no bound on the count of files any more, an answer with
+// a hundred 10 MiB files held a gigabyte).
+func TestFilesOfOneSendAreBounded(t *testing.T) {
+	t.Parallel()
+	f := newFake(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	p, err := NewPlatform(ctx, Config{BotToken: f.Token, APIBaseURL: f.URL()}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.sendBytes = 1 << 20
+	for _, tc := range []struct {
+		name  string
+		files int
+		ok    bool
+	}{{"within the bound", 2, true}, {"over it", 3, false}} {
+		var media []*eventsv1.Attachment
+		for i := range tc.files {
+			data := bytes.Repeat([]byte{'x'}, 400<<10)
+			media = append(media, &eventsv1.Attachment{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_DOCUMENT, FileName: fmt.Sprintf("f%d.bin", i),
+				Location: &eventsv1.Attachment_Url{Url: "data:application/octet-stream;base64," + base64.StdEncoding.EncodeToString(data)}})
+		}
+		chat := channel
+		if !tc.ok {
+			chat = thread
+		}
+		_, err := p.Send(ctx, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: tc.name, Text: "files",
+			Target: &deliveryv1.Target{Platform: "discord", ChatId: chat}, Attachments: media})
+		var se *platform.SendError
+		switch {
+		case tc.ok && err != nil:
+			t.Errorf("%s: %v", tc.name, err)
+		case !tc.ok && (!errors.As(err, &se) || se.Class != deliveryv1.ErrorClass_ERROR_CLASS_PERMANENT || !strings.Contains(err.Error(), "over 1 MiB")):
+			t.Errorf("%s: %v, want a permanent failure naming the bound", tc.name, err)
+		case !tc.ok && len(f.Messages(chat)) != 0:
+			t.Errorf("%s: posted %d messages, want none", tc.name, len(f.Messages(chat)))
+		}
+	}
+}
