@@ -160,10 +160,7 @@ func TestLongApprovalPromptKeepsButtons(t *testing.T) {
 	fake := slackfake.New(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	p, err := NewPlatform(ctx, Config{BotToken: fake.BotToken, AppToken: fake.AppToken, APIBaseURL: fake.APIURL()}, slog.New(slog.DiscardHandler), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := socketPlatform(t, ctx, fake)
 	head := "⚠️ **Dangerous command requires approval:**\n```\nrm -rf /tmp/x\n```\nReason: "
 	for _, tc := range []struct{ name, reason string }{
 		{"plain", strings.Repeat("r", 5000)},

@@ -238,10 +238,7 @@ func TestFetch(t *testing.T) {
 	fake := slackfake.New(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	p, err := NewPlatform(ctx, Config{BotToken: fake.BotToken, AppToken: fake.AppToken, APIBaseURL: fake.APIURL()}, slog.New(slog.DiscardHandler), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := socketPlatform(t, ctx, fake)
 	fetchFile := func(a *eventsv1.Attachment) ([]byte, string, error) {
 		rc, mime, err := p.Fetch(ctx, a)
 		if err != nil {
@@ -460,10 +457,7 @@ func TestDownloadRetries(t *testing.T) {
 			fake := slackfake.New(t)
 			ctx, cancel := context.WithTimeout(context.Background(), tc.bound)
 			defer cancel()
-			p, err := NewPlatform(ctx, Config{BotToken: fake.BotToken, AppToken: fake.AppToken, APIBaseURL: fake.APIURL()}, slog.New(slog.DiscardHandler), nil)
-			if err != nil {
-				t.Fatal(err)
-			}
+			p := socketPlatform(t, ctx, fake)
 			data := platformtest.NoisePNG(t, 4, 4)
 			f := fake.AddFile("cat.png", "image/png", data)
 			fake.FailFiles(tc.fails...)
@@ -512,4 +506,14 @@ func TestDownloadWait(t *testing.T) {
 			t.Errorf("Retry-After %q, attempt %d: wait %s, want %s", tc.retryAfter, tc.try, got, tc.want)
 		}
 	}
+}
+
+// socketPlatform is a Socket Mode gateway on fake, not connected.
+func socketPlatform(t *testing.T, ctx context.Context, fake *slackfake.Fake) *Platform {
+	t.Helper()
+	p, err := NewPlatform(ctx, Config{BotToken: fake.BotToken, AppToken: fake.AppToken, APIBaseURL: fake.APIURL()}, slog.New(slog.DiscardHandler), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
