@@ -80,6 +80,14 @@ func (g *gw) next(t *testing.T) *eventsv1.MessageReceived {
 	return platformtest.NextEvent(t, g.evs)
 }
 
+// want takes the next event, which must be the one with event id id.
+func (g *gw) want(t *testing.T, id string) {
+	t.Helper()
+	if ev := g.next(t); ev.GetEventId() != id {
+		t.Fatalf("event %v, want %s", ev, id)
+	}
+}
+
 func (g *gw) none(t *testing.T) { t.Helper(); platformtest.NoEvent(t, g.evs, 500*time.Millisecond) }
 
 func (g *gw) send(t *testing.T, req *deliveryv1.SendRequested) *deliveryv1.SendReceipt {
@@ -182,9 +190,7 @@ func TestAllowedChannels(t *testing.T) {
 		t.Fatalf("event %v, want %s in the allowed channel", ev, allowed)
 	}
 	dm := g.f.Message(dmCh, ann, "a DM is always taken")
-	if ev := g.next(t); ev.GetEventId() != dm {
-		t.Fatalf("event %v, want the DM %s", ev, dm)
-	}
+	g.want(t, dm)
 	g.none(t)
 }
 
@@ -236,9 +242,7 @@ func TestCatchUpAfterReconnect(t *testing.T) {
 	t.Parallel()
 	g := start(t, nil, platform.Options{})
 	first := g.f.Message(dmCh, ann, "before")
-	if ev := g.next(t); ev.GetEventId() != first {
-		t.Fatalf("event %s, want %s", ev.GetEventId(), first)
-	}
+	g.want(t, first)
 	conns := g.f.Connections()
 	// Posts the server has but never sent over the websocket: made while
 	// the connection was down.
@@ -274,18 +278,14 @@ func TestCatchUpSkipsChannelsNotAllowed(t *testing.T) {
 		t.Fatalf("proactive send: %v", r)
 	}
 	in := g.f.Message(priv, ann, "@hermes here")
-	if ev := g.next(t); ev.GetEventId() != in {
-		t.Fatalf("event %v, want %s in the allowed channel", ev, in)
-	}
+	g.want(t, in)
 	conns, reads := g.f.Connections(), g.f.Calls("channel posts")
 	g.f.Drop()
 	platformtest.WaitFor(t, "a new connection", func() bool { return g.f.Connections() > conns })
 	// A DM not seen before: read over the new connection, after the
 	// catch-up, which runs before its events.
 	after := g.f.Message(dmCh, ann, "still here?")
-	if ev := g.next(t); ev.GetEventId() != after {
-		t.Fatalf("event %v, want %s", ev, after)
-	}
+	g.want(t, after)
 	if n := g.f.Calls("channel posts") - reads; n != 1 {
 		t.Fatalf("%d channel reads in the catch-up, want the allowed channel's alone", n)
 	}
@@ -299,9 +299,7 @@ func TestReconnectResumesTheConnection(t *testing.T) {
 	t.Parallel()
 	g := start(t, nil, platform.Options{})
 	first := g.f.Message(dmCh, ann, "before")
-	if ev := g.next(t); ev.GetEventId() != first {
-		t.Fatalf("event %s, want %s", ev.GetEventId(), first)
-	}
+	g.want(t, first)
 	conns := g.f.Connections()
 	// Held on its way back, so the post is made while it is down.
 	g.f.FailNext("users/me", 1, mattermostfake.Fail{Delay: 300 * time.Millisecond})
@@ -316,9 +314,7 @@ func TestReconnectResumesTheConnection(t *testing.T) {
 	}
 	// A live post after it, on the resumed connection.
 	live := g.f.Message(dmCh, ann, "after")
-	if ev := g.next(t); ev.GetEventId() != live {
-		t.Fatalf("event %s, want %s", ev.GetEventId(), live)
-	}
+	g.want(t, live)
 	// A server that no longer has the connection (restarted) starts a
 	// new one; the catch-up reads the channels seen.
 	conns = g.f.Connections()
@@ -327,13 +323,9 @@ func TestReconnectResumesTheConnection(t *testing.T) {
 	g.f.ForgetConnections()
 	caught := g.f.AddSilently(mattermostfake.Post{ChannelID: grp, UserID: ann, Message: "@hermes while the server restarted"})
 	platformtest.WaitFor(t, "a new connection", func() bool { return g.f.Connections() > conns })
-	if ev := g.next(t); ev.GetEventId() != caught {
-		t.Fatalf("event %s, want %s, caught up", ev.GetEventId(), caught)
-	}
+	g.want(t, caught)
 	after := g.f.Message(dmCh, ann, "on the new connection")
-	if ev := g.next(t); ev.GetEventId() != after {
-		t.Fatalf("event %s, want %s", ev.GetEventId(), after)
-	}
+	g.want(t, after)
 	if g.f.Resumed() != 1 {
 		t.Fatalf("%d connections resumed, want the first alone", g.f.Resumed())
 	}
@@ -350,9 +342,7 @@ func TestQuietResumedConnectionIsResumedAgain(t *testing.T) {
 	t.Parallel()
 	g := start(t, func(c *Config) { c.PingInterval = 50 * time.Millisecond }, platform.Options{})
 	first := g.f.Message(dmCh, ann, "before")
-	if ev := g.next(t); ev.GetEventId() != first {
-		t.Fatalf("event %s, want %s", ev.GetEventId(), first)
-	}
+	g.want(t, first)
 	for i := 1; i <= 2; i++ {
 		conns := g.f.Connections()
 		// Held on its way back, so the post is made while it is down.
@@ -367,9 +357,7 @@ func TestQuietResumedConnectionIsResumedAgain(t *testing.T) {
 			t.Fatalf("reconnect %d: %d connections resumed, want %d", i, g.f.Resumed(), i)
 		}
 		if missed != "" {
-			if ev := g.next(t); ev.GetEventId() != missed {
-				t.Fatalf("event %s, want %s, made while the websocket was down", ev.GetEventId(), missed)
-			}
+			g.want(t, missed)
 		}
 		// Quiet: pings and their answers, no event.
 		time.Sleep(300 * time.Millisecond)
@@ -384,16 +372,12 @@ func TestOversizedEventIsNotResumed(t *testing.T) {
 	t.Parallel()
 	g := start(t, nil, platform.Options{})
 	first := g.f.Message(dmCh, ann, "before")
-	if ev := g.next(t); ev.GetEventId() != first {
-		t.Fatalf("event %s, want %s", ev.GetEventId(), first)
-	}
+	g.want(t, first)
 	conns := g.f.Connections()
 	g.f.Add(mattermostfake.Post{ChannelID: town, UserID: ann, Message: "@hermes see attached",
 		Props: map[string]any{"attachments": strings.Repeat("x", maxFrameBytes)}})
 	after := g.f.Message(grp, ann, "@hermes after the big one")
-	if ev := g.next(t); ev.GetEventId() != after {
-		t.Fatalf("event %v, want %s", ev, after)
-	}
+	g.want(t, after)
 	if n := g.f.Connections() - conns; n != 1 {
 		t.Fatalf("%d new connections, want the one after the big event", n)
 	}
@@ -423,15 +407,11 @@ func TestCatchUpRateLimited(t *testing.T) {
 	t.Parallel()
 	g := start(t, nil, platform.Options{})
 	first := g.f.Message(dmCh, ann, "before")
-	if ev := g.next(t); ev.GetEventId() != first {
-		t.Fatalf("event %s, want %s", ev.GetEventId(), first)
-	}
+	g.want(t, first)
 	missed := g.f.AddSilently(mattermostfake.Post{ChannelID: dmCh, UserID: ann, Message: "while down"})
 	g.f.FailNext("channel posts", 1, mattermostfake.Fail{Status: http.StatusTooManyRequests, Reset: 1})
 	g.f.Drop()
-	if ev := g.next(t); ev.GetEventId() != missed {
-		t.Fatalf("event %v, want %s, missed while down", ev, missed)
-	}
+	g.want(t, missed)
 	if n := g.f.Calls("channel posts"); n != 2 {
 		t.Fatalf("%d channel reads, want the limited one and its retry", n)
 	}
