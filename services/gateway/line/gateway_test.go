@@ -169,12 +169,7 @@ func TestWebhook(t *testing.T) {
 // LINE's redelivery of it is published.
 func TestWebhookUnstored(t *testing.T) {
 	t.Parallel()
-	f := linefake.New(t)
-	b := bustest.New(t, bustest.EmbeddedURL(t))
-	p, err := NewPlatform(testConfig(f), b, slog.New(slog.DiscardHandler), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	f, p := newPlatform(t)
 	rec := &recorder{err: context.DeadlineExceeded}
 	srv := httpServer(t, p.WebhookHandler(rec))
 	body := f.Body(f.Event(linefake.Inbound{UserID: alice, Text: "lost?"}))
@@ -623,12 +618,7 @@ func TestLostReplyThenNewMessage(t *testing.T) {
 // LINE's failures map to delivery's classes.
 func TestSendErrors(t *testing.T) {
 	t.Parallel()
-	f := linefake.New(t)
-	b := bustest.New(t, bustest.EmbeddedURL(t))
-	p, err := NewPlatform(testConfig(f), b, slog.New(slog.DiscardHandler), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	f, p := newPlatform(t)
 	ctx := context.Background()
 	for _, c := range []struct {
 		name  string
@@ -661,12 +651,7 @@ func TestSendErrors(t *testing.T) {
 // Typing is LINE's loading animation in 1:1 chats, nothing in groups.
 func TestTyping(t *testing.T) {
 	t.Parallel()
-	f := linefake.New(t)
-	b := bustest.New(t, bustest.EmbeddedURL(t))
-	p, err := NewPlatform(testConfig(f), b, slog.New(slog.DiscardHandler), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	f, p := newPlatform(t)
 	typing := func(chat string) error {
 		return p.Typing(context.Background(), &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_TYPING, Target: &deliveryv1.Target{Platform: "line", ChatId: chat}})
 	}
@@ -682,12 +667,7 @@ func TestTyping(t *testing.T) {
 // not fetched with it.
 func TestFetch(t *testing.T) {
 	t.Parallel()
-	f := linefake.New(t)
-	b := bustest.New(t, bustest.EmbeddedURL(t))
-	p, err := NewPlatform(testConfig(f), b, slog.New(slog.DiscardHandler), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	f, p := newPlatform(t)
 	id := f.AddContent("image/png", []byte("png bytes"))
 	rc, mt, err := p.Fetch(context.Background(), &eventsv1.Attachment{Location: &eventsv1.Attachment_Url{Url: contentURL(f.BaseURL(), id)}})
 	if err != nil {
@@ -714,12 +694,7 @@ func TestFetch(t *testing.T) {
 // download; one LINE could not prepare is an error at once.
 func TestFetchWaitsForPreparedContent(t *testing.T) {
 	t.Parallel()
-	f := linefake.New(t)
-	b := bustest.New(t, bustest.EmbeddedURL(t))
-	p, err := NewPlatform(testConfig(f), b, slog.New(slog.DiscardHandler), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	f, p := newPlatform(t)
 	for _, tc := range []struct {
 		name   string
 		kind   eventsv1.AttachmentKind
@@ -963,4 +938,16 @@ func TestRequireMention(t *testing.T) {
 		}
 	}
 	h.none(t)
+}
+
+// newPlatform is a LINE gateway on a fake LINE and its own bus, not
+// connected.
+func newPlatform(t *testing.T) (*linefake.Fake, *Platform) {
+	t.Helper()
+	f := linefake.New(t)
+	p, err := NewPlatform(testConfig(f), bustest.New(t, bustest.EmbeddedURL(t)), slog.New(slog.DiscardHandler), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f, p
 }
