@@ -29,15 +29,20 @@ func ByStatus(err error, status int, retryAfter, def time.Duration) error {
 // RetryAfter reads a Retry-After header, seconds or an HTTP date; 0
 // when there is none or it has passed.
 func RetryAfter(h string) time.Duration {
+	d, _ := ParseRetryAfter(h, time.Now())
+	return d
+}
+
+// ParseRetryAfter reads a Retry-After header at now: the wait it names
+// (seconds, or an HTTP date; 0 for one passed) and whether it named one
+// (false for none, or a value neither).
+func ParseRetryAfter(h string, now time.Time) (time.Duration, bool) {
 	h = strings.TrimSpace(h)
-	if h == "" {
-		return 0
-	}
 	if s, err := strconv.Atoi(h); err == nil {
-		return time.Duration(max(s, 0)) * time.Second
+		return time.Duration(max(s, 0)) * time.Second, true
 	}
 	if t, err := http.ParseTime(h); err == nil {
-		return max(time.Until(t), 0)
+		return max(t.Sub(now), 0), true
 	}
-	return 0
+	return 0, false
 }

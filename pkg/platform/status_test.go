@@ -58,3 +58,26 @@ func TestRetryAfter(t *testing.T) {
 		}
 	}
 }
+
+// ParseRetryAfter tells a header that names no wait (none, or not a
+// value) from one that names none left (0, a date passed).
+func TestParseRetryAfter(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 12, 7, 17, 0, 0, 0, time.UTC)
+	for _, tt := range []struct {
+		h    string
+		want time.Duration
+		ok   bool
+	}{
+		{"", 0, false},
+		{"soon", 0, false},
+		{"0", 0, true},
+		{" 7 ", 7 * time.Second, true},
+		{now.Add(4 * time.Second).Format(http.TimeFormat), 4 * time.Second, true},
+		{now.Add(-time.Minute).Format(http.TimeFormat), 0, true},
+	} {
+		if got, ok := ParseRetryAfter(tt.h, now); got != tt.want || ok != tt.ok {
+			t.Errorf("ParseRetryAfter(%q) = %s, %v, want %s, %v", tt.h, got, ok, tt.want, tt.ok)
+		}
+	}
+}

@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/url"
 	"path"
-	"strconv"
 	"strings"
 	"time"
 
@@ -109,13 +108,8 @@ func downloadRetried(status int) bool {
 // with h: its Retry-After (seconds or a date), else Hermes's 1.5 s times
 // the attempts made.
 func downloadWait(h http.Header, try int, now time.Time) time.Duration {
-	if v := strings.TrimSpace(h.Get("Retry-After")); v != "" {
-		if s, err := strconv.Atoi(v); err == nil && s >= 0 {
-			return time.Duration(s) * time.Second
-		}
-		if t, err := http.ParseTime(v); err == nil {
-			return max(t.Sub(now), 0)
-		}
+	if d, ok := platform.ParseRetryAfter(h.Get("Retry-After"), now); ok {
+		return d
 	}
 	return time.Duration(try) * 1500 * time.Millisecond
 }
