@@ -68,6 +68,24 @@ func (m Measure) Width(r rune, size int) int {
 	return runeLen(m, r)
 }
 
+// Cut is the longest start of s at most n long in this measure, never
+// half a rune ("" when its first rune is longer): a text cut to a field's
+// limit, as Hermes cuts a button's label or a toast at Telegram's or
+// Discord's count.
+func (m Measure) Cut(s string, n int) string {
+	end, used := 0, 0
+	for end < len(s) {
+		r, size := utf8.DecodeRuneInString(s[end:])
+		w := m.Width(r, size)
+		if used+w > n {
+			break
+		}
+		used += w
+		end += size
+	}
+	return s[:end]
+}
+
 func runeLen(m Measure, r rune) int {
 	switch m {
 	case UTF16:

@@ -600,3 +600,30 @@ func TestFenceLineWithTextIsNoClose(t *testing.T) {
 		})
 	}
 }
+
+// Cut keeps the longest start within the measure's count and never
+// splits a rune (a UTF-16 pair, a UTF-8 sequence).
+func TestCut(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		m    chunk.Measure
+		s    string
+		n    int
+		want string
+	}{
+		{chunk.UTF16, "hello", 3, "hel"},
+		{chunk.UTF16, "hi", 5, "hi"},
+		{chunk.UTF16, "a🔒b", 2, "a"},
+		{chunk.UTF16, "a🔒b", 3, "a🔒"},
+		{chunk.UTF16, "🔒", 1, ""},
+		{chunk.UTF16, "a\xffb", 2, "a\xff"},
+		{chunk.Runes, "a🔒b", 2, "a🔒"},
+		{chunk.Bytes, "é!", 1, ""},
+		{chunk.Bytes, "é!", 2, "é"},
+		{chunk.EscapedRunes, "a<b", 4, "a"},
+	} {
+		if got := tc.m.Cut(tc.s, tc.n); got != tc.want {
+			t.Errorf("%s.Cut(%q, %d) = %q, want %q", tc.m, tc.s, tc.n, got, tc.want)
+		}
+	}
+}

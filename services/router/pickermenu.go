@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/switchboard-chat/switchboard/pkg/chunk"
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	"github.com/switchboard-chat/switchboard/pkg/sessionstore"
 )
@@ -39,23 +40,6 @@ const (
 	menuSwitched = "⚙ **Model Switched**"
 )
 
-// cutUTF16 is s cut to at most n UTF-16 code units, as Hermes cuts a
-// component's text.
-func cutUTF16(s string, n int) string {
-	units := 0
-	for i, r := range s {
-		w := 1
-		if r >= 0x10000 {
-			w = 2
-		}
-		if units+w > n {
-			return s[:i]
-		}
-		units += w
-	}
-	return s
-}
-
 // menuProviders is the first step of the Discord picker of owner tag
 // ("" a DM's): the session's model, the provider, and the menu of
 // providers.
@@ -67,7 +51,7 @@ func (s *Service) menuProviders(sess sessionstore.Session, models []string, tag 
 	label := s.providerLabel()
 	text := fmt.Sprintf("%s\n\nCurrent model: `%s`\nProvider: %s\n\nSelect a provider:", pickerHeader, current, label)
 	option := &deliveryv1.PickerChoice{
-		Label:       cutUTF16(fmt.Sprintf("%s (%d models)", label, len(models)), menuLabel),
+		Label:       chunk.UTF16.Cut(fmt.Sprintf("%s (%d models)", label, len(models)), menuLabel),
 		Description: "current", Command: "/model", Data: tagged("v", tag),
 	}
 	return text, &deliveryv1.Picker{Rows: []*deliveryv1.PickerRow{
@@ -91,7 +75,7 @@ func (s *Service) menuModels(models []string, tag string) (string, *deliveryv1.P
 		row := &deliveryv1.PickerRow{Placeholder: placeholder + "..."}
 		for j := i * menuOptions; j < min((i+1)*menuOptions, shown); j++ {
 			c := modelChoice(models, j, "", tag)
-			c.Label = cutUTF16(menuModelName(models[j]), menuLabel)
+			c.Label = chunk.UTF16.Cut(menuModelName(models[j]), menuLabel)
 			row.Choices = append(row.Choices, c)
 		}
 		picker.Rows = append(picker.Rows, row)

@@ -8,12 +8,12 @@ import (
 	"strings"
 	"time"
 	"unicode"
-	"unicode/utf16"
 
 	"github.com/go-telegram/bot"
 	"github.com/go-telegram/bot/models"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/switchboard-chat/switchboard/pkg/chunk"
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	"github.com/switchboard-chat/switchboard/pkg/platform"
@@ -216,7 +216,7 @@ func (p *Platform) answerCallback(ctx context.Context, id string, handed time.Ti
 // answerQuery answers callback query id with text, once, and returns
 // Telegram's error.
 func (p *Platform) answerQuery(ctx context.Context, id, text string) error {
-	text = cutUTF16(text, maxCallbackText)
+	text = chunk.UTF16.Cut(text, maxCallbackText)
 	_, err := p.api.AnswerCallbackQuery(ctx, &bot.AnswerCallbackQueryParams{CallbackQueryID: id, Text: text})
 	return err
 }
@@ -972,20 +972,3 @@ func (p *Platform) forwardRefusal(ctx context.Context, req *deliveryv1.SendReque
 // which an emoji outside the BMP (🔒, 👍) is two, so 200 runes can be
 // up to 400. Cut at 200 units, the answer fits whichever it counts.
 const maxCallbackText = 200
-
-// cutUTF16 is the longest start of s that is at most limit UTF-16
-// units, never half of a surrogate pair.
-func cutUTF16(s string, limit int) string {
-	n := 0
-	for i, r := range s {
-		w := utf16.RuneLen(r)
-		if w < 0 {
-			w = 1 // an invalid rune goes as U+FFFD
-		}
-		if n+w > limit {
-			return s[:i]
-		}
-		n += w
-	}
-	return s
-}
