@@ -212,6 +212,30 @@ func TestNormalize(t *testing.T) {
 			text: "The text.", from: "ola@example.com", user: "ola@example.com", topic: "Re: names", id: "b5@example.com",
 			parts: []string{"notes.txt text/plain 6 kept"},
 		},
+		{
+			name: "attachments whose names are unquoted, with spaces, keep their names and types",
+			raw: mailText("From: pat@example.com", "Subject: Re: report", "Message-ID: <c1@example.com>",
+				"Content-Type: multipart/mixed; boundary=XX", "", "--XX", "Content-Type: text/plain", "", "Both attached.",
+				"--XX", "Content-Type: application/pdf; name=Q3 report.pdf", "Content-Disposition: attachment; filename=Q3 report.pdf", "",
+				"%PDF-1", "--XX", "Content-Type: text/plain; name=build output.log", "Content-Disposition: attachment; filename=build output.log", "",
+				"Error 3", "--XX--"),
+			text: "Both attached.", from: "pat@example.com", user: "pat@example.com", topic: "Re: report", id: "c1@example.com",
+			parts: []string{"Q3 report.pdf application/pdf 6 named", "build output.log text/plain 7 kept"},
+		},
+		{
+			name: "a multipart whose boundary has an unquoted = is read by its parts",
+			raw: mailText("From: quin@example.com", "Subject: Re: time", "Message-ID: <c2@example.com>",
+				"Content-Type: multipart/alternative; boundary=----=_Part_7", "", "------=_Part_7", "Content-Type: text/plain", "",
+				"Meet at 3?", "------=_Part_7", "Content-Type: text/html", "", "<p>Meet at 3?</p>", "------=_Part_7--"),
+			text: "Meet at 3?", from: "quin@example.com", user: "quin@example.com", topic: "Re: time", id: "c2@example.com",
+		},
+		{
+			name: "a text whose Content-Type names its charset twice is read in that charset",
+			raw: mailText("From: rae@example.com", "Subject: Re: x", "Message-ID: <c3@example.com>",
+				"Content-Type: text/plain; charset=ISO-8859-1; charset=\"iso-8859-1\"", "Content-Transfer-Encoding: quoted-printable", "",
+				"Voil=E0."),
+			text: "Voilà.", from: "rae@example.com", user: "rae@example.com", topic: "Re: x", id: "c3@example.com",
+		},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			m, err := parse(c.raw, 16, false)
