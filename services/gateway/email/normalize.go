@@ -423,10 +423,31 @@ func msgID(v string) string {
 // and the newest are kept).
 const maxReferences = 20
 
-// msgIDs are the message ids of a header value, each "<id>".
+// msgIDs are the message ids of a header value, each "<id>": what is
+// between each "<" and the next ">" (RFC 5322 needs no space between two
+// ids, "<a@x><b@x>" as Exchange writes them, and older mail puts words
+// or a comment beside one: "<a@x> (Ann's message of …)"), or, in a value
+// without "<", each word (an id written without its brackets).
 func msgIDs(v string) []string {
+	var fields []string
+	if strings.Contains(v, "<") {
+		for rest := v; ; {
+			i := strings.IndexByte(rest, '<')
+			if i < 0 {
+				break
+			}
+			j := strings.IndexByte(rest[i:], '>')
+			if j < 0 {
+				break
+			}
+			fields = append(fields, rest[i:i+j+1])
+			rest = rest[i+j+1:]
+		}
+	} else {
+		fields = strings.FieldsFunc(v, func(r rune) bool { return r == ' ' || r == '\t' || r == '\r' || r == '\n' || r == ',' })
+	}
 	var ids []string
-	for _, f := range strings.FieldsFunc(v, func(r rune) bool { return r == ' ' || r == '\t' || r == '\r' || r == '\n' || r == ',' }) {
+	for _, f := range fields {
 		f = strings.TrimSpace(f)
 		if !strings.HasPrefix(f, "<") {
 			f = "<" + f

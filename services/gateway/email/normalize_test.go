@@ -392,3 +392,41 @@ func TestMalformedSenderStaysOutOfTheError(t *testing.T) {
 		t.Errorf("the error names the sender: %v", err)
 	}
 }
+
+// TestThreadingIDs reads In-Reply-To and References as RFC 5322 writes
+// them: ids with no space between them, or beside a comment or words.
+func TestThreadingIDs(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name      string
+		inReplyTo string
+		refs      string
+		wantReply string
+		wantRefs  string // the References an answer carries
+	}{
+		{"spaced", "<m2@example.com>", "<m1@example.com> <m2@example.com>", "<m2@example.com>",
+			"<m1@example.com> <m2@example.com> <m3@example.com>"},
+		{"no space between ids, as Exchange writes them", "<m2@example.com><m1@example.com>", "<m1@example.com><m2@example.com>",
+			"<m2@example.com>", "<m1@example.com> <m2@example.com> <m3@example.com>"},
+		{"a comment beside the id", `<m2@example.com> (Ann's message of "Mon, 1 Jan 2024 10:00")`,
+			"<m1@example.com> (first)\r\n <m2@example.com>", "<m2@example.com>", "<m1@example.com> <m2@example.com> <m3@example.com>"},
+		{"words before the id", "Ann's message of Mon, 1 Jan 2024 <m2@example.com>", "", "<m2@example.com>", "<m3@example.com>"},
+		{"ids without brackets", "m2@example.com", "m1@example.com m2@example.com", "<m2@example.com>",
+			"<m1@example.com> <m2@example.com> <m3@example.com>"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			raw := mailText("From: ann@example.com", "Subject: Re: x", "Message-ID: <m3@example.com>",
+				"In-Reply-To: "+c.inReplyTo, "References: "+c.refs, "", "Yes.")
+			m, err := parse(raw, 16, false)
+			if err != nil {
+				t.Fatalf("parse: %v", err)
+			}
+			if m.InReplyTo != c.wantReply {
+				t.Errorf("in reply to %q, want %q", m.InReplyTo, c.wantReply)
+			}
+			if got := strings.Join(m.References, " "); got != c.wantRefs {
+				t.Errorf("references %q, want %q", got, c.wantRefs)
+			}
+		})
+	}
+}
