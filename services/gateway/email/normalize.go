@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"mime"
+	"net/url"
 	"path"
 	"slices"
 	"strings"
@@ -287,6 +288,7 @@ func lenient(e *message.Entity) *message.Entity {
 func mediaValue(v string) (value string, params map[string]string, ok bool) {
 	value, params, err := mime.ParseMediaType(v)
 	if err == nil {
+		charsetParams(v, params)
 		return value, params, true
 	}
 	base, rest, _ := strings.Cut(v, ";")
@@ -305,7 +307,44 @@ func mediaValue(v string) (value string, params map[string]string, ok bool) {
 			params[k] = unquote(strings.TrimSpace(val))
 		}
 	}
+	charsetParams(v, params)
 	return value, params, true
+}
+
+// charsetParams sets in params the RFC 2231 values of v written in a
+// charset other than UTF-8 and US-ASCII (filename*=iso-8859-1'fr'r%E9sum%E9.pdf,
+// as mail programs set to Latin-1 write them), which mime.ParseMediaType
+// drops, unless params has the name already.
+func charsetParams(v string, params map[string]string) {
+	if !strings.Contains(v, "*=") {
+		return
+	}
+	_, rest, _ := strings.Cut(v, ";")
+	for _, seg := range splitParams(rest) {
+		k, val, ok := strings.Cut(seg, "=")
+		name, star := strings.CutSuffix(strings.ToLower(strings.TrimSpace(k)), "*")
+		if !ok || !star || name == "" || strings.Contains(name, "*") || params[name] != "" {
+			continue // a continuation (name*0*=…) is not read
+		}
+		charset, text, ok := strings.Cut(strings.TrimSpace(val), "'")
+		if !ok {
+			continue
+		}
+		if _, text, ok = strings.Cut(text, "'"); !ok {
+			continue
+		}
+		raw, err := url.PathUnescape(text)
+		if err != nil {
+			continue
+		}
+		r, err := message.CharsetReader(charset, strings.NewReader(raw))
+		if err != nil {
+			continue
+		}
+		if b, err := io.ReadAll(io.LimitReader(r, 4<<10)); err == nil {
+			params[name] = strings.ToValidUTF8(string(b), "\uFFFD")
+		}
+	}
 }
 
 // splitParams splits a parameter list at the semicolons outside quoted

@@ -236,6 +236,15 @@ func TestNormalize(t *testing.T) {
 				"Voil=E0."),
 			text: "Voilà.", from: "rae@example.com", user: "rae@example.com", topic: "Re: x", id: "c3@example.com",
 		},
+		{
+			name: "a file name in Latin-1 (RFC 2231) is read",
+			raw: mailText("From: sam@example.com", "Subject: Re: cv", "Message-ID: <c4@example.com>",
+				"Content-Type: multipart/mixed; boundary=XX", "", "--XX", "Content-Type: text/plain", "", "My CV.",
+				"--XX", "Content-Type: text/plain; charset=iso-8859-1", "Content-Disposition: attachment; filename*=iso-8859-1''r%E9sum%E9.txt", "",
+				"cv", "--XX--"),
+			text: "My CV.", from: "sam@example.com", user: "sam@example.com", topic: "Re: cv", id: "c4@example.com",
+			parts: []string{"résumé.txt text/plain 2 kept"},
+		},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			m, err := parse(c.raw, 16, false)
