@@ -9,7 +9,9 @@ import (
 	"fmt"
 	"io"
 	"mime"
+	"net/url"
 	"path"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -118,7 +120,7 @@ func parse(raw []byte, maxPart int64, skipAttachments bool) (*inbound, error) {
 	// alternatives: the paths of the multipart/alternative parts, whose
 	// text parts are renderings of the body, named or not.
 	alternatives := map[string]bool{}
-	walkErr := e.Walk(func(path []int, p *message.Entity, err error) error {
+	walkErr := walk(nil, e, nil, func(path []int, p *message.Entity, err error) error {
 		// A part in a charset or transfer encoding the decoder does not
 		// know (unknown-8bit, RFC 1428) is read as it stands, as the
 		// message's own body is when it is not multipart: its text, with
@@ -146,7 +148,7 @@ func parse(raw []byte, maxPart int64, skipAttachments bool) (*inbound, error) {
 		if mt == "" {
 			mt = "text/plain"
 		}
-		disp, dparams, _ := p.Header.ContentDisposition()
+		disp, dparams, _ := mediaValue(p.Header.Get("Content-Disposition"))
 		name := decodeWords(dparams["filename"])
 		if name == "" {
 			name = decodeWords(params["name"])
@@ -210,6 +212,166 @@ func parse(raw []byte, maxPart int64, skipAttachments bool) (*inbound, error) {
 }
 
 var errStopWalk = errors.New("too many parts")
+
+// walk calls f for e and every part under it, depth first, as
+// (*message.Entity).Walk does, each part read through lenient first.
+func walk(path []int, e *message.Entity, err error, f message.WalkFunc) error {
+	e = lenient(e)
+	if err := f(path, e, err); err != nil {
+		return err
+	}
+	if e == nil {
+		return nil
+	}
+	mr := e.MultipartReader()
+	if mr == nil {
+		return nil
+	}
+	for i := 0; ; i++ {
+		p, err := mr.NextPart()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil && !message.IsUnknownEncoding(err) && !message.IsUnknownCharset(err) {
+			return err
+		}
+		if err := walk(append(slices.Clip(path), i), p, err, f); err != nil {
+			return err
+		}
+	}
+}
+
+// lenient is e, or, when mime.ParseMediaType refuses its Content-Type,
+// e read again under the type and parameters mediaValue reads: go-message
+// takes the whole refused header for the type then, with no charset and
+// no boundary, so the text of such a part was dropped, an attachment
+// lost its name and type, and a multipart was read as one text.
+func lenient(e *message.Entity) *message.Entity {
+	if e == nil {
+		return nil
+	}
+	v := e.Header.Get("Content-Type")
+	if _, _, err := mime.ParseMediaType(v); err == nil || v == "" {
+		return e
+	}
+	mt, params, ok := mediaValue(v)
+	if !ok || !strings.Contains(mt, "/") {
+		return e
+	}
+	for k := range params {
+		if !token(k) {
+			delete(params, k)
+		}
+	}
+	ct := mime.FormatMediaType(mt, params)
+	if ct == "" {
+		return e
+	}
+	h := e.Header.Copy()
+	h.Set("Content-Type", ct)
+	// The body read is decoded from its transfer encoding already (a
+	// multipart's never is): only its charset is left to decode.
+	h.Del("Content-Transfer-Encoding")
+	re, _ := message.New(h, e.Body)
+	return re
+}
+
+// mediaValue reads a Content-Type or Content-Disposition value and its
+// parameters as mime.ParseMediaType does or, when that refuses them for
+// a parameter written outside RFC 2045's rules (a file name with spaces
+// or other letters left unquoted, a boundary with "=" left unquoted, a
+// parameter written twice), as Python's email parser (Hermes's) and mail
+// clients read them: the value before the first ";", then each
+// "name=value" between the semicolons outside quotes, cut at its first
+// "=", unquoted; of a repeated name the first. ok is false when there is
+// no value.
+func mediaValue(v string) (value string, params map[string]string, ok bool) {
+	value, params, err := mime.ParseMediaType(v)
+	if err == nil {
+		charsetParams(v, params)
+		return value, params, true
+	}
+	base, rest, _ := strings.Cut(v, ";")
+	value = strings.ToLower(strings.TrimSpace(base))
+	if t, sub, _ := strings.Cut(value, "/"); !token(t) || (sub != "" && !token(sub)) {
+		return "", nil, false
+	}
+	params = map[string]string{}
+	for _, seg := range splitParams(rest) {
+		k, val, found := strings.Cut(seg, "=")
+		k = strings.ToLower(strings.TrimSpace(k))
+		if !found || k == "" {
+			continue
+		}
+		if _, dup := params[k]; !dup {
+			params[k] = unquote(strings.TrimSpace(val))
+		}
+	}
+	charsetParams(v, params)
+	return value, params, true
+}
+
+// charsetParams sets in params the RFC 2231 values of v written in a
+// charset other than UTF-8 and US-ASCII (filename*=iso-8859-1'fr'r%E9sum%E9.pdf,
+// as mail programs set to Latin-1 write them), which mime.ParseMediaType
+// drops, unless params has the name already.
+func charsetParams(v string, params map[string]string) {
+	if !strings.Contains(v, "*=") {
+		return
+	}
+	_, rest, _ := strings.Cut(v, ";")
+	for _, seg := range splitParams(rest) {
+		k, val, ok := strings.Cut(seg, "=")
+		name, star := strings.CutSuffix(strings.ToLower(strings.TrimSpace(k)), "*")
+		if !ok || !star || name == "" || strings.Contains(name, "*") || params[name] != "" {
+			continue // a continuation (name*0*=…) is not read
+		}
+		charset, text, ok := strings.Cut(strings.TrimSpace(val), "'")
+		if !ok {
+			continue
+		}
+		if _, text, ok = strings.Cut(text, "'"); !ok {
+			continue
+		}
+		raw, err := url.PathUnescape(text)
+		if err != nil {
+			continue
+		}
+		r, err := message.CharsetReader(charset, strings.NewReader(raw))
+		if err != nil {
+			continue
+		}
+		if b, err := io.ReadAll(io.LimitReader(r, 4<<10)); err == nil {
+			params[name] = strings.ToValidUTF8(string(b), "\uFFFD")
+		}
+	}
+}
+
+// splitParams splits a parameter list at the semicolons outside quoted
+// strings.
+func splitParams(s string) []string {
+	var out []string
+	inQuote, escaped, start := false, false, 0
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case escaped:
+			escaped = false
+		case inQuote && c == '\\':
+			escaped = true
+		case c == '"':
+			inQuote = !inQuote
+		case c == ';' && !inQuote:
+			out = append(out, s[start:i])
+			start = i + 1
+		}
+	}
+	return append(out, s[start:])
+}
+
+// token reports whether s is an RFC 2045 token.
+func token(s string) bool {
+	return s != "" && printable(s) && !strings.ContainsAny(s, `()<>@,;:\"/[]?=`)
+}
 
 // rawBody is what follows the header of a raw message, as text.
 func rawBody(raw []byte) string {
@@ -300,10 +462,31 @@ func msgID(v string) string {
 // and the newest are kept).
 const maxReferences = 20
 
-// msgIDs are the message ids of a header value, each "<id>".
+// msgIDs are the message ids of a header value, each "<id>": what is
+// between each "<" and the next ">" (RFC 5322 needs no space between two
+// ids, "<a@x><b@x>" as Exchange writes them, and older mail puts words
+// or a comment beside one: "<a@x> (Ann's message of …)"), or, in a value
+// without "<", each word (an id written without its brackets).
 func msgIDs(v string) []string {
+	var fields []string
+	if strings.Contains(v, "<") {
+		for rest := v; ; {
+			i := strings.IndexByte(rest, '<')
+			if i < 0 {
+				break
+			}
+			j := strings.IndexByte(rest[i:], '>')
+			if j < 0 {
+				break
+			}
+			fields = append(fields, rest[i:i+j+1])
+			rest = rest[i+j+1:]
+		}
+	} else {
+		fields = strings.FieldsFunc(v, func(r rune) bool { return r == ' ' || r == '\t' || r == '\r' || r == '\n' || r == ',' })
+	}
 	var ids []string
-	for _, f := range strings.FieldsFunc(v, func(r rune) bool { return r == ' ' || r == '\t' || r == '\r' || r == '\n' || r == ',' }) {
+	for _, f := range fields {
 		f = strings.TrimSpace(f)
 		if !strings.HasPrefix(f, "<") {
 			f = "<" + f
@@ -366,7 +549,7 @@ func automated(from string, h message.Header) string {
 	if strings.TrimSpace(h.Get("Return-Path")) == "<>" {
 		return "null-return-path"
 	}
-	if mt, _, _ := h.ContentType(); mt == "multipart/report" {
+	if mt, _, _ := mediaValue(h.Get("Content-Type")); mt == "multipart/report" {
 		return "report"
 	}
 	if strings.TrimSpace(h.Get("X-Autoreply")) != "" || strings.TrimSpace(h.Get("X-Autorespond")) != "" {

@@ -212,6 +212,39 @@ func TestNormalize(t *testing.T) {
 			text: "The text.", from: "ola@example.com", user: "ola@example.com", topic: "Re: names", id: "b5@example.com",
 			parts: []string{"notes.txt text/plain 6 kept"},
 		},
+		{
+			name: "attachments whose names are unquoted, with spaces, keep their names and types",
+			raw: mailText("From: pat@example.com", "Subject: Re: report", "Message-ID: <c1@example.com>",
+				"Content-Type: multipart/mixed; boundary=XX", "", "--XX", "Content-Type: text/plain", "", "Both attached.",
+				"--XX", "Content-Type: application/pdf; name=Q3 report.pdf", "Content-Disposition: attachment; filename=Q3 report.pdf", "",
+				"%PDF-1", "--XX", "Content-Type: text/plain; name=build output.log", "Content-Disposition: attachment; filename=build output.log", "",
+				"Error 3", "--XX--"),
+			text: "Both attached.", from: "pat@example.com", user: "pat@example.com", topic: "Re: report", id: "c1@example.com",
+			parts: []string{"Q3 report.pdf application/pdf 6 named", "build output.log text/plain 7 kept"},
+		},
+		{
+			name: "a multipart whose boundary has an unquoted = is read by its parts",
+			raw: mailText("From: quin@example.com", "Subject: Re: time", "Message-ID: <c2@example.com>",
+				"Content-Type: multipart/alternative; boundary=----=_Part_7", "", "------=_Part_7", "Content-Type: text/plain", "",
+				"Meet at 3?", "------=_Part_7", "Content-Type: text/html", "", "<p>Meet at 3?</p>", "------=_Part_7--"),
+			text: "Meet at 3?", from: "quin@example.com", user: "quin@example.com", topic: "Re: time", id: "c2@example.com",
+		},
+		{
+			name: "a text whose Content-Type names its charset twice is read in that charset",
+			raw: mailText("From: rae@example.com", "Subject: Re: x", "Message-ID: <c3@example.com>",
+				"Content-Type: text/plain; charset=ISO-8859-1; charset=\"iso-8859-1\"", "Content-Transfer-Encoding: quoted-printable", "",
+				"Voil=E0."),
+			text: "Voilà.", from: "rae@example.com", user: "rae@example.com", topic: "Re: x", id: "c3@example.com",
+		},
+		{
+			name: "a file name in Latin-1 (RFC 2231) is read",
+			raw: mailText("From: sam@example.com", "Subject: Re: cv", "Message-ID: <c4@example.com>",
+				"Content-Type: multipart/mixed; boundary=XX", "", "--XX", "Content-Type: text/plain", "", "My CV.",
+				"--XX", "Content-Type: text/plain; charset=iso-8859-1", "Content-Disposition: attachment; filename*=iso-8859-1''r%E9sum%E9.txt", "",
+				"cv", "--XX--"),
+			text: "My CV.", from: "sam@example.com", user: "sam@example.com", topic: "Re: cv", id: "c4@example.com",
+			parts: []string{"résumé.txt text/plain 2 kept"},
+		},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			m, err := parse(c.raw, 16, false)
@@ -366,5 +399,43 @@ func TestMalformedSenderStaysOutOfTheError(t *testing.T) {
 	}
 	if strings.Contains(err.Error(), "5551234") {
 		t.Errorf("the error names the sender: %v", err)
+	}
+}
+
+// TestThreadingIDs reads In-Reply-To and References as RFC 5322 writes
+// them: ids with no space between them, or beside a comment or words.
+func TestThreadingIDs(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name      string
+		inReplyTo string
+		refs      string
+		wantReply string
+		wantRefs  string // the References an answer carries
+	}{
+		{"spaced", "<m2@example.com>", "<m1@example.com> <m2@example.com>", "<m2@example.com>",
+			"<m1@example.com> <m2@example.com> <m3@example.com>"},
+		{"no space between ids, as Exchange writes them", "<m2@example.com><m1@example.com>", "<m1@example.com><m2@example.com>",
+			"<m2@example.com>", "<m1@example.com> <m2@example.com> <m3@example.com>"},
+		{"a comment beside the id", `<m2@example.com> (Ann's message of "Mon, 1 Jan 2024 10:00")`,
+			"<m1@example.com> (first)\r\n <m2@example.com>", "<m2@example.com>", "<m1@example.com> <m2@example.com> <m3@example.com>"},
+		{"words before the id", "Ann's message of Mon, 1 Jan 2024 <m2@example.com>", "", "<m2@example.com>", "<m3@example.com>"},
+		{"ids without brackets", "m2@example.com", "m1@example.com m2@example.com", "<m2@example.com>",
+			"<m1@example.com> <m2@example.com> <m3@example.com>"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			raw := mailText("From: ann@example.com", "Subject: Re: x", "Message-ID: <m3@example.com>",
+				"In-Reply-To: "+c.inReplyTo, "References: "+c.refs, "", "Yes.")
+			m, err := parse(raw, 16, false)
+			if err != nil {
+				t.Fatalf("parse: %v", err)
+			}
+			if m.InReplyTo != c.wantReply {
+				t.Errorf("in reply to %q, want %q", m.InReplyTo, c.wantReply)
+			}
+			if got := strings.Join(m.References, " "); got != c.wantRefs {
+				t.Errorf("references %q, want %q", got, c.wantRefs)
+			}
+		})
 	}
 }
