@@ -2,12 +2,15 @@ package whatsapp
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
+	"time"
 
+	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	"github.com/switchboard-chat/switchboard/pkg/platform"
 )
@@ -27,28 +30,35 @@ type mediaInfo struct {
 // serves the workers' fetch requests on every replica, within
 // attachments.max_bytes): GET /{media-id} answers a short-lived URL, whose
 // bytes are fetched with the access token too. Media ids stay valid for
-// 30 days.
+// 30 days. Either request answered 429, 5xx or one of Meta's transient
+// or rate-limit codes is asked again (mediaGet).
 func (p *Platform) Fetch(ctx context.Context, a *eventsv1.Attachment) (io.ReadCloser, string, error) {
 	id := a.GetPlatformFileId()
 	if !validMediaID(id) {
 		return nil, "", platform.ErrNotFetched
 	}
-	var info mediaInfo
-	u := p.graph.base + "/" + id + "?phone_number_id=" + url.QueryEscape(p.graph.phoneID)
-	if err := p.graph.get(ctx, u, &info); err != nil {
+	resp, err := p.mediaGet(ctx, p.graph.base+"/"+id+"?phone_number_id="+url.QueryEscape(p.graph.phoneID))
+	if err != nil {
 		return nil, "", fmt.Errorf("media %s: %w", id, err)
+	}
+	var info mediaInfo
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswerBytes))
+	_ = resp.Body.Close()
+	if err == nil {
+		err = json.Unmarshal(body, &info)
+	}
+	if err != nil {
+		return nil, "", fmt.Errorf("media %s: graph api answer: %w", id, err)
 	}
 	if info.URL == "" {
 		return nil, "", fmt.Errorf("media %s: the graph api answered without a url", id)
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, info.URL, nil)
-	if err != nil {
-		return nil, "", fmt.Errorf("media %s: %w", id, err)
-	}
 	// Meta's media URLs need the token as well.
-	req.Header.Set("Authorization", "Bearer "+p.graph.token)
-	resp, err := p.graph.hc.Do(req)
-	if err != nil {
+	if resp, err = p.mediaGet(ctx, info.URL); err != nil {
+		var ge *GraphError
+		if errors.As(err, &ge) {
+			return nil, "", fmt.Errorf("%w: media %s: HTTP %d", ErrDownload, id, ge.Status)
+		}
 		return nil, "", fmt.Errorf("download media %s: %w", id, err)
 	}
 	if resp.StatusCode != http.StatusOK {
@@ -61,6 +71,63 @@ func (p *Platform) Fetch(ctx context.Context, a *eventsv1.Attachment) (io.ReadCl
 		mt = baseType(resp.Header.Get("Content-Type"))
 	}
 	return resp.Body, mt, nil
+}
+
+// mediaTries is how many times Fetch makes a request Meta answers 429,
+// 5xx or a transient code, as Hermes's downloads (three attempts).
+const mediaTries = 3
+
+// mediaGet GETs u with the access token and returns a 2xx answer. An
+// answer that classify does not take for permanent (429, 5xx, Meta's
+// rate-limit and transient codes such as 4, 80007, 130429 or 131000) is
+// asked again after its Retry-After, else 1.5 s then 3 s, three attempts
+// in all, within ctx (the fetch's bound): a wait that would outlast it
+// fails at once. Other answers are a *GraphError.
+func (p *Platform) mediaGet(ctx context.Context, u string) (*http.Response, error) {
+	for try := 1; ; try++ {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+		if err != nil {
+			return nil, err
+		}
+		req.Header.Set("Authorization", "Bearer "+p.graph.token)
+		resp, err := p.graph.hc.Do(req)
+		if err != nil {
+			return nil, fmt.Errorf("graph api %s: %w", req.URL.Path, err)
+		}
+		if resp.StatusCode/100 == 2 {
+			return resp, nil
+		}
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+		_ = resp.Body.Close()
+		ge := decodeError(resp, body)
+		if !mediaRetried(ge) || try == mediaTries {
+			return nil, ge
+		}
+		wait := time.Duration(try) * 1500 * time.Millisecond
+		if d, ok := platform.ParseRetryAfter(resp.Header.Get("Retry-After"), time.Now()); ok {
+			wait = d
+		}
+		if d, ok := ctx.Deadline(); ok && time.Until(d) < wait {
+			return nil, fmt.Errorf("%w, asked to wait %s", ge, wait)
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, fmt.Errorf("%w: %w", ge, ctx.Err())
+		case <-t.C:
+		}
+	}
+}
+
+// mediaRetried reports whether a media request answered ge is asked
+// again: a rate limit or a failure classify does not call permanent.
+func mediaRetried(ge *GraphError) bool {
+	var se *platform.SendError
+	if errors.As(classify(ge), &se) {
+		return se.Class == deliveryv1.ErrorClass_ERROR_CLASS_RATE_LIMITED
+	}
+	return true
 }
 
 // validMediaID reports whether id can go into a Graph API path as it is

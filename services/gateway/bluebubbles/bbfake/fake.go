@@ -59,6 +59,9 @@ type Fake struct {
 	newChat int
 	// hooksDown: the webhook API answers 500 (BreakWebhookAPI).
 	hooksDown bool
+
+	// downloadFailures are answered, in order, to the next downloads.
+	downloadFailures []Failure
 }
 
 // logged is a message in the Messages database: sent, or failed with an
@@ -160,6 +163,21 @@ func (f *Fake) Fail(fs ...Failure) {
 	f.mu.Lock()
 	f.failures = append(f.failures, fs...)
 	f.mu.Unlock()
+}
+
+// FailDownloads makes the next attachment downloads fail with these
+// failures, one each; a zero Failure lets its download through.
+func (f *Fake) FailDownloads(fs ...Failure) {
+	f.mu.Lock()
+	f.downloadFailures = append(f.downloadFailures, fs...)
+	f.mu.Unlock()
+}
+
+// DownloadFailuresLeft counts the download failures no download reached.
+func (f *Fake) DownloadFailuresLeft() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.downloadFailures)
 }
 
 // SlowSends makes every later send take d before it is sent and
@@ -578,6 +596,18 @@ func (f *Fake) count(m map[string]int) http.HandlerFunc {
 
 func (f *Fake) download(w http.ResponseWriter, r *http.Request) {
 	f.mu.Lock()
+	if len(f.downloadFailures) > 0 {
+		fl := f.downloadFailures[0]
+		f.downloadFailures = f.downloadFailures[1:]
+		if fl.Status != 0 {
+			f.mu.Unlock()
+			if fl.RetryAfter > 0 {
+				w.Header().Set("Retry-After", fmt.Sprint(fl.RetryAfter))
+			}
+			fail(w, fl.Status, "Server Error", fl.Message)
+			return
+		}
+	}
 	a, found := f.attachments[r.PathValue("guid")]
 	if found {
 		f.downloads++

@@ -48,6 +48,9 @@ type Fake struct {
 	downloads int
 	failures  []Failure // answered, in order, to the next messages sent
 	lost      []Failure // answered, in order, to the next messages sent, which are kept all the same
+	// mediaFailures are answered, in order, to the next media requests
+	// (GET /{media-id} and the downloads it points to).
+	mediaFailures []Failure
 }
 
 // Message is one message the business sent.
@@ -145,6 +148,37 @@ func (f *Fake) LoseAnswers(n int, fs ...Failure) {
 	}
 }
 
+// FailMedia makes the next media requests (GET /{media-id} and the
+// downloads its URLs point to, in the order they come) fail with these
+// failures, one each; a zero Failure lets its request through.
+func (f *Fake) FailMedia(fs ...Failure) {
+	f.mu.Lock()
+	f.mediaFailures = append(f.mediaFailures, fs...)
+	f.mu.Unlock()
+}
+
+// MediaFailuresLeft counts the media failures no request has reached.
+func (f *Fake) MediaFailuresLeft() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.mediaFailures)
+}
+
+// mediaFailed answers the next injected media failure, if any.
+func (f *Fake) mediaFailed(w http.ResponseWriter) bool {
+	f.mu.Lock()
+	var fl Failure
+	if len(f.mediaFailures) > 0 {
+		fl, f.mediaFailures = f.mediaFailures[0], f.mediaFailures[1:]
+	}
+	f.mu.Unlock()
+	if fl.Status == 0 {
+		return false
+	}
+	writeError(w, fl)
+	return true
+}
+
 // Messages returns what the business sent to wa_id, oldest first.
 func (f *Fake) Messages(waID string) []Message {
 	f.mu.Lock()
@@ -224,6 +258,9 @@ func (f *Fake) get(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]any{"display_phone_number": "+1 555-078-3881", "verified_name": "Switchboard Test", "id": id})
 		return
 	}
+	if f.mediaFailed(w) {
+		return
+	}
 	f.mu.Lock()
 	m, ok := f.media[id]
 	f.mu.Unlock()
@@ -241,7 +278,7 @@ func (f *Fake) get(w http.ResponseWriter, r *http.Request) {
 
 // download serves media bytes, to the access token only.
 func (f *Fake) download(w http.ResponseWriter, r *http.Request) {
-	if !f.authorized(w, r) {
+	if !f.authorized(w, r) || f.mediaFailed(w) {
 		return
 	}
 	f.mu.Lock()
