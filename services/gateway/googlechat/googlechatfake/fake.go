@@ -63,6 +63,10 @@ type Fake struct {
 	failOn map[string][]Failure
 	calls  map[string]int // message API calls by method
 	files  map[string]file
+	// fileFails are answered instead of the next media downloads;
+	// downloads counts those asked for.
+	fileFails []Failure
+	downloads int
 }
 
 type file struct {
@@ -474,12 +478,38 @@ func (f *Fake) AddFile(data []byte, mime string) string {
 	return ref
 }
 
+// FailDownloads makes the next media downloads fail, in order (429
+// with its Retry-After, a 5xx, a 404).
+func (f *Fake) FailDownloads(fs ...Failure) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.fileFails = append(f.fileFails, fs...)
+}
+
+// Downloads counts the media downloads asked for, failed ones included.
+func (f *Fake) Downloads() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.downloads
+}
+
 func (f *Fake) media(w http.ResponseWriter, r *http.Request) {
 	if !f.authorized(w, r) {
 		return
 	}
 	ref := strings.TrimPrefix(r.URL.Path, "/v1/media/")
 	f.mu.Lock()
+	f.downloads++
+	if len(f.fileFails) > 0 {
+		fail := f.fileFails[0]
+		f.fileFails = f.fileFails[1:]
+		f.mu.Unlock()
+		if fail.RetryAfter > 0 {
+			w.Header().Set("Retry-After", strconv.Itoa(fail.RetryAfter))
+		}
+		apiError(w, fail.Status, "INJECTED", "injected failure")
+		return
+	}
 	fl, ok := f.files[ref]
 	f.mu.Unlock()
 	if !ok || r.URL.Query().Get("alt") != "media" {
