@@ -265,7 +265,8 @@ func channelTenant(raw json.RawMessage) string {
 }
 
 // attachments are the activity's files and pictures: an image's
-// contentUrl (the connector's, fetched with the bot's token), a file's
+// contentUrl (the connector's, fetched with the bot's token; a pasted
+// picture's type is "image/*", which names none), a file's
 // pre-authorized downloadUrl; the copy of the message Teams adds as a
 // text/html attachment and cards are not attachments.
 func attachments(in []Attachment) []*eventsv1.Attachment {
@@ -300,7 +301,13 @@ func attachments(in []Attachment) []*eventsv1.Attachment {
 			if err != nil {
 				mt = ""
 			}
-			out = append(out, &eventsv1.Attachment{Kind: kindOf(mt), PlatformFileId: a.ContentURL, MimeType: mt, FileName: a.Name})
+			kind := kindOf(mt)
+			if strings.HasSuffix(mt, "/*") {
+				// A pasted picture's "image/*": its type is not known
+				// until the connector's answer names it (Fetch).
+				mt = ""
+			}
+			out = append(out, &eventsv1.Attachment{Kind: kind, PlatformFileId: a.ContentURL, MimeType: mt, FileName: a.Name})
 		}
 	}
 	return out

@@ -3,6 +3,7 @@ package teams
 import (
 	"testing"
 
+	"github.com/switchboard-chat/switchboard/pkg/attachment"
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 )
@@ -171,5 +172,25 @@ func TestFileAttachmentTypes(t *testing.T) {
 				t.Fatalf("kind %v, type %q, name %q; want %v, %q, %q", a.GetKind(), a.GetMimeType(), a.GetFileName(), tc.kind, tc.mime, tc.fileName)
 			}
 		})
+	}
+}
+
+// A picture pasted into a message comes with the content type "image/*"
+// (Teams does not say which): it is a picture of a type not known yet,
+// which the agent downloads and sees, the connector's answer naming its
+// type; "image/*" as its type made the worker take it for a format no
+// model reads, and leave it undownloaded.
+func TestPastedPicture(t *testing.T) {
+	got := attachments([]Attachment{{ContentType: "image/*", ContentURL: "https://smba.trafficmanager.net/amer/v3/attachments/0-eus-d4-1/views/original"},
+		{ContentType: "text/html", Content: []byte(`"<div><img src=\"https://smba.trafficmanager.net/amer/v3/attachments/0-eus-d4-1/views/original\"></div>"`)}})
+	if len(got) != 1 {
+		t.Fatalf("%d attachments, want 1", len(got))
+	}
+	a := got[0]
+	if a.GetKind() != eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE || a.GetMimeType() != "" {
+		t.Fatalf("kind %v, type %q; want a picture of no type yet", a.GetKind(), a.GetMimeType())
+	}
+	if !attachment.Wanted(a) {
+		t.Fatal("the worker would not download the picture")
 	}
 }
