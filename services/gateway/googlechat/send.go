@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -26,6 +27,22 @@ var _ platform.Fetcher = (*Platform)(nil)
 type outgoing struct {
 	Text   string  `json:"text"`
 	Thread *Thread `json:"thread,omitempty"`
+}
+
+// chatMarkup is the syntax the text is written in (format): Google
+// Chat's own markup.
+const chatMarkup = "MARKUP_SYNTAX_CHAT"
+
+// MarshalJSON writes the message with markupSyntax MARKUP_SYNTAX_CHAT,
+// the syntax format writes: a Chat app created now reads a text that
+// names none as Markdown, by its default markup syntax, which shows
+// *bold* in italics and ~strike~ as it is.
+func (m outgoing) MarshalJSON() ([]byte, error) {
+	type message outgoing
+	return json.Marshal(struct {
+		message
+		MarkupSyntax string `json:"markupSyntax"`
+	}{message(m), chatMarkup})
 }
 
 // created is the Chat API's answer: the message.
