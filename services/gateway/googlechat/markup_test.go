@@ -51,3 +51,19 @@ func TestTextIsReadInChatMarkup(t *testing.T) {
 		})
 	}
 }
+
+// A link shows as Chat's <url|text>, its text linked, as Hermes sends it,
+// not as "text (url)".
+func TestLinks(t *testing.T) {
+	f, p := newPlatform(t)
+	ctx := context.Background()
+	const sp = "spaces/S1"
+	if _, err := p.Send(ctx, &deliveryv1.SendRequested{Target: &deliveryv1.Target{Platform: PlatformName, ChatId: sp},
+		Text: "See [the guide](https://example.com/guide) or [https://a.example](https://b.example).", IdempotencyKey: "turn:1:0"}); err != nil {
+		t.Fatal(err)
+	}
+	const want = "See <https://example.com/guide|the guide> or https://a.example (https://b.example)."
+	if got := f.Texts(sp); len(got) != 1 || got[0] != want {
+		t.Fatalf("sent %q, want %q", got, want)
+	}
+}

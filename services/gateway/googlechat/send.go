@@ -54,13 +54,13 @@ type created struct {
 }
 
 // format converts the agent's Markdown to Google Chat's formatting
-// (*bold*, _italic_, ~strike~, `code`, ``` blocks), as Hermes does; a
-// plain request is sent as it is.
+// (*bold*, _italic_, ~strike~, `code`, ``` blocks, <url|text> links), as
+// Hermes does; a plain request is sent as it is.
 func format(req *deliveryv1.SendRequested) string {
 	if req.GetFormat() == deliveryv1.TextFormat_TEXT_FORMAT_PLAIN {
 		return req.GetText()
 	}
-	return markup.WhatsApp.Convert(req.GetText())
+	return markup.GoogleChat.Convert(req.GetText())
 }
 
 // space is the target's space name, checked.
