@@ -282,6 +282,14 @@ func (f *Fake) post(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusBadRequest, map[string]any{"error": map[string]any{"code": "BadArgument", "message": "Activity text cannot be empty"}})
 		return
 	}
+	for _, a := range in.Attachments {
+		if ct, _ := a["contentType"].(string); !attachmentTaken(ct) {
+			// Teams shows cards and pictures; a file goes through a
+			// file consent card or Graph, never by its URL.
+			writeJSON(w, http.StatusBadRequest, map[string]any{"error": map[string]any{"code": "BadArgument", "message": "Unknown attachment type"}})
+			return
+		}
+	}
 	if replyTo != "" && strings.Contains(conv, "@thread.v2") {
 		// Group chats have no reply threads.
 		writeJSON(w, http.StatusBadRequest, map[string]any{"error": map[string]any{"code": "BadArgument", "message": "Replies are not supported in group chats"}})
@@ -290,6 +298,13 @@ func (f *Fake) post(w http.ResponseWriter, r *http.Request) {
 	id := f.NewID()
 	f.acts[conv] = append(f.acts[conv], &Activity{ID: id, Type: in.Type, Text: in.Text, TextFormat: in.TextFormat, ReplyTo: replyTo, Attachments: in.Attachments})
 	writeJSON(w, http.StatusCreated, map[string]any{"id": id})
+}
+
+// attachmentTaken reports whether Teams takes an attachment of content
+// type ct in a bot's message: a card, or a picture by its URL.
+func attachmentTaken(ct string) bool {
+	return strings.HasPrefix(ct, "application/vnd.microsoft.card.") || strings.HasPrefix(ct, "application/vnd.microsoft.teams.card.") ||
+		strings.HasPrefix(ct, "image/")
 }
 
 func (f *Fake) find(conv, id string) *Activity {
