@@ -21,9 +21,12 @@ var _ platform.Fetcher = (*Platform)(nil)
 // than 200.
 var ErrDownload = errors.New("teams attachment download failed")
 
-// connectorHosts are Microsoft's connector hosts (Hermes's list): the
-// pictures users send are there, behind the bot's token.
-var connectorHosts = map[string]bool{"smba.trafficmanager.net": true, "smba.infra.gov.teams.microsoft.us": true}
+// connectorHosts are Microsoft's connector hosts, of the public cloud
+// and the government clouds (GCC, GCC High, DoD: the Teams service URLs
+// of Microsoft's Agents SDK): the pictures users send are there, behind
+// the bot's token.
+var connectorHosts = map[string]bool{"smba.trafficmanager.net": true, "smba.infra.gcc.teams.microsoft.com": true,
+	"smba.infra.gov.teams.microsoft.us": true, "smba.infra.dod.teams.microsoft.us": true}
 
 // Fetch downloads a user's attachment when a turn reads it: a file's
 // pre-authorized download URL as it is, a picture on the connector (its

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -150,5 +151,37 @@ func TestFetchRetries(t *testing.T) {
 				t.Fatalf("read %q (%v), want the picture's bytes", got, err)
 			}
 		})
+	}
+}
+
+// The bot's token goes to Microsoft's connectors, where pictures users
+// send are kept behind it: the public cloud's and the government clouds'
+// (GCC, GCC High, DoD, as Microsoft's Agents SDK lists them), over
+// https; never to another host, nor over http.
+func TestConnectorHosts(t *testing.T) {
+	f := teamsfake.New(t)
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	p, err := NewPlatform(testConfig(f), b, slog.New(slog.DiscardHandler), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for u, want := range map[string]bool{
+		"https://smba.trafficmanager.net/amer/v3/attachments/0-eus-d4-1/views/original":           true,
+		"https://smba.infra.gcc.teams.microsoft.com/gcc/v3/attachments/0-gcc-d1-1/views/original": true,
+		"https://smba.infra.gov.teams.microsoft.us/gcch/v3/attachments/1/views/original":          true,
+		"https://smba.infra.dod.teams.microsoft.us/dod/v3/attachments/1/views/original":           true,
+		"https://SMBA.infra.gcc.teams.microsoft.com/x":                                            true,
+		f.ServiceURL() + "v3/attachments/1/views/original":                                        true,
+		"http://smba.infra.gcc.teams.microsoft.com/x":                                             false,
+		"https://smba.infra.gcc.teams.microsoft.com.evil.example/x":                               false,
+		"https://contoso.sharepoint.com/personal/ann/report.pdf":                                  false,
+	} {
+		pu, err := url.Parse(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := p.connectorHost(pu); got != want {
+			t.Errorf("%s: token sent %v, want %v", u, got, want)
+		}
 	}
 }
