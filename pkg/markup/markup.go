@@ -1,7 +1,7 @@
 // Package markup converts the Markdown an agent writes (CommonMark-ish:
 // **bold**, *italic*, `code`, fenced blocks, [links](url), # headings,
 // > quotes, ~~strike~~) into a chat platform's markup: Telegram's
-// MarkdownV2, Slack's mrkdwn, WhatsApp's formatting or plain text, escaping
+// MarkdownV2, Slack's mrkdwn, WhatsApp's or Google Chat's formatting or plain text, escaping
 // everything else the platform would read as markup (where it can). A marker without a partner on the same line is
 // text. A platform may still reject an odd input; the Telegram gateway
 // then resends the text without parse mode, converted with Plain.

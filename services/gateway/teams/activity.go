@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"mime"
+	"path"
 	"regexp"
 	"strings"
 	"time"
@@ -264,7 +265,8 @@ func channelTenant(raw json.RawMessage) string {
 }
 
 // attachments are the activity's files and pictures: an image's
-// contentUrl (the connector's, fetched with the bot's token), a file's
+// contentUrl (the connector's, fetched with the bot's token; a pasted
+// picture's type is "image/*", which names none), a file's
 // pre-authorized downloadUrl; the copy of the message Teams adds as a
 // text/html attachment and cards are not attachments.
 func attachments(in []Attachment) []*eventsv1.Attachment {
@@ -282,14 +284,16 @@ func attachments(in []Attachment) []*eventsv1.Attachment {
 			if json.Unmarshal(a.Content, &info) != nil || !httpURL(info.DownloadURL) {
 				continue
 			}
+			ft := strings.TrimPrefix(info.FileType, ".")
 			name := a.Name
 			if name == "" {
 				name = "document"
-				if ft := strings.TrimPrefix(info.FileType, "."); ft != "" {
+				if ft != "" {
 					name += "." + ft
 				}
 			}
-			out = append(out, &eventsv1.Attachment{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_DOCUMENT, PlatformFileId: info.DownloadURL, FileName: name})
+			mt := fileMediaType(ft, name)
+			out = append(out, &eventsv1.Attachment{Kind: kindOf(mt), PlatformFileId: info.DownloadURL, MimeType: mt, FileName: name})
 		case a.ContentURL == "" || !httpURL(a.ContentURL):
 			continue // text/html, text/plain copies of the text
 		default:
@@ -297,10 +301,32 @@ func attachments(in []Attachment) []*eventsv1.Attachment {
 			if err != nil {
 				mt = ""
 			}
-			out = append(out, &eventsv1.Attachment{Kind: kindOf(mt), PlatformFileId: a.ContentURL, MimeType: mt, FileName: a.Name})
+			kind := kindOf(mt)
+			if strings.HasSuffix(mt, "/*") {
+				// A pasted picture's "image/*": its type is not known
+				// until the connector's answer names it (Fetch).
+				mt = ""
+			}
+			out = append(out, &eventsv1.Attachment{Kind: kind, PlatformFileId: a.ContentURL, MimeType: mt, FileName: a.Name})
 		}
 	}
 	return out
+}
+
+// fileMediaType is the media type of a file Teams describes by its
+// fileType (an extension: "jpg", "pdf"), else its name's extension; ""
+// when neither names a known type. A picture the user attached as a
+// file is so a picture, not a document of no type.
+func fileMediaType(fileType, name string) string {
+	ext := path.Ext(name)
+	if fileType != "" && !strings.ContainsAny(fileType, "./") {
+		ext = "." + fileType
+	}
+	mt, _, err := mime.ParseMediaType(mime.TypeByExtension(strings.ToLower(ext)))
+	if err != nil {
+		return ""
+	}
+	return mt
 }
 
 func kindOf(mt string) eventsv1.AttachmentKind {

@@ -3,6 +3,7 @@ package teams
 import (
 	"testing"
 
+	"github.com/switchboard-chat/switchboard/pkg/attachment"
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 )
@@ -139,5 +140,57 @@ func TestPressOf(t *testing.T) {
 	}
 	if approvalCard(&deliveryv1.Approval{Choices: []string{"once", "maybe"}}) != nil || approvalCard(nil) != nil {
 		t.Error("a card for unknown or no choices")
+	}
+}
+
+// A file sent in a personal chat comes as a file.download.info
+// attachment whose fileType names its type: a picture attached as a file
+// (a photo uploaded with the paperclip) is a picture, which the agent
+// downloads and sees, not a document of no type, which it neither
+// downloads nor reads; its media type comes from fileType, else the
+// name's extension.
+func TestFileAttachmentTypes(t *testing.T) {
+	for _, tc := range []struct {
+		name, fileType, fileName string
+		kind                     eventsv1.AttachmentKind
+		mime                     string
+	}{
+		{name: "photo", fileType: "jpg", fileName: "IMG_0001.jpg", kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, mime: "image/jpeg"},
+		{name: "upper case", fileType: "PNG", fileName: "Shot.PNG", kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, mime: "image/png"},
+		{name: "no file type", fileName: "chart.png", kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, mime: "image/png"},
+		{name: "pdf", fileType: "pdf", fileName: "report.pdf", kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_DOCUMENT, mime: "application/pdf"},
+		{name: "unknown type", fileType: "zzq", fileName: "data.zzq", kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_DOCUMENT},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			content := `{"downloadUrl":"https://contoso.sharepoint.com/d?tempauth=x","uniqueId":"1","fileType":"` + tc.fileType + `"}`
+			got := attachments([]Attachment{{ContentType: "application/vnd.microsoft.teams.file.download.info", Name: tc.fileName,
+				ContentURL: "https://contoso.sharepoint.com/personal/ann/Documents/" + tc.fileName, Content: []byte(content)}})
+			if len(got) != 1 {
+				t.Fatalf("%d attachments, want 1", len(got))
+			}
+			if a := got[0]; a.GetKind() != tc.kind || a.GetMimeType() != tc.mime || a.GetFileName() != tc.fileName {
+				t.Fatalf("kind %v, type %q, name %q; want %v, %q, %q", a.GetKind(), a.GetMimeType(), a.GetFileName(), tc.kind, tc.mime, tc.fileName)
+			}
+		})
+	}
+}
+
+// A picture pasted into a message comes with the content type "image/*"
+// (Teams does not say which): it is a picture of a type not known yet,
+// which the agent downloads and sees, the connector's answer naming its
+// type; "image/*" as its type made the worker take it for a format no
+// model reads, and leave it undownloaded.
+func TestPastedPicture(t *testing.T) {
+	got := attachments([]Attachment{{ContentType: "image/*", ContentURL: "https://smba.trafficmanager.net/amer/v3/attachments/0-eus-d4-1/views/original"},
+		{ContentType: "text/html", Content: []byte(`"<div><img src=\"https://smba.trafficmanager.net/amer/v3/attachments/0-eus-d4-1/views/original\"></div>"`)}})
+	if len(got) != 1 {
+		t.Fatalf("%d attachments, want 1", len(got))
+	}
+	a := got[0]
+	if a.GetKind() != eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE || a.GetMimeType() != "" {
+		t.Fatalf("kind %v, type %q; want a picture of no type yet", a.GetKind(), a.GetMimeType())
+	}
+	if !attachment.Wanted(a) {
+		t.Fatal("the worker would not download the picture")
 	}
 }

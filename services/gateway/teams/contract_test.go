@@ -99,7 +99,7 @@ func (c *contractFake) Deliver(t *testing.T, ctx context.Context, kind string) *
 		const u = "https://contoso.sharepoint.com/personal/ann/_layouts/15/download.aspx?UniqueId=1&tempauth=x"
 		a["attachments"] = []map[string]any{{"contentType": "application/vnd.microsoft.teams.file.download.info", "name": "report.pdf",
 			"content": map[string]any{"downloadUrl": u, "uniqueId": "1", "fileType": "pdf"}}}
-		want.Attachments = []*eventsv1.Attachment{{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_DOCUMENT, PlatformFileId: u, FileName: "report.pdf"}}
+		want.Attachments = []*eventsv1.Attachment{{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_DOCUMENT, PlatformFileId: u, MimeType: "application/pdf", FileName: "report.pdf"}}
 	}
 	c.mu.Lock()
 	c.sent[want.EventId] = a

@@ -2,11 +2,15 @@ package teams
 
 import (
 	"context"
+	"errors"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/switchboard-chat/switchboard/pkg/bus/bustest"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
@@ -84,4 +88,100 @@ func TestFetchReachesOnlyPublicAddresses(t *testing.T) {
 		t.Fatalf("connector picture: %v", err)
 	}
 	_ = rc.Close()
+}
+
+// A picture the connector answers 429 (its rate limit) or a 5xx for is
+// asked again, after the Retry-After it names, else 1.5 s then 3 s,
+// three attempts in all, as Hermes's cache_image_from_url: before, the
+// first such answer lost the picture to the turn. A 404 is final, and a
+// wait longer than the fetch's bound fails at once.
+func TestFetchRetries(t *testing.T) {
+	t.Parallel()
+	rateLimited := teamsfake.Failure{Status: http.StatusTooManyRequests, RetryAfter: 1}
+	for _, tc := range []struct {
+		name  string
+		fails []teamsfake.Failure
+		// requests is how many downloads the fetch asks for; kept: the
+		// picture is downloaded.
+		requests int
+		kept     bool
+	}{
+		{name: "429 with Retry-After", fails: []teamsfake.Failure{rateLimited}, requests: 2, kept: true},
+		{name: "503", fails: []teamsfake.Failure{{Status: http.StatusServiceUnavailable}}, requests: 2, kept: true},
+		{name: "three failures", fails: []teamsfake.Failure{rateLimited, {Status: http.StatusBadGateway}, rateLimited}, requests: 3},
+		{name: "404 is final", fails: []teamsfake.Failure{{Status: http.StatusNotFound}}, requests: 1},
+		{name: "403 is final", fails: []teamsfake.Failure{{Status: http.StatusForbidden}}, requests: 1},
+		{name: "a wait beyond the bound", fails: []teamsfake.Failure{{Status: http.StatusTooManyRequests, RetryAfter: 120}}, requests: 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := teamsfake.New(t)
+			b := bustest.New(t, bustest.EmbeddedURL(t))
+			p, err := NewPlatform(testConfig(f), b, slog.New(slog.DiscardHandler), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			u := f.AddFile([]byte("png bytes"))
+			f.FailDownloads(tc.fails...)
+			start := time.Now()
+			rc, _, err := p.Fetch(ctx, &eventsv1.Attachment{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, PlatformFileId: u, MimeType: "image/png"})
+			if n := f.Downloads(); n != tc.requests {
+				t.Errorf("%d downloads, want %d", n, tc.requests)
+			}
+			if !tc.kept {
+				if err == nil {
+					_ = rc.Close()
+					t.Fatal("downloaded, want a failure")
+				}
+				if !errors.Is(err, ErrDownload) {
+					t.Errorf("error %v, want ErrDownload", err)
+				}
+				if d := time.Since(start); d > 10*time.Second {
+					t.Errorf("failed after %s, want at once past the bound", d)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("fetch: %v, want the picture", err)
+			}
+			defer func() { _ = rc.Close() }()
+			if got, err := io.ReadAll(rc); err != nil || string(got) != "png bytes" {
+				t.Fatalf("read %q (%v), want the picture's bytes", got, err)
+			}
+		})
+	}
+}
+
+// The bot's token goes to Microsoft's connectors, where pictures users
+// send are kept behind it: the public cloud's and the government clouds'
+// (GCC, GCC High, DoD, as Microsoft's Agents SDK lists them), over
+// https; never to another host, nor over http.
+func TestConnectorHosts(t *testing.T) {
+	f := teamsfake.New(t)
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	p, err := NewPlatform(testConfig(f), b, slog.New(slog.DiscardHandler), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for u, want := range map[string]bool{
+		"https://smba.trafficmanager.net/amer/v3/attachments/0-eus-d4-1/views/original":           true,
+		"https://smba.infra.gcc.teams.microsoft.com/gcc/v3/attachments/0-gcc-d1-1/views/original": true,
+		"https://smba.infra.gov.teams.microsoft.us/gcch/v3/attachments/1/views/original":          true,
+		"https://smba.infra.dod.teams.microsoft.us/dod/v3/attachments/1/views/original":           true,
+		"https://SMBA.infra.gcc.teams.microsoft.com/x":                                            true,
+		f.ServiceURL() + "v3/attachments/1/views/original":                                        true,
+		"http://smba.infra.gcc.teams.microsoft.com/x":                                             false,
+		"https://smba.infra.gcc.teams.microsoft.com.evil.example/x":                               false,
+		"https://contoso.sharepoint.com/personal/ann/report.pdf":                                  false,
+	} {
+		pu, err := url.Parse(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := p.connectorHost(pu); got != want {
+			t.Errorf("%s: token sent %v, want %v", u, got, want)
+		}
+	}
 }

@@ -1,6 +1,7 @@
 package teams
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -58,8 +59,9 @@ func conversation(t *deliveryv1.Target) (string, error) {
 	return c, nil
 }
 
-// Send posts a message: text as Markdown, attachments by URL, an
-// approval prompt's buttons as an Adaptive Card (buttons.go). A reply to
+// Send posts a message: text as Markdown, pictures by URL (other files,
+// which Teams refuses so, as links under the text), an approval
+// prompt's buttons as an Adaptive Card (buttons.go). A reply to
 // one of the user's messages (a numeric activity id, as Hermes checks)
 // goes to POST …/activities/{id}, which threads it where Teams threads;
 // when the connector refuses that (group chats do), it is posted to the
@@ -73,17 +75,31 @@ func (p *Platform) Send(ctx context.Context, req *deliveryv1.SendRequested) (str
 		return "", err
 	}
 	text := req.GetText()
+	act := outgoing{Type: "message", TextFormat: textFormat(req)}
+	var links []string
+	for _, a := range req.GetAttachments() {
+		oa, link, err := outgoingFile(a)
+		switch {
+		case err != nil:
+			return "", err
+		case link != "":
+			links = append(links, link)
+		default:
+			act.Attachments = append(act.Attachments, oa)
+		}
+	}
+	if len(links) > 0 {
+		// Files Teams does not take by URL go as their links, each on
+		// a line of its own under the text.
+		if body := strings.TrimRight(text, "\n"); strings.TrimSpace(body) != "" {
+			links = append([]string{body}, links...)
+		}
+		text = strings.Join(links, "\n")
+	}
 	if n := utf8.RuneCountInString(text); n > maxText {
 		return "", platform.Permanent(fmt.Errorf("text is %d characters, teams allows %d", n, maxText))
 	}
-	act := outgoing{Type: "message", Text: text, TextFormat: textFormat(req)}
-	for _, a := range req.GetAttachments() {
-		oa, err := outgoingFile(a)
-		if err != nil {
-			return "", err
-		}
-		act.Attachments = append(act.Attachments, oa)
-	}
+	act.Text = text
 	if strings.TrimSpace(text) == "" && len(act.Attachments) == 0 {
 		return "", platform.Permanent(errors.New("empty message"))
 	}
@@ -143,34 +159,46 @@ func numeric(id string) bool {
 	return true
 }
 
-// outgoingFile is an attachment as Teams takes it: an http(s) URL or an
-// inline data: URL as its contentUrl (as Hermes sends files).
-func outgoingFile(a *eventsv1.Attachment) (outgoingAttachment, error) {
+// outgoingFile is an attachment as Teams takes it: a picture by its
+// http(s) URL or an inline data: URL as its contentUrl (as Hermes sends
+// pictures). Teams answers any other file sent so "Unknown attachment
+// type" (a file goes through a consent card or Graph): one with an
+// http(s) URL is sent as its link (link) in the text, as Hermes sends
+// files it cannot attach; an inline one cannot be sent.
+func outgoingFile(a *eventsv1.Attachment) (att outgoingAttachment, link string, err error) {
 	u := a.GetUrl()
 	mt := a.GetMimeType()
+	web := strings.HasPrefix(u, "https://") || strings.HasPrefix(u, "http://")
 	switch {
-	case strings.HasPrefix(u, "https://") || strings.HasPrefix(u, "http://"):
+	case web:
 		if mt == "" {
 			mt = mime.TypeByExtension(path.Ext(strings.SplitN(u, "?", 2)[0]))
 		}
 	case strings.HasPrefix(u, "data:"):
 		_, dmt, _, err := attachment.ParseDataURL(u)
 		if err != nil {
-			return outgoingAttachment{}, platform.Permanent(fmt.Errorf("attachment data url: %w", err))
+			return outgoingAttachment{}, "", platform.Permanent(fmt.Errorf("attachment data url: %w", err))
 		}
 		if mt == "" {
 			mt = dmt
 		}
 	default:
-		return outgoingAttachment{}, platform.Permanent(errors.New("attachment has no url or data for teams"))
-	}
-	if mt == "" {
-		mt = "application/octet-stream"
+		return outgoingAttachment{}, "", platform.Permanent(errors.New("attachment has no url or data for teams"))
 	}
 	if i := strings.IndexByte(mt, ';'); i >= 0 {
-		mt = strings.TrimSpace(mt[:i])
+		mt = mt[:i]
 	}
-	return outgoingAttachment{ContentType: mt, ContentURL: u, Name: a.GetFileName()}, nil
+	mt = strings.ToLower(strings.TrimSpace(mt))
+	switch {
+	case strings.HasPrefix(mt, "image/"):
+	case a.GetKind() == eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE:
+		mt = "image/png" // a picture of no known type, as Hermes sends one
+	case web && !strings.ContainsAny(u, " \n"):
+		return outgoingAttachment{}, u, nil
+	default:
+		return outgoingAttachment{}, "", platform.Permanent(fmt.Errorf("teams takes no %s file inline, only pictures", cmp.Or(mt, "untyped")))
+	}
+	return outgoingAttachment{ContentType: mt, ContentURL: u, Name: a.GetFileName()}, "", nil
 }
 
 // Edit replaces the text of one of the bot's messages (PUT

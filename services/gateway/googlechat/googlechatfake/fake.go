@@ -35,6 +35,25 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 )
 
+// The markup syntaxes a message's text can be read in (markupSyntax):
+// Chat's own (*bold*, _italic_, ~strike~) and CommonMark Markdown
+// (**bold**, *italic*), the default of the Chat apps created now.
+const (
+	MarkupChat     = "MARKUP_SYNTAX_CHAT"
+	MarkupMarkdown = "MARKUP_SYNTAX_MARKDOWN"
+)
+
+// markup is the syntax a create or patch naming syntax reads its text in.
+func (f *Fake) markup(syntax string) (string, bool) {
+	switch syntax {
+	case "", "MARKUP_SYNTAX_UNSPECIFIED":
+		return f.AppMarkup, true
+	case MarkupChat, MarkupMarkdown:
+		return syntax, true
+	}
+	return "", false
+}
+
 // Issuer is the iss of the tokens Google Chat signs.
 const Issuer = "chat@system.gserviceaccount.com"
 
@@ -44,6 +63,10 @@ type Fake struct {
 	ProjectNumber string
 	// ClientEmail is the app's service account.
 	ClientEmail string
+	// AppMarkup is the app's default markup syntax, which reads the text
+	// of a create or patch that names none (markupSyntax):
+	// MARKUP_SYNTAX_MARKDOWN, as for a Chat app created now.
+	AppMarkup string
 
 	saKey *rsa.PrivateKey // the service account's key
 	srv   *httptest.Server
@@ -63,6 +86,10 @@ type Fake struct {
 	failOn map[string][]Failure
 	calls  map[string]int // message API calls by method
 	files  map[string]file
+	// fileFails are answered instead of the next media downloads;
+	// downloads counts those asked for.
+	fileFails []Failure
+	downloads int
 }
 
 type file struct {
@@ -72,9 +99,11 @@ type file struct {
 
 // Message is one message the app sent, as the fake keeps it.
 type Message struct {
-	Name      string
-	Space     string
-	Text      string
+	Name  string
+	Space string
+	Text  string
+	// Markup is the syntax its text was read in (Chat's or Markdown's).
+	Markup    string
 	Thread    string // the thread it was posted in
 	RequestID string
 	// ClientID is the client-assigned id it was created with (messageId,
@@ -105,7 +134,7 @@ func New(t testing.TB) *Fake {
 		t.Fatal(err)
 	}
 	f := &Fake{
-		ProjectNumber: "123456789012", ClientEmail: "hermes-chat-bot@fake-project.iam.gserviceaccount.com",
+		ProjectNumber: "123456789012", ClientEmail: "hermes-chat-bot@fake-project.iam.gserviceaccount.com", AppMarkup: MarkupMarkdown,
 		chatKey: chatKey{"chat-key-1", key}, saKey: saKey,
 		tokens: map[string]bool{}, msgs: map[string][]*Message{}, requests: map[string]*Message{}, files: map[string]file{},
 		failOn: map[string][]Failure{}, calls: map[string]int{},
@@ -299,9 +328,15 @@ func (f *Fake) create(w http.ResponseWriter, r *http.Request) {
 		Thread *struct {
 			Name string `json:"name"`
 		} `json:"thread"`
+		MarkupSyntax string `json:"markupSyntax"`
 	}
 	if err := json.NewDecoder(r.Body).Decode(&body); err != nil || strings.TrimSpace(body.Text) == "" {
 		apiError(w, http.StatusBadRequest, "INVALID_ARGUMENT", "Message cannot be empty.")
+		return
+	}
+	markup, ok := f.markup(body.MarkupSyntax)
+	if !ok {
+		apiError(w, http.StatusBadRequest, "INVALID_ARGUMENT", "Invalid value at 'message.markup_syntax'")
 		return
 	}
 	if len([]rune(body.Text)) > 4096 {
@@ -360,7 +395,7 @@ func (f *Fake) create(w http.ResponseWriter, r *http.Request) {
 	if thread == "" {
 		thread = space + "/threads/t" + id
 	}
-	m := &Message{Name: space + "/messages/m" + id, Space: space, Text: body.Text, Thread: thread, RequestID: reqID, ClientID: clientID}
+	m := &Message{Name: space + "/messages/m" + id, Space: space, Text: body.Text, Markup: markup, Thread: thread, RequestID: reqID, ClientID: clientID}
 	f.msgs[space] = append(f.msgs[space], m)
 	if reqID != "" {
 		f.requests[reqID] = m
@@ -427,10 +462,16 @@ func (f *Fake) patch(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var body struct {
-		Text string `json:"text"`
+		Text         string `json:"text"`
+		MarkupSyntax string `json:"markupSyntax"`
 	}
 	if err := json.NewDecoder(r.Body).Decode(&body); err != nil || r.URL.Query().Get("updateMask") != "text" {
 		apiError(w, http.StatusBadRequest, "INVALID_ARGUMENT", "bad patch")
+		return
+	}
+	markup, ok := f.markup(body.MarkupSyntax)
+	if !ok {
+		apiError(w, http.StatusBadRequest, "INVALID_ARGUMENT", "Invalid value at 'message.markup_syntax'")
 		return
 	}
 	if len([]rune(body.Text)) > 4096 {
@@ -444,7 +485,7 @@ func (f *Fake) patch(w http.ResponseWriter, r *http.Request) {
 		apiError(w, http.StatusNotFound, "NOT_FOUND", "Message not found.")
 		return
 	}
-	m.Text = body.Text
+	m.Text, m.Markup = body.Text, markup
 	m.Edits++
 	writeJSON(w, http.StatusOK, f.wire(m))
 }
@@ -474,12 +515,38 @@ func (f *Fake) AddFile(data []byte, mime string) string {
 	return ref
 }
 
+// FailDownloads makes the next media downloads fail, in order (429
+// with its Retry-After, a 5xx, a 404).
+func (f *Fake) FailDownloads(fs ...Failure) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.fileFails = append(f.fileFails, fs...)
+}
+
+// Downloads counts the media downloads asked for, failed ones included.
+func (f *Fake) Downloads() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.downloads
+}
+
 func (f *Fake) media(w http.ResponseWriter, r *http.Request) {
 	if !f.authorized(w, r) {
 		return
 	}
 	ref := strings.TrimPrefix(r.URL.Path, "/v1/media/")
 	f.mu.Lock()
+	f.downloads++
+	if len(f.fileFails) > 0 {
+		fail := f.fileFails[0]
+		f.fileFails = f.fileFails[1:]
+		f.mu.Unlock()
+		if fail.RetryAfter > 0 {
+			w.Header().Set("Retry-After", strconv.Itoa(fail.RetryAfter))
+		}
+		apiError(w, fail.Status, "INJECTED", "injected failure")
+		return
+	}
 	fl, ok := f.files[ref]
 	f.mu.Unlock()
 	if !ok || r.URL.Query().Get("alt") != "media" {

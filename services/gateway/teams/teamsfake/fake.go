@@ -11,6 +11,7 @@ package teamsfake
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/rsa"
@@ -58,6 +59,8 @@ type Fake struct {
 	typing    map[string]int
 	failures  []Failure
 	files     map[string][]byte // attachment id → bytes
+	fileFails []Failure         // answered instead of the next downloads
+	downloads int               // attachment downloads asked for
 }
 
 // Activity is one activity the bot sent, as the fake keeps it.
@@ -279,6 +282,14 @@ func (f *Fake) post(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusBadRequest, map[string]any{"error": map[string]any{"code": "BadArgument", "message": "Activity text cannot be empty"}})
 		return
 	}
+	for _, a := range in.Attachments {
+		if ct, _ := a["contentType"].(string); !attachmentTaken(ct) {
+			// Teams shows cards and pictures; a file goes through a
+			// file consent card or Graph, never by its URL.
+			writeJSON(w, http.StatusBadRequest, map[string]any{"error": map[string]any{"code": "BadArgument", "message": "Unknown attachment type"}})
+			return
+		}
+	}
 	if replyTo != "" && strings.Contains(conv, "@thread.v2") {
 		// Group chats have no reply threads.
 		writeJSON(w, http.StatusBadRequest, map[string]any{"error": map[string]any{"code": "BadArgument", "message": "Replies are not supported in group chats"}})
@@ -287,6 +298,13 @@ func (f *Fake) post(w http.ResponseWriter, r *http.Request) {
 	id := f.NewID()
 	f.acts[conv] = append(f.acts[conv], &Activity{ID: id, Type: in.Type, Text: in.Text, TextFormat: in.TextFormat, ReplyTo: replyTo, Attachments: in.Attachments})
 	writeJSON(w, http.StatusCreated, map[string]any{"id": id})
+}
+
+// attachmentTaken reports whether Teams takes an attachment of content
+// type ct in a bot's message: a card, or a picture by its URL.
+func attachmentTaken(ct string) bool {
+	return strings.HasPrefix(ct, "application/vnd.microsoft.card.") || strings.HasPrefix(ct, "application/vnd.microsoft.teams.card.") ||
+		strings.HasPrefix(ct, "image/")
 }
 
 func (f *Fake) find(conv, id string) *Activity {
@@ -380,11 +398,38 @@ func (f *Fake) AddFile(data []byte) string {
 	return f.srv.URL + "/attachments/" + id
 }
 
+// FailDownloads makes the next attachment downloads fail, in order
+// (the connector's 429 with its Retry-After, a 5xx, a 404).
+func (f *Fake) FailDownloads(fs ...Failure) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.fileFails = append(f.fileFails, fs...)
+}
+
+// Downloads counts the attachment downloads asked for, failed ones
+// included.
+func (f *Fake) Downloads() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.downloads
+}
+
 func (f *Fake) download(w http.ResponseWriter, r *http.Request) {
 	if !f.authorized(w, r) {
 		return
 	}
 	f.mu.Lock()
+	f.downloads++
+	if len(f.fileFails) > 0 {
+		fl := f.fileFails[0]
+		f.fileFails = f.fileFails[1:]
+		f.mu.Unlock()
+		if fl.RetryAfter > 0 {
+			w.Header().Set("Retry-After", strconv.Itoa(fl.RetryAfter))
+		}
+		writeJSON(w, fl.Status, map[string]any{"error": map[string]any{"code": cmp.Or(fl.Code, http.StatusText(fl.Status)), "message": "injected failure"}})
+		return
+	}
 	data, ok := f.files[r.PathValue("id")]
 	f.mu.Unlock()
 	if !ok {

@@ -1,0 +1,68 @@
+package teams
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"testing"
+
+	"github.com/switchboard-chat/switchboard/pkg/bus/bustest"
+	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+	"github.com/switchboard-chat/switchboard/services/gateway/teams/teamsfake"
+)
+
+// Teams shows pictures sent by URL, and answers any other file so sent
+// "Unknown attachment type" (400): a document goes as its link, on a
+// line of its own under the text, as Hermes sends a file it cannot
+// attach ("📎 File: …"), rather than being refused for good with the
+// message. A picture stays an attachment.
+func TestFilesGoAsLinks(t *testing.T) {
+	f := teamsfake.New(t)
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	p, err := NewPlatform(testConfig(f), b, slog.New(slog.DiscardHandler), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	file := func(u, mt string, kind eventsv1.AttachmentKind) *eventsv1.Attachment {
+		return &eventsv1.Attachment{Kind: kind, Location: &eventsv1.Attachment_Url{Url: u}, MimeType: mt}
+	}
+	const pdf = "https://files.example.com/report.pdf"
+	for _, tc := range []struct {
+		name, text string
+		atts       []*eventsv1.Attachment
+		wantText   string
+		wantTypes  []string // the attachments' content types
+	}{
+		{name: "document with text", text: "Here is the report.", atts: []*eventsv1.Attachment{file(pdf, "application/pdf", eventsv1.AttachmentKind_ATTACHMENT_KIND_DOCUMENT)},
+			wantText: "Here is the report.\n" + pdf},
+		{name: "document alone", atts: []*eventsv1.Attachment{file(pdf, "", eventsv1.AttachmentKind_ATTACHMENT_KIND_DOCUMENT)}, wantText: pdf},
+		{name: "video", atts: []*eventsv1.Attachment{file("https://files.example.com/clip.mp4", "video/mp4", eventsv1.AttachmentKind_ATTACHMENT_KIND_VIDEO)},
+			wantText: "https://files.example.com/clip.mp4"},
+		{name: "picture", text: "look", atts: []*eventsv1.Attachment{file("https://files.example.com/cat.png", "", eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE)},
+			wantText: "look", wantTypes: []string{"image/png"}},
+		{name: "picture and document", atts: []*eventsv1.Attachment{file("https://files.example.com/cat.jpg", "image/jpeg", eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE),
+			file(pdf, "application/pdf", eventsv1.AttachmentKind_ATTACHMENT_KIND_DOCUMENT)}, wantText: pdf, wantTypes: []string{"image/jpeg"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			conv := "a:files-" + strings.ReplaceAll(tc.name, " ", "-")
+			id, err := p.Send(ctx, &deliveryv1.SendRequested{Target: &deliveryv1.Target{Platform: "teams", Account: f.ClientID, ChatId: conv}, Text: tc.text, Attachments: tc.atts})
+			if err != nil {
+				t.Fatalf("send: %v", err)
+			}
+			got := f.Activities(conv)
+			if len(got) != 1 || got[0].ID != id || got[0].Text != tc.wantText {
+				t.Fatalf("sent %+v, want one message %q", got, tc.wantText)
+			}
+			var types []string
+			for _, a := range got[0].Attachments {
+				ct, _ := a["contentType"].(string)
+				types = append(types, ct)
+			}
+			if len(types) != len(tc.wantTypes) || (len(types) > 0 && types[0] != tc.wantTypes[0]) {
+				t.Fatalf("attachments %q, want %q", types, tc.wantTypes)
+			}
+		})
+	}
+}
