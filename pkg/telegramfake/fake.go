@@ -843,6 +843,12 @@ func writeErr(w http.ResponseWriter, e APIError) {
 		body["parameters"] = ps
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if e.RetryAfter > 0 {
+		// As the Bot API server (HttpConnection::send_response): the
+		// wait in a header too, which a file download, whose answer is
+		// not read as JSON, goes by.
+		w.Header().Set("Retry-After", strconv.Itoa(e.RetryAfter))
+	}
 	w.WriteHeader(e.Code)
 	_ = json.NewEncoder(w).Encode(body)
 }

@@ -58,9 +58,12 @@ func cdnClient(c *http.Client) *http.Client {
 // request carries no token; the signature expires (ex, about a day), after
 // which the CDN answers 404: the URL is then refreshed (refreshURL) and
 // the download tried once more, so a turn that waited longer than a day
-// still reads the file. Anything but an http(s) URL is refused. Errors
-// name the attachment, not its URL: the signature in it lets anyone read
-// the file.
+// still reads the file. A 429 or a 5xx is asked again, after its
+// Retry-After, else 1.5 s then 3 s, three attempts in all within ctx, as
+// Hermes retries media downloads; before, the first such answer lost the
+// file to the turn. Anything but an http(s) URL is refused. Errors name
+// the attachment, not its URL: the signature in it lets anyone read the
+// file.
 func (p *Platform) Fetch(ctx context.Context, a *eventsv1.Attachment) (io.ReadCloser, string, error) {
 	u, err := url.Parse(a.GetUrl())
 	if err != nil {
@@ -73,15 +76,14 @@ func (p *Platform) Fetch(ctx context.Context, a *eventsv1.Attachment) (io.ReadCl
 		return nil, "", fmt.Errorf("discord attachment %s on %s: %w", a.GetPlatformFileId(), u.Host, errNotCDN)
 	}
 	resp, err := p.download(ctx, u)
-	if err == nil && resp.StatusCode == http.StatusNotFound {
+	if se := (*platform.StatusError)(nil); errors.As(err, &se) && se.Code == http.StatusNotFound {
 		// Expired, most likely: a fresh signature, and once more.
-		discard(resp)
 		fresh, rerr := p.refreshURL(ctx, u)
 		if rerr != nil {
-			return nil, "", fmt.Errorf("discord attachment %s from %s: %s, and %w", a.GetPlatformFileId(), u.Host, resp.Status, rerr)
+			return nil, "", fmt.Errorf("discord attachment %s from %s: %s, and %w", a.GetPlatformFileId(), u.Host, se.Status, rerr)
 		}
 		if fresh == nil {
-			return nil, "", fmt.Errorf("discord attachment %s from %s: %s", a.GetPlatformFileId(), u.Host, resp.Status)
+			return nil, "", fmt.Errorf("discord attachment %s from %s: %s", a.GetPlatformFileId(), u.Host, se.Status)
 		}
 		u = fresh
 		resp, err = p.download(ctx, u)
@@ -89,20 +91,19 @@ func (p *Platform) Fetch(ctx context.Context, a *eventsv1.Attachment) (io.ReadCl
 	if err != nil {
 		return nil, "", fmt.Errorf("discord attachment %s from %s: %w", a.GetPlatformFileId(), u.Host, err)
 	}
-	if resp.StatusCode != http.StatusOK {
-		discard(resp)
-		return nil, "", fmt.Errorf("discord attachment %s from %s: %s", a.GetPlatformFileId(), u.Host, resp.Status)
-	}
 	return resp.Body, resp.Header.Get("Content-Type"), nil
 }
 
-// download GETs u from the CDN; its error does not carry the signed URL.
+// download GETs u from the CDN (platform.Download: a 429 or a 5xx is
+// asked again); its error does not carry the signed URL.
 func (p *Platform) download(ctx context.Context, u *url.URL) (*http.Response, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
-	if err != nil {
-		return nil, errors.New("bad request")
-	}
-	resp, err := p.cdn.Do(req)
+	resp, err := platform.Download(ctx, p.cdn, func(ctx context.Context) (*http.Request, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+		if err != nil {
+			return nil, errors.New("bad request")
+		}
+		return req, nil
+	})
 	if err != nil {
 		var ue *url.Error
 		if errors.As(err, &ue) {
@@ -111,11 +112,6 @@ func (p *Platform) download(ctx context.Context, u *url.URL) (*http.Response, er
 		return nil, err
 	}
 	return resp, nil
-}
-
-func discard(resp *http.Response) {
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
-	_ = resp.Body.Close()
 }
 
 // refreshURL asks Discord (POST /attachments/refresh-urls, with the bot

@@ -82,6 +82,8 @@ func TestAttachmentsAreKept(t *testing.T) {
 		unavailable string
 		// downloads is how many CDN requests the fetch makes.
 		downloads int
+		// cdnFails are the CDN's answers to the fetch's first requests.
+		cdnFails []discordfake.CDNFailure
 	}{
 		{name: "image", attachment: func() discordfake.Attachment { return f.AddAttachment(dmChan, "cat.png", "image/png", img) },
 			want: img, wantMIME: "image/png", downloads: 1},
@@ -91,6 +93,19 @@ func TestAttachmentsAreKept(t *testing.T) {
 		// signature expired, the CDN answers 404, and a refreshed URL
 		// gets the file.
 		{name: "expired signature", want: img, wantMIME: "image/png", downloads: 2,
+			attachment: func() discordfake.Attachment { return f.Expire(f.AddAttachment(dmChan, "cat.png", "image/png", img)) }},
+		// A rate limit or a server error is asked again (after its
+		// Retry-After, else 1.5 s), as Hermes's media downloads: before,
+		// the file was lost to the turn.
+		{name: "rate limited", want: img, wantMIME: "image/png", downloads: 2,
+			cdnFails:   []discordfake.CDNFailure{{Status: 429, RetryAfter: "1"}},
+			attachment: func() discordfake.Attachment { return f.AddAttachment(dmChan, "cat.png", "image/png", img) }},
+		{name: "cdn unavailable", want: img, wantMIME: "image/png", downloads: 2,
+			cdnFails:   []discordfake.CDNFailure{{Status: 503, RetryAfter: "0"}},
+			attachment: func() discordfake.Attachment { return f.AddAttachment(dmChan, "cat.png", "image/png", img) }},
+		// Expired, then rate limited on the refreshed URL.
+		{name: "expired then rate limited", want: img, wantMIME: "image/png", downloads: 3,
+			cdnFails:   []discordfake.CDNFailure{{Status: 404}, {Status: 429, RetryAfter: "0"}},
 			attachment: func() discordfake.Attachment { return f.Expire(f.AddAttachment(dmChan, "cat.png", "image/png", img)) }},
 		{name: "gone from the CDN", unavailable: "could not be downloaded", downloads: 1, attachment: func() discordfake.Attachment {
 			a := f.AddAttachment(dmChan, "cat.png", "image/png", platformtest.NoisePNG(t, 8, 8))
@@ -142,6 +157,7 @@ func TestAttachmentsAreKept(t *testing.T) {
 			}
 
 			before := downloads()
+			f.FailCDN(tt.cdnFails...)
 			got := platformtest.Fetch(t, ctx, b, "discord", ev, 0)
 			if d := downloads() - before; d != tt.downloads {
 				t.Errorf("the fetch made %d CDN requests, want %d", d, tt.downloads)

@@ -96,24 +96,27 @@ func (p *Platform) prepared(ctx context.Context, u, id string) error {
 	}
 }
 
-// download is one GET of the content: errNotReady for a 202.
+// download GETs the content: errNotReady for a 202. A 429 or a 5xx is
+// asked again, three attempts in all within ctx, as Hermes retries
+// media downloads (platform.Download); before, the first such answer
+// lost the file to the turn.
 func (p *Platform) download(ctx context.Context, u, id string) (io.ReadCloser, string, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-	if err != nil {
-		return nil, "", fmt.Errorf("content %s: %w", id, err)
-	}
-	req.Header.Set("Authorization", "Bearer "+p.cfg.ChannelAccessToken)
-	resp, err := p.api.hc.Do(req)
-	if err != nil {
-		return nil, "", fmt.Errorf("download line content: %w", err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
-		_ = resp.Body.Close()
-		if resp.StatusCode == http.StatusAccepted {
+	resp, err := platform.Download(ctx, p.api.hc, func(ctx context.Context) (*http.Request, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+		if err != nil {
+			return nil, fmt.Errorf("content %s: %w", id, err)
+		}
+		req.Header.Set("Authorization", "Bearer "+p.cfg.ChannelAccessToken)
+		return req, nil
+	})
+	if se := (*platform.StatusError)(nil); errors.As(err, &se) {
+		if se.Code == http.StatusAccepted {
 			return nil, "", errNotReady
 		}
-		return nil, "", fmt.Errorf("%w: message %s: HTTP %d", ErrDownload, id, resp.StatusCode)
+		return nil, "", fmt.Errorf("%w: message %s: %w", ErrDownload, id, err)
+	}
+	if err != nil {
+		return nil, "", fmt.Errorf("download line content: %w", err)
 	}
 	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
 	return resp.Body, mt, nil

@@ -688,6 +688,55 @@ func TestFetch(t *testing.T) {
 	}
 }
 
+// A content download answered 429 (with its Retry-After) or a 5xx is
+// asked again, as Hermes's media downloads: before, the first such
+// answer lost the file to the turn. A 403 is final.
+func TestFetchRetries(t *testing.T) {
+	t.Parallel()
+	f, p := newPlatform(t)
+	for _, tc := range []struct {
+		name string
+		fail linefake.Failure
+		// downloads is how many downloads the fetch makes; kept: it
+		// gets the content.
+		downloads int
+		kept      bool
+	}{
+		{"rate limited", linefake.Failure{Status: http.StatusTooManyRequests, Message: linefake.ErrTooManyRequests.Message, RetryAfter: 1}, 2, true},
+		{"server error", linefake.ErrInternal, 2, true},
+		{"forbidden", linefake.Failure{Status: http.StatusForbidden, Message: "Access to this API is not available for your account"}, 1, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			id := f.AddContent("image/png", []byte("png bytes"))
+			f.FailDownloads(tc.fail)
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			before := f.Downloads()
+			rc, _, err := p.Fetch(ctx, &eventsv1.Attachment{Location: &eventsv1.Attachment_Url{Url: contentURL(f.BaseURL(), id)}})
+			if n := f.Downloads() - before; n != tc.downloads {
+				t.Errorf("%d downloads, want %d", n, tc.downloads)
+			}
+			if !tc.kept {
+				if !errors.Is(err, ErrDownload) {
+					if err == nil {
+						_ = rc.Close()
+					}
+					t.Fatalf("fetch: %v, want ErrDownload", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("fetch: %v, want the content", err)
+			}
+			got, _ := io.ReadAll(rc)
+			_ = rc.Close()
+			if !bytes.Equal(got, []byte("png bytes")) {
+				t.Fatalf("content %q, want the image's", got)
+			}
+		})
+	}
+}
+
 // A voice note's or video's content that LINE is still preparing (the
 // download answered 202, the transcoding status "processing") is
 // waited for within the fetch's time, not reported as a failed

@@ -459,13 +459,27 @@ func (p *Platform) findReaction(ctx context.Context, rid id.RoomID, msg id.Event
 }
 
 // Fetch downloads a received file from the media repository by its
-// mxc:// URI (authenticated media, /_matrix/client/v1/media/download).
+// mxc:// URI (authenticated media, /_matrix/client/v1/media/download,
+// with the bot's token). A 429 (M_LIMIT_EXCEEDED, with the Retry-After a
+// homeserver names) or a 5xx is asked again, three attempts in all
+// within ctx, as Hermes retries media downloads (platform.Download):
+// mautrix's client would not, its retries being off for every call, so
+// the first such answer lost the file to the turn.
 func (p *Platform) Fetch(ctx context.Context, a *eventsv1.Attachment) (io.ReadCloser, string, error) {
 	uri, err := id.ParseContentURI(a.GetPlatformFileId())
 	if err != nil || uri.IsEmpty() {
 		return nil, "", platform.ErrNotFetched
 	}
-	resp, err := p.cli.Download(ctx, uri)
+	u := p.cli.BuildURL(mautrix.ClientURLPath{"v1", "media", "download", uri.Homeserver, uri.FileID})
+	resp, err := platform.Download(ctx, p.cli.Client, func(ctx context.Context) (*http.Request, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+		if err != nil {
+			return nil, err
+		}
+		req.Header.Set("Authorization", "Bearer "+p.cli.AccessToken)
+		req.Header.Set("User-Agent", p.cli.UserAgent)
+		return req, nil
+	})
 	if err != nil {
 		return nil, "", fmt.Errorf("matrix media %s: %w", uri, err)
 	}

@@ -14,6 +14,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/switchboard-chat/switchboard/pkg/platform"
 )
 
 // maxResponseBytes bounds a REST answer the client decodes (a page of
@@ -289,20 +291,22 @@ func (c *client) describeFile(ctx context.Context, id string) (*fileInfo, error)
 	return &f, nil
 }
 
-// file opens a file's bytes (GET /files/{id}).
+// file opens a file's bytes (GET /files/{id}). A 429 (with the
+// Retry-After the server's rate limiter names) or a 5xx is asked again,
+// three attempts in all within ctx, as Hermes retries media downloads
+// (platform.Download); before, the first such answer lost the file to
+// the turn.
 func (c *client) file(ctx context.Context, id string) (*http.Response, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.url("/files/"+url.PathEscape(id)), nil)
+	resp, err := platform.Download(ctx, c.hc, func(ctx context.Context) (*http.Request, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.url("/files/"+url.PathEscape(id)), nil)
+		if err != nil {
+			return nil, err
+		}
+		req.Header.Set("Authorization", "Bearer "+c.token)
+		return req, nil
+	})
 	if err != nil {
 		return nil, fmt.Errorf("mattermost file: %w", err)
-	}
-	req.Header.Set("Authorization", "Bearer "+c.token)
-	resp, err := c.hc.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("mattermost file: %w", err)
-	}
-	if resp.StatusCode/100 != 2 {
-		defer resp.Body.Close()
-		return nil, responseError("file", resp)
 	}
 	return resp, nil
 }

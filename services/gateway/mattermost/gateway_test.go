@@ -602,6 +602,55 @@ func TestAttachments(t *testing.T) {
 	}
 }
 
+// A file download answered 429 (with the Retry-After the server's rate
+// limiter names) or a 5xx is asked again, as Hermes's media downloads:
+// before, the first such answer lost the file to the turn. A 403 is
+// final.
+func TestFileDownloadRetried(t *testing.T) {
+	t.Parallel()
+	acfg := attachment.Config{Enabled: true, MaxBytes: 1 << 20, StoreBytes: 8 << 20}
+	g := start(t, nil, platform.Options{Attachments: acfg})
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = g.b.JetStream().DeleteObjectStore(ctx, g.b.Topology().Stream(attachment.Bucket))
+	})
+	pic := platformtest.NoisePNG(t, 16, 16)
+	for _, tc := range []struct {
+		name string
+		fail mattermostfake.Fail
+		// calls is how many downloads the fetch makes; kept: the file
+		// is kept.
+		calls int
+		kept  bool
+	}{
+		{name: "rate limited", fail: mattermostfake.Fail{Status: http.StatusTooManyRequests, Reset: 1}, calls: 2, kept: true},
+		{name: "server error", fail: mattermostfake.Fail{Status: http.StatusServiceUnavailable}, calls: 2, kept: true},
+		{name: "forbidden", fail: mattermostfake.Fail{Status: http.StatusForbidden}, calls: 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fi := g.f.Upload("p.png", "image/png", pic)
+			g.f.Add(mattermostfake.Post{ChannelID: dmCh, UserID: ann, Message: tc.name, FileIDs: []string{fi.ID}})
+			ev := g.next(t)
+			g.f.FailNext("file", 1, tc.fail)
+			before := g.f.Calls("file")
+			got := platformtest.Fetch(t, g.ctx, g.b, "mattermost", ev, 0)
+			if n := g.f.Calls("file") - before; n != tc.calls {
+				t.Errorf("%d downloads, want %d", n, tc.calls)
+			}
+			if !tc.kept {
+				if got.GetBytesRef() != "" || !strings.Contains(got.GetUnavailable(), "could not be downloaded") {
+					t.Fatalf("fetched %v, want it not downloaded", got)
+				}
+				return
+			}
+			if got.GetBytesRef() == "" || got.GetSizeBytes() != int64(len(pic)) {
+				t.Fatalf("fetched %v, want the picture's %d bytes", got, len(pic))
+			}
+		})
+	}
+}
+
 // A token the server refuses ends Run at once with a clear error: no
 // retry mends it.
 func TestRefusedToken(t *testing.T) {

@@ -37,7 +37,8 @@ var errSignIn = errors.New("slack answered its sign-in page: the bot token canno
 // (signInPage) rather than the file. A 429 (Slack's rate limit) or a 5xx
 // is asked again after its Retry-After, else 1.5 s then 3 s, three
 // attempts in all, as Hermes's _download_slack_file, within ctx (the
-// fetch's bound): a wait that would outlast it fails at once.
+// fetch's bound): a wait that would outlast it fails at once
+// (platform.Download).
 func (p *Platform) Fetch(ctx context.Context, a *eventsv1.Attachment) (io.ReadCloser, string, error) {
 	id := a.GetPlatformFileId()
 	u, err := url.Parse(a.GetUrl())
@@ -47,71 +48,22 @@ func (p *Platform) Fetch(ctx context.Context, a *eventsv1.Attachment) (io.ReadCl
 	if !tokenMayGo(p.cfg.APIBaseURL, u) {
 		return nil, "", fmt.Errorf("slack file %s at %s://%s: %w", id, u.Scheme, u.Host, errTokenRefused)
 	}
-	var resp *http.Response
-	drain := func() {
-		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
-		_ = resp.Body.Close()
-	}
-	fail := func(err error) (io.ReadCloser, string, error) {
-		drain()
+	resp, err := platform.Download(ctx, p.hc, func(ctx context.Context) (*http.Request, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+		if err == nil {
+			req.Header.Set("Authorization", "Bearer "+p.cfg.BotToken)
+		}
+		return req, err
+	})
+	if err != nil {
 		return nil, "", fmt.Errorf("slack file %s: %w", id, err)
 	}
-	for try := 1; ; try++ {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
-		if err != nil {
-			return nil, "", fmt.Errorf("slack file %s: %w", id, err)
-		}
-		req.Header.Set("Authorization", "Bearer "+p.cfg.BotToken)
-		if resp, err = p.hc.Do(req); err != nil {
-			return nil, "", fmt.Errorf("slack file %s: %w", id, err)
-		}
-		if resp.StatusCode == http.StatusOK {
-			break
-		}
-		status := fmt.Errorf("download: %s", resp.Status)
-		if !downloadRetried(resp.StatusCode) || try == downloadTries {
-			return fail(status)
-		}
-		wait := downloadWait(resp.Header, try, time.Now())
-		if d, ok := ctx.Deadline(); ok && time.Until(d) < wait {
-			// The fetch's bound ends before the wait: fail now, with
-			// Slack's answer, rather than at the bound.
-			return fail(fmt.Errorf("%w, asked to wait %s", status, wait))
-		}
-		drain()
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil, "", fmt.Errorf("slack file %s: %w: %w", id, status, ctx.Err())
-		case <-t.C:
-		}
-	}
 	if signInPage(a, u, resp) {
-		return fail(errSignIn)
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
+		_ = resp.Body.Close()
+		return nil, "", fmt.Errorf("slack file %s: %w", id, errSignIn)
 	}
 	return resp.Body, resp.Header.Get("Content-Type"), nil
-}
-
-// downloadTries is how many times Fetch requests a file Slack answers
-// 429 or 5xx, as Hermes's _download_slack_file (three attempts).
-const downloadTries = 3
-
-// downloadRetried: a download answered with status is tried again (a
-// rate limit or a server error, as Hermes retries any status from 429
-// on); a 404, a 403 or the like is final.
-func downloadRetried(status int) bool {
-	return status == http.StatusTooManyRequests || status >= 500
-}
-
-// downloadWait is the wait before attempt try+1 of a download answered
-// with h: its Retry-After (seconds or a date), else Hermes's 1.5 s times
-// the attempts made.
-func downloadWait(h http.Header, try int, now time.Time) time.Duration {
-	if d, ok := platform.ParseRetryAfter(h.Get("Retry-After"), now); ok {
-		return d
-	}
-	return time.Duration(try) * 1500 * time.Millisecond
 }
 
 // signInPage reports whether resp, Slack's answer for the file a at u, is

@@ -483,31 +483,6 @@ func TestDownloadRetries(t *testing.T) {
 	}
 }
 
-func TestDownloadWait(t *testing.T) {
-	now := time.Date(2026, 12, 7, 17, 0, 0, 0, time.UTC)
-	for _, tc := range []struct {
-		retryAfter string
-		try        int
-		want       time.Duration
-	}{
-		{"", 1, 1500 * time.Millisecond},
-		{"", 2, 3 * time.Second},
-		{"7", 1, 7 * time.Second},
-		{" 2 ", 2, 2 * time.Second},
-		{now.Add(4 * time.Second).Format(http.TimeFormat), 1, 4 * time.Second},
-		{now.Add(-time.Minute).Format(http.TimeFormat), 1, 0},
-		{"soon", 1, 1500 * time.Millisecond},
-	} {
-		h := http.Header{}
-		if tc.retryAfter != "" {
-			h.Set("Retry-After", tc.retryAfter)
-		}
-		if got := downloadWait(h, tc.try, now); got != tc.want {
-			t.Errorf("Retry-After %q, attempt %d: wait %s, want %s", tc.retryAfter, tc.try, got, tc.want)
-		}
-	}
-}
-
 // socketPlatform is a Socket Mode gateway on fake, not connected.
 func socketPlatform(t *testing.T, ctx context.Context, fake *slackfake.Fake) *Platform {
 	t.Helper()

@@ -20,7 +20,7 @@ import (
 var _ platform.Fetcher = (*Platform)(nil)
 
 // ErrDownload is a file download Telegram answered with a status other
-// than 200.
+// than 200 (the last, after any retries).
 var ErrDownload = errors.New("telegram file download failed")
 
 // Fetch downloads a user's attachment through the Bot API when a turn
@@ -29,7 +29,11 @@ var ErrDownload = errors.New("telegram file download failed")
 // into a file_path, valid for an hour, and the bytes are at
 // <api base>/file/bot<token>/<file_path>. That URL holds the bot token,
 // so it never appears in a log or an error. Telegram hands bots files of
-// up to 20 MB; getFile refuses larger ones ("file is too big").
+// up to 20 MB; getFile refuses larger ones ("file is too big"). A
+// download answered 429 (with the Retry-After the Bot API names) or a
+// 5xx is asked again, three attempts in all within ctx, as Hermes
+// retries media downloads (platform.Download); before, the first such
+// answer lost the file to the turn.
 func (p *Platform) Fetch(ctx context.Context, a *eventsv1.Attachment) (io.ReadCloser, string, error) {
 	if a.GetPlatformFileId() == "" {
 		return nil, "", platform.ErrNotFetched
@@ -45,18 +49,15 @@ func (p *Platform) Fetch(ctx context.Context, a *eventsv1.Attachment) (io.ReadCl
 	if f.FilePath == "" {
 		return nil, "", errors.New("getFile: telegram answered without a file_path")
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.api.FileDownloadLink(f), nil)
+	link := p.api.FileDownloadLink(f)
+	resp, err := platform.Download(ctx, p.http, func(ctx context.Context) (*http.Request, error) {
+		return http.NewRequestWithContext(ctx, http.MethodGet, link, nil)
+	})
+	if se := (*platform.StatusError)(nil); errors.As(err, &se) {
+		return nil, "", fmt.Errorf("%w: %w", ErrDownload, err)
+	}
 	if err != nil {
 		return nil, "", fmt.Errorf("download file: %w", p.redactURL(err))
-	}
-	resp, err := p.http.Do(req)
-	if err != nil {
-		return nil, "", fmt.Errorf("download file: %w", p.redactURL(err))
-	}
-	if resp.StatusCode != http.StatusOK {
-		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
-		_ = resp.Body.Close()
-		return nil, "", fmt.Errorf("%w: HTTP %d", ErrDownload, resp.StatusCode)
 	}
 	return resp.Body, fetchedType(a, resp.Header.Get("Content-Type")), nil
 }

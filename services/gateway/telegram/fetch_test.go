@@ -52,6 +52,9 @@ func TestFetch(t *testing.T) {
 		wantMIME string
 		wantErr  error  // errors.Is
 		wantText string // in the error
+		// downloads is how many file downloads the fetch makes (0:
+		// not checked).
+		downloads int
 	}{
 		{name: "photo", a: image("photo1"), want: photo, wantMIME: "image/jpeg"},
 		{name: "image document keeps its type", want: png, wantMIME: "image/png",
@@ -63,9 +66,16 @@ func TestFetch(t *testing.T) {
 		{name: "unknown file id", a: image("nope"), wantText: "invalid file_id"},
 		{name: "over the Bot API's 20 MB", a: image("huge"), wantErr: attachment.ErrTooLarge, wantText: "file is too big"},
 		{name: "getFile flood wait", a: image("photo1"), setup: func() { f.FailNext("getFile", telegramfake.FloodWait(3)) }, wantText: "Too Many Requests"},
-		{name: "download 404", a: image("photo1"), wantErr: ErrDownload, wantText: "HTTP 404",
+		{name: "download 404", a: image("photo1"), wantErr: ErrDownload, wantText: "404 Not Found", downloads: 1,
 			setup: func() { f.FailNextDownload(telegramfake.APIError{Code: 404, Description: "Not Found"}) }},
-		{name: "download 502", a: image("photo1"), wantErr: ErrDownload, wantText: "HTTP 502",
+		// A rate limit or a server error is asked again (after the
+		// Retry-After the Bot API names, else 1.5 s), as Hermes's
+		// media downloads: before, the file was lost to the turn.
+		{name: "download 429", a: image("photo1"), want: photo, wantMIME: "image/jpeg", downloads: 2,
+			setup: func() {
+				f.FailNextDownload(telegramfake.APIError{Code: 429, Description: "Too Many Requests: retry after 1", RetryAfter: 1})
+			}},
+		{name: "download 502", a: image("photo1"), want: photo, wantMIME: "image/jpeg", downloads: 2,
 			setup: func() { f.FailNextDownload(telegramfake.APIError{Code: 502, Description: "Bad Gateway"}) }},
 		// Last: the HTTP client retries a GET cut on a reused connection,
 		// so some of the drops may be left over. The client's error names
@@ -84,7 +94,11 @@ func TestFetch(t *testing.T) {
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
+			before := f.Downloads()
 			rc, mime, err := p.Fetch(ctx, tt.a)
+			if d := f.Downloads() - before; tt.downloads != 0 && d != tt.downloads {
+				t.Errorf("Fetch made %d downloads, want %d", d, tt.downloads)
+			}
 			if tt.wantErr != nil || tt.wantText != "" {
 				if err == nil {
 					_ = rc.Close()
@@ -206,10 +220,17 @@ func TestPhotosKept(t *testing.T) {
 			return f.InjectPhoto(from, "never-added"), "never-added"
 		}},
 		{name: "download fails", unavailable: "could not be downloaded", downloads: 1, send: func() (int64, string) {
-			f.AddFile("photo-500", photo)
-			return f.InjectPhoto(from, "photo-500"), "photo-500"
+			f.AddFile("photo-404", photo)
+			return f.InjectPhoto(from, "photo-404"), "photo-404"
 		}, beforeFetch: func() {
-			f.FailNextDownload(telegramfake.APIError{Code: 500, Description: "Internal Server Error"})
+			f.FailNextDownload(telegramfake.APIError{Code: 404, Description: "Not Found"})
+		}},
+		// Rate limited once: asked again after the Retry-After, and kept.
+		{name: "download rate limited", want: photo, wantMIME: "image/jpeg", downloads: 2, send: func() (int64, string) {
+			f.AddFile("photo-429", photo)
+			return f.InjectPhoto(from, "photo-429"), "photo-429"
+		}, beforeFetch: func() {
+			f.FailNextDownload(telegramfake.APIError{Code: 429, Description: "Too Many Requests: retry after 1", RetryAfter: 1})
 		}},
 		// The worker does not ask for it; a gateway asked all the same
 		// refuses it without a download.

@@ -75,6 +75,7 @@ type Fake struct {
 	requests     []string
 	files        map[string]cdnFile // CDN path → attachment
 	downloads    int
+	cdnFails     []CDNFailure        // the answers of the next CDN requests, in order, before files are served again
 	withToken    int                 // CDN requests that carried an Authorization header
 	refreshes    int                 // URLs asked of POST /attachments/refresh-urls
 	reactions    map[string][]string // channel/message → the bot's reactions, in order
@@ -623,6 +624,21 @@ func (f *Fake) Downloads() (n, withToken int) {
 	return f.downloads, f.withToken
 }
 
+// CDNFailure is an answer of the CDN other than the file: a status
+// (429, 502, 503 …) with the Retry-After it names ("": none).
+type CDNFailure struct {
+	Status     int
+	RetryAfter string
+}
+
+// FailCDN makes the next CDN requests, one each, answer these failures;
+// the ones after them are served as before.
+func (f *Fake) FailCDN(fails ...CDNFailure) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.cdnFails = append(f.cdnFails, fails...)
+}
+
 func (f *Fake) cdn(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	f.mu.Lock()
@@ -631,7 +647,21 @@ func (f *Fake) cdn(w http.ResponseWriter, r *http.Request) {
 		f.withToken++
 	}
 	file, ok := f.files[r.URL.EscapedPath()]
+	var fail *CDNFailure
+	if len(f.cdnFails) > 0 {
+		fail = &f.cdnFails[0]
+		f.cdnFails = f.cdnFails[1:]
+	}
 	f.mu.Unlock()
+	if fail != nil {
+		if fail.RetryAfter != "" {
+			w.Header().Set("Retry-After", fail.RetryAfter)
+		}
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.WriteHeader(fail.Status)
+		_, _ = io.WriteString(w, http.StatusText(fail.Status))
+		return
+	}
 	ex, err := strconv.ParseInt(q.Get("ex"), 16, 64)
 	if !ok || q.Get("hm") != sign(r.URL.EscapedPath(), q.Get("ex"), q.Get("is")) || err != nil || time.Now().Unix() >= ex {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")

@@ -46,6 +46,7 @@ type Fake struct {
 	retryKeys  map[string]string    // X-Line-Retry-Key → request id
 	content    map[string]Content   // message id → content
 	failures   []Failure
+	dlFailures []Failure // the answers of the next content downloads
 	loading    map[string]int
 	attempts   int
 	downloads  int
@@ -137,6 +138,15 @@ func (f *Fake) Fail(fs ...Failure) {
 	f.failures = append(f.failures, fs...)
 }
 
+// FailDownloads answers the next content downloads with fs, one each,
+// in order (a 429 with its Retry-After, a 5xx …); the ones after them
+// are served as before.
+func (f *Fake) FailDownloads(fs ...Failure) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.dlFailures = append(f.dlFailures, fs...)
+}
+
 // RefuseToken makes every call answer 401, as for a revoked token.
 func (f *Fake) RefuseToken() {
 	f.mu.Lock()
@@ -165,7 +175,8 @@ func (f *Fake) Loading(chat string) int {
 	return f.loading[chat]
 }
 
-// Downloads counts content downloads.
+// Downloads counts content downloads: those answered with the content
+// or with a failure FailDownloads queued (not a 202 nor a 404).
 func (f *Fake) Downloads() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -450,6 +461,14 @@ func (f *Fake) download(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	f.mu.Lock()
+	if len(f.dlFailures) > 0 {
+		fail := f.dlFailures[0]
+		f.dlFailures = f.dlFailures[1:]
+		f.downloads++
+		f.mu.Unlock()
+		writeError(w, fail)
+		return
+	}
 	c, ok, notReady := f.preparing(r.PathValue("id"))
 	if ok && !notReady {
 		f.downloads++

@@ -71,7 +71,8 @@ type room struct {
 type Fail struct {
 	Status  int
 	ErrCode string
-	// RetryAfterMS is sent as retry_after_ms (M_LIMIT_EXCEEDED).
+	// RetryAfterMS is sent as retry_after_ms (M_LIMIT_EXCEEDED), and
+	// in whole seconds as Retry-After.
 	RetryAfterMS int
 	// After lets that many calls of the endpoint through first.
 	After int
@@ -601,6 +602,9 @@ func (f *Fake) fail(w http.ResponseWriter, endpoint string) bool {
 	body := map[string]any{"errcode": fl.ErrCode, "error": "injected failure"}
 	if fl.RetryAfterMS > 0 {
 		body["retry_after_ms"] = fl.RetryAfterMS
+		// As MSC4041 (Matrix 1.10) has homeservers send it beside the
+		// body's: the wait in whole seconds, rounded up.
+		w.Header().Set("Retry-After", strconv.Itoa((fl.RetryAfterMS+999)/1000))
 	}
 	writeJSON(w, fl.Status, body)
 	return true

@@ -633,6 +633,9 @@ func (f *Fake) auth(op string, h http.HandlerFunc) http.HandlerFunc {
 				w.Header().Set("X-Ratelimit-Limit", "10")
 				w.Header().Set("X-Ratelimit-Remaining", "0")
 				w.Header().Set("X-Ratelimit-Reset", strconv.Itoa(fail.Reset))
+				// The server's limiter (throttled's headers) names the
+				// wait as Retry-After too.
+				w.Header().Set("Retry-After", strconv.Itoa(fail.Reset))
 				apiError(w, fail.Status, "api.context.rate_limit.app_error", "Too many requests")
 				return
 			}
