@@ -383,7 +383,9 @@ func (s *Service) ListSessions(ctx context.Context, req *adminv1.ListSessionsReq
 		}
 		after = string(b)
 	}
-	list, err := s.sessions.List(ctx, req.GetPlatform(), size+1, after)
+	// Lowercased, as PruneSessions and ListPairings take theirs: the
+	// sessions listed for a platform are those a prune of it would take.
+	list, err := s.sessions.List(ctx, strings.ToLower(req.GetPlatform()), size+1, after)
 	if err != nil {
 		return nil, err
 	}

@@ -448,20 +448,23 @@ func (p *Platform) catchUp(ctx context.Context, conn platform.Conn, f *frame) {
 // it, the entries whose cooldown is over are dropped.
 const maxCooldowns = 10000
 
-// accept applies the filters, the description and the per-entity
-// cooldown, in that order: a change of attributes alone does not start
+// accept applies the filters, the description, the check for a change
+// published already and the per-entity cooldown, in that order: a change of attributes alone does not start
 // an entity's cooldown (in Hermes it does, and can hide the real change
 // that follows).
 func (p *Platform) accept(sc *stateChange) (*eventsv1.MessageReceived, skip) {
 	if why := p.rules.filter(sc.EntityID); why != skipNone {
 		return nil, why
 	}
-	if p.published(sc) {
-		return nil, skipSeen
-	}
+	// Described first: a change of attributes only keeps its
+	// last_changed (Home Assistant moves it with the state alone), so the
+	// check below would count it as published already.
 	m, why := normalize(sc, p.account)
 	if why != skipNone {
 		return nil, why
+	}
+	if p.published(sc) {
+		return nil, skipSeen
 	}
 	now := p.now()
 	cool := time.Duration(p.cfg.CooldownSeconds) * time.Second

@@ -344,6 +344,20 @@ func (f *Fake) Record(ch Change) Changed {
 	fired := time.Now().UTC().Truncate(time.Microsecond)
 	firedStr := fired.Format("2006-01-02T15:04:05.000000") + "+00:00"
 	ctxObj := map[string]any{"id": ch.ContextID, "parent_id": nil, "user_id": nil}
+	// last_changed moves only with the state: an attributes-only update
+	// (the same state before and after) moves last_updated and keeps the
+	// entity's last_changed, in the event's new state as in the state
+	// kept.
+	changed := firedStr
+	if ch.Old != nil && ch.New != nil && ch.Old.State == ch.New.State {
+		f.mu.Lock()
+		if prev, ok := f.states[ch.EntityID].(map[string]any); ok {
+			if lc, ok := prev["last_changed"].(string); ok && prev["state"] == ch.New.State {
+				changed = lc
+			}
+		}
+		f.mu.Unlock()
+	}
 	state := func(s *State) any {
 		if s == nil {
 			return nil
@@ -353,7 +367,7 @@ func (f *Fake) Record(ch Change) Changed {
 			attrs = map[string]any{}
 		}
 		return map[string]any{"entity_id": ch.EntityID, "state": s.State, "attributes": attrs,
-			"last_changed": firedStr, "last_reported": firedStr, "last_updated": firedStr, "context": ctxObj}
+			"last_changed": changed, "last_reported": firedStr, "last_updated": firedStr, "context": ctxObj}
 	}
 	ev, _ := json.Marshal(map[string]any{
 		"event_type": "state_changed",
@@ -364,13 +378,7 @@ func (f *Fake) Record(ch Change) Changed {
 	f.mu.Lock()
 	f.events[id] = ev
 	if ch.New != nil {
-		cur := state(ch.New).(map[string]any)
-		// last_changed moves only with the state (an attributes-only
-		// update moves last_updated).
-		if prev, ok := f.states[ch.EntityID].(map[string]any); ok && prev["state"] == cur["state"] {
-			cur["last_changed"] = prev["last_changed"]
-		}
-		f.states[ch.EntityID] = cur
+		f.states[ch.EntityID] = state(ch.New)
 	} else {
 		delete(f.states, ch.EntityID)
 	}
