@@ -90,11 +90,19 @@ func (p *Platform) Send(ctx context.Context, req *deliveryv1.SendRequested) (str
 	}
 	if len(links) > 0 {
 		// Files Teams does not take by URL go as their links, each on
-		// a line of its own under the text.
+		// a line of its own under the text. Teams reads a markdown
+		// activity's single line break as a space (a soft break), which
+		// would run the link on at the end of the text's last line (or
+		// into its last list item or quote): there, each link is a
+		// paragraph of its own.
+		sep := "\n"
+		if act.TextFormat == "markdown" {
+			sep = "\n\n"
+		}
 		if body := strings.TrimRight(text, "\n"); strings.TrimSpace(body) != "" {
 			links = append([]string{body}, links...)
 		}
-		text = strings.Join(links, "\n")
+		text = strings.Join(links, sep)
 	}
 	if n := utf8.RuneCountInString(text); n > maxText {
 		return "", platform.Permanent(fmt.Errorf("text is %d characters, teams allows %d", n, maxText))
