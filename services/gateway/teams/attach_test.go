@@ -20,7 +20,10 @@ import (
 // activity's single line break as a space (its Markdown's soft break),
 // so there the link is a paragraph of its own: after "\n" it would run
 // on at the end of the text's last line, or into its list item; a
-// plain activity shows line breaks as they are.
+// plain activity shows line breaks as they are. An attachment's caption
+// (a picture's alt text) goes under the text, above a file's link, as
+// Hermes sends a picture's caption as its message's text and a file as
+// "caption\n📎 File: …", rather than being dropped.
 func TestFilesGoAsLinks(t *testing.T) {
 	f := teamsfake.New(t)
 	b := bustest.New(t, bustest.EmbeddedURL(t))
@@ -31,6 +34,10 @@ func TestFilesGoAsLinks(t *testing.T) {
 	ctx := context.Background()
 	file := func(u, mt string, kind eventsv1.AttachmentKind) *eventsv1.Attachment {
 		return &eventsv1.Attachment{Kind: kind, Location: &eventsv1.Attachment_Url{Url: u}, MimeType: mt}
+	}
+	captioned := func(a *eventsv1.Attachment, c string) *eventsv1.Attachment {
+		a.Caption = c
+		return a
 	}
 	const pdf = "https://files.example.com/report.pdf"
 	for _, tc := range []struct {
@@ -52,6 +59,12 @@ func TestFilesGoAsLinks(t *testing.T) {
 		{name: "document alone", atts: []*eventsv1.Attachment{file(pdf, "", eventsv1.AttachmentKind_ATTACHMENT_KIND_DOCUMENT)}, wantText: pdf},
 		{name: "video", atts: []*eventsv1.Attachment{file("https://files.example.com/clip.mp4", "video/mp4", eventsv1.AttachmentKind_ATTACHMENT_KIND_VIDEO)},
 			wantText: "https://files.example.com/clip.mp4"},
+		{name: "captioned document", atts: []*eventsv1.Attachment{captioned(file(pdf, "application/pdf", eventsv1.AttachmentKind_ATTACHMENT_KIND_DOCUMENT), "Q3 report")},
+			wantText: "Q3 report\n\n" + pdf},
+		{name: "captioned picture", atts: []*eventsv1.Attachment{captioned(file("https://files.example.com/chart.png", "image/png", eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE), "Sales by month")},
+			wantText: "Sales by month", wantTypes: []string{"image/png"}},
+		{name: "caption same as the text", text: "Sales by month", atts: []*eventsv1.Attachment{captioned(file("https://files.example.com/chart.png", "image/png", eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE), "Sales by month")},
+			wantText: "Sales by month", wantTypes: []string{"image/png"}},
 		{name: "picture", text: "look", atts: []*eventsv1.Attachment{file("https://files.example.com/cat.png", "", eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE)},
 			wantText: "look", wantTypes: []string{"image/png"}},
 		{name: "picture and document", atts: []*eventsv1.Attachment{file("https://files.example.com/cat.jpg", "image/jpeg", eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE),
