@@ -8,6 +8,7 @@ import (
 	"mime"
 	"net/http"
 	"path"
+	"slices"
 	"strings"
 	"unicode/utf8"
 
@@ -60,7 +61,8 @@ func conversation(t *deliveryv1.Target) (string, error) {
 }
 
 // Send posts a message: text as Markdown, pictures by URL (other files,
-// which Teams refuses so, as links under the text), an approval
+// which Teams refuses so, as links under the text; captions under the
+// text), an approval
 // prompt's buttons as an Adaptive Card (buttons.go). A reply to
 // one of the user's messages (a numeric activity id, as Hermes checks)
 // goes to POST …/activities/{id}, which threads it where Teams threads;
@@ -76,25 +78,39 @@ func (p *Platform) Send(ctx context.Context, req *deliveryv1.SendRequested) (str
 	}
 	text := req.GetText()
 	act := outgoing{Type: "message", TextFormat: textFormat(req)}
-	var links []string
+	// lines go under the text: each attachment's caption (a picture's
+	// alt text), as Hermes sends a picture's caption as the message's
+	// text, and the link of each file Teams does not take by URL, under
+	// its caption, as Hermes's "caption\n📎 File: …".
+	var lines []string
 	for _, a := range req.GetAttachments() {
 		oa, link, err := outgoingFile(a)
-		switch {
-		case err != nil:
+		if err != nil {
 			return "", err
-		case link != "":
-			links = append(links, link)
-		default:
+		}
+		if c := strings.TrimSpace(a.GetCaption()); c != "" && c != strings.TrimSpace(text) && c != link && !slices.Contains(lines, c) {
+			lines = append(lines, c)
+		}
+		if link != "" {
+			lines = append(lines, link)
+		} else {
 			act.Attachments = append(act.Attachments, oa)
 		}
 	}
-	if len(links) > 0 {
-		// Files Teams does not take by URL go as their links, each on
-		// a line of its own under the text.
-		if body := strings.TrimRight(text, "\n"); strings.TrimSpace(body) != "" {
-			links = append([]string{body}, links...)
+	if len(lines) > 0 {
+		// Each on a line of its own under the text. Teams reads a
+		// markdown activity's single line break as a space (a soft
+		// break), which would run a link on at the end of the text's
+		// last line (or into its last list item or quote): there, each
+		// is a paragraph of its own.
+		sep := "\n"
+		if act.TextFormat == "markdown" {
+			sep = "\n\n"
 		}
-		text = strings.Join(links, "\n")
+		if body := strings.TrimRight(text, "\n"); strings.TrimSpace(body) != "" {
+			lines = append([]string{body}, lines...)
+		}
+		text = strings.Join(lines, sep)
 	}
 	if n := utf8.RuneCountInString(text); n > maxText {
 		return "", platform.Permanent(fmt.Errorf("text is %d characters, teams allows %d", n, maxText))
