@@ -138,7 +138,7 @@ func parse(raw []byte, maxPart int64, skipAttachments bool) (*inbound, error) {
 		if nparts > maxParts {
 			return errStopWalk
 		}
-		mt, params, _ := p.Header.ContentType()
+		mt, _, _ := p.Header.ContentType()
 		if strings.HasPrefix(mt, "multipart/") {
 			if mt == "multipart/alternative" {
 				alternatives[fmt.Sprint(path)] = true
@@ -152,7 +152,10 @@ func parse(raw []byte, maxPart int64, skipAttachments bool) (*inbound, error) {
 		disp, dparams, _ := mediaValue(p.Header.Get("Content-Disposition"))
 		name := decodeWords(dparams["filename"])
 		if name == "" {
-			name = decodeWords(params["name"])
+			// The Content-Type's name, read as the file name is (one
+			// in RFC 2231 form and a charset other than UTF-8 too).
+			_, tparams, _ := mediaValue(p.Header.Get("Content-Type"))
+			name = decodeWords(tparams["name"])
 		}
 		isAttachment := disp == "attachment" || (disp == "inline" && mt != "text/plain" && mt != "text/html") ||
 			(disp == "" && name != "" && !strings.HasPrefix(mt, "text/")) || mt == "message/rfc822" ||

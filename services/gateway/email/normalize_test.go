@@ -264,6 +264,15 @@ func TestNormalize(t *testing.T) {
 			text: "Notes.", from: "sam@example.com", user: "sam@example.com", topic: "Re: notes", id: "c6@example.com",
 			parts: []string{"meeting notes of the board.pdf application/pdf 6 named"},
 		},
+		{
+			name: "a Latin-1 name (RFC 2231) given by the Content-Type only is read",
+			raw: mailText("From: sam@example.com", "Subject: Re: cv", "Message-ID: <c7@example.com>",
+				"Content-Type: multipart/mixed; boundary=XX", "", "--XX", "Content-Type: text/plain", "", "My CV.",
+				"--XX", "Content-Type: application/pdf; name*=iso-8859-1''r%E9sum%E9.pdf", "Content-Disposition: attachment", "",
+				"%PDF-1", "--XX--"),
+			text: "My CV.", from: "sam@example.com", user: "sam@example.com", topic: "Re: cv", id: "c7@example.com",
+			parts: []string{"résumé.pdf application/pdf 6 named"},
+		},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			m, err := parse(c.raw, 16, false)
