@@ -550,8 +550,9 @@ const maxReferences = 20
 // msgIDs are the message ids of a header value, each "<id>": what is
 // between each "<" and the next ">" (RFC 5322 needs no space between two
 // ids, "<a@x><b@x>" as Exchange writes them, and older mail puts words
-// or a comment beside one: "<a@x> (Ann's message of …)"), or, in a value
-// without "<", each word (an id written without its brackets).
+// or a comment beside one: "<a@x> (Ann's message of …)"), and the first
+// word after a last "<" with no ">"; or, in a value without "<", each
+// word (an id written without its brackets).
 func msgIDs(v string) []string {
 	var fields []string
 	if strings.Contains(v, "<") {
@@ -562,6 +563,11 @@ func msgIDs(v string) []string {
 			}
 			j := strings.IndexByte(rest[i:], '>')
 			if j < 0 {
+				// An id cut before its ">" (a header cut short), its
+				// first word, as it was read before.
+				if f := strings.Fields(rest[i:]); len(f) > 0 {
+					fields = append(fields, f[0])
+				}
 				break
 			}
 			fields = append(fields, rest[i:i+j+1])

@@ -450,6 +450,8 @@ func TestThreadingIDs(t *testing.T) {
 		{"words before the id", "Ann's message of Mon, 1 Jan 2024 <m2@example.com>", "", "<m2@example.com>", "<m3@example.com>"},
 		{"ids without brackets", "m2@example.com", "m1@example.com m2@example.com", "<m2@example.com>",
 			"<m1@example.com> <m2@example.com> <m3@example.com>"},
+		{"the last id cut before its closing bracket", "<m2@example.com", "<m1@example.com> <m2@example.com", "<m2@example.com>",
+			"<m1@example.com> <m2@example.com> <m3@example.com>"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			raw := mailText("From: ann@example.com", "Subject: Re: x", "Message-ID: <m3@example.com>",
