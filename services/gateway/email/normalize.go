@@ -262,8 +262,13 @@ func lenient(e *message.Entity) *message.Entity {
 	if !ok || !strings.Contains(mt, "/") {
 		return e
 	}
+	// RFC 2231's pieces (name*, name*0* …) are left out: what is read
+	// of them, a file name, is in params under its name already, which
+	// FormatMediaType writes again, and a piece beside it, in another
+	// charset, would be a second value of the same name, for which
+	// mime.ParseMediaType refuses the type again.
 	for k := range params {
-		if !token(k) {
+		if !token(k) || strings.Contains(k, "*") {
 			delete(params, k)
 		}
 	}

@@ -273,6 +273,15 @@ func TestNormalize(t *testing.T) {
 			text: "My CV.", from: "sam@example.com", user: "sam@example.com", topic: "Re: cv", id: "c7@example.com",
 			parts: []string{"résumé.pdf application/pdf 6 named"},
 		},
+		{
+			name: "a part whose Content-Type has a Latin-1 RFC 2231 name and an unquoted value keeps its type",
+			raw: mailText("From: sam@example.com", "Subject: Re: cv", "Message-ID: <c8@example.com>",
+				"Content-Type: multipart/mixed; boundary=XX", "", "--XX", "Content-Type: text/plain", "", "My CV.",
+				"--XX", "Content-Type: application/pdf; name*=iso-8859-1''r%E9sum%E9.pdf; x-comment=my cv", "Content-Disposition: attachment", "",
+				"%PDF-1", "--XX--"),
+			text: "My CV.", from: "sam@example.com", user: "sam@example.com", topic: "Re: cv", id: "c8@example.com",
+			parts: []string{"résumé.pdf application/pdf 6 named"},
+		},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			m, err := parse(c.raw, 16, false)
