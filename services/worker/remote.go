@@ -102,7 +102,7 @@ func (r *turnRun) runRemote(ctx context.Context) (store.Final, error) {
 		}
 		switch ev := resp.GetEvent().(type) {
 		case *agentv1.RunTurnResponse_TextDelta:
-			if r.attempt > 1 {
+			if r.mayFollowStream() {
 				// As the built-in loop's later attempts: an earlier one
 				// may have streamed part of its answer, onto which these
 				// deltas would be spliced. The final carries the whole
