@@ -364,7 +364,7 @@ var errDown = errors.New("database unreachable")
 // than MaxDeliver — and acked once the dependency is back.
 func testUnavailableInPlace(t *testing.T, b *bus.Bus) {
 	var mu sync.Mutex
-	var attempts []int
+	var attempts, reruns []int
 	var acked atomic.Bool
 	spec := turnsSpec("test-unavailable")
 	spec.Unavailable = func(err error) bool { return errors.Is(err, errDown) }
@@ -373,6 +373,7 @@ func testUnavailableInPlace(t *testing.T, b *bus.Bus) {
 		mu.Lock()
 		defer mu.Unlock()
 		attempts = append(attempts, d.Attempt)
+		reruns = append(reruns, d.Rerun)
 		if len(attempts) <= spec.MaxDeliver {
 			return fmt.Errorf("claim: %w", errDown)
 		}
@@ -387,6 +388,11 @@ func testUnavailableInPlace(t *testing.T, b *bus.Bus) {
 	defer mu.Unlock()
 	if fmt.Sprint(attempts) != "[1 1 1 1]" {
 		t.Fatalf("delivery attempts seen %v, want [1 1 1 1] (in place, none used up)", attempts)
+	}
+	// Each run in place knows the runs of the delivery before it, which
+	// may have done part of its work.
+	if fmt.Sprint(reruns) != "[0 1 2 3]" {
+		t.Fatalf("reruns seen %v, want [0 1 2 3]", reruns)
 	}
 	if n := len(deadLetters(t, b)); n != 0 {
 		t.Fatalf("%d dead letters, want none", n)

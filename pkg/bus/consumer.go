@@ -146,10 +146,15 @@ type Delivery struct {
 	// HandedBack counts the deliveries a stopping process handed back
 	// (their handler did not run, or was cut short by the drain timeout).
 	HandedBack int
-	StreamSeq  uint64
-	Published  time.Time
-	Header     nats.Header
-	msg        jetstream.Msg
+	// Rerun counts the handler's runs of this delivery before the one in
+	// progress: a run that failed because a dependency was down is run
+	// again in place (ConsumerSpec.Unavailable), under the same Attempt,
+	// and may have done part of its work (published, streamed) already.
+	Rerun     int
+	StreamSeq uint64
+	Published time.Time
+	Header    nats.Header
+	msg       jetstream.Msg
 }
 
 // Spent counts the deliveries that used up an attempt: Attempt less the
@@ -537,6 +542,7 @@ func (c *Consumer[T, P]) whileUnavailable(stopping, ctx context.Context, d *Deli
 		if derr := proto.Unmarshal(msg.Data(), P(&v)); derr != nil {
 			return err // decoded once already; cannot happen
 		}
+		d.Rerun++
 		err = c.call(ctx, d, P(&v))
 	}
 	return err

@@ -1432,11 +1432,12 @@ func (r *turnRun) callModel(ctx context.Context, b Backend, model, system string
 		// The answer is asked again because the output limit cut its
 		// tool call: the dropped answer streamed its text already.
 		onDelta = nil
-	case r.attempt > 1:
-		// An earlier attempt may have streamed part of another answer:
-		// deltas now would be spliced onto it. The final carries the
-		// whole answer (edits rewrite the message; an API stream ends
-		// with an error when the final does not continue it).
+	case r.mayFollowStream():
+		// An earlier attempt, or an earlier run of this delivery, may
+		// have streamed part of another answer: deltas now would be
+		// spliced onto it. The final carries the whole answer (edits
+		// rewrite the message; an API stream ends with an error when
+		// the final does not continue it).
 		onDelta = nil
 	case r.req.GetShowReasoning() && r.target.GetPlatform() == "api":
 		// The answer's final text starts with the reasoning's block

@@ -102,7 +102,7 @@ func (r *turnRun) runRemote(ctx context.Context) (store.Final, error) {
 		}
 		switch ev := resp.GetEvent().(type) {
 		case *agentv1.RunTurnResponse_TextDelta:
-			if r.attempt > 1 {
+			if r.mayFollowStream() {
 				// As the built-in loop's later attempts: an earlier one
 				// may have streamed part of its answer, onto which these
 				// deltas would be spliced. The final carries the whole
@@ -176,12 +176,21 @@ func (r *turnRun) remoteCompleted(ctx context.Context, ls *loopState, res *agent
 	case turnsv1.TurnStatus_TURN_STATUS_STALE:
 		return store.Final{}, store.ErrStaleGeneration
 	}
-	if f.Text == "" && (f.Status != store.StatusCompleted || lastErr != nil) {
+	switch {
+	case f.Text != "" || (f.Status == store.StatusCompleted && lastErr == nil):
+	case lastErr != nil:
+		f.Kind, f.ErrorCode, f.Text = store.FinalError, lastErr.GetCode(), lastErr.GetMessage()
+	case f.Status == store.StatusInterrupted:
+		// A newer message interrupted the turn before the agent said
+		// anything: the router acknowledged it and the next turn answers,
+		// so the end is silent, as the built-in loop's (stopFinal), not
+		// an error that marks the user's message as failed.
+		f.Kind, f.ErrorCode = store.FinalError, "interrupted"
+	case f.Status == store.StatusStopped:
+		f.Kind, f.ErrorCode, f.Text = store.FinalError, "interrupted", "Stopped."
+	default:
 		f.Kind = store.FinalError
 		f.ErrorCode, f.Text = "agent", "The agent could not complete this request."
-		if lastErr != nil {
-			f.ErrorCode, f.Text = lastErr.GetCode(), lastErr.GetMessage()
-		}
 	}
 	// The agent's messages commit with the final: a turn run again after
 	// a failed end (the agent runs it whole again) writes them once. The

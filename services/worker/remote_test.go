@@ -412,3 +412,64 @@ func TestExternalAgentToolStepsAreMaskedAndBounded(t *testing.T) {
 		})
 	}
 }
+
+// quietAgent is an AgentService that says nothing until a control
+// message comes, then ends the turn with the status in want for that
+// action, without text.
+type quietAgent struct {
+	agentv1.UnimplementedAgentServiceServer
+	starts chan struct{}
+}
+
+func (a *quietAgent) RunTurn(stream grpc.BidiStreamingServer[agentv1.RunTurnRequest, agentv1.RunTurnResponse]) error {
+	if _, err := stream.Recv(); err != nil {
+		return err
+	}
+	a.starts <- struct{}{}
+	msg, err := stream.Recv()
+	if err != nil {
+		return err
+	}
+	status := turnsv1.TurnStatus_TURN_STATUS_INTERRUPTED
+	if msg.GetControl().GetAction() == turnsv1.ControlAction_CONTROL_ACTION_STOP {
+		status = turnsv1.TurnStatus_TURN_STATUS_STOPPED
+	}
+	return stream.Send(&agentv1.RunTurnResponse{Event: &agentv1.RunTurnResponse_Completed{Completed: &agentv1.TurnResult{
+		Status: status, Usage: &turnsv1.Usage{ModelCalls: 1}}}})
+}
+
+// An external agent's turn that a newer message interrupted before it
+// said anything ends silently, as the built-in loop's does: the router
+// acknowledged the interrupt and the next turn answers; one stopped says
+// "Stopped.", as the built-in loop's. Neither is an error ("The agent
+// could not complete this request.", which marked the user's message as
+// failed).
+func TestExternalAgentEndedBeforeItSaidAnything(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		action     turnsv1.ControlAction
+		status     turnsv1.TurnStatus
+		wantNotice string
+	}{
+		{turnsv1.ControlAction_CONTROL_ACTION_INTERRUPT, turnsv1.TurnStatus_TURN_STATUS_INTERRUPTED, ""},
+		{turnsv1.ControlAction_CONTROL_ACTION_STOP, turnsv1.TurnStatus_TURN_STATUS_STOPPED, "Stopped."},
+	} {
+		t.Run(tt.action.String(), func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t)
+			h.setGeneration("s1", 1)
+			agent := &quietAgent{starts: make(chan struct{}, 4)}
+			startAgentWorker(t, h, agent)
+			req := h.requestTurn("s1", "hello", turnOpts{})
+			<-agent.starts
+			h.control("s1", tt.action, "")
+			if c := h.waitCompleted(req.TurnId); c.GetStatus() != tt.status {
+				t.Fatalf("status %v (%s), want %v", c.GetStatus(), c.GetError(), tt.status)
+			}
+			final := checkReplies(t, h.replies(req.TurnId))
+			if e := final.GetError(); e.GetCode() != "interrupted" || e.GetMessage() != tt.wantNotice {
+				t.Fatalf("final %v, want an interrupted error saying %q", final, tt.wantNotice)
+			}
+		})
+	}
+}

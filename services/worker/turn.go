@@ -65,11 +65,23 @@ func (s *Service) seqTTL() time.Duration {
 // seqKey is the Redis key of the turn's reply seq counter.
 func (r *turnRun) seqKey() string { return r.s.cfg.RedisPrefix + "turnseq:" + r.req.GetTurnId() }
 
+// mayFollowStream reports whether an earlier run of the turn may have
+// streamed part of an answer: a later attempt's, or a run of the same
+// delivery again in place (rerun). Such a run streams no text: its
+// deltas would be spliced onto that part; its final carries the whole
+// answer (edits rewrite the message; an API stream ends with an error
+// when the final does not continue it).
+func (r *turnRun) mayFollowStream() bool { return r.attempt > 1 || r.rerun }
+
 // turnRun is one delivery of one turn.
 type turnRun struct {
 	s       *Service
 	req     *turnsv1.TurnRequested
 	attempt int // the delivery's number: 1 is the first, later ones may follow a streamed part
+	// rerun: the delivery runs again in place (bus.Delivery.Rerun: a
+	// dependency was down), after a run that may have streamed part of
+	// an answer, as a later attempt may follow one (mayFollowStream).
+	rerun bool
 	// temperature of the turn's model calls; nil: the provider's default
 	// (a /moa turn's aggregator: agent.moa.aggregator_temperature).
 	temperature *float64
@@ -580,7 +592,8 @@ func (r *turnRun) endStream(ctx context.Context) {
 		end.Message = resetStoppedText
 	case r.target.GetPlatform() == "api" && r.ctl.stopped():
 		end.Message = stoppedText
-	case !r.textStreamed:
+	case !r.textStreamed && !r.rerun:
+		// (A run in place after another may end that one's stream.)
 		return
 	}
 	err := r.publish(context.WithoutCancel(ctx), &repliesv1.ReplyEvent{Body: &repliesv1.ReplyEvent_Error{Error: end}})

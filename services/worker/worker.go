@@ -605,9 +605,9 @@ func (s *Service) Run(ctx context.Context) error {
 
 // handle runs one delivery of a turn.
 func (s *Service) handle(ctx context.Context, req *turnsv1.TurnRequested) error {
-	attempt, spent := 1, 1
+	attempt, spent, rerun := 1, 1, false
 	if d, ok := bus.DeliveryFrom(ctx); ok {
-		attempt, spent = d.Attempt, d.Spent()
+		attempt, spent, rerun = d.Attempt, d.Spent(), d.Rerun > 0
 	}
 	if req.GetTurnId() == "" || req.GetSessionKey() == "" {
 		return bus.Permanent(errors.New("turn without turn_id or session_key"))
@@ -615,6 +615,7 @@ func (s *Service) handle(ctx context.Context, req *turnsv1.TurnRequested) error 
 	turnsInflight.Inc()
 	defer turnsInflight.Dec()
 	r := newTurnRun(s, req, attempt, spent)
+	r.rerun = rerun
 	r.log = telemetry.WithTrace(ctx, r.log)
 	return r.run(ctx)
 }
