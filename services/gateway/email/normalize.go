@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"path"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -137,7 +138,7 @@ func parse(raw []byte, maxPart int64, skipAttachments bool) (*inbound, error) {
 		if nparts > maxParts {
 			return errStopWalk
 		}
-		mt, params, _ := p.Header.ContentType()
+		mt, _, _ := p.Header.ContentType()
 		if strings.HasPrefix(mt, "multipart/") {
 			if mt == "multipart/alternative" {
 				alternatives[fmt.Sprint(path)] = true
@@ -151,7 +152,10 @@ func parse(raw []byte, maxPart int64, skipAttachments bool) (*inbound, error) {
 		disp, dparams, _ := mediaValue(p.Header.Get("Content-Disposition"))
 		name := decodeWords(dparams["filename"])
 		if name == "" {
-			name = decodeWords(params["name"])
+			// The Content-Type's name, read as the file name is (one
+			// in RFC 2231 form and a charset other than UTF-8 too).
+			_, tparams, _ := mediaValue(p.Header.Get("Content-Type"))
+			name = decodeWords(tparams["name"])
 		}
 		isAttachment := disp == "attachment" || (disp == "inline" && mt != "text/plain" && mt != "text/html") ||
 			(disp == "" && name != "" && !strings.HasPrefix(mt, "text/")) || mt == "message/rfc822" ||
@@ -258,8 +262,13 @@ func lenient(e *message.Entity) *message.Entity {
 	if !ok || !strings.Contains(mt, "/") {
 		return e
 	}
+	// RFC 2231's pieces (name*, name*0* …) are left out: what is read
+	// of them, a file name, is in params under its name already, which
+	// FormatMediaType writes again, and a piece beside it, in another
+	// charset, would be a second value of the same name, for which
+	// mime.ParseMediaType refuses the type again.
 	for k := range params {
-		if !token(k) {
+		if !token(k) || strings.Contains(k, "*") {
 			delete(params, k)
 		}
 	}
@@ -311,40 +320,121 @@ func mediaValue(v string) (value string, params map[string]string, ok bool) {
 	return value, params, true
 }
 
-// charsetParams sets in params the RFC 2231 values of v written in a
-// charset other than UTF-8 and US-ASCII (filename*=iso-8859-1'fr'r%E9sum%E9.pdf,
-// as mail programs set to Latin-1 write them), which mime.ParseMediaType
-// drops, unless params has the name already.
+// charsetParams sets in params the RFC 2231 file names (filename, name)
+// of v that mime.ParseMediaType does not read as Python's parser
+// (Hermes's) reads them: one written in a charset other than UTF-8 and
+// US-ASCII (filename*=iso-8859-1'fr'r%E9sum%E9.pdf, as mail programs set
+// to Latin-1 write it), which it drops, unless params has the name
+// already; one continued over several parameters in such a charset
+// (filename*0*=iso-8859-1'fr'r%E9sum%E9; filename*1*=.pdf, as long names
+// are written), of which it kept the pieces after the first, undecoded;
+// and a continued one in a value it refused, whose pieces are joined.
+// Other parameters are left (none is read; a header naming thousands
+// would each cost a decoder).
 func charsetParams(v string, params map[string]string) {
-	if !strings.Contains(v, "*=") {
+	if !strings.Contains(v, "*") {
 		return
 	}
 	_, rest, _ := strings.Cut(v, ";")
+	pieces := map[string]string{}
 	for _, seg := range splitParams(rest) {
 		k, val, ok := strings.Cut(seg, "=")
-		name, star := strings.CutSuffix(strings.ToLower(strings.TrimSpace(k)), "*")
-		if !ok || !star || name == "" || strings.Contains(name, "*") || params[name] != "" {
-			continue // a continuation (name*0*=…) is not read
-		}
-		charset, text, ok := strings.Cut(strings.TrimSpace(val), "'")
-		if !ok {
+		k = strings.ToLower(strings.TrimSpace(k))
+		if !ok || !(strings.HasPrefix(k, "filename*") || strings.HasPrefix(k, "name*")) {
 			continue
 		}
-		if _, text, ok = strings.Cut(text, "'"); !ok {
-			continue
-		}
-		raw, err := url.PathUnescape(text)
-		if err != nil {
-			continue
-		}
-		r, err := message.CharsetReader(charset, strings.NewReader(raw))
-		if err != nil {
-			continue
-		}
-		if b, err := io.ReadAll(io.LimitReader(r, 4<<10)); err == nil {
-			params[name] = strings.ToValidUTF8(string(b), "\uFFFD")
+		if _, dup := pieces[k]; !dup {
+			pieces[k] = strings.TrimSpace(val)
 		}
 	}
+	for _, name := range []string{"filename", "name"} {
+		if val, ok := pieces[name+"*"]; ok {
+			// name*=charset'language'value
+			if params[name] == "" {
+				if s, ok := decodeExt(val); ok {
+					params[name] = s
+				}
+			}
+			continue
+		}
+		// name*0*=charset'language'value; name*1*=value; name*2="value" …
+		var b strings.Builder
+		charset := ""
+		for n := 0; b.Len() <= maxParamBytes; n++ {
+			key := name + "*" + strconv.Itoa(n)
+			if s, ok := pieces[key]; ok {
+				b.WriteString(unquote(s))
+				continue
+			}
+			s, ok := pieces[key+"*"]
+			if !ok {
+				break
+			}
+			s = unquote(s)
+			if n == 0 {
+				if charset, s, ok = extValue(s); !ok {
+					break
+				}
+			}
+			raw, err := url.PathUnescape(s)
+			if err != nil {
+				break
+			}
+			b.WriteString(raw)
+		}
+		if b.Len() == 0 {
+			continue
+		}
+		if utf := charset == "" || strings.EqualFold(charset, "utf-8") || strings.EqualFold(charset, "us-ascii"); utf {
+			if params[name] == "" {
+				params[name] = strings.ToValidUTF8(b.String(), "\uFFFD")
+			}
+			continue // else read by mime.ParseMediaType
+		}
+		if s, ok := decodeCharset(charset, b.String()); ok {
+			params[name] = s
+		}
+	}
+}
+
+// maxParamBytes bounds a parameter value charsetParams reads.
+const maxParamBytes = 4 << 10
+
+// extValue splits an RFC 2231 extended value, charset'language'text.
+func extValue(v string) (charset, text string, ok bool) {
+	charset, rest, ok := strings.Cut(v, "'")
+	if !ok {
+		return "", "", false
+	}
+	_, text, ok = strings.Cut(rest, "'")
+	return charset, text, ok
+}
+
+// decodeExt decodes an RFC 2231 extended value, charset'language'text.
+func decodeExt(v string) (string, bool) {
+	charset, text, ok := extValue(unquote(v))
+	if !ok {
+		return "", false
+	}
+	raw, err := url.PathUnescape(text)
+	if err != nil {
+		return "", false
+	}
+	return decodeCharset(charset, raw)
+}
+
+// decodeCharset decodes raw from charset to UTF-8 (invalid bytes
+// replaced), within maxParamBytes.
+func decodeCharset(charset, raw string) (string, bool) {
+	r, err := message.CharsetReader(charset, strings.NewReader(raw))
+	if err != nil {
+		return "", false
+	}
+	b, err := io.ReadAll(io.LimitReader(r, maxParamBytes))
+	if err != nil {
+		return "", false
+	}
+	return strings.ToValidUTF8(string(b), "\uFFFD"), true
 }
 
 // splitParams splits a parameter list at the semicolons outside quoted
@@ -465,8 +555,9 @@ const maxReferences = 20
 // msgIDs are the message ids of a header value, each "<id>": what is
 // between each "<" and the next ">" (RFC 5322 needs no space between two
 // ids, "<a@x><b@x>" as Exchange writes them, and older mail puts words
-// or a comment beside one: "<a@x> (Ann's message of …)"), or, in a value
-// without "<", each word (an id written without its brackets).
+// or a comment beside one: "<a@x> (Ann's message of …)"), and the first
+// word after a last "<" with no ">"; or, in a value without "<", each
+// word (an id written without its brackets).
 func msgIDs(v string) []string {
 	var fields []string
 	if strings.Contains(v, "<") {
@@ -477,6 +568,11 @@ func msgIDs(v string) []string {
 			}
 			j := strings.IndexByte(rest[i:], '>')
 			if j < 0 {
+				// An id cut before its ">" (a header cut short), its
+				// first word, as it was read before.
+				if f := strings.Fields(rest[i:]); len(f) > 0 {
+					fields = append(fields, f[0])
+				}
 				break
 			}
 			fields = append(fields, rest[i:i+j+1])

@@ -245,6 +245,43 @@ func TestNormalize(t *testing.T) {
 			text: "My CV.", from: "sam@example.com", user: "sam@example.com", topic: "Re: cv", id: "c4@example.com",
 			parts: []string{"résumé.txt text/plain 2 kept"},
 		},
+		{
+			name: "a Latin-1 file name continued over two parameters (RFC 2231) is read whole",
+			raw: mailText("From: sam@example.com", "Subject: Re: cv", "Message-ID: <c5@example.com>",
+				"Content-Type: multipart/mixed; boundary=XX", "", "--XX", "Content-Type: text/plain", "", "My CV.",
+				"--XX", "Content-Type: application/pdf", "Content-Disposition: attachment;", " filename*0*=iso-8859-1''r%E9sum%E9%20de;", " filename*1*=%20Fran%E7ois.pdf", "",
+				"%PDF-1", "--XX--"),
+			text: "My CV.", from: "sam@example.com", user: "sam@example.com", topic: "Re: cv", id: "c5@example.com",
+			parts: []string{"résumé de François.pdf application/pdf 6 named"},
+		},
+		{
+			name: "a continued file name beside an unquoted date is joined",
+			raw: mailText("From: sam@example.com", "Subject: Re: notes", "Message-ID: <c6@example.com>",
+				"Content-Type: multipart/mixed; boundary=XX", "", "--XX", "Content-Type: text/plain", "", "Notes.",
+				"--XX", "Content-Type: application/pdf", "Content-Disposition: attachment; filename*0=\"meeting notes \";",
+				" filename*1=\"of the board.pdf\"; modification-date=Mon, 1 Jan 2024 10:00:00 +0000", "",
+				"%PDF-1", "--XX--"),
+			text: "Notes.", from: "sam@example.com", user: "sam@example.com", topic: "Re: notes", id: "c6@example.com",
+			parts: []string{"meeting notes of the board.pdf application/pdf 6 named"},
+		},
+		{
+			name: "a Latin-1 name (RFC 2231) given by the Content-Type only is read",
+			raw: mailText("From: sam@example.com", "Subject: Re: cv", "Message-ID: <c7@example.com>",
+				"Content-Type: multipart/mixed; boundary=XX", "", "--XX", "Content-Type: text/plain", "", "My CV.",
+				"--XX", "Content-Type: application/pdf; name*=iso-8859-1''r%E9sum%E9.pdf", "Content-Disposition: attachment", "",
+				"%PDF-1", "--XX--"),
+			text: "My CV.", from: "sam@example.com", user: "sam@example.com", topic: "Re: cv", id: "c7@example.com",
+			parts: []string{"résumé.pdf application/pdf 6 named"},
+		},
+		{
+			name: "a part whose Content-Type has a Latin-1 RFC 2231 name and an unquoted value keeps its type",
+			raw: mailText("From: sam@example.com", "Subject: Re: cv", "Message-ID: <c8@example.com>",
+				"Content-Type: multipart/mixed; boundary=XX", "", "--XX", "Content-Type: text/plain", "", "My CV.",
+				"--XX", "Content-Type: application/pdf; name*=iso-8859-1''r%E9sum%E9.pdf; x-comment=my cv", "Content-Disposition: attachment", "",
+				"%PDF-1", "--XX--"),
+			text: "My CV.", from: "sam@example.com", user: "sam@example.com", topic: "Re: cv", id: "c8@example.com",
+			parts: []string{"résumé.pdf application/pdf 6 named"},
+		},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			m, err := parse(c.raw, 16, false)
@@ -421,6 +458,8 @@ func TestThreadingIDs(t *testing.T) {
 			"<m1@example.com> (first)\r\n <m2@example.com>", "<m2@example.com>", "<m1@example.com> <m2@example.com> <m3@example.com>"},
 		{"words before the id", "Ann's message of Mon, 1 Jan 2024 <m2@example.com>", "", "<m2@example.com>", "<m3@example.com>"},
 		{"ids without brackets", "m2@example.com", "m1@example.com m2@example.com", "<m2@example.com>",
+			"<m1@example.com> <m2@example.com> <m3@example.com>"},
+		{"the last id cut before its closing bracket", "<m2@example.com", "<m1@example.com> <m2@example.com", "<m2@example.com>",
 			"<m1@example.com> <m2@example.com> <m3@example.com>"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
