@@ -2,6 +2,7 @@ package platform
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -46,6 +47,22 @@ func (e *StatusError) Error() string {
 // errors (a refused connection, ctx's end) are returned as they are,
 // so a caller whose URL holds a secret can take it out.
 func Download(ctx context.Context, hc *http.Client, newReq func(context.Context) (*http.Request, error)) (*http.Response, error) {
+	return DownloadReading(ctx, hc, newReq, nil)
+}
+
+// A Refusal reads a download's answer other than 200, given the start of
+// its body (up to 16 KiB): whether it is asked again, and the error
+// that ends the download with it when it is not (or is the last), for a platform whose answers say
+// more than their status (Meta's Graph API names a rate limit by a code
+// in an answer of 400).
+type Refusal func(resp *http.Response, body []byte) (retry bool, err error)
+
+// DownloadReading is Download with refused reading each answer other
+// than 200 (nil: Download's rule, a *StatusError asked again when 429 or
+// 5xx). The waits and attempts are Download's; a wait that would
+// outlast ctx ends the download with the refusal's error, wrapped with
+// the wait asked.
+func DownloadReading(ctx context.Context, hc *http.Client, newReq func(context.Context) (*http.Request, error), refused Refusal) (*http.Response, error) {
 	if hc == nil {
 		hc = http.DefaultClient
 	}
@@ -61,17 +78,30 @@ func Download(ctx context.Context, hc *http.Client, newReq func(context.Context)
 		if resp.StatusCode == http.StatusOK {
 			return resp, nil
 		}
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, refusalBytes))
 		drain(resp)
-		status := &StatusError{Code: resp.StatusCode, Status: resp.Status}
-		if !downloadRetried(resp.StatusCode) || try == DownloadTries {
+		var (
+			status error
+			retry  bool
+		)
+		if refused != nil {
+			retry, status = refused(resp, body)
+		} else {
+			status, retry = &StatusError{Code: resp.StatusCode, Status: resp.Status}, downloadRetried(resp.StatusCode)
+		}
+		if !retry || try == DownloadTries {
 			return nil, status
 		}
 		wait := downloadWait(resp.Header, try, time.Now())
 		if d, ok := ctx.Deadline(); ok && time.Until(d) < wait {
 			// The fetch's bound ends before the wait: fail now, with
 			// the platform's answer, rather than at the bound.
-			status.Wait = wait
-			return nil, status
+			var se *StatusError
+			if errors.As(status, &se) {
+				se.Wait = wait
+				return nil, status
+			}
+			return nil, fmt.Errorf("%w, asked to wait %s", status, wait)
 		}
 		t := time.NewTimer(wait)
 		select {
@@ -83,12 +113,8 @@ func Download(ctx context.Context, hc *http.Client, newReq func(context.Context)
 	}
 }
 
-// drain reads what is left of a refused answer (up to 4 KiB, so the
-// connection can be reused) and closes it.
-func drain(resp *http.Response) {
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
-	_ = resp.Body.Close()
-}
+// refusalBytes is how much of a refused answer's body a Refusal reads.
+const refusalBytes = 16 << 10
 
 // downloadRetried: a download answered with status is tried again (a
 // rate limit or a server error); a 404, a 403 or the like is final.
@@ -104,4 +130,11 @@ func downloadWait(h http.Header, try int, now time.Time) time.Duration {
 		return d
 	}
 	return time.Duration(try) * 1500 * time.Millisecond
+}
+
+// drain reads what is left of a refused answer (up to 4 KiB, so the
+// connection can be reused) and closes it.
+func drain(resp *http.Response) {
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
+	_ = resp.Body.Close()
 }

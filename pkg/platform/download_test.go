@@ -214,3 +214,48 @@ func TestDownloadWait(t *testing.T) {
 		}
 	}
 }
+
+// DownloadReading asks again what its Refusal says to, from the answer's
+// body (a 400 naming a rate limit), and ends with the Refusal's error.
+func TestDownloadReading(t *testing.T) {
+	t.Parallel()
+	errLimited := errors.New("limited")
+	refused := func(resp *http.Response, body []byte) (bool, error) {
+		if resp.StatusCode == http.StatusBadRequest && string(body) == `{"error":"400"}` {
+			return true, errLimited
+		}
+		return false, &StatusError{Code: resp.StatusCode, Status: resp.Status}
+	}
+	for _, tt := range []struct {
+		name     string
+		answers  []answer
+		requests int
+		err      error
+	}{
+		{"asked again", []answer{{http.StatusBadRequest, "0"}}, 2, nil},
+		{"asked three times", []answer{{http.StatusBadRequest, "0"}, {http.StatusBadRequest, "0"}, {http.StatusBadRequest, "0"}}, 3, errLimited},
+		{"final at once", []answer{{http.StatusServiceUnavailable, "0"}}, 1, &StatusError{}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			s := newFileServer(t, "file", tt.answers...)
+			resp, err := DownloadReading(t.Context(), s.Client(), func(ctx context.Context) (*http.Request, error) {
+				return http.NewRequestWithContext(ctx, http.MethodGet, s.URL, nil)
+			}, refused)
+			if n := len(s.requests()); n != tt.requests {
+				t.Errorf("%d requests, want %d", n, tt.requests)
+			}
+			var se *StatusError
+			switch {
+			case tt.err == nil && err != nil:
+				t.Fatalf("err %v", err)
+			case tt.err == nil:
+				_ = resp.Body.Close()
+			case errors.As(tt.err, &se) && !errors.As(err, &se):
+				t.Errorf("err %v, want a *StatusError", err)
+			case !errors.As(tt.err, &se) && !errors.Is(err, tt.err):
+				t.Errorf("err %v, want %v", err, tt.err)
+			}
+		})
+	}
+}

@@ -1,6 +1,7 @@
 package platform
 
 import (
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -39,7 +40,9 @@ func RetryAfter(h string) time.Duration {
 func ParseRetryAfter(h string, now time.Time) (time.Duration, bool) {
 	h = strings.TrimSpace(h)
 	if s, err := strconv.Atoi(h); err == nil {
-		return time.Duration(max(s, 0)) * time.Second, true
+		// Past what a Duration holds (some 292 years), the longest
+		// it holds: the product would wrap to a negative, no wait.
+		return time.Duration(min(max(s, 0), math.MaxInt64/int(time.Second))) * time.Second, true
 	}
 	if t, err := http.ParseTime(h); err == nil {
 		return max(t.Sub(now), 0), true

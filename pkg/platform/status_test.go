@@ -2,6 +2,7 @@ package platform
 
 import (
 	"errors"
+	"math"
 	"net/http"
 	"testing"
 	"time"
@@ -75,6 +76,10 @@ func TestParseRetryAfter(t *testing.T) {
 		{" 7 ", 7 * time.Second, true},
 		{now.Add(4 * time.Second).Format(http.TimeFormat), 4 * time.Second, true},
 		{now.Add(-time.Minute).Format(http.TimeFormat), 0, true},
+		// Seconds past what a Duration holds wait the longest it holds,
+		// not a negative (no) wait.
+		{"9300000000", math.MaxInt64 / time.Second * time.Second, true},
+		{"9223372036854775807", math.MaxInt64 / time.Second * time.Second, true},
 	} {
 		if got, ok := ParseRetryAfter(tt.h, now); got != tt.want || ok != tt.ok {
 			t.Errorf("ParseRetryAfter(%q) = %s, %v, want %s, %v", tt.h, got, ok, tt.want, tt.ok)

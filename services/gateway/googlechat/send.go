@@ -12,7 +12,6 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/switchboard-chat/switchboard/pkg/chunk"
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
@@ -397,70 +396,26 @@ func (p *Platform) Typing(context.Context, *deliveryv1.SendRequested) error {
 // Fetch downloads a user's attachment when a turn reads it, through
 // media.download (GET /v1/media/{resourceName}?alt=media) with the app's
 // token: the only host it goes to is the Chat API's. A 429 (the Chat
-// API's quota) or a 5xx is asked again after its Retry-After, else 1.5 s
-// then 3 s, three attempts in all, as the Slack and Teams gateways'
-// downloads, within ctx (the fetch's bound): a wait that would outlast
-// it fails at once.
+// API's quota) or a 5xx is asked again (platform.Download).
 func (p *Platform) Fetch(ctx context.Context, a *eventsv1.Attachment) (io.ReadCloser, string, error) {
 	ref := a.GetPlatformFileId()
 	if ref == "" || strings.ContainsAny(ref, "?#") || strings.Contains(ref, "..") {
 		return nil, "", platform.ErrNotFetched
 	}
-	var resp *http.Response
-	for try := 1; ; try++ {
+	resp, err := platform.Download(ctx, p.hc, func(ctx context.Context) (*http.Request, error) {
 		tok, err := p.tokens.Token(ctx)
 		if err != nil {
-			return nil, "", fmt.Errorf("token for an attachment: %w", err)
+			return nil, fmt.Errorf("token for an attachment: %w", err)
 		}
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.base+"/v1/media/"+ref+"?alt=media", nil)
 		if err != nil {
-			return nil, "", platform.ErrNotFetched
+			return nil, platform.ErrNotFetched
 		}
 		req.Header.Set("Authorization", "Bearer "+tok)
-		if resp, err = p.hc.Do(req); err != nil {
-			return nil, "", fmt.Errorf("google chat media download: %w", err)
-		}
-		if resp.StatusCode == http.StatusOK {
-			return resp.Body, resp.Header.Get("Content-Type"), nil
-		}
-		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
-		_ = resp.Body.Close()
-		status := fmt.Errorf("google chat media download: HTTP %d", resp.StatusCode)
-		if !downloadRetried(resp.StatusCode) || try == downloadTries {
-			return nil, "", status
-		}
-		wait := downloadWait(resp.Header, try, time.Now())
-		if d, ok := ctx.Deadline(); ok && time.Until(d) < wait {
-			// The fetch's bound ends before the wait: fail now, with
-			// the Chat API's answer, rather than at the bound.
-			return nil, "", fmt.Errorf("%w, asked to wait %s", status, wait)
-		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil, "", fmt.Errorf("%w: %w", status, ctx.Err())
-		case <-t.C:
-		}
+		return req, nil
+	})
+	if err != nil {
+		return nil, "", fmt.Errorf("google chat media download: %w", err)
 	}
-}
-
-// downloadTries is how many times Fetch asks for an attachment answered
-// 429 or 5xx.
-const downloadTries = 3
-
-// downloadRetried: a download answered with status is tried again (a
-// rate limit or a server error); a 404, a 403 or the like is final.
-func downloadRetried(status int) bool {
-	return status == http.StatusTooManyRequests || status >= 500
-}
-
-// downloadWait is the wait before attempt try+1 of a download answered
-// with h: its Retry-After (seconds or a date), else 1.5 s times the
-// attempts made.
-func downloadWait(h http.Header, try int, now time.Time) time.Duration {
-	if d, ok := platform.ParseRetryAfter(h.Get("Retry-After"), now); ok {
-		return d
-	}
-	return time.Duration(try) * 1500 * time.Millisecond
+	return resp.Body, resp.Header.Get("Content-Type"), nil
 }

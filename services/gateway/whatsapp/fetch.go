@@ -8,7 +8,6 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"time"
 
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
@@ -61,11 +60,6 @@ func (p *Platform) Fetch(ctx context.Context, a *eventsv1.Attachment) (io.ReadCl
 		}
 		return nil, "", fmt.Errorf("download media %s: %w", id, err)
 	}
-	if resp.StatusCode != http.StatusOK {
-		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
-		_ = resp.Body.Close()
-		return nil, "", fmt.Errorf("%w: media %s: HTTP %d", ErrDownload, id, resp.StatusCode)
-	}
 	mt := baseType(info.MimeType)
 	if mt == "" {
 		mt = baseType(resp.Header.Get("Content-Type"))
@@ -73,51 +67,33 @@ func (p *Platform) Fetch(ctx context.Context, a *eventsv1.Attachment) (io.ReadCl
 	return resp.Body, mt, nil
 }
 
-// mediaTries is how many times Fetch makes a request Meta answers 429,
-// 5xx or a transient code, as Hermes's downloads (three attempts).
-const mediaTries = 3
-
-// mediaGet GETs u with the access token and returns a 2xx answer. An
+// mediaGet GETs u with the access token and returns its 200 answer. An
 // answer that classify does not take for permanent (429, 5xx, Meta's
 // rate-limit and transient codes such as 4, 80007, 130429 or 131000) is
-// asked again after its Retry-After, else 1.5 s then 3 s, three attempts
-// in all, within ctx (the fetch's bound): a wait that would outlast it
-// fails at once. Other answers are a *GraphError.
+// asked again as platform.Download asks a 429. Other answers are a
+// *GraphError.
 func (p *Platform) mediaGet(ctx context.Context, u string) (*http.Response, error) {
-	for try := 1; ; try++ {
+	resp, err := platform.DownloadReading(ctx, p.graph.hc, func(ctx context.Context) (*http.Request, error) {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 		if err != nil {
 			return nil, err
 		}
 		req.Header.Set("Authorization", "Bearer "+p.graph.token)
-		resp, err := p.graph.hc.Do(req)
-		if err != nil {
-			return nil, fmt.Errorf("graph api %s: %w", req.URL.Path, err)
-		}
-		if resp.StatusCode/100 == 2 {
-			return resp, nil
-		}
-		body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-		_ = resp.Body.Close()
+		return req, nil
+	}, func(resp *http.Response, body []byte) (bool, error) {
 		ge := decodeError(resp, body)
-		if !mediaRetried(ge) || try == mediaTries {
-			return nil, ge
+		return mediaRetried(ge), ge
+	})
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		// Without the query: a media URL's is its signature.
+		path := "?"
+		if pu, perr := url.Parse(u); perr == nil {
+			path = pu.Path
 		}
-		wait := time.Duration(try) * 1500 * time.Millisecond
-		if d, ok := platform.ParseRetryAfter(resp.Header.Get("Retry-After"), time.Now()); ok {
-			wait = d
-		}
-		if d, ok := ctx.Deadline(); ok && time.Until(d) < wait {
-			return nil, fmt.Errorf("%w, asked to wait %s", ge, wait)
-		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil, fmt.Errorf("%w: %w", ge, ctx.Err())
-		case <-t.C:
-		}
+		return nil, fmt.Errorf("graph api %s: %w", path, ue.Err)
 	}
+	return resp, err
 }
 
 // mediaRetried reports whether a media request answered ge is asked
