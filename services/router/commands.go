@@ -407,6 +407,12 @@ func (s *Service) command(ctx context.Context, m *msgCtx, cmd command.Command) e
 			}
 			return reply(sess.Generation, "Usage: /steer <prompt>")
 		}
+		if st := s.pausedFor(m); st != nil && !busy {
+			// No task to steer: the text would run as a normal message,
+			// which the pause holds as it holds any other (handle).
+			inbound.WithLabelValues("paused").Inc()
+			return reply(sess.Generation, pausedText(st))
+		}
 		return s.route(ctx, m.withText(cmd.Args), sess, routeOpts{mode: BusySteer, command: "steer"})
 	case "status":
 		n, steering, err := s.store.Waiting(ctx, m.key, owner)
