@@ -488,6 +488,56 @@ func TestApprovalWordOfANonAdminIsAMessage(t *testing.T) {
 	g.open()
 }
 
+// A typed answer to an approval names no tool call: the running turn
+// gives it to whichever call waits. Its redelivery (a router that
+// stopped, or whose Redis write failed, before the event was recorded as
+// handled) must not answer again: by then the turn may wait on another
+// call, one the user has not seen. It is answered as the first delivery
+// was, and a plain "yes" does not become a message either.
+func TestRedeliveredApprovalAnswersNoOtherCall(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		text, want string
+		action     turnsv1.ControlAction
+	}{
+		{"/approve", "✅ Command approved. The agent is resuming...", controlApprove},
+		{"/deny", "❌ Command denied.", controlDeny},
+		{"yes", "✅ Command approved. The agent is resuming...", controlApprove},
+		{"no", "❌ Command denied.", controlDeny},
+	} {
+		t.Run(tt.text, func(t *testing.T) {
+			t.Parallel()
+			e, g, _ := busySession(t, testConfig(), "bob", "long job")
+			defer g.open()
+			ev := dm("bob", tt.text)
+			e.publish(ev)
+			waitFor(t, "the answer", func() bool { return len(e.answersTo(ev)) == 1 })
+			e.loseHandled(ev)
+			e.publishID(ev, "redelivered-"+ev.EventId)
+			waitFor(t, "the redelivery's answer", func() bool { return len(e.answersTo(ev)) == 2 })
+			waitFor(t, "inbound drained", e.inboundDrained)
+
+			for _, a := range e.answersTo(ev) {
+				if got := a.GetNotice().GetText(); got != tt.want || a.GetSeq() != 1 {
+					t.Errorf("answer %d %q, want %q as answer 1", a.GetSeq(), got, tt.want)
+				}
+			}
+			asked := 0
+			for _, c := range e.controls(tt.action) {
+				if c.GetEventId() == "telegram:bot1:"+ev.EventId {
+					asked++
+				}
+			}
+			if asked != 1 {
+				t.Errorf("the turn was asked %d times to take the answer of %q, want once", asked, tt.text)
+			}
+			if c := e.controls(controlInterrupt); len(c) != 0 {
+				t.Errorf("%d interrupts: the answer ran as a message", len(c))
+			}
+		})
+	}
+}
+
 // turnsOf are the inputs of each of key's turns, a turn's joined with
 // ",", the turns' with "|".
 func turnsOf(turns []*turnsv1.TurnRequested, key string) string {

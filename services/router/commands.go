@@ -407,6 +407,12 @@ func (s *Service) command(ctx context.Context, m *msgCtx, cmd command.Command) e
 			}
 			return reply(sess.Generation, "Usage: /steer <prompt>")
 		}
+		if st := s.pausedFor(m); st != nil && !busy {
+			// No task to steer: the text would run as a normal message,
+			// which the pause holds as it holds any other (handle).
+			inbound.WithLabelValues("paused").Inc()
+			return reply(sess.Generation, pausedText(st))
+		}
 		return s.route(ctx, m.withText(cmd.Args), sess, routeOpts{mode: BusySteer, command: "steer"})
 	case "status":
 		n, steering, err := s.store.Waiting(ctx, m.key, owner)
@@ -472,20 +478,32 @@ func (s *Service) command(ctx context.Context, m *msgCtx, cmd command.Command) e
 		if cmd.Name == "deny" {
 			action = controlDeny
 		}
-		took := false
-		if busy {
-			// Only a turn waiting for an approval takes the answer.
-			if took, err = s.request(ctx, m, action, cmd.Args); err != nil {
-				return err
-			}
-		}
 		if m.ev.GetButtonPress().GetMessageId() != "" {
+			// A press names the prompt's call, which alone takes it.
+			took := false
+			if busy {
+				if took, err = s.request(ctx, m, action, cmd.Args); err != nil {
+					return err
+				}
+			}
 			return s.pressed(ctx, m, sess.Generation, action, cmd.Args, took)
 		}
-		if !took {
-			return reply(sess.Generation, "No pending command to "+cmd.Name+".")
-		}
-		return reply(sess.Generation, approvalReply(action, cmd.Args))
+		// A typed answer names no call: the turn gives it to whichever
+		// waits. Once per event, so that a redelivery does not answer a
+		// call the turn asked about since, one the user has not seen.
+		return s.once(ctx, m, cmd.Name, func(ctx context.Context, _ *sessionstore.Store) (string, int64, error) {
+			if busy {
+				// Only a turn waiting for an approval takes the answer.
+				took, err := s.request(ctx, m, action, cmd.Args)
+				if err != nil {
+					return "", 0, err
+				}
+				if took {
+					return approvalReply(action, cmd.Args), sess.Generation, nil
+				}
+			}
+			return "No pending command to " + cmd.Name + ".", sess.Generation, nil
+		})
 	case "title":
 		if cmd.Args == "" {
 			if sess.Title == "" {

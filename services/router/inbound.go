@@ -897,13 +897,26 @@ func (s *Service) route(ctx context.Context, m *msgCtx, sess sessionstore.Sessio
 	if busy && o.command == "" && !quietPlatform(m.platform) && redisx.GrantOf(owner) != owner {
 		// Where /approve is reserved for admins, so is a plain "yes".
 		if action, args, ok := approvalWord(m.ev.GetText()); ok && s.mayApprove(m) {
-			took, err := s.request(ctx, m, action, args)
-			if err != nil {
-				return err
-			}
-			if took {
+			// Once per event, as /approve: a redelivery must not answer a
+			// call the turn asked about since. One no call took records
+			// nothing: it goes on as a message.
+			name := map[bool]string{true: "approve", false: "deny"}[action == controlApprove]
+			err := s.once(ctx, m, name, func(ctx context.Context, _ *sessionstore.Store) (string, int64, error) {
+				took, err := s.request(ctx, m, action, args)
+				if err != nil {
+					return "", 0, err
+				}
+				if !took {
+					return "", 0, errNotTaken
+				}
+				return approvalReply(action, args), sess.Generation, nil
+			})
+			if err == nil {
 				inbound.WithLabelValues("approval").Inc()
-				return s.notice(ctx, m, sess.Generation, approvalReply(action, args), "command")
+				return nil
+			}
+			if !errors.Is(err, errNotTaken) {
+				return err
 			}
 		}
 	}
@@ -1126,6 +1139,10 @@ func (s *Service) lockAndStart(ctx context.Context, m *msgCtx) error {
 // ownsTurn: the API gateway matches one reply per HTTP request, so its
 // messages are never merged into one turn.
 func ownsTurn(m *msgCtx) bool { return m.platform == "api" }
+
+// errNotTaken: no waiting call took a plain approval word (route), which
+// is then a message.
+var errNotTaken = errors.New("approval word taken by no call")
 
 // lockHolder is the value of m's session lock: the one read with the
 // dedupe record for its first use (what changed since is handled as any

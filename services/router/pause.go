@@ -30,7 +30,9 @@ import (
 //     paused notice (Hermes's paused_reply) and dropped;
 //   - commands still work (/pause off, /status, /help, /stop …), but those
 //     that would start a new turn (/queue, /retry, /background, /btw,
-//     /goal <text>, /goal resume) are answered with the paused notice too;
+//     /goal <text>, /goal resume, /steer with no task running, which
+//     sends its text as a normal message) are answered with the paused
+//     notice too;
 //   - the cron scheduler fires nothing (Hermes's tick skips the due-job
 //     scan); the runs due meanwhile are late or missed runs at resume
 //     (cron.catch_up_missed);

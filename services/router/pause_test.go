@@ -19,8 +19,9 @@ import (
 // TestPauseCommand: /pause is for admins where a platform lists them;
 // it pauses every replica, a user's message is then answered with
 // Hermes's paused notice and starts no turn, commands still work but
-// those that start work are answered the same, /status shows the pause,
-// /pause off resumes, all in Hermes's words.
+// those that start work (/steer with no task running too) are answered
+// the same, /status shows the pause, /pause off resumes, all in Hermes's
+// words.
 func TestPauseCommand(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -43,6 +44,9 @@ func TestPauseCommand(t *testing.T) {
 		{"alice", "/background look at the logs", "⏸️ Switchboard is paused (deploy window)."},
 		{"alice", "/goal tidy the garden", "⏸️ Switchboard is paused (deploy window)."},
 		{"alice", "/queue later", "⏸️ Switchboard is paused (deploy window)."},
+		// With no task running, /steer sends its text as a normal
+		// message, which the pause holds as any other.
+		{"alice", "/steer look again", "⏸️ Switchboard is paused (deploy window)."},
 		{"alice", "/help", "Commands:"},
 		{"alice", "/pause rotating keys", "⏸️ Paused (reason: rotating keys)."},
 		{"bob", "still there?", "⏸️ Switchboard is paused (rotating keys)."},
