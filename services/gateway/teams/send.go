@@ -62,12 +62,11 @@ func conversation(t *deliveryv1.Target) (string, error) {
 
 // Send posts a message: text as Markdown, pictures by URL (other files,
 // which Teams refuses so, as links under the text; captions under the
-// text), an approval
-// prompt's buttons as an Adaptive Card (buttons.go). A reply to
-// one of the user's messages (a numeric activity id, as Hermes checks)
-// goes to POST …/activities/{id}, which threads it where Teams threads;
-// when the connector refuses that (group chats do), it is posted to the
-// conversation instead.
+// text), an approval prompt's buttons as an Adaptive Card (buttons.go).
+// A reply to one of the user's messages (a numeric activity id, as
+// Hermes checks) goes to POST …/activities/{id}, which threads it where
+// Teams threads; when the connector refuses that (group chats do), it is
+// posted to the conversation instead.
 func (p *Platform) Send(ctx context.Context, req *deliveryv1.SendRequested) (string, error) {
 	if req.GetTarget().GetInteraction().GetComponent() {
 		return p.refusePress(ctx, req)
