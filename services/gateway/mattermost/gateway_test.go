@@ -540,11 +540,10 @@ func TestFilesWithoutMetadataAreDescribed(t *testing.T) {
 	}
 }
 
-// A file is published by its id; when a turn reads it, the gateway
-// downloads it into the attachment store. A file the agent sends is
-// uploaded and posted.
-func TestAttachments(t *testing.T) {
-	t.Parallel()
+// startKeeping starts the gateway with an attachment store, which it
+// removes when the test ends.
+func startKeeping(t *testing.T) (*gw, attachment.Config) {
+	t.Helper()
 	acfg := attachment.Config{Enabled: true, MaxBytes: 1 << 20, StoreBytes: 8 << 20}
 	g := start(t, nil, platform.Options{Attachments: acfg})
 	t.Cleanup(func() {
@@ -552,6 +551,15 @@ func TestAttachments(t *testing.T) {
 		defer cancel()
 		_ = g.b.JetStream().DeleteObjectStore(ctx, g.b.Topology().Stream(attachment.Bucket))
 	})
+	return g, acfg
+}
+
+// A file is published by its id; when a turn reads it, the gateway
+// downloads it into the attachment store. A file the agent sends is
+// uploaded and posted.
+func TestAttachments(t *testing.T) {
+	t.Parallel()
+	g, acfg := startKeeping(t)
 	pic := platformtest.NoisePNG(t, 16, 16)
 	fi := g.f.Upload("p.png", "image/png", pic)
 	g.f.Add(mattermostfake.Post{ChannelID: dmCh, UserID: ann, Message: "what is this", FileIDs: []string{fi.ID}})
@@ -608,13 +616,7 @@ func TestAttachments(t *testing.T) {
 // final.
 func TestFileDownloadRetried(t *testing.T) {
 	t.Parallel()
-	acfg := attachment.Config{Enabled: true, MaxBytes: 1 << 20, StoreBytes: 8 << 20}
-	g := start(t, nil, platform.Options{Attachments: acfg})
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = g.b.JetStream().DeleteObjectStore(ctx, g.b.Topology().Stream(attachment.Bucket))
-	})
+	g, _ := startKeeping(t)
 	pic := platformtest.NoisePNG(t, 16, 16)
 	for _, tc := range []struct {
 		name string
