@@ -525,3 +525,57 @@ func TestARefusedEditOfARewriteKeepsTheAnswersOrder(t *testing.T) {
 		t.Errorf("%d dead letters", n)
 	}
 }
+
+// A turn's first attempt that streamed text and was taken over (its
+// worker froze past its lock: the attempt that took over answers) ends
+// its stream with an interrupted error that shows nothing, which comes
+// before the answer of the attempt that took over; so does a turn run
+// again in place after a dependency outage that then lost its lock. The
+// answer still shows, over the streamed message, once: before, the end
+// marked the turn's stream done, and the answer was taken for a
+// redelivered final and sent nowhere, on the replica that streamed the
+// text as on another.
+func TestAnswerAfterAnEndThatShowsNothingIsShown(t *testing.T) {
+	t.Parallel()
+	streamed := &repliesv1.TextDelta{Text: "Let me look that up for you"} // long enough to show at once
+	for _, tc := range []struct {
+		name     string
+		takeOver bool // another replica takes the end and the answer
+	}{
+		{"the replica that streamed", false},
+		{"another replica", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			cfg := streamConfig()
+			a := e.start(t, cfg, "a")
+			e.publishStream(t, "t1", 1, "s1", streamed)
+			eventually(t, e.clock, 0, "the streamed text", func() bool { return len(e.gw.sends()) > 0 })
+			if tc.takeOver {
+				e.consumed(t, "s1")
+				a.stop(t)
+				e.start(t, cfg, "b")
+			}
+			e.publishStream(t, "t1", 2, "s1", &repliesv1.ReplyError{Code: "interrupted"})
+			e.publishStream(t, "t1", 3, "s1", final("the answer"))
+			e.consumed(t, "s1")
+			texts := func() []string {
+				var got []string
+				for _, c := range e.gw.sends() {
+					if c.Op == deliveryv1.SendOp_SEND_OP_SEND || c.Op == deliveryv1.SendOp_SEND_OP_EDIT {
+						got = append(got, c.Req.GetText())
+					}
+				}
+				return got
+			}
+			eventually(t, e.clock, 0, "the answer", func() bool {
+				got := texts()
+				return len(got) > 0 && got[len(got)-1] == "the answer"
+			})
+			if got := texts(); strings.Count(strings.Join(got, "|"), "the answer") != 1 {
+				t.Errorf("the gateway took %q, want the answer once", got)
+			}
+		})
+	}
+}

@@ -40,12 +40,8 @@ func (s *Service) otherFinal(ctx context.Context, ev *repliesv1.ReplyEvent) (boo
 	if ev.GetTurnId() == "" || s.cfg.platform(ev.GetTarget().GetPlatform()).PerRequest {
 		return false, nil
 	}
-	shows := true
-	if e := ev.GetError(); e != nil && e.GetMessage() == "" && e.GetCode() == "interrupted" {
-		shows = false
-	}
 	f := outbox.Final{Seq: ev.GetSeq(), Digest: finalDigest(ev)}
-	ok, err := s.store.ClaimFinal(ctx, ev.GetTurnId(), f, s.now(), shows)
+	ok, err := s.store.ClaimFinal(ctx, ev.GetTurnId(), f, s.now(), !showsNothing(ev))
 	if err != nil {
 		return false, err
 	}
@@ -66,6 +62,14 @@ func (s *Service) otherFinal(ctx context.Context, ev *repliesv1.ReplyEvent) (boo
 		}
 	}
 	return !ok, nil
+}
+
+// showsNothing reports whether the final event ev shows nothing: an
+// interrupted error without text (a turn interrupted before it said
+// anything, or a superseded attempt's end of its stream).
+func showsNothing(ev *repliesv1.ReplyEvent) bool {
+	e := ev.GetError()
+	return e != nil && e.GetMessage() == "" && e.GetCode() == "interrupted"
 }
 
 // finalDigest is the digest of what a final event shows: its seq and

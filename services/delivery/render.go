@@ -94,9 +94,15 @@ type turnState struct {
 	// seq is the seq of the last delta taken into the stream: a delta
 	// the bus hands over again (its ack was lost or came after the ack
 	// wait) has a seq no greater, and is not taken a second time.
-	seq     int64
-	done    bool
-	touched time.Time
+	seq  int64
+	done bool
+	// quietEnd: the end that made the turn done showed nothing (an
+	// interrupted error without text: a superseded attempt's, which
+	// only took the cursor off its stream). A final that comes after
+	// it, the answer of the attempt that took the turn over, is no
+	// redelivered final: it writes over the stream's last segment.
+	quietEnd bool
+	touched  time.Time
 }
 
 // segmentClose is a break's record: the segment it opens (the break's
@@ -1379,8 +1385,17 @@ func (s *Service) progressWith(ctx context.Context, req *deliveryv1.SendRequeste
 // queued.
 func (s *Service) final(ctx context.Context, ev *repliesv1.ReplyEvent, text string, format deliveryv1.TextFormat) (queued bool, err error) {
 	base := keyBase(ctx, ev)
+	quiet := showsNothing(ev)
 	st := s.turns.get(ev.GetTurnId())
-	if st != nil {
+	if st != nil && st.done && st.quietEnd && !quiet {
+		if strings.TrimSpace(text) == "" {
+			// An answer that was its media: the cursor is off already.
+			s.turns.put(ev.GetTurnId(), &turnState{done: true})
+			return true, nil
+		}
+		// The stream ended without showing anything (quietEnd): this
+		// answer writes over its last segment as recorded, below.
+	} else if st != nil {
 		// The closed segment's rows go before the answer's.
 		if err := s.closeSegment(ctx, ev, st); err != nil {
 			return false, err
@@ -1399,11 +1414,11 @@ func (s *Service) final(ctx context.Context, ev *repliesv1.ReplyEvent, text stri
 			return false, err
 		}
 		queued = len(st.final) > 0
-		st.done, st.final = true, nil
+		st.done, st.final, st.quietEnd = true, nil, quiet
 		st.raw, st.thought = strings.Builder{}, strings.Builder{} // the marker stays for doneKeep, its text is not needed
 		return queued, nil
 	}
-	if st != nil && st.done {
+	if st != nil && st.done && (!st.quietEnd || quiet) {
 		// Already replaced (a redelivered final): the rows exist.
 		return true, nil
 	}
@@ -1417,7 +1432,7 @@ func (s *Service) final(ctx context.Context, ev *repliesv1.ReplyEvent, text stri
 		// when the final gave up on it) is answered by the gateway
 		// and written over, not posted twice.
 		var seg outbox.StreamSegment
-		if st != nil && !st.foreign {
+		if st != nil && !st.foreign && !st.done {
 			seg.Segment = st.segment
 		} else {
 			var err error
@@ -1438,7 +1453,7 @@ func (s *Service) final(ctx context.Context, ev *repliesv1.ReplyEvent, text stri
 			}
 		}
 		if text == "" && len(seg.IDs) == 0 {
-			s.turns.put(ev.GetTurnId(), &turnState{done: true})
+			s.turns.put(ev.GetTurnId(), &turnState{done: true, quietEnd: quiet})
 			return false, nil
 		}
 		if err := s.enqueue(ctx, s.rewrite(ev, base, seg.Segment, seg.IDs, text, format)...); err != nil {
@@ -1449,7 +1464,7 @@ func (s *Service) final(ctx context.Context, ev *repliesv1.ReplyEvent, text stri
 		// redelivered final is sent once (its idempotency keys, or a
 		// per-request gateway taking a repeat once): no marker, which at
 		// hundreds of turns a second was most of this map.
-		s.turns.put(ev.GetTurnId(), &turnState{done: true})
+		s.turns.put(ev.GetTurnId(), &turnState{done: true, quietEnd: quiet})
 		return true, nil
 	}
 	if err := s.enqueueText(ctx, ev, base, text, format, true); err != nil {

@@ -109,7 +109,11 @@ func (r *turnRun) runRemote(ctx context.Context) (store.Final, error) {
 				// answer.
 				continue
 			}
-			err = r.publish(ctx, &repliesv1.ReplyEvent{Body: &repliesv1.ReplyEvent_TextDelta{TextDelta: ev.TextDelta}})
+			delta := &repliesv1.ReplyEvent{Body: &repliesv1.ReplyEvent_TextDelta{TextDelta: ev.TextDelta}}
+			err = r.publish(ctx, delta)
+			// A turn fenced after it streamed (a /stop) ends the stream
+			// (endStream), as the built-in loop's does.
+			r.textStreamed = r.textStreamed || (err == nil && r.sends(delta) && ev.TextDelta.GetText() != "")
 		case *agentv1.RunTurnResponse_ToolProgress:
 			// The agent asks for approvals itself: its progress says when
 			// an answer is awaited, so that only then is one forwarded.

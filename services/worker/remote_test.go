@@ -473,3 +473,52 @@ func TestExternalAgentEndedBeforeItSaidAnything(t *testing.T) {
 		})
 	}
 }
+
+// saidThenStoppedAgent streams a delta, then waits for a control
+// message and ends the turn stopped, without final text.
+type saidThenStoppedAgent struct {
+	agentv1.UnimplementedAgentServiceServer
+	starts chan struct{}
+}
+
+func (a *saidThenStoppedAgent) RunTurn(stream grpc.BidiStreamingServer[agentv1.RunTurnRequest, agentv1.RunTurnResponse]) error {
+	if _, err := stream.Recv(); err != nil {
+		return err
+	}
+	if err := stream.Send(&agentv1.RunTurnResponse{Event: &agentv1.RunTurnResponse_TextDelta{TextDelta: &repliesv1.TextDelta{Text: "Let me think"}}}); err != nil {
+		return err
+	}
+	a.starts <- struct{}{}
+	if _, err := stream.Recv(); err != nil {
+		return err
+	}
+	return stream.Send(&agentv1.RunTurnResponse{Event: &agentv1.RunTurnResponse_Completed{Completed: &agentv1.TurnResult{
+		Status: turnsv1.TurnStatus_TURN_STATUS_STOPPED, Usage: &turnsv1.Usage{ModelCalls: 1}}}})
+}
+
+// A chat's /stop (the next generation, then the control) of an external
+// agent's turn that streamed text ends the stream as the built-in loop's
+// does: an interrupted error without text, which takes the cursor off
+// the streamed message. Before, the worker did not count the agent's
+// deltas as streamed text, published nothing once the stopped turn's
+// final was fenced, and the chat's message kept its cursor.
+func TestExternalAgentStoppedAfterItStreamedEndsTheStream(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.setGeneration("s1", 1)
+	agent := &saidThenStoppedAgent{starts: make(chan struct{}, 4)}
+	startAgentWorker(t, h, agent)
+	origin := &eventsv1.SessionSource{Platform: "telegram", Account: "a1", ChatId: "99", ChatType: "dm", UserId: "u1"}
+	req := h.requestTurn("s1", "hello", turnOpts{origin: origin})
+	<-agent.starts
+	waitFor(t, 10*time.Second, "the agent's delta", func() bool { return h.deltas(req.TurnId) == 1 })
+	h.setGeneration("s1", 2) // the router's /stop: the next generation, then the control
+	h.control("s1", turnsv1.ControlAction_CONTROL_ACTION_STOP, "")
+	if c := h.waitCompleted(req.TurnId); c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_STALE {
+		t.Fatalf("status %v (%s), want STALE", c.GetStatus(), c.GetError())
+	}
+	evs := h.replies(req.TurnId)
+	if last := evs[len(evs)-1].GetError(); last.GetCode() != "interrupted" || last.GetMessage() != "" {
+		t.Fatalf("last reply %v, want an interrupted error without text (events %v)", evs[len(evs)-1], evs)
+	}
+}
