@@ -3,11 +3,10 @@ package googlechat
 import (
 	"context"
 	"io"
-	"net/http"
 	"testing"
-	"time"
 
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+	"github.com/switchboard-chat/switchboard/pkg/platform/platformtest"
 	"github.com/switchboard-chat/switchboard/services/gateway/googlechat/googlechatfake"
 )
 
@@ -18,51 +17,22 @@ import (
 // the fetch's bound fails at once.
 func TestFetchRetries(t *testing.T) {
 	t.Parallel()
-	rateLimited := googlechatfake.Failure{Status: http.StatusTooManyRequests, RetryAfter: 1}
-	for _, tc := range []struct {
-		name  string
-		fails []googlechatfake.Failure
-		// requests is how many downloads the fetch asks for; kept: the
-		// file is downloaded.
-		requests int
-		kept     bool
-	}{
-		{name: "429 with Retry-After", fails: []googlechatfake.Failure{rateLimited}, requests: 2, kept: true},
-		{name: "503", fails: []googlechatfake.Failure{{Status: http.StatusServiceUnavailable}}, requests: 2, kept: true},
-		{name: "three failures", fails: []googlechatfake.Failure{rateLimited, {Status: http.StatusInternalServerError}, rateLimited}, requests: 3},
-		{name: "404 is final", fails: []googlechatfake.Failure{{Status: http.StatusNotFound}}, requests: 1},
-		{name: "403 is final", fails: []googlechatfake.Failure{{Status: http.StatusForbidden}}, requests: 1},
-		{name: "a wait beyond the bound", fails: []googlechatfake.Failure{{Status: http.StatusTooManyRequests, RetryAfter: 120}}, requests: 1},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			f, p := newPlatform(t)
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			ref := f.AddFile([]byte("pixels"), "image/png")
-			f.FailDownloads(tc.fails...)
-			start := time.Now()
-			rc, _, err := p.Fetch(ctx, &eventsv1.Attachment{PlatformFileId: ref})
-			if n := f.Downloads(); n != tc.requests {
-				t.Errorf("%d downloads, want %d", n, tc.requests)
-			}
-			if !tc.kept {
-				if err == nil {
-					_ = rc.Close()
-					t.Fatal("downloaded, want a failure")
+	platformtest.DownloadRetries(t, func(t *testing.T) platformtest.Downloads {
+		f, p := newPlatform(t)
+		data := []byte("pixels")
+		ref := f.AddFile(data, "image/png")
+		return platformtest.Downloads{
+			Fetch: func(ctx context.Context) (io.ReadCloser, error) {
+				rc, _, err := p.Fetch(ctx, &eventsv1.Attachment{PlatformFileId: ref})
+				return rc, err
+			},
+			Fail: func(fails ...platformtest.DownloadFailure) {
+				for _, fl := range fails {
+					f.FailDownloads(googlechatfake.Failure{Status: fl.Status, RetryAfter: fl.RetryAfter})
 				}
-				if d := time.Since(start); d > 10*time.Second {
-					t.Errorf("failed after %s, want at once past the bound", d)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatalf("fetch: %v, want the file", err)
-			}
-			defer func() { _ = rc.Close() }()
-			if got, err := io.ReadAll(rc); err != nil || string(got) != "pixels" {
-				t.Fatalf("read %q (%v), want the file's bytes", got, err)
-			}
-		})
-	}
+			},
+			Count: f.Downloads,
+			Data:  data,
+		}
+	})
 }

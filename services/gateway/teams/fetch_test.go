@@ -10,10 +10,10 @@ import (
 	"net/url"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/switchboard-chat/switchboard/pkg/bus/bustest"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+	"github.com/switchboard-chat/switchboard/pkg/platform/platformtest"
 	"github.com/switchboard-chat/switchboard/services/gateway/teams/teamsfake"
 )
 
@@ -97,61 +97,35 @@ func TestFetchReachesOnlyPublicAddresses(t *testing.T) {
 // wait longer than the fetch's bound fails at once.
 func TestFetchRetries(t *testing.T) {
 	t.Parallel()
-	rateLimited := teamsfake.Failure{Status: http.StatusTooManyRequests, RetryAfter: 1}
-	for _, tc := range []struct {
-		name  string
-		fails []teamsfake.Failure
-		// requests is how many downloads the fetch asks for; kept: the
-		// picture is downloaded.
-		requests int
-		kept     bool
-	}{
-		{name: "429 with Retry-After", fails: []teamsfake.Failure{rateLimited}, requests: 2, kept: true},
-		{name: "503", fails: []teamsfake.Failure{{Status: http.StatusServiceUnavailable}}, requests: 2, kept: true},
-		{name: "three failures", fails: []teamsfake.Failure{rateLimited, {Status: http.StatusBadGateway}, rateLimited}, requests: 3},
-		{name: "404 is final", fails: []teamsfake.Failure{{Status: http.StatusNotFound}}, requests: 1},
-		{name: "403 is final", fails: []teamsfake.Failure{{Status: http.StatusForbidden}}, requests: 1},
-		{name: "a wait beyond the bound", fails: []teamsfake.Failure{{Status: http.StatusTooManyRequests, RetryAfter: 120}}, requests: 1},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			f := teamsfake.New(t)
-			b := bustest.New(t, bustest.EmbeddedURL(t))
-			p, err := NewPlatform(testConfig(f), b, slog.New(slog.DiscardHandler), nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			u := f.AddFile([]byte("png bytes"))
-			f.FailDownloads(tc.fails...)
-			start := time.Now()
-			rc, _, err := p.Fetch(ctx, &eventsv1.Attachment{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, PlatformFileId: u, MimeType: "image/png"})
-			if n := f.Downloads(); n != tc.requests {
-				t.Errorf("%d downloads, want %d", n, tc.requests)
-			}
-			if !tc.kept {
-				if err == nil {
-					_ = rc.Close()
-					t.Fatal("downloaded, want a failure")
+	platformtest.DownloadRetries(t, func(t *testing.T) platformtest.Downloads {
+		f := teamsfake.New(t)
+		b := bustest.New(t, bustest.EmbeddedURL(t))
+		p, err := NewPlatform(testConfig(f), b, slog.New(slog.DiscardHandler), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		data := []byte("png bytes")
+		u := f.AddFile(data)
+		return platformtest.Downloads{
+			Fetch: func(ctx context.Context) (io.ReadCloser, error) {
+				rc, _, err := p.Fetch(ctx, &eventsv1.Attachment{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, PlatformFileId: u, MimeType: "image/png"})
+				return rc, err
+			},
+			Fail: func(fails ...platformtest.DownloadFailure) {
+				for _, fl := range fails {
+					f.FailDownloads(teamsfake.Failure{Status: fl.Status, RetryAfter: fl.RetryAfter})
 				}
+			},
+			Count: f.Downloads,
+			Data:  data,
+			// A failed picture is the gateway's ErrDownload.
+			Failed: func(t *testing.T, err error) {
 				if !errors.Is(err, ErrDownload) {
 					t.Errorf("error %v, want ErrDownload", err)
 				}
-				if d := time.Since(start); d > 10*time.Second {
-					t.Errorf("failed after %s, want at once past the bound", d)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatalf("fetch: %v, want the picture", err)
-			}
-			defer func() { _ = rc.Close() }()
-			if got, err := io.ReadAll(rc); err != nil || string(got) != "png bytes" {
-				t.Fatalf("read %q (%v), want the picture's bytes", got, err)
-			}
-		})
-	}
+			},
+		}
+	})
 }
 
 // The bot's token goes to Microsoft's connectors, where pictures users

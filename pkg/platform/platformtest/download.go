@@ -1,0 +1,95 @@
+package platformtest
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"testing"
+	"time"
+)
+
+// DownloadFailure is a refused download a gateway's fake answers: its
+// status, and the Retry-After it names in seconds (0: none).
+type DownloadFailure struct {
+	Status     int
+	RetryAfter int
+}
+
+// Downloads is a gateway's attachment download through its fake, as
+// DownloadRetries drives it.
+type Downloads struct {
+	// Fetch asks the gateway for one file the fake holds.
+	Fetch func(ctx context.Context) (io.ReadCloser, error)
+	// Fail makes the fake answer the next downloads with fails, one
+	// each, before it serves the file again.
+	Fail func(fails ...DownloadFailure)
+	// Count is how many downloads the fake was asked for, refused ones
+	// included.
+	Count func() int
+	// Data is the file's bytes.
+	Data []byte
+	// Failed, when set, checks the error of a fetch that failed (a
+	// gateway's own error kind).
+	Failed func(t *testing.T, err error)
+}
+
+// DownloadRetries checks that a gateway's file download keeps
+// platform.Download's rule: an answer of 429 (with or without
+// Retry-After) or a 5xx is asked again, three attempts in all; a 404 or
+// a 403 is final; a Retry-After beyond the fetch's bound fails at once.
+// newDownloads starts a gateway and its fake for one case; the cases
+// run in parallel.
+func DownloadRetries(t *testing.T, newDownloads func(t *testing.T) Downloads) {
+	t.Helper()
+	rateLimited := DownloadFailure{Status: http.StatusTooManyRequests, RetryAfter: 1}
+	for _, tc := range []struct {
+		name  string
+		fails []DownloadFailure
+		// requests is how many downloads the fetch asks for; kept: the
+		// file is downloaded.
+		requests int
+		kept     bool
+	}{
+		{name: "429 with Retry-After", fails: []DownloadFailure{rateLimited}, requests: 2, kept: true},
+		{name: "503", fails: []DownloadFailure{{Status: http.StatusServiceUnavailable}}, requests: 2, kept: true},
+		{name: "two failures, then the file", fails: []DownloadFailure{{Status: http.StatusServiceUnavailable}, {Status: http.StatusInternalServerError}}, requests: 3, kept: true},
+		{name: "three failures", fails: []DownloadFailure{rateLimited, {Status: http.StatusInternalServerError}, rateLimited}, requests: 3},
+		{name: "404 is final", fails: []DownloadFailure{{Status: http.StatusNotFound}}, requests: 1},
+		{name: "403 is final", fails: []DownloadFailure{{Status: http.StatusForbidden}}, requests: 1},
+		{name: "a wait beyond the bound", fails: []DownloadFailure{{Status: http.StatusTooManyRequests, RetryAfter: 120}}, requests: 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			d := newDownloads(t)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			d.Fail(tc.fails...)
+			start := time.Now()
+			rc, err := d.Fetch(ctx)
+			if n := d.Count(); n != tc.requests {
+				t.Errorf("%d downloads, want %d", n, tc.requests)
+			}
+			if !tc.kept {
+				if err == nil {
+					_ = rc.Close()
+					t.Fatal("downloaded, want a failure")
+				}
+				if d.Failed != nil {
+					d.Failed(t, err)
+				}
+				if took := time.Since(start); took > 10*time.Second {
+					t.Errorf("failed after %s, want at once past the bound", took)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("fetch: %v, want the file", err)
+			}
+			defer func() { _ = rc.Close() }()
+			if got, err := io.ReadAll(rc); err != nil || !bytes.Equal(got, d.Data) {
+				t.Fatalf("read %q (%v), want the file's bytes %q", got, err, d.Data)
+			}
+		})
+	}
+}
