@@ -182,6 +182,8 @@ func (r *turnRun) remoteCompleted(ctx context.Context, ls *loopState, res *agent
 	}
 	switch {
 	case f.Text != "" || (f.Status == store.StatusCompleted && lastErr == nil):
+		// The agent's answer, or a completed turn with nothing to say:
+		// the final as it is.
 	case lastErr != nil:
 		f.Kind, f.ErrorCode, f.Text = store.FinalError, lastErr.GetCode(), lastErr.GetMessage()
 	case f.Status == store.StatusInterrupted:
