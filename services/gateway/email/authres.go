@@ -41,7 +41,7 @@ const (
 // or "authserv-id; none". Comments are dropped, quoted strings
 // unquoted. An error means the value has no authserv-id.
 func parseAuthResults(v string) (id string, results []authResult, err error) {
-	segs := splitResinfo(stripComments(v))
+	segs := splitSemicolons(stripComments(v))
 	head := strings.Fields(segs[0])
 	if len(head) == 0 {
 		return "", nil, fmt.Errorf("authentication-results without an authserv-id")
@@ -117,9 +117,10 @@ func stripComments(v string) string {
 	return b.String()
 }
 
-// splitResinfo splits at the semicolons outside quoted strings; the
-// first part is the authserv-id's.
-func splitResinfo(v string) []string {
+// splitSemicolons splits v at the semicolons outside quoted strings: a
+// header's resinfo (the first part the authserv-id's) or a media type's
+// parameter list.
+func splitSemicolons(v string) []string {
 	var segs []string
 	start, quoted := 0, false
 	for i := 0; i < len(v); i++ {

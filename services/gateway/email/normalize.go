@@ -306,7 +306,7 @@ func mediaValue(v string) (value string, params map[string]string, ok bool) {
 		return "", nil, false
 	}
 	params = map[string]string{}
-	for _, seg := range splitParams(rest) {
+	for _, seg := range splitSemicolons(rest) {
 		k, val, found := strings.Cut(seg, "=")
 		k = strings.ToLower(strings.TrimSpace(k))
 		if !found || k == "" {
@@ -337,7 +337,7 @@ func charsetParams(v string, params map[string]string) {
 	}
 	_, rest, _ := strings.Cut(v, ";")
 	pieces := map[string]string{}
-	for _, seg := range splitParams(rest) {
+	for _, seg := range splitSemicolons(rest) {
 		k, val, ok := strings.Cut(seg, "=")
 		k = strings.ToLower(strings.TrimSpace(k))
 		if !ok || !(strings.HasPrefix(k, "filename*") || strings.HasPrefix(k, "name*")) {
@@ -435,27 +435,6 @@ func decodeCharset(charset, raw string) (string, bool) {
 		return "", false
 	}
 	return strings.ToValidUTF8(string(b), "\uFFFD"), true
-}
-
-// splitParams splits a parameter list at the semicolons outside quoted
-// strings.
-func splitParams(s string) []string {
-	var out []string
-	inQuote, escaped, start := false, false, 0
-	for i := 0; i < len(s); i++ {
-		switch c := s[i]; {
-		case escaped:
-			escaped = false
-		case inQuote && c == '\\':
-			escaped = true
-		case c == '"':
-			inQuote = !inQuote
-		case c == ';' && !inQuote:
-			out = append(out, s[start:i])
-			start = i + 1
-		}
-	}
-	return append(out, s[start:])
 }
 
 // token reports whether s is an RFC 2045 token.
