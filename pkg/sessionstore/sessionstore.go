@@ -33,6 +33,11 @@ var (
 	// ErrStarted: the message was started as a turn already (a free start
 	// committed it); a redelivery of it must not be queued again.
 	ErrStarted = errors.New("message started as a turn already")
+	// ErrTurnRunning: the session's last turn still holds its lease
+	// (migration 00148) though its lock was free: Redis lost the lock
+	// while the turn ran. Nothing was started; the messages wait for the
+	// turn's completion.
+	ErrTurnRunning = errors.New("the session's turn still runs")
 )
 
 // Session is one session entry (one key; its current conversation).
@@ -133,7 +138,14 @@ type Store struct {
 	fence *fence
 	// holdIdle is HoldTurnStarts' bound (0: holdIdleBound; tests).
 	holdIdle time.Duration
+	// lease is how long a started turn holds its session before a worker
+	// renews its lease (WithTurnLease).
+	lease time.Duration
 }
+
+// DefaultTurnLease is a started turn's lease until its worker renews it:
+// the router's default grant TTL.
+const DefaultTurnLease = time.Hour
 
 // fence is a turn's session key and generation.
 type fence struct {
@@ -174,7 +186,9 @@ type dbtx interface {
 }
 
 // New returns a Store on db.
-func New(db *pgxpool.Pool) *Store { return &Store{db: db, pool: db, now: time.Now} }
+func New(db *pgxpool.Pool) *Store {
+	return &Store{db: db, pool: db, now: time.Now, lease: DefaultTurnLease}
+}
 
 // WithClock returns a copy of s that reads the time from now (tests).
 func (s *Store) WithClock(now func() time.Time) *Store {
@@ -182,6 +196,35 @@ func (s *Store) WithClock(now func() time.Time) *Store {
 	c.now = now
 	return &c
 }
+
+// WithTurnLease returns a copy of s whose turn starts give the turn its
+// session for d until a worker renews the turn's lease: the router's
+// grant TTL, how long a started turn may wait for a worker.
+func (s *Store) WithTurnLease(d time.Duration) *Store {
+	c := *s
+	c.lease = d
+	return &c
+}
+
+// turnRunsSQL is true while the session $1's last turn holds its lease
+// (migration 00148): the session is still at the turn's generation, the
+// lease has not expired, and the turn's worker has not recorded its end
+// (worker_turns, see TurnMayRun). It reads the sessions row in scope. A
+// turn start refuses to start anything then, whatever the Redis lock
+// says: the lock may have been lost with Redis's data while the turn ran.
+const turnRunsSQL = `EXISTS (SELECT 1 FROM turn_leases l
+	WHERE l.session_key = $1 AND l.generation = sessions.generation AND l.expires_at > now()
+	  AND NOT EXISTS (SELECT 1 FROM worker_turns w WHERE w.turn_id = l.turn_id))`
+
+// leaseSQL writes the lease of the turn $2 a start of the session $1
+// just recorded as its last (nothing when it did not), for $3
+// milliseconds. A start queues it after its generation bump: the bump's
+// lock is taken before the lease's row (migration 00148).
+const leaseSQL = `INSERT INTO turn_leases (session_key, turn_id, generation, expires_at)
+	SELECT session_key, last_turn_id, generation, now() + $3::bigint * interval '1 millisecond'
+	FROM sessions WHERE session_key = $1 AND last_turn_id = $2
+	ON CONFLICT (session_key) DO UPDATE SET turn_id = EXCLUDED.turn_id, generation = EXCLUDED.generation,
+		expires_at = EXCLUDED.expires_at`
 
 // NewSessionID returns an id in the Hermes form YYYYMMDD_HHMMSS_<8 hex>.
 func NewSessionID(now time.Time) string {
@@ -961,10 +1004,12 @@ type FreeStart struct {
 
 // BeginFree begins starting msg as a turn of its own without queueing it,
 // for a session whose queue is empty (the common case: a message to an
-// idle session). In one transaction it records the arrival (as Arrive),
-// advances the generation and records turnID and msg's event id as the
-// last started; Start then publishes the turn and commits durably after
-// it. A redelivery of msg after the commit finds its event id there
+// idle session) and whose last turn no longer holds its lease (a turn
+// that still runs, though Redis lost its lock: the message waits for it
+// in the queue). In one transaction it records the arrival (as Arrive),
+// advances the generation, records turnID and msg's event id as the last
+// started and gives the turn its lease; Start then publishes the turn
+// and commits durably after it. A redelivery of msg after the commit finds its event id there
 // (Enqueue reports ErrStarted). Two round trips: the statements with
 // BEGIN, then COMMIT, which a publishing caller's critical path need not
 // wait for: a worker's first fenced write waits for it (the generation's
@@ -1003,15 +1048,18 @@ func (s *Store) BeginFree(ctx context.Context, key, profile string, src *eventsv
 			skills_note_session = CASE WHEN $5 THEN NULL ELSE skills_note_session END
 		WHERE session_key = $1 AND last_started_event_id IS DISTINCT FROM $4
 		  AND NOT EXISTS (SELECT 1 FROM session_queue WHERE session_key = $1)
+		  AND NOT `+turnRunsSQL+`
 		RETURNING generation, coalesce((SELECT text FROM note), '')`,
 		key, turnID, now, msg.GetEventId(), TakesSkillsNote(msg))
+	b.Queue(leaseSQL, key, turnID, s.lease.Milliseconds())
 	f.gen, f.note, f.err = readFreeStart(f.conn.SendBatch(ctx, b), &f.a)
 	return f
 }
 
 // Start finishes what BeginFree began: it publishes the turn and commits
 // after it. Nothing is written and started is false when messages wait in
-// the queue (the caller queues msg behind them), when msg is the last
+// the queue or the last turn holds its lease (the caller queues msg
+// behind them, and its start finds that turn running), when msg is the last
 // message started already (a redelivery: queueing it reports ErrStarted),
 // or when proceed, given the arrival, says no (a reset is due): the
 // caller then takes the queueing path. Either way the transaction is over
@@ -1066,6 +1114,9 @@ func readFreeStart(br pgx.BatchResults, a *Arrival) (gen int64, note string, err
 	case err != nil:
 		return 0, "", fmt.Errorf("start turn: %w", err)
 	}
+	if _, err := br.Exec(); err != nil {
+		return 0, "", fmt.Errorf("start turn: write its lease: %w", err)
+	}
 	return gen, note, br.Close()
 }
 
@@ -1094,9 +1145,12 @@ type Turn struct {
 
 // StartTurn takes the head of the session's queue — one own-turn message,
 // or the run of mergeable messages at the head (at most maxInputs) —
-// removes it, advances the generation and records turnID, all in one
-// transaction that commits only if publish succeeds. It reports false when
-// nothing waits. The caller holds the session lock.
+// removes it, advances the generation, records turnID and gives the turn
+// its lease (migration 00148), all in one transaction that commits only
+// if publish succeeds. It reports false when nothing waits, and
+// ErrTurnRunning when the session's last turn still holds its lease
+// (Redis lost that turn's lock while it ran): its completion starts the
+// messages. The caller holds the session lock.
 //
 // Two round trips: BEGIN with the session's lock and the dequeue, then
 // COMMIT. The commit does not wait for the WAL flush: if Postgres crashes
@@ -1124,11 +1178,13 @@ func (s *Store) StartTurn(ctx context.Context, key, turnID string, maxInputs, ma
 	b.Queue(`SELECT pg_advisory_xact_lock_shared(`+turnStartsLock+`)`, key)
 	// The session row's lock serialises turn starts of the session (the
 	// queue's rows need no lock of their own: enqueues only add).
-	b.Queue(`SELECT `+sessionCols+` FROM sessions WHERE session_key = $1 FOR UPDATE`, key)
+	// A start takes nothing while the last turn holds its lease.
+	b.Queue(`SELECT `+sessionCols+`, `+turnRunsSQL+` FROM sessions WHERE session_key = $1 FOR UPDATE`, key)
 	if maxBytes <= 0 {
 		maxBytes = math.MaxInt32
 	}
 	b.Queue(dequeueSQL, key, maxInputs, turnID, s.now(), maxBytes)
+	b.Queue(leaseSQL, key, turnID, s.lease.Milliseconds())
 	turn, err := readHead(conn.SendBatch(ctx, b), key)
 	if err != nil || len(turn.Inputs) == 0 {
 		return false, err
@@ -1146,7 +1202,8 @@ func (s *Store) StartTurn(ctx context.Context, key, turnID string, maxInputs, ma
 
 // dequeueSQL removes the head of a session's queue that makes one turn
 // and advances the session's generation, returning the removed messages
-// with the new generation (no rows: nothing waits, or no session). The
+// with the new generation (no rows: nothing waits, no session, or its
+// last turn holds its lease). The
 // head is the first message when it is an own-turn one, else the run of
 // mergeable messages before the first own-turn one; at most $2 messages
 // and, beyond the first, $5 bytes of encoded events (the turn must fit a
@@ -1168,7 +1225,7 @@ WITH head AS (
 first_own AS (SELECT min(rn) AS rn FROM head WHERE own_turn),
 take AS (
 	SELECT head.id FROM head, first_own
-	WHERE EXISTS (SELECT 1 FROM sessions WHERE session_key = $1)
+	WHERE EXISTS (SELECT 1 FROM sessions WHERE session_key = $1 AND NOT ` + turnRunsSQL + `)
 	  AND CASE WHEN first_own.rn = 1 THEN head.rn = 1 ELSE head.rn < coalesce(first_own.rn, $2 + 1) END
 	  AND (head.rn = 1 OR head.bytes <= $5)),
 d AS (
@@ -1200,7 +1257,8 @@ func readHead(br pgx.BatchResults, key string) (Turn, error) {
 			return Turn{}, fmt.Errorf("start turn: %s: %w", what, err)
 		}
 	}
-	sess, err := scanSession(br.QueryRow())
+	var running bool
+	sess, err := scanSession(br.QueryRow(), &running)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Turn{}, nil
 	}
@@ -1230,6 +1288,14 @@ func readHead(br pgx.BatchResults, key string) (Turn, error) {
 	rows.Close()
 	if err := rows.Err(); err != nil {
 		return Turn{}, fmt.Errorf("dequeue: %w", err)
+	}
+	if _, err := br.Exec(); err != nil {
+		return Turn{}, fmt.Errorf("start turn: write its lease: %w", err)
+	}
+	if len(take) == 0 && running {
+		// (The turn may have ended between the two reads: then the
+		// dequeue took the messages, which start.)
+		return Turn{}, ErrTurnRunning
 	}
 	return Turn{Session: sess, Generation: sess.Generation, Inputs: take, More: more, SkillsNote: note}, br.Close()
 }

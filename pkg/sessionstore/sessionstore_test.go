@@ -63,6 +63,7 @@ func TestStartTurnGrouping(t *testing.T) {
 			var more []bool
 			for {
 				started, err := s.StartTurn(ctx, key, "t", tt.max, tt.bytes, func(_ context.Context, turn Turn) error {
+					endTurn(t, s, turn.Session.LastTurnID) // before the next start
 					var texts []string
 					for _, q := range turn.Inputs {
 						texts = append(texts, q.Event.GetEventId())
@@ -460,6 +461,7 @@ func TestStartFree(t *testing.T) {
 				errPub := errors.New("bus down")
 				_, started, err := s.BeginFree(ctx, key, "", src, ev, fmt.Sprint("turn-", i)).Start(ctx, proceed, func(_ context.Context, turn Turn) error {
 					published = append(published, turn)
+					endTurn(t, s, turn.Session.LastTurnID) // before the next start
 					if st.failPub {
 						return errPub
 					}

@@ -36,6 +36,7 @@ func TestSkillsNoteRidesOneTurn(t *testing.T) {
 		boom := errors.New("bus down")
 		started, err := s.StartTurn(ctx, key, "t", 32, 0, func(_ context.Context, turn Turn) error {
 			note = turn.SkillsNote
+			endTurn(t, s, turn.Session.LastTurnID) // before the next start
 			if fail {
 				return boom
 			}
@@ -145,6 +146,7 @@ func startOne(ctx context.Context, t *testing.T, s *Store, key string, ev *event
 	var note string
 	publish := func(_ context.Context, turn Turn) error {
 		note = turn.SkillsNote
+		endTurn(t, s, turn.Session.LastTurnID) // before the next start
 		return nil
 	}
 	turnID := fmt.Sprint("t", seq)

@@ -34,6 +34,10 @@ var (
 		Name: "switchboard_router_lock_takeovers_total",
 		Help: "Sessions the sweep took from a holder that left them: expired (messages waited on a free lock: its worker died or stalled past the lock TTL, or a completion was lost), orphaned_grant (a router died between granting the lock and starting the turn).",
 	}, []string{"kind"})
+	turnsWaitedForLease = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "switchboard_router_turn_lease_waits_total",
+		Help: "Turn starts that found the session lock free while the session's last turn still held its lease in Postgres (Redis lost the lock while the turn ran): the messages waited for that turn instead of starting a second one beside it.",
+	})
 	busyActions = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "switchboard_router_busy_total",
 		Help: "Messages that arrived while their session was busy, by action.",

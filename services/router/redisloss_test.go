@@ -2,7 +2,6 @@ package router
 
 import (
 	"context"
-	"os"
 	"sync"
 	"testing"
 	"time"
@@ -19,13 +18,8 @@ import (
 // session's generation, fences the first one off, whose worker (a first
 // attempt) then ends it stale without any answer to its message, which
 // it may not even have written to the transcript yet.
-//
-// A known defect, not fixed yet (docs/reliability.md, finding 37): the
-// test fails today, so it runs only when SWITCHBOARD_KNOWN_DEFECTS is set.
+// The turn's lease in Postgres (migration 00148) keeps the session.
 func TestMessageAfterRedisLostTheLockWaitsForTheRunningTurn(t *testing.T) {
-	if os.Getenv("SWITCHBOARD_KNOWN_DEFECTS") == "" {
-		t.Skip("known defect (docs/reliability.md finding 37): a message after Redis lost a running turn's lock starts a second turn; SWITCHBOARD_KNOWN_DEFECTS=1 runs it")
-	}
 	t.Parallel()
 	e := newEnv(t)
 	cfg := testConfig()

@@ -451,7 +451,7 @@ func New(cfg Config, deps Deps) (*Service, error) {
 		rdb:        deps.Redis,
 		prefix:     deps.RedisPrefix,
 		locker:     redisx.NewLocker(deps.Redis, deps.RedisPrefix),
-		store:      sessionstore.New(deps.DB).WithClock(now),
+		store:      sessionstore.New(deps.DB).WithClock(now).WithTurnLease(cfg.GrantTTL),
 		memory:     memorygate.New(deps.DB, cfg.MemoryWriteApproval, cfg.MemoryCharLimit),
 		pairing:    pairing.NewStore(deps.DB).WithClock(now),
 		rules:      auth.New(cfg.Auth, env),

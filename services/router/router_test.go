@@ -209,10 +209,19 @@ type worker struct {
 	hold func(*turnsv1.TurnRequested)
 	// stored: when the bus stored each turn, by turn id.
 	stored map[string]time.Time
+	// ended: the turns whose lock this worker let go of, by turn id.
+	ended map[string]bool
+}
+
+// hasEnded reports whether the worker let go of the turn's lock.
+func (w *worker) hasEnded(turnID string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.ended[turnID]
 }
 
 func (e *env) startWorker(hold func(*turnsv1.TurnRequested)) *worker {
-	w := &worker{active: map[string]int{}, hold: hold, stored: map[string]time.Time{}}
+	w := &worker{active: map[string]int{}, hold: hold, stored: map[string]time.Time{}, ended: map[string]bool{}}
 	locker := redisx.NewLocker(e.rdb, e.prefix)
 	c := bus.NewConsumer(e.bus, bus.ConsumerSpec{Stream: bus.StreamTurns, Durable: "worker-turns", Concurrency: 8, DrainTimeout: time.Second, PollWait: 200 * time.Millisecond},
 		func(ctx context.Context, t *turnsv1.TurnRequested) error {
@@ -255,7 +264,17 @@ func (e *env) startWorker(hold func(*turnsv1.TurnRequested)) *worker {
 			w.mu.Lock()
 			w.active[t.SessionKey]--
 			w.mu.Unlock()
+			// The turn's end ends its lease (migration 00148): a worker's
+			// row in worker_turns does (sessionstore's lease tests), which
+			// tests here write themselves where they need one (their
+			// counts, their clocks); this one lets the lease go instead.
+			if _, err := e.db.Exec(ctx, `DELETE FROM turn_leases WHERE session_key = $1 AND turn_id = $2`, t.SessionKey, t.TurnId); err != nil {
+				return err
+			}
 			waiting, err := locker.ReleaseWaiting(ctx, t.SessionKey, holder)
+			w.mu.Lock()
+			w.ended[t.TurnId] = true
+			w.mu.Unlock()
 			done := &turnsv1.TurnCompleted{TurnId: t.TurnId, SessionKey: t.SessionKey, SessionId: t.SessionId, Generation: t.Generation,
 				Status: turnsv1.TurnStatus_TURN_STATUS_COMPLETED, Usage: &turnsv1.Usage{InputTokens: 10, OutputTokens: 5},
 				UsageRecorded: true, NothingWaiting: err == nil && !waiting}

@@ -100,6 +100,20 @@ func (s *Service) startNext(ctx context.Context, key, token string) (started, fl
 		}
 		return s.publishTurn(ctx, key, token, turnID, t)
 	})
+	if errors.Is(err, sessionstore.ErrTurnRunning) {
+		// Redis lost the running turn's lock (the lease in Postgres
+		// says it runs): the messages wait for it as behind its lock,
+		// which is marked for them before it is let go, so that the
+		// turn's completion starts them (its worker finds the mark, or
+		// finds its lock gone: either tells the router to look).
+		s.log.WarnContext(ctx, "session lock free while its turn still runs (Redis lost it?); the messages wait for the turn", "session_key", key)
+		turnsWaitedForLease.Inc()
+		if err := s.locker.MarkWaiting(ctx, key); err != nil {
+			s.log.WarnContext(ctx, "mark the session's waiting messages; the sweep starts them", "session_key", key, "err", err)
+		}
+		s.releaseUnused(ctx, key, token)
+		return false, false, nil
+	}
 	if err != nil || !started {
 		s.releaseUnused(ctx, key, token)
 		if errors.Is(err, errGoalHeld) {

@@ -56,7 +56,10 @@ func turnOf(t *testing.T, w *worker, text string) *turnsv1.TurnRequested {
 			for _, in := range tr.GetInputs() {
 				if in.GetText() == text {
 					found = tr
-					return true
+					// A worker that holds no turn ends it at once: the
+					// session is idle again for what the test sends next
+					// (a command refused mid-turn, say).
+					return w.hold != nil || w.hasEnded(tr.GetTurnId())
 				}
 			}
 		}

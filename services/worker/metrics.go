@@ -22,7 +22,7 @@ var (
 	})
 	lockLost = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "switchboard_worker_lock_lost_total",
-		Help: "Running turns that lost their session lock and stopped, by reason: moved_on (/stop, /new or a reset advanced the session), taken (another grant or attempt holds the lock: this worker stalled past the lock TTL).",
+		Help: "Running turns that lost their session lock and stopped, by reason: moved_on (/stop, /new or a reset advanced the session), taken (another attempt of the turn holds the lock: this worker stalled past the lock TTL). Another grant on the lock while the session is still at the turn's generation is a router's that took a lock Redis lost and gives it back on finding the turn's lease: the turn runs on.",
 	}, []string{"reason"})
 	toolCalls = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "switchboard_worker_tool_calls_total",

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
+	"github.com/switchboard-chat/switchboard/pkg/redisx"
 	"github.com/switchboard-chat/switchboard/pkg/telemetry/telemetrytest"
 	"github.com/switchboard-chat/switchboard/services/worker"
 	"github.com/switchboard-chat/switchboard/services/worker/internal/tools"
@@ -63,8 +64,12 @@ func TestWorkerMetrics(t *testing.T) {
 					t.Fatal(err)
 				}
 			}},
-			{"taken", func(h *harness) { // a stalled worker's lock, taken by another grant
-				if err := h.rdb.Set(context.Background(), h.locker.Key("s1"), "another-grant", time.Minute).Err(); err != nil {
+			{"taken", func(h *harness) { // a stalled attempt's lock, taken over by another attempt of the turn
+				owner, err := h.locker.Owner(context.Background(), "s1")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := h.rdb.Set(context.Background(), h.locker.Key("s1"), redisx.Holder(redisx.GrantOf(owner), "w2.2"), time.Minute).Err(); err != nil {
 					t.Fatal(err)
 				}
 			}},

@@ -19,6 +19,7 @@ import (
 	repliesv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/replies/v1"
 	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
 	"github.com/switchboard-chat/switchboard/pkg/llm"
+	"github.com/switchboard-chat/switchboard/pkg/redisx"
 	"github.com/switchboard-chat/switchboard/services/worker"
 )
 
@@ -324,8 +325,8 @@ func TestExternalAgentCallEndsWhenTheLockIsLost(t *testing.T) {
 	startAgentWorker(t, h, agent)
 	req := h.requestTurn("s1", "hello", turnOpts{lockTTL: shortLockTTL})
 	<-agent.starts
-	// A stalled worker's lock, taken by another grant.
-	if err := h.rdb.Set(context.Background(), h.locker.Key("s1"), "another-grant", time.Minute).Err(); err != nil {
+	// A stalled attempt's lock, taken over by another attempt of the turn.
+	if err := h.rdb.Set(context.Background(), h.locker.Key("s1"), redisx.Holder(req.LockToken, "w2.2"), time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}
 	var c *turnsv1.TurnCompleted

@@ -242,6 +242,7 @@ func newTurnRun(s *Service, req *turnsv1.TurnRequested, attempt, spent int) *tur
 			SessionID:  req.GetSessionId(),
 			Generation: req.GetGeneration(),
 			Attempt:    attempt,
+			LockTTL:    ttl,
 			UserKey:    userKey(req),
 			StartedAt:  s.now(),
 		},
@@ -505,6 +506,11 @@ func (r *turnRun) handLockBack(ctx context.Context) {
 	defer cancel()
 	if err := r.s.locker.Swap(hctx, r.req.GetSessionKey(), r.holder, r.req.GetLockToken(), grant); err != nil {
 		r.log.Warn("hand the session lock back", "err", err)
+		return
+	}
+	// The lease, as the grant, holds the session while the turn waits.
+	if err := r.s.store.RenewLease(hctx, r.st, grant); err != nil {
+		r.log.Warn("renew the lease of a turn handed back", "err", err)
 	}
 }
 
@@ -679,7 +685,12 @@ func (r *turnRun) claimLock(ctx context.Context) error {
 			r.st.LockedAt = at
 			return r.claimedFree(ctx)
 		case c == redisx.ClaimLost:
-			return errLockLost
+			if err := r.grantElsewhere(ctx); err != nil {
+				return err
+			}
+			if time.Now().After(deadline) {
+				return errLockBusy
+			}
 		case time.Now().After(deadline):
 			return errLockBusy
 		}
@@ -690,6 +701,23 @@ func (r *turnRun) claimLock(ctx context.Context) error {
 		case <-time.After(r.ttl / 10):
 		}
 	}
+}
+
+// grantElsewhere checks a claim or renewal that found another grant
+// holding the session lock: errLockLost when the session moved on (a
+// newer turn started, or /stop or /new ended this one), nil while it is
+// still at the turn's generation. No turn of the session starts then
+// while this one holds its lease (migration 00148): the other grant is a
+// router's that took the lock Redis had lost and will give it back,
+// having found this turn running, so the attempt waits for it instead of
+// abandoning a turn nothing else will answer. (A start in flight, not
+// yet committed, reads as the old generation: the next try sees it.)
+func (r *turnRun) grantElsewhere(ctx context.Context) error {
+	err := r.s.store.CheckGeneration(ctx, r.st)
+	if errors.Is(err, store.ErrStaleGeneration) {
+		return errLockLost
+	}
+	return err
 }
 
 // claimedFree checks a claim that found the session lock free: its grant
@@ -736,6 +764,14 @@ func (r *turnRun) keepLock(ctx context.Context) (context.Context, func()) {
 			}
 			if err != nil && ctx.Err() == nil {
 				r.log.Warn("renew session lock", "err", err)
+			}
+			if err == nil {
+				// The lease holds the session should Redis lose the lock.
+				// Postgres down: the lock still holds it (and the fenced
+				// writes wait for Postgres anyway).
+				if err := r.s.store.RenewLease(ctx, r.st, r.ttl); err != nil && ctx.Err() == nil {
+					r.log.Warn("renew the turn's lease", "err", err)
+				}
 			}
 			if now := time.Now(); err == nil && now.Sub(seqKept) >= r.s.seqTTL()/4 {
 				if err := r.keepSeq(ctx); err != nil && ctx.Err() == nil {
@@ -878,12 +914,21 @@ func (r *turnRun) reclaim(ctx context.Context) error {
 	switch {
 	case err != nil:
 		return err
+	case c == redisx.ClaimLost:
+		// A router's grant took the lock Redis had lost (the generation
+		// was still the turn's just now): it gives it back once it finds
+		// this turn's lease. Kept, the lock is claimed again next time.
+		return errGrantElsewhere
 	case c != redisx.Claimed && c != redisx.ClaimedFree:
 		return redisx.ErrNotOwner
 	}
 	r.log.Warn("session lock had vanished; claimed it again")
 	return nil
 }
+
+// errGrantElsewhere: a renewal found another grant holding the session
+// lock while the session was still at the turn's generation (reclaim).
+var errGrantElsewhere = errors.New("session lock held by another grant while the session is still at the turn's generation")
 
 // checkpoint is a safe point: it reports why the turn must stop, if it must.
 func (r *turnRun) checkpoint(ctx context.Context) error {

@@ -57,6 +57,10 @@ type Turn struct {
 	// Usage is what the attempt's model calls used; the final's write
 	// stores it with the turn (the usage of the attempt that decides it).
 	Usage Usage
+	// LockTTL is the session lock's TTL: an attempt after the first
+	// renews the turn's lease in Postgres for it when it claims the turn
+	// (BeginTurn, RenewLease). Zero renews nothing.
+	LockTTL time.Duration
 	// Steered are the event ids of the queued messages that carry the
 	// steering a write gives to the model (TurnControlRequested's
 	// queued_event_id): Append and Finish remove them in the write's
@@ -415,6 +419,14 @@ func (s *Store) BeginTurn(ctx context.Context, t Turn) (TurnState, error) {
 	}
 	b.Queue(beginSQL, t.TurnID, t.SessionID)
 	b.Queue(historySQL, t.SessionID)
+	// A claim writes anyway: it renews the turn's lease too, so that a
+	// turn whose attempts keep dying holds its session a lock's TTL from
+	// the last one, not the start's grant. Last: the lease's row is held
+	// only by a transaction that waits for nothing more (migration 00148).
+	lease := claim && t.LockTTL > 0
+	if lease {
+		b.Queue(renewLeaseSQL, t.SessionKey, t.TurnID, t.LockTTL.Milliseconds())
+	}
 	br := s.db.SendBatch(ctx, b)
 	err := func() error {
 		if claim {
@@ -447,12 +459,39 @@ func (s *Store) BeginTurn(ctx context.Context, t Turn) (TurnState, error) {
 		if err != nil {
 			return fmt.Errorf("read transcript: %w", err)
 		}
+		if lease {
+			if _, err := br.Exec(); err != nil {
+				return fmt.Errorf("renew turn lease: %w", err)
+			}
+		}
 		return nil
 	}()
 	if cerr := br.Close(); err == nil && cerr != nil {
 		err = fmt.Errorf("begin turn %s: %w", t.TurnID, cerr)
 	}
 	return st, err
+}
+
+// renewLeaseSQL renews the lease of the turn $2 on the session $1 for $3
+// milliseconds from now (migration 00148): nothing when the session's
+// lease is another turn's (a later start took it).
+const renewLeaseSQL = `UPDATE turn_leases SET expires_at = now() + $3::bigint * interval '1 millisecond'
+	WHERE session_key = $1 AND turn_id = $2`
+
+// RenewLease renews the turn's lease on its session for ttl, as its
+// session lock is renewed: while the lease holds, no turn of the session
+// starts, even should Redis lose the lock (migration 00148). Its commit
+// does not wait for the WAL flush: a lease lost with a Postgres crash
+// costs what losing the lock costs. The statement waits for nothing while
+// it holds the lease's row.
+func (s *Store) RenewLease(ctx context.Context, t Turn, ttl time.Duration) error {
+	b := &pgx.Batch{}
+	b.Queue(pg.AsyncCommit)
+	b.Queue(renewLeaseSQL, t.SessionKey, t.TurnID, ttl.Milliseconds())
+	if err := s.db.SendBatch(ctx, b).Close(); err != nil {
+		return fmt.Errorf("renew turn lease: %w", err)
+	}
+	return nil
 }
 
 // Decided returns the turn's final reply if an attempt committed one, read

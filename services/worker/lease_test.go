@@ -1,0 +1,136 @@
+package worker_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
+	"github.com/switchboard-chat/switchboard/pkg/redisx"
+)
+
+// Redis lost the session lock mid-turn and a router took it for a new
+// message (a grant of its own) before the turn's renewal: the router
+// finds the turn's lease (migration 00148), queues its message and gives
+// the lock back. The turn, still its session's, runs on: it claims the
+// lock again once the grant is gone and answers, instead of abandoning,
+// as superseded, a message nothing else will answer.
+func TestRenewalFindingARoutersGrantWhileTheSessionIsTheTurnsRunsOn(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	req, release := startBlockedTurn(t, h)
+	ctx := context.Background()
+	grant := redisx.NewGrant(time.Now())
+	if err := h.rdb.Set(ctx, h.locker.Key("s1"), grant, time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(shortLockTTL) // renewals (every 2 s / 3) find the grant
+	if owner, _ := h.locker.Owner(ctx, "s1"); owner != grant {
+		t.Fatalf("lock held by %q, want the router's grant still", owner)
+	}
+	// The router gives the lock back.
+	if err := h.locker.Release(ctx, "s1", grant); err != nil {
+		t.Fatal(err)
+	}
+	waitForOwner(t, h, "s1", func(owner string) bool { return redisx.GrantOf(owner) == req.LockToken })
+	close(release)
+	done := h.waitCompleted(req.TurnId)
+	if done.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_COMPLETED {
+		t.Fatalf("status %v, want COMPLETED", done.GetStatus())
+	}
+	final := checkReplies(t, h.replies(req.TurnId))
+	if got := final.GetFinalText().GetText(); got != "echo: go [unblocked]" {
+		t.Errorf("final %q", got)
+	}
+}
+
+// A turn's first claim that finds another grant on the lock while the
+// session is still at the turn's generation (Redis lost the turn's grant
+// before a worker took it, and a router took the lock for a new message,
+// which it will give back on finding the turn's lease) waits for the lock
+// instead of dropping the turn as superseded. Once the session has moved
+// on (TestTurnWhoseSessionMovedOnIsStale and the like), the grant is a
+// newer turn's and the claim is lost.
+func TestFirstClaimFindingAnotherGrantWhileTheSessionIsTheTurnsWaits(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.setGeneration("s1", 1)
+	ctx := context.Background()
+	grant := redisx.NewGrant(time.Now())
+	if err := h.rdb.Set(ctx, h.locker.Key("s1"), grant, time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	h.startWorker("w1", nil)
+	req := h.requestTurn("s1", "hello", turnOpts{noLock: true, lockTTL: shortLockTTL})
+	time.Sleep(shortLockTTL / 2)
+	if c := h.completed(req.TurnId); c != nil {
+		t.Fatalf("turn ended (%v) while a router's grant held the lock of its session", c.GetStatus())
+	}
+	if err := h.locker.Release(ctx, "s1", grant); err != nil {
+		t.Fatal(err)
+	}
+	if c := h.waitCompleted(req.TurnId); c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_COMPLETED {
+		t.Fatalf("status %v, want COMPLETED", c.GetStatus())
+	}
+	checkReplies(t, h.replies(req.TurnId))
+}
+
+// The worker renews its turn's lease in Postgres with its lock: from the
+// start's grant TTL down to the lock's TTL, and on while the turn runs.
+// A lease of another turn (a later start's) is left alone.
+func TestRenewalRenewsTheTurnsLease(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	req, release := startBlockedTurn(t, h)
+	ctx := context.Background()
+	// As the router's start wrote it: the grant's hour.
+	if _, err := h.db.Exec(ctx, `INSERT INTO turn_leases (session_key, turn_id, generation, expires_at)
+		VALUES ('s1', $1, 1, now() + interval '1 hour')`, req.TurnId); err != nil {
+		t.Fatal(err)
+	}
+	leaseLeft := func() time.Duration {
+		var ms float64
+		if err := h.db.QueryRow(ctx, `SELECT extract(epoch FROM expires_at - now()) * 1000 FROM turn_leases WHERE session_key = 's1'`).Scan(&ms); err != nil {
+			t.Fatal(err)
+		}
+		return time.Duration(ms) * time.Millisecond
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for leaseLeft() > shortLockTTL && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if left := leaseLeft(); left > shortLockTTL || left <= 0 {
+		t.Fatalf("lease left %s after the renewals, want within the lock's TTL (%s)", left, shortLockTTL)
+	}
+	// Past several renewals it still holds: they keep it.
+	time.Sleep(2 * shortLockTTL)
+	if left := leaseLeft(); left <= 0 {
+		t.Fatalf("lease expired %s ago while the turn ran", -left)
+	}
+	// Another turn's lease is not the running one's to renew.
+	if _, err := h.db.Exec(ctx, `UPDATE turn_leases SET turn_id = 'a-later-turn', expires_at = now() + interval '1 hour'`); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(shortLockTTL)
+	if left := leaseLeft(); left < 50*time.Minute {
+		t.Errorf("a later turn's lease renewed down to %s by the running turn", left)
+	}
+	close(release)
+	h.waitCompleted(req.TurnId)
+}
+
+// waitForOwner waits until the lock of key has an owner ok accepts.
+func waitForOwner(t *testing.T, h *harness, key string, ok func(owner string) bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		owner, err := h.locker.Owner(context.Background(), key)
+		if err == nil && ok(owner) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("lock of %s held by %q (%v)", key, owner, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
