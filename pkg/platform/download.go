@@ -296,6 +296,28 @@ func pause(ctx context.Context, failure error, wait time.Duration) error {
 	}
 }
 
+// Retried calls call within ctx as Download makes its attempts: again
+// reads the error of its try-th call (from 1), whether it is called
+// again and after what wait (the platform's, else DownloadBackoff);
+// DownloadTries calls at most, none once ctx is done, and a wait that
+// would outlast ctx's deadline fails at once, with the wait asked. For
+// a platform's call that comes before its download (Telegram's getFile).
+func Retried[T any](ctx context.Context, call func(context.Context) (T, error), again func(err error, try int) (wait time.Duration, retry bool)) (T, error) {
+	for try := 1; ; try++ {
+		v, err := call(ctx)
+		if err == nil {
+			return v, nil
+		}
+		wait, retry := again(err, try)
+		if !retry || try >= DownloadTries || ctx.Err() != nil {
+			return v, err
+		}
+		if err := pause(ctx, err, wait); err != nil {
+			return v, err
+		}
+	}
+}
+
 // downloadBody is the body Download returns: the first answer's, or,
 // after it broke off, a later attempt's, read on from where the first
 // broke.

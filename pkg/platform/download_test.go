@@ -507,3 +507,64 @@ func TestDownloadSlowReader(t *testing.T) {
 		t.Errorf("%d requests, want 1", n)
 	}
 }
+
+// Retried calls again what again says to, after the wait it names,
+// DownloadTries calls at most; a wait beyond ctx's deadline fails at
+// once, and nothing is called once ctx is done.
+func TestRetried(t *testing.T) {
+	t.Parallel()
+	errBusy, errRefused, errFlood := errors.New("busy"), errors.New("refused"), errors.New("flood wait")
+	again := func(err error, try int) (time.Duration, bool) {
+		switch {
+		case errors.Is(err, errRefused):
+			return 0, false
+		case errors.Is(err, errFlood):
+			return time.Minute, true
+		}
+		return time.Duration(try) * 10 * time.Millisecond, true
+	}
+	for _, tc := range []struct {
+		name    string
+		errs    []error // the calls' errors, in order; then success
+		cancel  bool    // ctx is canceled by the first call
+		calls   int
+		err     error
+		errText string
+	}{
+		{name: "at once", calls: 1},
+		{name: "busy twice", errs: []error{errBusy, errBusy}, calls: 3},
+		{name: "busy three times", errs: []error{errBusy, errBusy, errBusy}, calls: 3, err: errBusy},
+		{name: "refused", errs: []error{errRefused}, calls: 1, err: errRefused},
+		{name: "a wait beyond the bound", errs: []error{errFlood}, calls: 1, err: errFlood, errText: "asked to wait 1m0s"},
+		{name: "ctx done", errs: []error{errBusy}, cancel: true, calls: 1, err: errBusy},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			calls := 0
+			v, err := Retried(ctx, func(context.Context) (int, error) {
+				calls++
+				if tc.cancel {
+					cancel()
+				}
+				if calls <= len(tc.errs) {
+					return 0, tc.errs[calls-1]
+				}
+				return 7, nil
+			}, again)
+			if calls != tc.calls {
+				t.Errorf("%d calls, want %d", calls, tc.calls)
+			}
+			if tc.err == nil {
+				if err != nil || v != 7 {
+					t.Fatalf("got %d, %v, want 7", v, err)
+				}
+				return
+			}
+			if !errors.Is(err, tc.err) || !strings.Contains(err.Error(), tc.errText) {
+				t.Fatalf("got %v, want %v saying %q", err, tc.err, tc.errText)
+			}
+		})
+	}
+}
