@@ -4,10 +4,13 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -255,6 +258,312 @@ func TestDownloadReading(t *testing.T) {
 				t.Errorf("err %v, want a *StatusError", err)
 			case !errors.As(tt.err, &se) && !errors.Is(err, tt.err):
 				t.Errorf("err %v, want %v", err, tt.err)
+			}
+		})
+	}
+}
+
+// serverStep is how the flaky server answers one request.
+type serverStep func(w http.ResponseWriter, r *http.Request)
+
+// dropped closes the connection before any answer.
+func dropped(w http.ResponseWriter, _ *http.Request) {
+	c, _, err := w.(http.Hijacker).Hijack()
+	if err == nil {
+		_ = c.Close()
+	}
+}
+
+// reset resets the connection (RST) before any answer.
+func reset(w http.ResponseWriter, _ *http.Request) {
+	c, _, err := w.(http.Hijacker).Hijack()
+	if err != nil {
+		return
+	}
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetLinger(0)
+	}
+	_ = c.Close()
+}
+
+// stalled answers nothing until the client gives up.
+func stalled(_ http.ResponseWriter, r *http.Request) {
+	select {
+	case <-r.Context().Done():
+	case <-time.After(20 * time.Second):
+	}
+}
+
+// serving serves file, whole.
+func serving(file string) serverStep {
+	return func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Length", strconv.Itoa(len(file)))
+		_, _ = io.WriteString(w, file)
+	}
+}
+
+// cut sends the first half of file, which it declares whole, then drops
+// the connection (the client reads an unexpected EOF).
+func cut(file string) serverStep {
+	return func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Length", strconv.Itoa(len(file)))
+		_, _ = io.WriteString(w, file[:len(file)/2])
+		w.(http.Flusher).Flush()
+		panic(http.ErrAbortHandler)
+	}
+}
+
+// stalledBody sends the first half of file, then nothing until the
+// client gives up.
+func stalledBody(file string) serverStep {
+	return func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", strconv.Itoa(len(file)))
+		_, _ = io.WriteString(w, file[:len(file)/2])
+		w.(http.Flusher).Flush()
+		stalled(w, r)
+	}
+}
+
+func refusedWith(status int) serverStep {
+	return func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Retry-After", "0")
+		w.WriteHeader(status)
+	}
+}
+
+// flakyServer answers its requests with steps, in order, then serves
+// file; it counts the requests.
+type flakyServer struct {
+	*httptest.Server
+	mu       sync.Mutex
+	steps    []serverStep
+	requests int
+}
+
+func newFlakyServer(t *testing.T, file string, steps ...serverStep) *flakyServer {
+	t.Helper()
+	s := &flakyServer{steps: steps}
+	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.mu.Lock()
+		s.requests++
+		next := serving(file)
+		if len(s.steps) > 0 {
+			next, s.steps = s.steps[0], s.steps[1:]
+		}
+		s.mu.Unlock()
+		next(w, r)
+	}))
+	t.Cleanup(s.Close)
+	return s
+}
+
+func (s *flakyServer) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.requests
+}
+
+// fetch downloads from s within ctx with a client that opens a
+// connection for each request (the transport retries by itself a
+// request whose reused connection was closed, which would take another
+// serverStep), and reads the body.
+func (s *flakyServer) fetch(ctx context.Context) (string, error) {
+	hc := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	resp, err := Download(ctx, hc, func(ctx context.Context) (*http.Request, error) {
+		return http.NewRequestWithContext(ctx, http.MethodGet, s.URL+"/file", nil)
+	})
+	if err != nil {
+		return "", err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	body, err := io.ReadAll(resp.Body)
+	return string(body), err
+}
+
+// A transport failure (a connection closed or reset before the answer,
+// an attempt that receives nothing for its stall bound, a body that
+// breaks off or stalls) is asked again as a 5xx is, within the same
+// attempts and bound; a broken body is asked for again whole and read on
+// where it broke, so the caller reads the file once, unbroken. Attempts
+// that all fail end with the last one's error, which says so.
+func TestDownloadTransportFailures(t *testing.T) {
+	t.Parallel()
+	file := strings.Repeat("0123456789abcdef", 4<<10) // 64 KiB
+	for _, tc := range []struct {
+		name  string
+		steps []serverStep
+		bound time.Duration
+		// requests the download makes; err is what it fails with
+		// (errors.Is; nil: the file), errText what its error says.
+		requests         int
+		err              error
+		errText          string
+		minTime, maxTime time.Duration
+	}{
+		{name: "dropped once", steps: []serverStep{dropped}, requests: 2, minTime: 1500 * time.Millisecond, maxTime: 2900 * time.Millisecond},
+		{name: "reset once", steps: []serverStep{reset}, requests: 2, minTime: 1500 * time.Millisecond, maxTime: 2900 * time.Millisecond},
+		// A third of the bound for the first attempt: 1.5 s.
+		{name: "no answer once", steps: []serverStep{stalled}, bound: 4500 * time.Millisecond, requests: 2, minTime: 3 * time.Second, maxTime: 4400 * time.Millisecond},
+		{name: "body cut once", steps: []serverStep{cut(file)}, requests: 2, minTime: 1500 * time.Millisecond, maxTime: 2900 * time.Millisecond},
+		{name: "body stalled once", steps: []serverStep{stalledBody(file)}, bound: 4500 * time.Millisecond, requests: 2, minTime: 3 * time.Second, maxTime: 4400 * time.Millisecond},
+		{name: "503, then cut", steps: []serverStep{refusedWith(503), cut(file)}, requests: 3, minTime: 3 * time.Second, maxTime: 4400 * time.Millisecond},
+		{name: "cut, then 503", steps: []serverStep{cut(file), refusedWith(503)}, requests: 3, minTime: 1500 * time.Millisecond, maxTime: 2900 * time.Millisecond},
+		{name: "cut twice", steps: []serverStep{cut(file), cut(file)}, requests: 3, minTime: 4500 * time.Millisecond, maxTime: 5900 * time.Millisecond},
+		{name: "dropped three times", steps: []serverStep{dropped, dropped, dropped}, requests: 3, err: io.EOF, errText: "download: 3 attempts failed, the last: ", minTime: 4500 * time.Millisecond, maxTime: 5900 * time.Millisecond},
+		{name: "cut three times", steps: []serverStep{cut(file), cut(file), cut(file)}, requests: 3, err: io.ErrUnexpectedEOF, errText: "download: 3 attempts failed, the last: unexpected EOF", minTime: 4500 * time.Millisecond, maxTime: 5900 * time.Millisecond},
+		// 1.5 s, 1.5 s of wait, then half of the 1.5 s left: 3 s more
+		// would outlast the bound.
+		{name: "no answer until the bound", steps: []serverStep{stalled, stalled, stalled}, bound: 4500 * time.Millisecond, requests: 2, err: ErrStalled, errText: "download: attempt 2 failed, and the fetch's bound ends before another: download stalled: nothing received in ", minTime: 3700 * time.Millisecond, maxTime: 4400 * time.Millisecond},
+		{name: "cut, then another file", steps: []serverStep{cut(file), serving(file + "more")}, requests: 2, err: ErrChanged, errText: "65536 bytes, then 65540", maxTime: 2900 * time.Millisecond},
+		{name: "no time left for another", steps: []serverStep{cut(file)}, bound: time.Second, requests: 1, err: io.ErrUnexpectedEOF, errText: "the fetch's bound ends before another", maxTime: 500 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s := newFlakyServer(t, file, tc.steps...)
+			ctx, cancel := context.WithTimeout(context.Background(), cmp.Or(tc.bound, 30*time.Second))
+			defer cancel()
+			start := time.Now()
+			got, err := s.fetch(ctx)
+			took := time.Since(start)
+			if n := s.count(); n != tc.requests {
+				t.Errorf("%d requests, want %d", n, tc.requests)
+			}
+			if took < tc.minTime || took > tc.maxTime {
+				t.Errorf("took %s, want %s to %s", took, tc.minTime, tc.maxTime)
+			}
+			if tc.err == nil {
+				if err != nil || got != file {
+					t.Fatalf("read %d bytes (%v), want the file's %d (the same: %v)", len(got), err, len(file), got == file)
+				}
+				return
+			}
+			if !errors.Is(err, tc.err) || !strings.Contains(fmt.Sprint(err), tc.errText) {
+				t.Fatalf("got %v, want %v, saying %q", err, tc.err, tc.errText)
+			}
+		})
+	}
+}
+
+// Nothing is asked again once the caller's ctx is done: ended while the
+// answer is awaited, or while the body is read.
+func TestDownloadTransportCanceled(t *testing.T) {
+	t.Parallel()
+	file := strings.Repeat("x", 1<<10)
+	for _, tc := range []struct {
+		name       string
+		serverStep serverStep
+	}{
+		{"awaiting the answer", stalled},
+		{"reading the body", stalledBody(file)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s := newFlakyServer(t, file, tc.serverStep)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			time.AfterFunc(300*time.Millisecond, cancel)
+			start := time.Now()
+			_, err := s.fetch(ctx)
+			if !errors.Is(err, context.Canceled) {
+				t.Errorf("got %v, want context.Canceled", err)
+			}
+			if took := time.Since(start); took > 2*time.Second {
+				t.Errorf("took %s, want it to end as ctx did", took)
+			}
+			time.Sleep(200 * time.Millisecond) // no attempt comes late
+			if n := s.count(); n != 1 {
+				t.Errorf("%d requests, want 1", n)
+			}
+		})
+	}
+}
+
+// Only the download's own reads are bound: a caller that takes longer
+// than the stall bound between two reads (a slow store) reads the file
+// in one attempt.
+func TestDownloadSlowReader(t *testing.T) {
+	t.Parallel()
+	file := strings.Repeat("y", 1<<10)
+	s := newFlakyServer(t, file)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second) // a stall bound of 1 s
+	defer cancel()
+	resp, err := Download(ctx, &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}, func(ctx context.Context) (*http.Request, error) {
+		return http.NewRequestWithContext(ctx, http.MethodGet, s.URL, nil)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	first := make([]byte, 10)
+	if _, err := io.ReadFull(resp.Body, first); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1300 * time.Millisecond)
+	rest, err := io.ReadAll(resp.Body)
+	if err != nil || string(first)+string(rest) != file {
+		t.Fatalf("read %d bytes (%v), want the file's %d", len(first)+len(rest), err, len(file))
+	}
+	if n := s.count(); n != 1 {
+		t.Errorf("%d requests, want 1", n)
+	}
+}
+
+// Retried calls again what again says to, after the wait it names,
+// DownloadTries calls at most; a wait beyond ctx's deadline fails at
+// once, and nothing is called once ctx is done.
+func TestRetried(t *testing.T) {
+	t.Parallel()
+	errBusy, errRefused, errFlood := errors.New("busy"), errors.New("refused"), errors.New("flood wait")
+	again := func(err error, try int) (time.Duration, bool) {
+		switch {
+		case errors.Is(err, errRefused):
+			return 0, false
+		case errors.Is(err, errFlood):
+			return time.Minute, true
+		}
+		return time.Duration(try) * 10 * time.Millisecond, true
+	}
+	for _, tc := range []struct {
+		name    string
+		errs    []error // the calls' errors, in order; then success
+		cancel  bool    // ctx is canceled by the first call
+		calls   int
+		err     error
+		errText string
+	}{
+		{name: "at once", calls: 1},
+		{name: "busy twice", errs: []error{errBusy, errBusy}, calls: 3},
+		{name: "busy three times", errs: []error{errBusy, errBusy, errBusy}, calls: 3, err: errBusy},
+		{name: "refused", errs: []error{errRefused}, calls: 1, err: errRefused},
+		{name: "a wait beyond the bound", errs: []error{errFlood}, calls: 1, err: errFlood, errText: "asked to wait 1m0s"},
+		{name: "ctx done", errs: []error{errBusy}, cancel: true, calls: 1, err: errBusy},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			calls := 0
+			v, err := Retried(ctx, func(context.Context) (int, error) {
+				calls++
+				if tc.cancel {
+					cancel()
+				}
+				if calls <= len(tc.errs) {
+					return 0, tc.errs[calls-1]
+				}
+				return 7, nil
+			}, again)
+			if calls != tc.calls {
+				t.Errorf("%d calls, want %d", calls, tc.calls)
+			}
+			if tc.err == nil {
+				if err != nil || v != 7 {
+					t.Fatalf("got %d, %v, want 7", v, err)
+				}
+				return
+			}
+			if !errors.Is(err, tc.err) || !strings.Contains(err.Error(), tc.errText) {
+				t.Fatalf("got %v, want %v saying %q", err, tc.err, tc.errText)
 			}
 		})
 	}

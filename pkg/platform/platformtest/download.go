@@ -9,11 +9,14 @@ import (
 	"time"
 )
 
-// DownloadFailure is a refused download a gateway's fake answers: its
-// status, and the Retry-After it names in seconds (0: none).
+// DownloadFailure is a failed download a gateway's fake answers: a
+// refusal, its status and the Retry-After it names in seconds (0: none),
+// or, Cut, the first half of the file, after which the fake drops the
+// connection.
 type DownloadFailure struct {
 	Status     int
 	RetryAfter int
+	Cut        bool
 }
 
 // Downloads is a gateway's attachment download through its fake, as
@@ -30,14 +33,16 @@ type Downloads struct {
 	// Data is the file's bytes.
 	Data []byte
 	// Failed, when set, checks the error of a fetch that failed (a
-	// gateway's own error kind).
+	// gateway's own error kind); not a read of its body that failed.
 	Failed func(t *testing.T, err error)
 }
 
 // DownloadRetries checks that a gateway's file download keeps
 // platform.Download's rule: an answer of 429 (with or without
-// Retry-After) or a 5xx is asked again, three attempts in all; a 404 or
-// a 403 is final; a Retry-After beyond the fetch's bound fails at once.
+// Retry-After) or a 5xx, or a connection dropped in the middle of the
+// file, is asked again, three attempts in all, and the file read whole;
+// a 404 or a 403 is final; a Retry-After beyond the fetch's bound fails
+// at once.
 // newDownloads starts a gateway and its fake for one case; the cases
 // run in parallel.
 func DownloadRetries(t *testing.T, newDownloads func(t *testing.T) Downloads) {
@@ -58,6 +63,9 @@ func DownloadRetries(t *testing.T, newDownloads func(t *testing.T) Downloads) {
 		{name: "404 is final", fails: []DownloadFailure{{Status: http.StatusNotFound}}, requests: 1},
 		{name: "403 is final", fails: []DownloadFailure{{Status: http.StatusForbidden}}, requests: 1},
 		{name: "a wait beyond the bound", fails: []DownloadFailure{{Status: http.StatusTooManyRequests, RetryAfter: 120}}, requests: 1},
+		{name: "cut off in the middle", fails: []DownloadFailure{{Cut: true}}, requests: 2, kept: true},
+		{name: "503, then cut off", fails: []DownloadFailure{{Status: http.StatusServiceUnavailable}, {Cut: true}}, requests: 3, kept: true},
+		{name: "cut off three times", fails: []DownloadFailure{{Cut: true}, {Cut: true}, {Cut: true}}, requests: 3},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -67,15 +75,22 @@ func DownloadRetries(t *testing.T, newDownloads func(t *testing.T) Downloads) {
 			d.Fail(tc.fails...)
 			start := time.Now()
 			rc, err := d.Fetch(ctx)
+			fetchErr := err
+			var got []byte
+			if err == nil {
+				// A connection cut in the middle of the file breaks
+				// the body's read, which asks again.
+				got, err = io.ReadAll(rc)
+				_ = rc.Close()
+			}
 			if n := d.Count(); n != tc.requests {
 				t.Errorf("%d downloads, want %d", n, tc.requests)
 			}
 			if !tc.kept {
 				if err == nil {
-					_ = rc.Close()
 					t.Fatal("downloaded, want a failure")
 				}
-				if d.Failed != nil {
+				if d.Failed != nil && fetchErr != nil {
 					d.Failed(t, err)
 				}
 				if took := time.Since(start); took > 10*time.Second {
@@ -83,11 +98,7 @@ func DownloadRetries(t *testing.T, newDownloads func(t *testing.T) Downloads) {
 				}
 				return
 			}
-			if err != nil {
-				t.Fatalf("fetch: %v, want the file", err)
-			}
-			defer func() { _ = rc.Close() }()
-			if got, err := io.ReadAll(rc); err != nil || !bytes.Equal(got, d.Data) {
+			if err != nil || !bytes.Equal(got, d.Data) {
 				t.Fatalf("read %q (%v), want the file's bytes %q", got, err, d.Data)
 			}
 		})

@@ -36,7 +36,7 @@ func TestFetchRetried(t *testing.T) {
 			},
 			Fail: func(fails ...platformtest.DownloadFailure) {
 				for _, fl := range fails {
-					f.FailDownloads(bbfake.Failure{Status: fl.Status, Message: http.StatusText(fl.Status), RetryAfter: fl.RetryAfter})
+					f.FailDownloads(bbfake.Failure{Status: fl.Status, Message: http.StatusText(fl.Status), RetryAfter: fl.RetryAfter, Cut: fl.Cut})
 				}
 				injected += len(fails)
 			},

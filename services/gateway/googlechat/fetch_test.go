@@ -28,7 +28,7 @@ func TestFetchRetries(t *testing.T) {
 			},
 			Fail: func(fails ...platformtest.DownloadFailure) {
 				for _, fl := range fails {
-					f.FailDownloads(googlechatfake.Failure{Status: fl.Status, RetryAfter: fl.RetryAfter})
+					f.FailDownloads(googlechatfake.Failure{Status: fl.Status, RetryAfter: fl.RetryAfter, Cut: fl.Cut})
 				}
 			},
 			Count: f.Downloads,

@@ -298,14 +298,20 @@ func answerRetry(err error, try int) (wait time.Duration, again bool) {
 	if errors.As(err, &tmr) {
 		return max(secondsDur(tmr.RetryAfter), firstAnswerRetry), true
 	}
-	var mig *bot.MigrateError
-	switch {
-	case errors.As(err, &mig), errors.Is(err, bot.ErrorBadRequest), errors.Is(err, bot.ErrorForbidden),
-		errors.Is(err, bot.ErrorUnauthorized), errors.Is(err, bot.ErrorNotFound), errors.Is(err, bot.ErrorConflict):
+	if refusal(err) {
 		return 0, false
 	}
 	wait = min(firstAnswerRetry<<min(try, 8), maxAnswerRetry)
 	return wait - rand.N(wait/4), true
+}
+
+// refusal reports whether err is one of Telegram's refusals, which
+// stand: a 400 (a migrated group's too), 401, 403, 404 or 409. Tried
+// again, they fail again.
+func refusal(err error) bool {
+	var mig *bot.MigrateError
+	return errors.As(err, &mig) || errors.Is(err, bot.ErrorBadRequest) || errors.Is(err, bot.ErrorForbidden) ||
+		errors.Is(err, bot.ErrorUnauthorized) || errors.Is(err, bot.ErrorNotFound) || errors.Is(err, bot.ErrorConflict)
 }
 
 // queryDone reports whether a callback query needs no answer from

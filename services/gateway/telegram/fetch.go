@@ -9,8 +9,10 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/go-telegram/bot"
+	"github.com/go-telegram/bot/models"
 
 	"github.com/switchboard-chat/switchboard/pkg/attachment"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
@@ -31,14 +33,18 @@ var ErrDownload = errors.New("telegram file download failed")
 // so it never appears in a log or an error. Telegram hands bots files of
 // up to 20 MB; getFile refuses larger ones ("file is too big"). A
 // download answered 429 (with the Retry-After the Bot API names) or a
-// 5xx is asked again, three attempts in all within ctx, as Hermes
-// retries media downloads (platform.Download); before, the first such
-// answer lost the file to the turn.
+// 5xx, or lost to the network, is asked again, three attempts in all
+// within ctx, as Hermes retries media downloads (platform.Download);
+// before, the first such answer lost the file to the turn. getFile is
+// asked again alike (getFileRetry): before, its flood wait lost the
+// file before any download.
 func (p *Platform) Fetch(ctx context.Context, a *eventsv1.Attachment) (io.ReadCloser, string, error) {
 	if a.GetPlatformFileId() == "" {
 		return nil, "", platform.ErrNotFetched
 	}
-	f, err := p.api.GetFile(ctx, &bot.GetFileParams{FileID: a.GetPlatformFileId()})
+	f, err := platform.Retried(ctx, func(ctx context.Context) (*models.File, error) {
+		return p.api.GetFile(ctx, &bot.GetFileParams{FileID: a.GetPlatformFileId()})
+	}, getFileRetry)
 	if err != nil {
 		if errors.Is(err, bot.ErrorBadRequest) && strings.Contains(err.Error(), "file is too big") {
 			// Over the Bot API's 20 MB: the user is told it is too large.
@@ -60,6 +66,23 @@ func (p *Platform) Fetch(ctx context.Context, a *eventsv1.Attachment) (io.ReadCl
 		return nil, "", fmt.Errorf("download file: %w", p.redactURL(err))
 	}
 	return resp.Body, fetchedType(a, resp.Header.Get("Content-Type")), nil
+}
+
+// getFileRetry reads getFile's failure err, its try-th, as Download
+// reads a download's: a 429 (Telegram's flood wait, "Too Many Requests:
+// retry after N") is asked again after its parameters.retry_after, a 5xx
+// or the network's failure after 1.5 s then 3 s (platform.Retried bounds
+// the attempts and the waits by the fetch's ctx). Telegram's refusals
+// stand: an unknown file_id or a file too big (400), 401, 403, 404.
+func getFileRetry(err error, try int) (time.Duration, bool) {
+	var tmr *bot.TooManyRequestsError
+	switch {
+	case errors.As(err, &tmr) && tmr.RetryAfter > 0:
+		return secondsDur(tmr.RetryAfter), true
+	case refusal(err):
+		return 0, false
+	}
+	return platform.DownloadBackoff(try), true
 }
 
 // fetchedType is the media type of a downloaded attachment: Telegram

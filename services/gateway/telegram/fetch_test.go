@@ -52,9 +52,11 @@ func TestFetch(t *testing.T) {
 		wantMIME string
 		wantErr  error  // errors.Is
 		wantText string // in the error
-		// downloads is how many file downloads the fetch makes (0:
-		// not checked).
-		downloads int
+		// downloads is how many file downloads the fetch makes, and
+		// getFiles how many getFile calls (0: not checked); maxTime
+		// bounds how long it takes (0: not checked).
+		downloads, getFiles int
+		maxTime             time.Duration
 	}{
 		{name: "photo", a: image("photo1"), want: photo, wantMIME: "image/jpeg"},
 		{name: "image document keeps its type", want: png, wantMIME: "image/png",
@@ -63,9 +65,22 @@ func TestFetch(t *testing.T) {
 			a: &eventsv1.Attachment{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_DOCUMENT, PlatformFileId: "png1"}},
 		{name: "no file id", a: &eventsv1.Attachment{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE,
 			Location: &eventsv1.Attachment_Url{Url: "https://example.com/a.png"}}, wantErr: platform.ErrNotFetched},
-		{name: "unknown file id", a: image("nope"), wantText: "invalid file_id"},
+		{name: "unknown file id", a: image("nope"), wantText: "invalid file_id", getFiles: 1},
 		{name: "over the Bot API's 20 MB", a: image("huge"), wantErr: attachment.ErrTooLarge, wantText: "file is too big"},
-		{name: "getFile flood wait", a: image("photo1"), setup: func() { f.FailNext("getFile", telegramfake.FloodWait(3)) }, wantText: "Too Many Requests"},
+		// getFile rate limited, or failed by a server error: asked again
+		// (after its retry_after, else 1.5 s), as the download is.
+		{name: "getFile flood wait", a: image("photo1"), want: photo, wantMIME: "image/jpeg", getFiles: 2, downloads: 1,
+			setup: func() { f.FailNext("getFile", telegramfake.FloodWait(1)) }},
+		{name: "getFile 502", a: image("photo1"), want: photo, wantMIME: "image/jpeg", getFiles: 2, downloads: 1,
+			setup: func() { f.FailNext("getFile", telegramfake.APIError{Code: 502, Description: "Bad Gateway"}) }},
+		{name: "getFile flood wait beyond the bound", a: image("photo1"), wantText: "Too Many Requests: retry after 60: retry_after 60, asked to wait 1m0s", getFiles: 1, maxTime: time.Second,
+			setup: func() { f.FailNext("getFile", telegramfake.FloodWait(60)) }},
+		{name: "getFile flood waits to the last", a: image("photo1"), wantText: "Too Many Requests", getFiles: 3,
+			setup: func() {
+				for range 3 {
+					f.FailNext("getFile", telegramfake.FloodWait(1))
+				}
+			}},
 		{name: "download 404", a: image("photo1"), wantErr: ErrDownload, wantText: "404 Not Found", downloads: 1,
 			setup: func() { f.FailNextDownload(telegramfake.APIError{Code: 404, Description: "Not Found"}) }},
 		// A rate limit or a server error is asked again (after the
@@ -77,9 +92,10 @@ func TestFetch(t *testing.T) {
 			}},
 		{name: "download 502", a: image("photo1"), want: photo, wantMIME: "image/jpeg", downloads: 2,
 			setup: func() { f.FailNextDownload(telegramfake.APIError{Code: 502, Description: "Bad Gateway"}) }},
-		// Last: the HTTP client retries a GET cut on a reused connection,
-		// so some of the drops may be left over. The client's error names
-		// the URL, which must not show the token.
+		// Last: cut every time, the download fails after its three
+		// attempts; the HTTP client retries a GET cut on a reused
+		// connection, so some of the drops may be left over. The
+		// client's error names the URL, which must not show the token.
 		{name: "download cut", a: image("photo1"), wantText: "/file/bot<token>/",
 			setup: func() {
 				for range 5 {
@@ -94,10 +110,17 @@ func TestFetch(t *testing.T) {
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			before := f.Downloads()
+			before, getFiles := f.Downloads(), f.Calls("getFile")
+			start := time.Now()
 			rc, mime, err := p.Fetch(ctx, tt.a)
+			if took := time.Since(start); tt.maxTime != 0 && took > tt.maxTime {
+				t.Errorf("Fetch took %s, want at most %s", took, tt.maxTime)
+			}
 			if d := f.Downloads() - before; tt.downloads != 0 && d != tt.downloads {
 				t.Errorf("Fetch made %d downloads, want %d", d, tt.downloads)
+			}
+			if n := f.Calls("getFile") - getFiles; tt.getFiles != 0 && n != tt.getFiles {
+				t.Errorf("Fetch made %d getFile calls, want %d", n, tt.getFiles)
 			}
 			if tt.wantErr != nil || tt.wantText != "" {
 				if err == nil {

@@ -17,6 +17,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -114,6 +115,9 @@ type Failure struct {
 	Status     int
 	Message    string
 	RetryAfter int // seconds; 0: none
+	// Cut, on a download's failure, sends the first half of the file,
+	// then drops the connection (Status is not used).
+	Cut bool
 }
 
 // New starts a fake; it stops when the test ends.
@@ -596,10 +600,12 @@ func (f *Fake) count(m map[string]int) http.HandlerFunc {
 
 func (f *Fake) download(w http.ResponseWriter, r *http.Request) {
 	f.mu.Lock()
+	var cut bool
 	if len(f.downloadFailures) > 0 {
 		fl := f.downloadFailures[0]
 		f.downloadFailures = f.downloadFailures[1:]
-		if fl.Status != 0 {
+		cut = fl.Cut
+		if fl.Status != 0 && !cut {
 			f.mu.Unlock()
 			if fl.RetryAfter > 0 {
 				w.Header().Set("Retry-After", fmt.Sprint(fl.RetryAfter))
@@ -609,7 +615,7 @@ func (f *Fake) download(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	a, found := f.attachments[r.PathValue("guid")]
-	if found {
+	if found && !cut {
 		f.downloads++
 	}
 	f.mu.Unlock()
@@ -617,8 +623,23 @@ func (f *Fake) download(w http.ResponseWriter, r *http.Request) {
 		fail(w, http.StatusNotFound, "Not Found", "Attachment does not exist")
 		return
 	}
+	if cut {
+		cutFile(w, a.MimeType, a.Data)
+	}
 	w.Header().Set("Content-Type", a.MimeType)
 	_, _ = w.Write(a.Data)
+}
+
+// cutFile sends the first half of data, declared whole (Content-Length),
+// then drops the connection: a download broken off mid-body.
+func cutFile(w http.ResponseWriter, mime string, data []byte) {
+	w.Header().Set("Content-Type", mime)
+	w.Header().Set("Content-Length", strconv.Itoa(len(data)))
+	_, _ = w.Write(data[:len(data)/2])
+	if fl, ok := w.(http.Flusher); ok {
+		fl.Flush()
+	}
+	panic(http.ErrAbortHandler)
 }
 
 // Inbound is a message BlueBubbles reports.

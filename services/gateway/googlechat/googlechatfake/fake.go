@@ -121,6 +121,9 @@ type Failure struct {
 	// Done, on a create's failure, makes the message all the same: the
 	// app's request went through, but its answer was lost.
 	Done bool
+	// Cut, on a download's failure, sends the first half of the file,
+	// then drops the connection (Status is not used).
+	Cut bool
 }
 
 // New starts a fake; it stops when the test ends.
@@ -537,15 +540,18 @@ func (f *Fake) media(w http.ResponseWriter, r *http.Request) {
 	ref := strings.TrimPrefix(r.URL.Path, "/v1/media/")
 	f.mu.Lock()
 	f.downloads++
+	var cut bool
 	if len(f.fileFails) > 0 {
 		fail := f.fileFails[0]
 		f.fileFails = f.fileFails[1:]
-		f.mu.Unlock()
-		if fail.RetryAfter > 0 {
-			w.Header().Set("Retry-After", strconv.Itoa(fail.RetryAfter))
+		if cut = fail.Cut; !cut {
+			f.mu.Unlock()
+			if fail.RetryAfter > 0 {
+				w.Header().Set("Retry-After", strconv.Itoa(fail.RetryAfter))
+			}
+			apiError(w, fail.Status, "INJECTED", "injected failure")
+			return
 		}
-		apiError(w, fail.Status, "INJECTED", "injected failure")
-		return
 	}
 	fl, ok := f.files[ref]
 	f.mu.Unlock()
@@ -553,8 +559,23 @@ func (f *Fake) media(w http.ResponseWriter, r *http.Request) {
 		apiError(w, http.StatusNotFound, "NOT_FOUND", "no such attachment")
 		return
 	}
+	if cut {
+		cutFile(w, fl.mime, fl.data)
+	}
 	w.Header().Set("Content-Type", fl.mime)
 	_, _ = w.Write(fl.data)
+}
+
+// cutFile sends the first half of data, declared whole (Content-Length),
+// then drops the connection: a download broken off mid-body.
+func cutFile(w http.ResponseWriter, mime string, data []byte) {
+	w.Header().Set("Content-Type", mime)
+	w.Header().Set("Content-Length", strconv.Itoa(len(data)))
+	_, _ = w.Write(data[:len(data)/2])
+	if fl, ok := w.(http.Flusher); ok {
+		fl.Flush()
+	}
+	panic(http.ErrAbortHandler)
 }
 
 // Messages returns what the app sent to space, deleted ones included.

@@ -80,6 +80,9 @@ type Failure struct {
 	Status     int
 	RetryAfter int // seconds, 0 for none
 	Code       string
+	// Cut, on a download's failure, sends the first half of the file,
+	// then drops the connection (Status is not used).
+	Cut bool
 }
 
 // New starts a fake; it stops when the test ends.
@@ -420,15 +423,18 @@ func (f *Fake) download(w http.ResponseWriter, r *http.Request) {
 	}
 	f.mu.Lock()
 	f.downloads++
+	var cut bool
 	if len(f.fileFails) > 0 {
 		fl := f.fileFails[0]
 		f.fileFails = f.fileFails[1:]
-		f.mu.Unlock()
-		if fl.RetryAfter > 0 {
-			w.Header().Set("Retry-After", strconv.Itoa(fl.RetryAfter))
+		if cut = fl.Cut; !cut {
+			f.mu.Unlock()
+			if fl.RetryAfter > 0 {
+				w.Header().Set("Retry-After", strconv.Itoa(fl.RetryAfter))
+			}
+			writeJSON(w, fl.Status, map[string]any{"error": map[string]any{"code": cmp.Or(fl.Code, http.StatusText(fl.Status)), "message": "injected failure"}})
+			return
 		}
-		writeJSON(w, fl.Status, map[string]any{"error": map[string]any{"code": cmp.Or(fl.Code, http.StatusText(fl.Status)), "message": "injected failure"}})
-		return
 	}
 	data, ok := f.files[r.PathValue("id")]
 	f.mu.Unlock()
@@ -436,8 +442,23 @@ func (f *Fake) download(w http.ResponseWriter, r *http.Request) {
 		http.NotFound(w, r)
 		return
 	}
+	if cut {
+		cutFile(w, "image/png", data)
+	}
 	w.Header().Set("Content-Type", "image/png")
 	_, _ = w.Write(data)
+}
+
+// cutFile sends the first half of data, declared whole (Content-Length),
+// then drops the connection: a download broken off mid-body.
+func cutFile(w http.ResponseWriter, mime string, data []byte) {
+	w.Header().Set("Content-Type", mime)
+	w.Header().Set("Content-Length", strconv.Itoa(len(data)))
+	_, _ = w.Write(data[:len(data)/2])
+	if fl, ok := w.(http.Flusher); ok {
+		fl.Flush()
+	}
+	panic(http.ErrAbortHandler)
 }
 
 // Message builds a message activity from user (id and name) in
