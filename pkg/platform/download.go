@@ -75,11 +75,27 @@ func Download(ctx context.Context, hc *http.Client, newReq func(context.Context)
 // in an answer of 400).
 type Refusal func(resp *http.Response, body []byte) (retry bool, err error)
 
+// A WaitError is a Refusal's error for an answer whose body names the
+// wait before another attempt (Matrix's retry_after_ms, which a
+// homeserver before Matrix 1.10 sends without a Retry-After):
+// DownloadReading waits Wait in place of the answer's Retry-After or
+// its default (within ctx, as any wait), and ends a download it
+// refuses with Err.
+type WaitError struct {
+	Err  error
+	Wait time.Duration
+}
+
+func (e *WaitError) Error() string { return e.Err.Error() }
+
+func (e *WaitError) Unwrap() error { return e.Err }
+
 // DownloadReading is Download with refused reading each answer other
 // than 200 (nil: Download's rule, a *StatusError asked again when 429 or
-// 5xx). The waits and attempts are Download's; a wait that would
-// outlast ctx ends the download with the refusal's error, wrapped with
-// the wait asked.
+// 5xx). The waits and attempts are Download's, but for the wait a
+// refusal names (its error a *WaitError); a wait that would outlast ctx
+// ends the download with the refusal's error, wrapped with the wait
+// asked.
 func DownloadReading(ctx context.Context, hc *http.Client, newReq func(context.Context) (*http.Request, error), refused Refusal) (*http.Response, error) {
 	if hc == nil {
 		hc = http.DefaultClient
@@ -209,10 +225,14 @@ func (d *downloading) open() (*http.Response, *attempt, error) {
 		} else {
 			status, retry = &StatusError{Code: resp.StatusCode, Status: resp.Status}, downloadRetried(resp.StatusCode)
 		}
+		wait := downloadWait(resp.Header, d.tries, time.Now())
+		if we, ok := status.(*WaitError); ok {
+			status, wait = we.Err, we.Wait
+		}
 		if !retry {
 			return nil, nil, status
 		}
-		if err := d.again(status, downloadWait(resp.Header, d.tries, time.Now()), false); err != nil {
+		if err := d.again(status, wait, false); err != nil {
 			return nil, nil, err
 		}
 	}

@@ -568,3 +568,67 @@ func TestRetried(t *testing.T) {
 		})
 	}
 }
+
+// A wait a Refusal names (a *WaitError: Matrix's retry_after_ms, in the
+// body) is waited in place of the answer's Retry-After or the default,
+// within ctx as any wait; the download ends with the refusal's error,
+// not the WaitError.
+func TestDownloadReadingNamedWait(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		answers []answer
+		named   time.Duration // the wait the refusal names
+		bound   time.Duration // ctx's deadline
+		// requests is how many requests the download makes; status is
+		// the code of the *StatusError it fails with (0: the file), and
+		// wait that StatusError's Wait.
+		requests         int
+		status           int
+		wait             time.Duration
+		minTime, maxTime time.Duration
+	}{
+		{name: "in place of the default", answers: []answer{{429, ""}}, named: 100 * time.Millisecond,
+			requests: 2, minTime: 100 * time.Millisecond, maxTime: 1400 * time.Millisecond},
+		{name: "in place of Retry-After", answers: []answer{{429, "5"}}, named: 100 * time.Millisecond,
+			requests: 2, minTime: 100 * time.Millisecond, maxTime: 1400 * time.Millisecond},
+		{name: "beyond the bound", answers: []answer{{429, ""}}, named: 2 * time.Minute, bound: 10 * time.Second,
+			requests: 1, status: 429, wait: 2 * time.Minute, maxTime: time.Second},
+		{name: "three refusals", answers: []answer{{503, ""}, {503, ""}, {503, ""}},
+			requests: 3, status: 503, maxTime: time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s := newFileServer(t, "file", tc.answers...)
+			ctx, cancel := context.WithTimeout(context.Background(), cmp.Or(tc.bound, 30*time.Second))
+			defer cancel()
+			start := time.Now()
+			resp, err := DownloadReading(ctx, s.Client(), func(ctx context.Context) (*http.Request, error) {
+				return http.NewRequestWithContext(ctx, http.MethodGet, s.URL, nil)
+			}, func(resp *http.Response, body []byte) (bool, error) {
+				return true, &WaitError{Err: &StatusError{Code: resp.StatusCode, Status: resp.Status}, Wait: tc.named}
+			})
+			took := time.Since(start)
+			if n := len(s.requests()); n != tc.requests {
+				t.Errorf("%d requests, want %d", n, tc.requests)
+			}
+			if took < tc.minTime || took > tc.maxTime {
+				t.Errorf("took %s, want %s to %s", took, tc.minTime, tc.maxTime)
+			}
+			if tc.status == 0 {
+				if err != nil {
+					t.Fatalf("download: %v, want the file", err)
+				}
+				_ = resp.Body.Close()
+				return
+			}
+			var (
+				se *StatusError
+				we *WaitError
+			)
+			if !errors.As(err, &se) || se.Code != tc.status || se.Wait != tc.wait || errors.As(err, &we) {
+				t.Fatalf("got %v, want the refusal's StatusError of %d, its wait %s", err, tc.status, tc.wait)
+			}
+		})
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"fmt"
 	"io"
 	"log/slog"
 	"strings"
@@ -510,6 +511,58 @@ func TestAnswerToMailWithoutMessageID(t *testing.T) {
 			t.Errorf("mail %d: subject %q, want Re: Invoice 42", i, s)
 		}
 	}
+}
+
+// A mail without a Subject is read as Hermes reads it, "(no subject)":
+// the agent's text starts "[Subject: (no subject)]" and the answer is
+// "Re: (no subject)". One whose Subject is there but empty or blank has
+// an empty subject, as Python's email API reads it (msg.get's default
+// is for a missing header): no subject in the text, and the answer
+// "Re: ". Before, both were read as empty and answered "Re: Hermes
+// Agent", the subject of a chat with no mail kept.
+func TestMissingAndEmptySubject(t *testing.T) {
+	t.Parallel()
+	f := newFake(t, false)
+	g := start(t, f, platform.Options{})
+	for i, tc := range []struct {
+		name    string
+		subject []string // the mail's Subject header (none: no header)
+		text    string   // the event's text
+		answer  string   // the answer's Subject line as sent
+	}{
+		{name: "no Subject", text: "[Subject: (no subject)]\n\nhello", answer: "Subject: Re: (no subject)"},
+		{name: "an empty Subject", subject: []string{"Subject:"}, text: "hello", answer: "Subject: Re: "},
+		{name: "a blank Subject", subject: []string{"Subject:   "}, text: "hello", answer: "Subject: Re: "},
+		{name: "a Subject", subject: []string{"Subject: Lunch"}, text: "[Subject: Lunch]\n\nhello", answer: "Subject: Re: Lunch"},
+		{name: "a reply's Subject", subject: []string{"Subject: Re: Lunch"}, text: "hello", answer: "Subject: Re: Lunch"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			lines := append([]string{fmt.Sprintf("From: s%d@example.com", i), fmt.Sprintf("Message-ID: <s%d@example.com>", i)}, tc.subject...)
+			g.deliver(t, append(lines, "", "hello")...)
+			ev := g.next(t)
+			if ev.GetText() != tc.text {
+				t.Errorf("event text %q, want %q", ev.GetText(), tc.text)
+			}
+			if r := g.send(t, answer(ev, "Hi.")); !r.GetOk() {
+				t.Fatalf("receipt %v", r)
+			}
+			sent := waitSent(t, f, i+1)
+			if got := subjectLine(sent[i].Raw); got != tc.answer {
+				t.Errorf("answer's %q, want %q", got, tc.answer)
+			}
+		})
+	}
+}
+
+// subjectLine is a sent mail's Subject header line as it was written.
+func subjectLine(raw []byte) string {
+	head, _, _ := strings.Cut(string(raw), "\r\n\r\n")
+	for _, l := range strings.Split(head, "\r\n") {
+		if len(l) >= 8 && strings.EqualFold(l[:8], "subject:") {
+			return l
+		}
+	}
+	return ""
 }
 
 // An SMTP 4xx reply is retryable, a 5xx permanent; the retry with the

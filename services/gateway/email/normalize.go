@@ -71,6 +71,10 @@ const (
 	maxNameBytes    = 256
 )
 
+// noSubject is the subject of a mail without a Subject header, as
+// Hermes reads it.
+const noSubject = "(no subject)"
+
 // maxParts bounds the MIME parts read of one message.
 const maxParts = 100
 
@@ -102,7 +106,15 @@ func parse(raw []byte, maxPart int64, skipAttachments bool) (*inbound, error) {
 	if !utf8.ValidString(m.From) || !strings.Contains(m.From, "@") || strings.ContainsAny(m.From, " \t\r\n<>") {
 		return nil, fmt.Errorf("%w: the sender is not an address", errMalformed)
 	}
-	m.Subject = clipLine(cleanLine(decodeWords(h.Get("Subject"))), maxSubjectBytes)
+	// A mail without a Subject is Hermes's "(no subject)" (msg.get's
+	// default): the agent's text starts "[Subject: (no subject)]" and the
+	// answer is "Re: (no subject)". One whose Subject is there but empty
+	// stays empty, as Python's email API reads it: no subject in the
+	// text, and the answer's is "Re: " (Send).
+	m.Subject = noSubject
+	if e.Header.Has("Subject") {
+		m.Subject = clipLine(cleanLine(decodeWords(h.Get("Subject"))), maxSubjectBytes)
+	}
 	m.MessageID = msgID(h.Get("Message-Id"))
 	m.InReplyTo = msgID(h.Get("In-Reply-To"))
 	m.References = msgIDs(h.Get("References"))

@@ -129,8 +129,11 @@ func (p *Platform) Send(ctx context.Context, req *deliveryv1.SendRequested) (str
 	if err != nil {
 		return "", err
 	}
+	// The default only for a chat with no mail kept, as Hermes's
+	// ctx.get("subject", "Hermes Agent"): a mail's empty Subject is
+	// answered "Re: ", as Hermes answers it.
 	subject := th.Subject
-	if subject == "" {
+	if !found {
 		subject = p.cfg.DefaultSubject
 	}
 	if !isReply(subject) {

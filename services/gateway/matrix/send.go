@@ -460,18 +460,19 @@ func (p *Platform) findReaction(ctx context.Context, rid id.RoomID, msg id.Event
 
 // Fetch downloads a received file from the media repository by its
 // mxc:// URI (authenticated media, /_matrix/client/v1/media/download,
-// with the bot's token). A 429 (M_LIMIT_EXCEEDED, with the Retry-After a
-// homeserver names) or a 5xx is asked again, three attempts in all
-// within ctx, as Hermes retries media downloads (platform.Download):
-// mautrix's client would not, its retries being off for every call, so
-// the first such answer lost the file to the turn.
+// with the bot's token). A 429 (M_LIMIT_EXCEEDED, after the wait the
+// homeserver names: downloadRefused) or a 5xx is asked again, three
+// attempts in all within ctx, as Hermes retries media downloads
+// (platform.DownloadReading): mautrix's client would not, its retries
+// being off for every call, so the first such answer lost the file to
+// the turn.
 func (p *Platform) Fetch(ctx context.Context, a *eventsv1.Attachment) (io.ReadCloser, string, error) {
 	uri, err := id.ParseContentURI(a.GetPlatformFileId())
 	if err != nil || uri.IsEmpty() {
 		return nil, "", platform.ErrNotFetched
 	}
 	u := p.cli.BuildURL(mautrix.ClientURLPath{"v1", "media", "download", uri.Homeserver, uri.FileID})
-	resp, err := platform.Download(ctx, p.cli.Client, func(ctx context.Context) (*http.Request, error) {
+	resp, err := platform.DownloadReading(ctx, p.cli.Client, func(ctx context.Context) (*http.Request, error) {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 		if err != nil {
 			return nil, err
@@ -479,7 +480,7 @@ func (p *Platform) Fetch(ctx context.Context, a *eventsv1.Attachment) (io.ReadCl
 		req.Header.Set("Authorization", "Bearer "+p.cli.AccessToken)
 		req.Header.Set("User-Agent", p.cli.UserAgent)
 		return req, nil
-	})
+	}, downloadRefused)
 	if err != nil {
 		return nil, "", fmt.Errorf("matrix media %s: %w", uri, err)
 	}
@@ -488,6 +489,28 @@ func (p *Platform) Fetch(ctx context.Context, a *eventsv1.Attachment) (io.ReadCl
 		ct = mt
 	}
 	return resp.Body, ct, nil
+}
+
+// downloadRefused reads a media download's answer other than 200: a 429
+// or a 5xx is asked again (platform.Download's rule), after the
+// retry_after_ms its body names (at most maxNamedWait, as namedWait
+// reads it), else platform.Download's wait (the Retry-After, else 1.5 s
+// then 3 s). A homeserver before Matrix 1.10 (MSC4041) names the wait
+// in the body alone: before, it was asked again after 1.5 s however
+// long it had asked for, even past the fetch's bound (where the download
+// now fails at once, as for a Retry-After). Its error is a
+// *platform.StatusError.
+func downloadRefused(resp *http.Response, body []byte) (bool, error) {
+	retry := resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500
+	var err error = &platform.StatusError{Code: resp.StatusCode, Status: resp.Status}
+	var re mautrix.RespError
+	if retry && json.Unmarshal(body, &re) == nil {
+		// The body's wait only: the header's platform.Download reads.
+		if d, ok := namedWait(mautrix.HTTPError{RespError: &re}); ok {
+			err = &platform.WaitError{Err: err, Wait: d}
+		}
+	}
+	return retry, err
 }
 
 // uploaded is what a send mark keeps of an attachment's upload: enough

@@ -74,6 +74,9 @@ type Fail struct {
 	// RetryAfterMS is sent as retry_after_ms (M_LIMIT_EXCEEDED), and
 	// in whole seconds as Retry-After.
 	RetryAfterMS int
+	// BodyOnly sends RetryAfterMS in the body alone, without a
+	// Retry-After, as homeservers before Matrix 1.10 (MSC4041) do.
+	BodyOnly bool
 	// After lets that many calls of the endpoint through first.
 	After int
 }
@@ -604,7 +607,9 @@ func (f *Fake) fail(w http.ResponseWriter, endpoint string) bool {
 		body["retry_after_ms"] = fl.RetryAfterMS
 		// As MSC4041 (Matrix 1.10) has homeservers send it beside the
 		// body's: the wait in whole seconds, rounded up.
-		w.Header().Set("Retry-After", strconv.Itoa((fl.RetryAfterMS+999)/1000))
+		if !fl.BodyOnly {
+			w.Header().Set("Retry-After", strconv.Itoa((fl.RetryAfterMS+999)/1000))
+		}
 	}
 	writeJSON(w, fl.Status, body)
 	return true
