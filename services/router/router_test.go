@@ -243,6 +243,22 @@ func (e *env) startWorker(hold func(*turnsv1.TurnRequested)) *worker {
 			if _, err := e.db.Exec(ctx, `SELECT pg_advisory_xact_lock_shared(21314, hashtext($1))`, t.SessionKey); err != nil {
 				return err
 			}
+			// The turn's end ends its lease (migration 00148): a worker's
+			// row in worker_turns does (sessionstore's lease tests), which
+			// tests here write themselves where they need one (their
+			// counts, their clocks); this one lets the lease go instead,
+			// before it lets go of the lock. A turn the test does not hold
+			// has ended by the time the test sees it: its lease goes now,
+			// so that only the lock's release follows, at once.
+			endLease := func() error {
+				_, err := e.db.Exec(ctx, `DELETE FROM turn_leases WHERE session_key = $1 AND turn_id = $2`, t.SessionKey, t.TurnId)
+				return err
+			}
+			if w.hold == nil && claim != redisx.ClaimLost {
+				if err := endLease(); err != nil {
+					return err
+				}
+			}
 			w.mu.Lock()
 			w.turns = append(w.turns, t)
 			if d, ok := bus.DeliveryFrom(ctx); ok {
@@ -264,12 +280,10 @@ func (e *env) startWorker(hold func(*turnsv1.TurnRequested)) *worker {
 			w.mu.Lock()
 			w.active[t.SessionKey]--
 			w.mu.Unlock()
-			// The turn's end ends its lease (migration 00148): a worker's
-			// row in worker_turns does (sessionstore's lease tests), which
-			// tests here write themselves where they need one (their
-			// counts, their clocks); this one lets the lease go instead.
-			if _, err := e.db.Exec(ctx, `DELETE FROM turn_leases WHERE session_key = $1 AND turn_id = $2`, t.SessionKey, t.TurnId); err != nil {
-				return err
+			if w.hold != nil {
+				if err := endLease(); err != nil {
+					return err
+				}
 			}
 			waiting, err := locker.ReleaseWaiting(ctx, t.SessionKey, holder)
 			w.mu.Lock()

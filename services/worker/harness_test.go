@@ -228,6 +228,9 @@ type turnOpts struct {
 	// turn, one message each.
 	merged [][]*eventsv1.Attachment
 	limit  int32 // the turn's context limit (an API request's truncation "auto")
+	// turnID is the turn's id as the router's start named it (its lease's,
+	// migration 00148); "": turn-<key>-<n>.
+	turnID string
 }
 
 // requestTurn does what the router does: wait for and take the session
@@ -263,8 +266,11 @@ func (h *harness) requestTurn(key, text string, o turnOpts) *turnsv1.TurnRequest
 		o.lockTTL = 5 * time.Second
 	}
 	n := h.seq.Add(1)
+	if o.turnID == "" {
+		o.turnID = fmt.Sprintf("turn-%s-%d", key, n)
+	}
 	req := &turnsv1.TurnRequested{
-		TurnId: fmt.Sprintf("turn-%s-%d", key, n), SessionKey: key, SessionId: o.sessionID, Generation: o.generation,
+		TurnId: o.turnID, SessionKey: key, SessionId: o.sessionID, Generation: o.generation,
 		LockToken: o.token, LockTtlMs: o.lockTTL.Milliseconds(), GrantTtlMs: 60000, Origin: o.origin, ModelOverride: o.override, RequestedAt: timestamppb.Now(),
 		Inputs: []*eventsv1.MessageReceived{{EventId: fmt.Sprintf("ev%d", n), MessageId: fmt.Sprintf("m%d", n), Text: text,
 			Source: o.origin, AnswerOnly: o.answerOnly, ListsToolCalls: o.listsCalls, TranscriptCommand: o.command, Attachments: o.attachments, Context: o.context,

@@ -265,9 +265,10 @@ func (c *noteChat) start(seq int64, text, command string, attachments []*eventsv
 	}
 	var req *turnsv1.TurnRequested
 	var took string
-	started, err := c.ss.StartTurn(ctx, c.key, fmt.Sprint("t", seq), 32, 0, func(_ context.Context, turn sessionstore.Turn) error {
+	turnID := fmt.Sprint("t", seq)
+	started, err := c.ss.StartTurn(ctx, c.key, turnID, 32, 0, func(_ context.Context, turn sessionstore.Turn) error {
 		took = turn.SkillsNote
-		req = c.h.requestTurn(c.key, text, turnOpts{generation: turn.Generation, sessionID: turn.Session.ID,
+		req = c.h.requestTurn(c.key, text, turnOpts{turnID: turnID, generation: turn.Generation, sessionID: turn.Session.ID,
 			origin: c.src, command: command, skillsNote: turn.SkillsNote, attachments: attachments})
 		return nil
 	})

@@ -408,7 +408,10 @@ func TestTwoWorkersOneSessionTurnsNeverOverlap(t *testing.T) {
 		t.Errorf("model calls of one session overlapped: %d at once", m)
 	}
 
-	// A turn whose token does not own the lock is not run.
+	// A turn whose token does not own the lock is not run: while the
+	// session is still at its generation it waits for the holder (a
+	// router's grant, which gives the lock back on finding the turn's
+	// lease), and once the holder's turn started it is stale.
 	ctx := context.Background()
 	ok, err := h.locker.Acquire(ctx, "s1", "someone-else", 10*time.Second)
 	if err != nil || !ok {
@@ -416,6 +419,11 @@ func TestTwoWorkersOneSessionTurnsNeverOverlap(t *testing.T) {
 	}
 	before := len(h.fake.Requests())
 	req := h.requestTurn("s1", "intruder", turnOpts{noLock: true, token: "not-the-owner"})
+	time.Sleep(time.Second)
+	if c := h.completed(req.TurnId); c != nil || len(h.fake.Requests()) != before {
+		t.Errorf("a turn without the lock ran or ended (%v) while its session was still at its generation", c.GetStatus())
+	}
+	h.setGeneration("s1", 2) // the holder's turn started
 	if c := h.waitCompleted(req.TurnId); c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_STALE {
 		t.Errorf("status %v, want STALE", c.GetStatus())
 	}
