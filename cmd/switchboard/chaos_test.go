@@ -59,6 +59,11 @@ const (
 	// minute; the flood phase sends more, to it and to a calm route.
 	chaosHookLimit  = 5
 	chaosHookSecret = "chaos-hook-secret"
+	// The Redis phase's probe session (API, pinned to the queue busy
+	// mode) and how long its first message's turn lasts: well past the
+	// worker's lock renewals (every third of the lock TTL, 2 s here).
+	chaosProbe     = "chaos-r1"
+	chaosProbeTurn = 8 * time.Second
 )
 
 // chaosPGDown is how long Postgres stays down in its fault: 3 s, or
@@ -168,6 +173,9 @@ type chaosMsg struct {
 	// replies counts the bot's Telegram messages that reply to this one
 	// (the API answers each request once by construction).
 	replies int
+	// probe: a phase's own message, not the steady load's (recovered
+	// waits for the load's sessions only).
+	probe bool
 }
 
 type chaosLoad struct {
@@ -189,11 +197,19 @@ func (l *chaosLoad) snapshot() []chaosMsg {
 // ask sends one numbered message and retries it with the same
 // Idempotency-Key until it is answered or the harness gives up.
 func (l *chaosLoad) ask(ctx context.Context, session string, n int) {
-	m := &chaosMsg{session: session, n: n, text: fmt.Sprintf("%s m%04d", session, n), firstAt: time.Now()}
+	l.askProbe(ctx, session, n, "", false)
+}
+
+// askProbe is ask with the fake LLM's directives after the text (say
+// [[latency:8s]]), which its answer does not echo; probe marks a phase's
+// own message.
+func (l *chaosLoad) askProbe(ctx context.Context, session string, n int, directives string, probe bool) {
+	m := &chaosMsg{session: session, n: n, text: fmt.Sprintf("%s m%04d", session, n), firstAt: time.Now(), probe: probe}
 	l.mu.Lock()
 	l.msgs = append(l.msgs, m)
 	l.mu.Unlock()
-	body, _ := json.Marshal(map[string]any{"model": "switchboard", "messages": []map[string]string{{"role": "user", "content": m.text}}})
+	content := strings.TrimSpace(m.text + " " + directives)
+	body, _ := json.Marshal(map[string]any{"model": "switchboard", "messages": []map[string]string{{"role": "user", "content": content}}})
 	giveUp := time.Now().Add(chaosMaxRecovr)
 	for time.Now().Before(giveUp) {
 		rctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
@@ -305,6 +321,8 @@ type phase struct {
 	end      time.Time
 	recovery time.Duration
 	note     string
+	// details are the phase's own findings, listed under the table.
+	details []string
 }
 
 type chaosSys struct {
@@ -321,6 +339,8 @@ type chaosSys struct {
 	tgOps map[string]string
 	// hookAddr is the webhook gateway's address.
 	hookAddr string
+	// redisAddr is the private Redis server's address.
+	redisAddr string
 }
 
 // recovered waits until every session has an answered message that was
@@ -330,7 +350,7 @@ func (s *chaosSys) recovered(since time.Time) time.Duration {
 	for time.Now().Before(deadline) {
 		last := map[string]time.Time{}
 		for _, m := range s.load.snapshot() {
-			if m.accepted && m.firstAt.After(since) && (last[m.session].IsZero() || m.doneAt.Before(last[m.session])) {
+			if !m.probe && m.accepted && m.firstAt.After(since) && (last[m.session].IsZero() || m.doneAt.Before(last[m.session])) {
 				last[m.session] = m.doneAt
 			}
 		}
@@ -519,9 +539,142 @@ func (s *chaosSys) replay() string {
 	return fmt.Sprintf("replay: bus duplicate=%v, turns=%d, user rows=%d", ack.Duplicate, turns, users)
 }
 
+// restartRedis restarts Redis without its data while the probe session's
+// long turn runs, and at once (before that turn's worker renews the lock
+// Redis lost) sends the session a second message without waiting for the
+// first's answer. The second must wait for the running turn: both are
+// answered, once each, in order, and no two turns of the session run at
+// once (a second turn started beside the first fences it off, and its
+// message goes unanswered). The load goes on meanwhile; both messages
+// count in the phase's row. It fails the test when they do not hold and
+// returns the phase's note.
+func (s *chaosSys) restartRedis(p *phase) string {
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	ask := func(n int, directives string) {
+		wg.Add(1)
+		go func() { defer wg.Done(); s.load.askProbe(ctx, chaosProbe, n, directives, true) }()
+	}
+	ask(1, fmt.Sprintf("[[latency:%s]]", chaosProbeTurn))
+	// Its turn started (the session's generation bumped for it, not
+	// decided yet); a moment more and its worker holds the lock.
+	deadline := time.Now().Add(20 * time.Second)
+	for running := false; !running && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		_ = s.db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM sessions s WHERE s.session_key LIKE '%:' || $1 AND s.generation > 0
+			AND NOT EXISTS (SELECT 1 FROM worker_turns w WHERE w.session_key = s.session_key AND w.generation = s.generation))`, chaosProbe).Scan(&running)
+	}
+	time.Sleep(time.Second)
+	p.injected = time.Now()
+	s.killRestart("redis", syscall.SIGKILL)
+	waitTCP(s.t, s.redisAddr, 20*time.Second)
+	ask(2, "")
+	wg.Wait()
+
+	var bad []string
+	var msgs []chaosMsg
+	for _, m := range s.load.snapshot() {
+		if m.session == chaosProbe {
+			msgs = append(msgs, m)
+		}
+	}
+	answered := 0
+	for _, m := range msgs {
+		switch {
+		case !m.accepted:
+			bad = append(bad, fmt.Sprintf("%q not answered", m.text))
+		case m.answer != "echo: "+m.text:
+			bad = append(bad, fmt.Sprintf("%q answered %q", m.text, m.answer))
+		default:
+			answered++
+		}
+	}
+	inOrder, apart := true, true
+	if len(msgs) == 2 && msgs[0].accepted && msgs[1].accepted && !msgs[0].doneAt.Before(msgs[1].doneAt) {
+		inOrder = false
+		bad = append(bad, fmt.Sprintf("%q answered %s after %q", msgs[0].text, msgs[0].doneAt.Sub(msgs[1].doneAt).Round(time.Millisecond), msgs[1].text))
+	}
+	// Every turn of the session, ended however (a fenced one too), and
+	// the transcript's user messages, once each and in order.
+	rows, err := s.db.Query(ctx, `SELECT turn_id, status, started_at, updated_at FROM worker_turns
+		WHERE session_key LIKE '%:' || $1 ORDER BY started_at`, chaosProbe)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	var turnIDs []string
+	var prevTurn string
+	var prevEnd time.Time
+	for rows.Next() {
+		var turn, status string
+		var st, en time.Time
+		if err := rows.Scan(&turn, &status, &st, &en); err != nil {
+			s.t.Fatal(err)
+		}
+		turnIDs = append(turnIDs, turn)
+		if status != "completed" {
+			bad = append(bad, fmt.Sprintf("turn %s ended %s", turn, status))
+		}
+		if st.Before(prevEnd) {
+			apart = false
+			bad = append(bad, fmt.Sprintf("turn %s started %s before %s ended", turn, st.Format("15:04:05.000"), prevTurn))
+		}
+		if en.After(prevEnd) {
+			prevTurn, prevEnd = turn, en
+		}
+	}
+	rows.Close()
+	var users []string
+	rows, err = s.db.Query(ctx, `SELECT content FROM transcript_messages WHERE session_key LIKE '%:' || $1 AND role = 'user' ORDER BY id`, chaosProbe)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	for rows.Next() {
+		var c string
+		if err := rows.Scan(&c); err != nil {
+			s.t.Fatal(err)
+		}
+		users = append(users, chaosText.FindString(c))
+	}
+	rows.Close()
+	if want := []string{chaosProbe + " m0001", chaosProbe + " m0002"}; strings.Join(users, ",") != strings.Join(want, ",") {
+		inOrder = false
+		bad = append(bad, fmt.Sprintf("transcript's user messages %q, want %q", users, want))
+	}
+	// Whether the second message came before the worker's renewal, so
+	// that only the turn's lease held the session: the routers log each
+	// start it refused, under the session key's pseudonym, which the
+	// workers' log of the first turn names.
+	waits := 0
+	if len(turnIDs) > 0 {
+		var logs []string
+		for _, name := range []string{"worker-1", "worker-2", "router-1", "router-2"} {
+			raw, _ := os.ReadFile(s.procs[name].log)
+			logs = append(logs, strings.Split(string(raw), "\n")...)
+		}
+		key := ""
+		for _, line := range logs {
+			if _, rest, ok := strings.Cut(line, "turn_id="+turnIDs[0]+" session_key="); ok && key == "" {
+				key, _, _ = strings.Cut(rest, " ")
+			}
+		}
+		for _, line := range logs {
+			if key != "" && strings.Contains(line, "still runs") && strings.Contains(line, "session_key="+key) {
+				waits++
+			}
+		}
+	}
+	if len(bad) > 0 {
+		s.t.Errorf("restart Redis: probe session %s: %s", chaosProbe, strings.Join(bad, "; "))
+	}
+	for _, b := range bad {
+		p.details = append(p.details, fmt.Sprintf("%s: probe %s", p.fault, b))
+	}
+	return fmt.Sprintf("probe %s, an %s turn and a second message right after the restart: %d of %d answered, once and in order %v, %d turns, none at once %v, starts held off by the lease %d",
+		chaosProbe, chaosProbeTurn, answered, len(msgs), inOrder, len(turnIDs), apart, waits)
+}
+
 // ---- invariants from Postgres ----
 
-var chaosText = regexp.MustCompile(`(chaos-[st]\d+) m(\d{4})`)
+var chaosText = regexp.MustCompile(`(chaos-[rst]\d+) m(\d{4})`)
 
 type pgFindings struct {
 	userCount      map[string]int // text → user rows
@@ -685,7 +838,10 @@ func TestChaos(t *testing.T) {
     routes:
       flood: {secret: %[1]s, rate_limit: %[2]d}
       calm: {secret: %[1]s}
-`, chaosHookSecret, chaosHookLimit)), 0o600); err != nil {
+router:
+  # The Redis phase's probe queues a message sent while its turn runs.
+  chat_busy_modes: {"api:%[3]s": queue}
+`, chaosHookSecret, chaosHookLimit, chaosProbe)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	add(&chaosProc{name: "fakellm", bin: bin, args: []string{"fakellm", "--addr", llmAddr, "--latency", chaosLLMDelay.String()}}).start(t)
@@ -733,7 +889,7 @@ func TestChaos(t *testing.T) {
 	waitTCP(t, apiAddr, 60*time.Second)
 	waitTCP(t, hookAddr, 60*time.Second)
 
-	s := &chaosSys{t: t, procs: procs, db: db, pg: pgc, routerOps: routerOps, natsURL: natsURL, load: &chaosLoad{base: "http://" + apiAddr}, hookAddr: hookAddr,
+	s := &chaosSys{t: t, procs: procs, db: db, pg: pgc, routerOps: routerOps, natsURL: natsURL, load: &chaosLoad{base: "http://" + apiAddr}, hookAddr: hookAddr, redisAddr: "127.0.0.1:" + redisPort,
 		topo: bus.Topology{Prefix: prefix, Replicas: 1, DedupeWindow: chaosDedupe, Retention: 24 * time.Hour}, tgOps: tgOps}
 
 	loadCtx, stopLoad := context.WithCancel(context.Background())
@@ -784,7 +940,7 @@ func TestChaos(t *testing.T) {
 			time.Sleep(chaosLockTTL + chaosAckWait + 2*time.Second)
 			s.procs["worker-2"].signal(syscall.SIGCONT)
 		}},
-		{"restart Redis (locks lost)", func(p *phase) { s.inFlightTurn(); p.injected = time.Now(); s.killRestart("redis", syscall.SIGKILL) }},
+		{"restart Redis (locks lost)", func(p *phase) { p.note = s.restartRedis(p) }},
 		{fmt.Sprintf("restart Postgres (crash, down %s)", chaosPGDown()), func(p *phase) {
 			if s.pg == nil {
 				p.note = "skipped: no private cluster"
@@ -905,6 +1061,10 @@ func chaosTable(phases []*phase, msgs []chaosMsg, f pgFindings) (string, bool) {
 				// Telegram had it: the system owed it an answer.
 				lost++
 				details = append(details, fmt.Sprintf("%s: %q sent on Telegram, never answered", p.fault, m.text))
+			case !m.accepted && m.probe:
+				// The phase's probe: the system owed it an answer.
+				lost++
+				details = append(details, fmt.Sprintf("%s: %q (probe) never answered", p.fault, m.text))
 			case !m.accepted:
 				// Never accepted: the client got only errors. Lost only if
 				// the system nonetheless ran it and answered nobody.
@@ -936,9 +1096,10 @@ func chaosTable(phases []*phase, msgs []chaosMsg, f pgFindings) (string, bool) {
 		if p.recovery >= 0 {
 			rec = fmt.Sprintf("%.1f", p.recovery.Seconds())
 		}
-		if lost+dup+ooo > 0 || p.recovery < 0 || p.recovery > recoveryBound()+5*time.Second {
+		if lost+dup+ooo > 0 || len(p.details) > 0 || p.recovery < 0 || p.recovery > recoveryBound()+5*time.Second {
 			failed = true
 		}
+		details = append(details, p.details...)
 		name := p.fault
 		if p.note != "" {
 			name += " (" + p.note + ")"
