@@ -432,6 +432,16 @@ func (r *turnRun) run(ctx context.Context) error {
 			}
 			_ = r.publishFinal(ctx, fin)
 		}
+		if !r.usageRecorded {
+			// No final stored (its seq or its write failed): the turn's
+			// end is recorded all the same, with no usage (which goes to
+			// the router, as before), so that its lease (migration 00148)
+			// ends with it and the session's next message need not wait
+			// for the lease to expire.
+			if err := r.s.store.BookUsage(ctx, r.st, store.StatusFailed, r.model); err != nil {
+				r.log.Warn("record the end of a turn failed without a final", "err", err)
+			}
+		}
 	default:
 		if err := r.publishFinal(ctx, fin); err != nil {
 			return err
