@@ -216,6 +216,18 @@ const turnRunsSQL = `EXISTS (SELECT 1 FROM turn_leases l
 	WHERE l.session_key = $1 AND l.generation = sessions.generation AND l.expires_at > now()
 	  AND NOT EXISTS (SELECT 1 FROM worker_turns w WHERE w.turn_id = l.turn_id))`
 
+// TurnRunning reports whether the session key's last turn holds its
+// lease (turnRunsSQL): it may run though the Redis lock is free, lost
+// with Redis's data. False when there is no session.
+func (s *Store) TurnRunning(ctx context.Context, key string) (bool, error) {
+	var running bool
+	err := s.db.QueryRow(ctx, `SELECT `+turnRunsSQL+` FROM sessions WHERE session_key = $1`, key).Scan(&running)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return false, fmt.Errorf("read turn lease: %w", err)
+	}
+	return running, nil
+}
+
 // leaseSQL writes the lease of the turn $2 a start of the session $1
 // just recorded as its last (nothing when it did not), for $3
 // milliseconds. A start queues it after its generation bump: the bump's

@@ -482,6 +482,11 @@ func (s *Service) CronRunAlive(ctx context.Context, runID string) (bool, error) 
 	if owner != "" {
 		return true, nil
 	}
+	// Redis may have lost the lock of a turn that still runs: its lease
+	// in Postgres (migration 00148) holds until its end is recorded.
+	if running, err := s.store.TurnRunning(ctx, key); err != nil || running {
+		return running, err
+	}
 	n, err := s.store.QueueLen(ctx, key)
 	if err != nil {
 		return false, fmt.Errorf("read cron run's queue: %w", err)

@@ -522,4 +522,16 @@ func TestCronRunAlive(t *testing.T) {
 	alive("run by a worker", true)
 	waitFor(t, "the dead worker's claim to lapse", func() bool { v, _ := locker.Owner(ctx, key); return v == "" })
 	alive("its worker dead", false)
+	// Redis lost the lock of a turn that still runs: its lease in
+	// Postgres (migration 00148) says so until the turn's end is
+	// recorded.
+	if _, err := e.db.Exec(ctx, `INSERT INTO turn_leases (session_key, turn_id, generation, expires_at)
+		SELECT session_key, 'cron-turn', generation, now() + interval '1 minute' FROM sessions WHERE session_key = $1`, key); err != nil {
+		t.Fatal(err)
+	}
+	alive("its turn's lease holding, the lock lost with Redis's data", true)
+	if _, err := e.db.Exec(ctx, `INSERT INTO worker_turns (turn_id, session_key, session_id, generation) VALUES ('cron-turn', $1, '', 0)`, key); err != nil {
+		t.Fatal(err)
+	}
+	alive("its turn ended", false)
 }

@@ -83,3 +83,56 @@ func TestMessageAfterRedisLostTheLockWaitsForTheRunningTurn(t *testing.T) {
 		t.Errorf("turn inputs %q, want first then second", got)
 	}
 }
+
+// A command refused mid-turn that moves the session on (/branch: a new
+// conversation, the next generation, the queue cleared) is refused too
+// while Redis has lost the running turn's lock but its lease in
+// Postgres (migration 00148) says it runs: run, it fences the turn off,
+// whose first attempt then ends stale without answering its message.
+func TestCommandRefusedMidTurnWhileRedisLostTheLock(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	cfg := testConfig()
+	e.startRouter(cfg, nil, nil)
+	release := make(chan struct{})
+	var once sync.Once
+	free := func() { once.Do(func() { close(release) }) }
+	var first sync.Once
+	w := e.startWorker(func(*turnsv1.TurnRequested) {
+		held := false
+		first.Do(func() { held = true })
+		if held {
+			<-release
+		}
+	})
+	t.Cleanup(free)
+
+	e.publish(dm("alice", "first"))
+	waitFor(t, "the first turn", func() bool { turns, _ := w.snapshot(); return len(turns) == 1 })
+	turns, _ := w.snapshot()
+	t1 := turns[0]
+	key := t1.SessionKey
+	ctx := context.Background()
+	// What the worker wrote of the turn so far: a conversation to branch.
+	if _, err := e.db.Exec(ctx, `INSERT INTO transcript_messages (session_key, session_id, user_key, turn_id, generation, step, role, content)
+		VALUES ($1, $2, 'telegram:alice', $3, $4, 0, 'user', 'first')`, key, t1.SessionId, t1.TurnId, t1.Generation); err != nil {
+		t.Fatal(err)
+	}
+	locker := redisx.NewLocker(e.rdb, e.prefix)
+	if err := e.rdb.Del(ctx, locker.Key(key), e.prefix+"waiting:"+key).Err(); err != nil {
+		t.Fatal(err)
+	}
+
+	got := e.ask("alice", "/branch")
+	var gen int64
+	if err := e.db.QueryRow(ctx, `SELECT generation FROM sessions WHERE session_key = $1`, key).Scan(&gen); err != nil {
+		t.Fatal(err)
+	}
+	if gen != t1.Generation {
+		t.Errorf("/branch moved the session to generation %d while its turn of generation %d still ran (answered %q)", gen, t1.Generation, got)
+	}
+	if got != midTurnRefusal("branch") {
+		t.Errorf("/branch answered %q, want the mid-turn refusal", got)
+	}
+	free()
+}

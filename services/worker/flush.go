@@ -50,7 +50,12 @@ const (
 // on, as Hermes's does).
 func (r *turnRun) memoryFlush(ctx context.Context) error {
 	if _, ok := r.s.tools.Get(flushTool); !ok || r.s.agent != nil {
+		// Its end is recorded all the same (a row with no usage, which
+		// keeps one an earlier attempt booked): the row ends the flush's
+		// lease on the session (migration 00148), which the new
+		// conversation's first turn waits for.
 		r.log.Info("memory flush skipped: no memory tool")
+		r.bookFlushUsage(ctx, store.StatusCompleted)
 		return nil
 	}
 	ts, err := r.read(ctx)

@@ -2,11 +2,17 @@ package worker_test
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
 	"github.com/switchboard-chat/switchboard/pkg/redisx"
+	"github.com/switchboard-chat/switchboard/pkg/redisx/redistest"
+	"github.com/switchboard-chat/switchboard/services/worker"
 )
 
 // Redis lost the session lock mid-turn and a router took it for a new
@@ -132,5 +138,103 @@ func waitForOwner(t *testing.T, h *harness, key string, ok func(owner string) bo
 			t.Fatalf("lock of %s held by %q (%v)", key, owner, err)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Every way a turn ends at its session's generation records its end
+// (its worker_turns row), which ends its lease (migration 00148): without
+// it the session's next start finds the turn still holding the session
+// and waits, until the lease expires (the start's grant TTL, an hour,
+// when the turn ended before its first renewal).
+func TestEveryTurnEndingAtItsGenerationEndsItsLease(t *testing.T) {
+	t.Parallel()
+	noMemory := func(c *worker.Config, _ *worker.Deps) { c.Agent.Toolsets = []string{"todo"} }
+	tests := []struct {
+		name string
+		mod  func(*worker.Config, *worker.Deps)
+		text string
+		opts turnOpts
+	}{
+		{"a message", nil, "hello", turnOpts{}},
+		{"/undo", nil, "/undo", turnOpts{command: "undo"}},
+		{"/compress", nil, "/compress", turnOpts{command: "compress"}},
+		{"/btw", nil, "which file?", turnOpts{answerOnly: true, side: "sid-s1"}},
+		{"memory flush of a short conversation", nil, "", turnOpts{sessionID: "old", flush: true}},
+		{"memory flush on a worker without the memory tool", noMemory, "", turnOpts{sessionID: "old", flush: true}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t)
+			h.setGeneration("s1", 1)
+			h.startWorker("w1", tt.mod)
+			req := h.requestTurn("s1", tt.text, tt.opts)
+			if c := h.waitCompleted(req.TurnId); c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_COMPLETED {
+				t.Fatalf("status %v (%s), want COMPLETED", c.GetStatus(), c.GetError())
+			}
+			var ended bool
+			if err := h.db.QueryRow(context.Background(), `SELECT EXISTS (SELECT 1 FROM worker_turns WHERE turn_id = $1)`, req.TurnId).Scan(&ended); err != nil {
+				t.Fatal(err)
+			}
+			if !ended {
+				t.Errorf("the turn completed without recording its end: its lease holds the session")
+			}
+		})
+	}
+}
+
+// seqRefused fails every script run on a turn's reply seq counter with
+// an error that is not Redis's unavailability (the consumer does not
+// keep the turn in place for it).
+type seqRefused struct{}
+
+func (seqRefused) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (seqRefused) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (seqRefused) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if name := cmd.Name(); name == "evalsha" || name == "eval" {
+			for _, a := range cmd.Args() {
+				if s, ok := a.(string); ok && strings.Contains(s, "turnseq:") {
+					err := errors.New("ERR the seq script failed")
+					cmd.SetErr(err)
+					return err
+				}
+			}
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// A turn that fails on its last attempt records its end even when its
+// apology's seq or final cannot be had: the row ends its lease
+// (migration 00148). Before, it completed with none, and the session's
+// next message waited for the lease to expire.
+func TestTurnFailedOnItsLastAttemptEndsItsLease(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.setGeneration("s1", 1)
+	opts, err := redis.ParseURL(redistest.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(opts)
+	t.Cleanup(func() { _ = rdb.Close() })
+	rdb.AddHook(seqRefused{})
+	h.startWorker("w1", func(c *worker.Config, d *worker.Deps) {
+		c.MaxDeliver = 1
+		d.Redis = rdb
+	})
+	req := h.requestTurn("s1", "hello", turnOpts{})
+	if c := h.waitCompleted(req.TurnId); c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_FAILED {
+		t.Fatalf("status %v (%s), want FAILED", c.GetStatus(), c.GetError())
+	}
+	var ended bool
+	if err := h.db.QueryRow(context.Background(), `SELECT EXISTS (SELECT 1 FROM worker_turns WHERE turn_id = $1)`, req.TurnId).Scan(&ended); err != nil {
+		t.Fatal(err)
+	}
+	if !ended {
+		t.Error("the turn failed on its last attempt without recording its end: its lease holds the session")
 	}
 }

@@ -432,6 +432,16 @@ func (r *turnRun) run(ctx context.Context) error {
 			}
 			_ = r.publishFinal(ctx, fin)
 		}
+		if !r.usageRecorded {
+			// No final stored (its seq or its write failed): the turn's
+			// end is recorded all the same, with no usage (which goes to
+			// the router, as before), so that its lease (migration 00148)
+			// ends with it and the session's next message need not wait
+			// for the lease to expire.
+			if err := r.s.store.BookUsage(ctx, r.st, store.StatusFailed, r.model); err != nil {
+				r.log.Warn("record the end of a turn failed without a final", "err", err)
+			}
+		}
 	default:
 		if err := r.publishFinal(ctx, fin); err != nil {
 			return err
@@ -765,13 +775,14 @@ func (r *turnRun) keepLock(ctx context.Context) (context.Context, func()) {
 			if err != nil && ctx.Err() == nil {
 				r.log.Warn("renew session lock", "err", err)
 			}
-			if err == nil {
-				// The lease holds the session should Redis lose the lock.
-				// Postgres down: the lock still holds it (and the fenced
-				// writes wait for Postgres anyway).
-				if err := r.s.store.RenewLease(ctx, r.st, r.ttl); err != nil && ctx.Err() == nil {
-					r.log.Warn("renew the turn's lease", "err", err)
-				}
+			// The lease holds the session should Redis lose the lock:
+			// renewed also when Redis did not answer (a restart, a
+			// failover, which may lose the lock), or another grant held
+			// the lock while the session was still the turn's, so that it
+			// outlives the outage. Postgres down: the lock still holds it
+			// (and the fenced writes wait for Postgres anyway).
+			if err := r.s.store.RenewLease(ctx, r.st, r.ttl); err != nil && ctx.Err() == nil {
+				r.log.Warn("renew the turn's lease", "err", err)
 			}
 			if now := time.Now(); err == nil && now.Sub(seqKept) >= r.s.seqTTL()/4 {
 				if err := r.keepSeq(ctx); err != nil && ctx.Err() == nil {
