@@ -101,9 +101,13 @@ type turnRun struct {
 	fetchSpent time.Duration
 	log        *slog.Logger
 	st         store.Turn
-	ttl        time.Duration
-	target     *deliveryv1.Target // nil: the turn's replies go nowhere
-	inputIDs   []string
+	// held is st as the session lock was claimed (keepLock): what the
+	// lock's renewals fence and renew the lease of, read by the renewal
+	// goroutine while the turn's own changes st (its Cut).
+	held     store.Turn
+	ttl      time.Duration
+	target   *deliveryv1.Target // nil: the turn's replies go nowhere
+	inputIDs []string
 	// noReaction are those of inputIDs their gateway marks with no
 	// processing reaction.
 	noReaction []string
@@ -755,6 +759,7 @@ func (r *turnRun) claimedFree(ctx context.Context) error {
 // moved on, or another grant or another attempt holds the lock, the lock
 // is lost and the turn stops at its next safe point.
 func (r *turnRun) keepLock(ctx context.Context) (context.Context, func()) {
+	r.held = r.st // before the renewals read it
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
@@ -781,7 +786,7 @@ func (r *turnRun) keepLock(ctx context.Context) (context.Context, func()) {
 			// the lock while the session was still the turn's, so that it
 			// outlives the outage. Postgres down: the lock still holds it
 			// (and the fenced writes wait for Postgres anyway).
-			if err := r.s.store.RenewLease(ctx, r.st, r.ttl); err != nil && ctx.Err() == nil {
+			if err := r.s.store.RenewLease(ctx, r.held, r.ttl); err != nil && ctx.Err() == nil {
 				r.log.Warn("renew the turn's lease", "err", err)
 			}
 			if now := time.Now(); err == nil && now.Sub(seqKept) >= r.s.seqTTL()/4 {
@@ -915,7 +920,7 @@ const (
 // the generation before they drop the lock) or another grant or attempt
 // holds it.
 func (r *turnRun) reclaim(ctx context.Context) error {
-	if err := r.s.store.CheckGeneration(ctx, r.st); err != nil {
+	if err := r.s.store.CheckGeneration(ctx, r.held); err != nil {
 		if errors.Is(err, store.ErrStaleGeneration) {
 			return errMovedOn
 		}
