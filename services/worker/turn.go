@@ -724,8 +724,8 @@ func (r *turnRun) claimLock(ctx context.Context) error {
 // while this one holds its lease (migration 00148): the other grant is a
 // router's that took the lock Redis had lost and will give it back,
 // having found this turn running, so the attempt waits for it instead of
-// abandoning a turn nothing else will answer. (A start in flight, not
-// yet committed, reads as the old generation: the next try sees it.)
+// abandoning a turn nothing else will answer. (The check waits for a
+// generation bump in flight, whose lock switchboard_fence shares.)
 func (r *turnRun) grantElsewhere(ctx context.Context) error {
 	err := r.s.store.CheckGeneration(ctx, r.st)
 	if errors.Is(err, store.ErrStaleGeneration) {
