@@ -25,18 +25,7 @@ func TestMessageAfterRedisLostTheLockWaitsForTheRunningTurn(t *testing.T) {
 	cfg := testConfig()
 	cfg.BusyMode = BusyQueue
 	e.startRouter(cfg, nil, nil)
-	release := make(chan struct{})
-	var once sync.Once
-	free := func() { once.Do(func() { close(release) }) }
-	var first sync.Once
-	w := e.startWorker(func(*turnsv1.TurnRequested) {
-		held := false
-		first.Do(func() { held = true })
-		if held {
-			<-release // the first turn runs until the test lets it end
-		}
-	})
-	t.Cleanup(free) // before the worker's own cleanup waits for it
+	w, free := e.holdFirstTurn()
 
 	e.publish(dm("alice", "first"))
 	waitFor(t, "the first turn", func() bool { turns, _ := w.snapshot(); return len(turns) == 1 })
@@ -94,18 +83,7 @@ func TestCommandRefusedMidTurnWhileRedisLostTheLock(t *testing.T) {
 	e := newEnv(t)
 	cfg := testConfig()
 	e.startRouter(cfg, nil, nil)
-	release := make(chan struct{})
-	var once sync.Once
-	free := func() { once.Do(func() { close(release) }) }
-	var first sync.Once
-	w := e.startWorker(func(*turnsv1.TurnRequested) {
-		held := false
-		first.Do(func() { held = true })
-		if held {
-			<-release
-		}
-	})
-	t.Cleanup(free)
+	w, free := e.holdFirstTurn()
 
 	e.publish(dm("alice", "first"))
 	waitFor(t, "the first turn", func() bool { turns, _ := w.snapshot(); return len(turns) == 1 })
@@ -135,4 +113,22 @@ func TestCommandRefusedMidTurnWhileRedisLostTheLock(t *testing.T) {
 		t.Errorf("/branch answered %q, want the mid-turn refusal", got)
 	}
 	free()
+}
+
+// holdFirstTurn starts a worker that runs the first turn it is given
+// until free is called (the test's cleanup calls it too, before the
+// worker's own cleanup waits for the turn), and every later one at once.
+func (e *env) holdFirstTurn() (w *worker, free func()) {
+	release := make(chan struct{})
+	var once, first sync.Once
+	free = func() { once.Do(func() { close(release) }) }
+	w = e.startWorker(func(*turnsv1.TurnRequested) {
+		held := false
+		first.Do(func() { held = true })
+		if held {
+			<-release
+		}
+	})
+	e.t.Cleanup(free)
+	return w, free
 }

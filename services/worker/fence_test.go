@@ -13,7 +13,6 @@ import (
 
 	"github.com/switchboard-chat/switchboard/pkg/fakellm"
 	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
-	"github.com/switchboard-chat/switchboard/pkg/redisx/redistest"
 	"github.com/switchboard-chat/switchboard/services/worker"
 	"github.com/switchboard-chat/switchboard/services/worker/internal/store"
 	"github.com/switchboard-chat/switchboard/services/worker/internal/tools"
@@ -50,16 +49,10 @@ func TestRedisBlipAtTheToolFenceDoesNotEndTheAttempt(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
 	h.setGeneration("s1", 1)
-	opts, err := redis.ParseURL(redistest.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	rdb := redis.NewClient(opts)
-	t.Cleanup(func() { _ = rdb.Close() })
 	refused := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1})
 	t.Cleanup(func() { _ = refused.Close() })
 	blip := &blipOnLock{lock: h.locker.Key("s1"), refused: refused}
-	rdb.AddHook(blip)
+	rdb := hookedRedis(t, blip)
 	var runs atomic.Int32
 	h.startWorker("w1", func(_ *worker.Config, d *worker.Deps) {
 		d.Redis = rdb

@@ -439,3 +439,17 @@ type gate struct {
 }
 
 func newGate() *gate { return &gate{entered: make(chan struct{}, 16), release: make(chan struct{})} }
+
+// hookedRedis is a client of the test Redis whose commands go through
+// hook (a fault to inject), for a worker's Deps.Redis.
+func hookedRedis(t *testing.T, hook redis.Hook) *redis.Client {
+	t.Helper()
+	opts, err := redis.ParseURL(redistest.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(opts)
+	t.Cleanup(func() { _ = rdb.Close() })
+	rdb.AddHook(hook)
+	return rdb
+}

@@ -11,7 +11,6 @@ import (
 
 	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
 	"github.com/switchboard-chat/switchboard/pkg/redisx"
-	"github.com/switchboard-chat/switchboard/pkg/redisx/redistest"
 	"github.com/switchboard-chat/switchboard/services/worker"
 )
 
@@ -215,13 +214,7 @@ func TestTurnFailedOnItsLastAttemptEndsItsLease(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
 	h.setGeneration("s1", 1)
-	opts, err := redis.ParseURL(redistest.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	rdb := redis.NewClient(opts)
-	t.Cleanup(func() { _ = rdb.Close() })
-	rdb.AddHook(seqRefused{})
+	rdb := hookedRedis(t, seqRefused{})
 	h.startWorker("w1", func(c *worker.Config, d *worker.Deps) {
 		c.MaxDeliver = 1
 		d.Redis = rdb

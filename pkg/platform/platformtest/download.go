@@ -5,6 +5,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"strconv"
 	"testing"
 	"time"
 )
@@ -103,4 +104,17 @@ func DownloadRetries(t *testing.T, newDownloads func(t *testing.T) Downloads) {
 			}
 		})
 	}
+}
+
+// CutFile answers a fake's download with the first half of data,
+// declared whole (Content-Length), then drops the connection: a download
+// broken off mid-body (DownloadFailure.Cut).
+func CutFile(w http.ResponseWriter, mime string, data []byte) {
+	w.Header().Set("Content-Type", mime)
+	w.Header().Set("Content-Length", strconv.Itoa(len(data)))
+	_, _ = w.Write(data[:len(data)/2])
+	if fl, ok := w.(http.Flusher); ok {
+		fl.Flush()
+	}
+	panic(http.ErrAbortHandler)
 }

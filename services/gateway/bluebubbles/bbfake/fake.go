@@ -17,11 +17,12 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/switchboard-chat/switchboard/pkg/platform/platformtest"
 )
 
 // Fake is one BlueBubbles server (one Apple ID).
@@ -624,22 +625,10 @@ func (f *Fake) download(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if cut {
-		cutFile(w, a.MimeType, a.Data)
+		platformtest.CutFile(w, a.MimeType, a.Data)
 	}
 	w.Header().Set("Content-Type", a.MimeType)
 	_, _ = w.Write(a.Data)
-}
-
-// cutFile sends the first half of data, declared whole (Content-Length),
-// then drops the connection: a download broken off mid-body.
-func cutFile(w http.ResponseWriter, mime string, data []byte) {
-	w.Header().Set("Content-Type", mime)
-	w.Header().Set("Content-Length", strconv.Itoa(len(data)))
-	_, _ = w.Write(data[:len(data)/2])
-	if fl, ok := w.(http.Flusher); ok {
-		fl.Flush()
-	}
-	panic(http.ErrAbortHandler)
 }
 
 // Inbound is a message BlueBubbles reports.

@@ -33,6 +33,8 @@ import (
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/switchboard-chat/switchboard/pkg/platform/platformtest"
 )
 
 // The markup syntaxes a message's text can be read in (markupSyntax):
@@ -560,22 +562,10 @@ func (f *Fake) media(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if cut {
-		cutFile(w, fl.mime, fl.data)
+		platformtest.CutFile(w, fl.mime, fl.data)
 	}
 	w.Header().Set("Content-Type", fl.mime)
 	_, _ = w.Write(fl.data)
-}
-
-// cutFile sends the first half of data, declared whole (Content-Length),
-// then drops the connection: a download broken off mid-body.
-func cutFile(w http.ResponseWriter, mime string, data []byte) {
-	w.Header().Set("Content-Type", mime)
-	w.Header().Set("Content-Length", strconv.Itoa(len(data)))
-	_, _ = w.Write(data[:len(data)/2])
-	if fl, ok := w.(http.Flusher); ok {
-		fl.Flush()
-	}
-	panic(http.ErrAbortHandler)
 }
 
 // Messages returns what the app sent to space, deleted ones included.

@@ -30,6 +30,8 @@ import (
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/switchboard-chat/switchboard/pkg/platform/platformtest"
 )
 
 // Issuer is the iss of the tokens the Bot Framework signs.
@@ -443,22 +445,10 @@ func (f *Fake) download(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if cut {
-		cutFile(w, "image/png", data)
+		platformtest.CutFile(w, "image/png", data)
 	}
 	w.Header().Set("Content-Type", "image/png")
 	_, _ = w.Write(data)
-}
-
-// cutFile sends the first half of data, declared whole (Content-Length),
-// then drops the connection: a download broken off mid-body.
-func cutFile(w http.ResponseWriter, mime string, data []byte) {
-	w.Header().Set("Content-Type", mime)
-	w.Header().Set("Content-Length", strconv.Itoa(len(data)))
-	_, _ = w.Write(data[:len(data)/2])
-	if fl, ok := w.(http.Flusher); ok {
-		fl.Flush()
-	}
-	panic(http.ErrAbortHandler)
 }
 
 // Message builds a message activity from user (id and name) in
