@@ -17,30 +17,17 @@ import (
 // once runs beside the first (invariant 3) and, by advancing the
 // session's generation, fences the first one off, whose worker (a first
 // attempt) then ends it stale without any answer to its message, which
-// it may not even have written to the transcript yet.
-// The turn's lease in Postgres (migration 00148) keeps the session.
+// it may not even have written to the transcript yet. The turn's lease
+// in Postgres (migration 00148) keeps the session.
 func TestMessageAfterRedisLostTheLockWaitsForTheRunningTurn(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	cfg := testConfig()
 	cfg.BusyMode = BusyQueue
 	e.startRouter(cfg, nil, nil)
-	w, free := e.holdFirstTurn()
-
-	e.publish(dm("alice", "first"))
-	waitFor(t, "the first turn", func() bool { turns, _ := w.snapshot(); return len(turns) == 1 })
-	turns, _ := w.snapshot()
-	t1 := turns[0]
+	w, free, t1 := e.lockLostMidTurn()
 	key := t1.SessionKey
 	ctx := context.Background()
-	locker := redisx.NewLocker(e.rdb, e.prefix)
-	if owner, err := locker.Owner(ctx, key); err != nil || redisx.GrantOf(owner) != t1.LockToken {
-		t.Fatalf("lock held by %q (%v), want the first turn's grant", owner, err)
-	}
-	// Redis restarts empty: the session's keys are gone.
-	if err := e.rdb.Del(ctx, locker.Key(key), e.prefix+"waiting:"+key).Err(); err != nil {
-		t.Fatal(err)
-	}
 
 	e.publish(dm("alice", "second"))
 	waitFor(t, "inbound drained", e.inboundDrained)
@@ -83,21 +70,12 @@ func TestCommandRefusedMidTurnWhileRedisLostTheLock(t *testing.T) {
 	e := newEnv(t)
 	cfg := testConfig()
 	e.startRouter(cfg, nil, nil)
-	w, free := e.holdFirstTurn()
-
-	e.publish(dm("alice", "first"))
-	waitFor(t, "the first turn", func() bool { turns, _ := w.snapshot(); return len(turns) == 1 })
-	turns, _ := w.snapshot()
-	t1 := turns[0]
+	_, free, t1 := e.lockLostMidTurn()
 	key := t1.SessionKey
 	ctx := context.Background()
 	// What the worker wrote of the turn so far: a conversation to branch.
 	if _, err := e.db.Exec(ctx, `INSERT INTO transcript_messages (session_key, session_id, user_key, turn_id, generation, step, role, content)
 		VALUES ($1, $2, 'telegram:alice', $3, $4, 0, 'user', 'first')`, key, t1.SessionId, t1.TurnId, t1.Generation); err != nil {
-		t.Fatal(err)
-	}
-	locker := redisx.NewLocker(e.rdb, e.prefix)
-	if err := e.rdb.Del(ctx, locker.Key(key), e.prefix+"waiting:"+key).Err(); err != nil {
 		t.Fatal(err)
 	}
 
@@ -113,6 +91,29 @@ func TestCommandRefusedMidTurnWhileRedisLostTheLock(t *testing.T) {
 		t.Errorf("/branch answered %q, want the mid-turn refusal", got)
 	}
 	free()
+}
+
+// lockLostMidTurn starts alice's first turn on a worker that holds it
+// (holdFirstTurn), then loses the session's keys as a Redis restarted
+// without its data does: the turn's lock and its waiting mark. It
+// returns the worker, what ends the held turn, and that turn.
+func (e *env) lockLostMidTurn() (w *worker, free func(), t1 *turnsv1.TurnRequested) {
+	t := e.t
+	t.Helper()
+	w, free = e.holdFirstTurn()
+	e.publish(dm("alice", "first"))
+	waitFor(t, "the first turn", func() bool { turns, _ := w.snapshot(); return len(turns) == 1 })
+	turns, _ := w.snapshot()
+	t1 = turns[0]
+	ctx := context.Background()
+	locker := redisx.NewLocker(e.rdb, e.prefix)
+	if owner, err := locker.Owner(ctx, t1.SessionKey); err != nil || redisx.GrantOf(owner) != t1.LockToken {
+		t.Fatalf("lock held by %q (%v), want the first turn's grant", owner, err)
+	}
+	if err := e.rdb.Del(ctx, locker.Key(t1.SessionKey), e.prefix+"waiting:"+t1.SessionKey).Err(); err != nil {
+		t.Fatal(err)
+	}
+	return w, free, t1
 }
 
 // holdFirstTurn starts a worker that runs the first turn it is given

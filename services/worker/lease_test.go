@@ -37,16 +37,7 @@ func TestRenewalFindingARoutersGrantWhileTheSessionIsTheTurnsRunsOn(t *testing.T
 	if err := h.locker.Release(ctx, "s1", grant); err != nil {
 		t.Fatal(err)
 	}
-	waitForOwner(t, h, "s1", func(owner string) bool { return redisx.GrantOf(owner) == req.LockToken })
-	close(release)
-	done := h.waitCompleted(req.TurnId)
-	if done.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_COMPLETED {
-		t.Fatalf("status %v, want COMPLETED", done.GetStatus())
-	}
-	final := checkReplies(t, h.replies(req.TurnId))
-	if got := final.GetFinalText().GetText(); got != "echo: go [unblocked]" {
-		t.Errorf("final %q", got)
-	}
+	reclaimedAndAnswered(t, h, req, release)
 }
 
 // A turn's first claim that finds another grant on the lock while the
@@ -122,22 +113,6 @@ func TestRenewalRenewsTheTurnsLease(t *testing.T) {
 	}
 	close(release)
 	h.waitCompleted(req.TurnId)
-}
-
-// waitForOwner waits until the lock of key has an owner ok accepts.
-func waitForOwner(t *testing.T, h *harness, key string, ok func(owner string) bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		owner, err := h.locker.Owner(context.Background(), key)
-		if err == nil && ok(owner) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("lock of %s held by %q (%v)", key, owner, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
 
 // Every way a turn ends at its session's generation records its end

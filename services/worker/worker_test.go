@@ -1223,6 +1223,27 @@ func startBlockedTurn(t *testing.T, h *harness) (*turnsv1.TurnRequested, chan st
 	return req, release
 }
 
+// reclaimedAndAnswered waits until the blocked turn of session s1
+// (startBlockedTurn) holds its lock again, its renewal having claimed it
+// back, then lets its tool finish and checks that the turn completed
+// with its answer.
+func reclaimedAndAnswered(t *testing.T, h *harness, req *turnsv1.TurnRequested, release chan struct{}) {
+	t.Helper()
+	waitFor(t, 10*time.Second, "the turn's lock claimed again", func() bool {
+		owner, err := h.locker.Owner(context.Background(), "s1")
+		return err == nil && redisx.GrantOf(owner) == req.LockToken
+	})
+	close(release)
+	done := h.waitCompleted(req.TurnId)
+	if done.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_COMPLETED {
+		t.Fatalf("status %v, want COMPLETED", done.GetStatus())
+	}
+	final := checkReplies(t, h.replies(req.TurnId))
+	if got := final.GetFinalText().GetText(); got != "echo: go [unblocked]" {
+		t.Errorf("final %q", got)
+	}
+}
+
 // Redis lost the session lock mid-turn (a restart without persistence):
 // nobody else holds it, so the worker takes it again at its next renewal
 // and answers, instead of abandoning a message nobody else will answer.
@@ -1235,19 +1256,7 @@ func TestVanishedLockIsTakenAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The next renewal (every TTL/3, 2 s / 3 here) finds the lock gone.
-	deadline := time.Now().Add(10 * time.Second)
-	for owner, _ := h.locker.Owner(ctx, "s1"); owner == "" && time.Now().Before(deadline); owner, _ = h.locker.Owner(ctx, "s1") {
-		time.Sleep(50 * time.Millisecond)
-	}
-	close(release)
-	done := h.waitCompleted(req.TurnId)
-	if done.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_COMPLETED {
-		t.Fatalf("status %v, want COMPLETED", done.GetStatus())
-	}
-	final := checkReplies(t, h.replies(req.TurnId))
-	if got := final.GetFinalText().GetText(); got != "echo: go [unblocked]" {
-		t.Errorf("final %q", got)
-	}
+	reclaimedAndAnswered(t, h, req, release)
 	if owner, _ := h.locker.Owner(ctx, "s1"); owner != "" {
 		t.Errorf("lock left held by %q after the turn", owner)
 	}
