@@ -117,6 +117,13 @@ func TestTurnStartsWaitForTheLeasedTurn(t *testing.T) {
 			if gen, _ := s.Generation(ctx, key); gen != before || len(published) > 0 {
 				t.Fatalf("a refused free start published %q and left the session at generation %d (was %d)", published, gen, before)
 			}
+			// A start from the empty queue (a completion, the sweep, a
+			// message started by a start before it) finds nothing to
+			// start: no turn waits for the lease.
+			started, err = s.StartTurn(ctx, key, "turn-e-"+key, 32, 0, record)
+			if err != nil || started {
+				t.Fatalf("start from the empty queue: started %v, %v; want neither", started, err)
+			}
 			// Queued, its start finds the turn running and takes nothing.
 			if _, err := s.Enqueue(ctx, key, 2, false, next, 32); err != nil {
 				t.Fatal(err)

@@ -1159,10 +1159,11 @@ type Turn struct {
 // or the run of mergeable messages at the head (at most maxInputs) —
 // removes it, advances the generation, records turnID and gives the turn
 // its lease (migration 00148), all in one transaction that commits only
-// if publish succeeds. It reports false when nothing waits, and
-// ErrTurnRunning when the session's last turn still holds its lease
-// (Redis lost that turn's lock while it ran): its completion starts the
-// messages. The caller holds the session lock.
+// if publish succeeds. It reports false when nothing waits (whether or
+// not a turn holds its lease), and ErrTurnRunning when messages wait
+// while the session's last turn still holds its lease (Redis lost that
+// turn's lock while it ran): its completion starts them. The caller
+// holds the session lock.
 //
 // Two round trips: BEGIN with the session's lock and the dequeue, then
 // COMMIT. The commit does not wait for the WAL flush: if Postgres crashes
@@ -1190,8 +1191,10 @@ func (s *Store) StartTurn(ctx context.Context, key, turnID string, maxInputs, ma
 	b.Queue(`SELECT pg_advisory_xact_lock_shared(`+turnStartsLock+`)`, key)
 	// The session row's lock serialises turn starts of the session (the
 	// queue's rows need no lock of their own: enqueues only add).
-	// A start takes nothing while the last turn holds its lease.
-	b.Queue(`SELECT `+sessionCols+`, `+turnRunsSQL+` FROM sessions WHERE session_key = $1 FOR UPDATE`, key)
+	// A start takes nothing while the last turn holds its lease: whether
+	// messages then wait for it (an empty queue waits for nothing).
+	b.Queue(`SELECT `+sessionCols+`, `+turnRunsSQL+` AND EXISTS (SELECT 1 FROM session_queue WHERE session_key = $1)
+		FROM sessions WHERE session_key = $1 FOR UPDATE`, key)
 	if maxBytes <= 0 {
 		maxBytes = math.MaxInt32
 	}
@@ -1269,8 +1272,8 @@ func readHead(br pgx.BatchResults, key string) (Turn, error) {
 			return Turn{}, fmt.Errorf("start turn: %s: %w", what, err)
 		}
 	}
-	var running bool
-	sess, err := scanSession(br.QueryRow(), &running)
+	var waitsForLease bool
+	sess, err := scanSession(br.QueryRow(), &waitsForLease)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Turn{}, nil
 	}
@@ -1304,9 +1307,11 @@ func readHead(br pgx.BatchResults, key string) (Turn, error) {
 	if _, err := br.Exec(); err != nil {
 		return Turn{}, fmt.Errorf("start turn: write its lease: %w", err)
 	}
-	if len(take) == 0 && running {
+	if len(take) == 0 && waitsForLease {
 		// (The turn may have ended between the two reads: then the
-		// dequeue took the messages, which start.)
+		// dequeue took the messages, which start. A message queued
+		// between them into a queue read as empty is started by its
+		// enqueuer's start, which follows its commit.)
 		return Turn{}, ErrTurnRunning
 	}
 	return Turn{Session: sess, Generation: sess.Generation, Inputs: take, More: more, SkillsNote: note}, br.Close()
