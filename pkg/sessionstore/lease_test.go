@@ -92,6 +92,13 @@ func TestTurnStartsWaitForTheLeasedTurn(t *testing.T) {
 					leased, gen, cur, left)
 			}
 			tt.after(t, key, firstTurn)
+			want := firstTurn
+			if tt.starts {
+				want = ""
+			}
+			if running, err := s.RunningTurn(ctx, key); err != nil || running != want {
+				t.Fatalf("running turn %q (%v), want %q", running, err, want)
+			}
 			before, err := s.Generation(ctx, key)
 			if err != nil {
 				t.Fatal(err)

@@ -220,12 +220,21 @@ const turnRunsSQL = `EXISTS (SELECT 1 FROM turn_leases l
 // lease (turnRunsSQL): it may run though the Redis lock is free, lost
 // with Redis's data. False when there is no session.
 func (s *Store) TurnRunning(ctx context.Context, key string) (bool, error) {
-	var running bool
-	err := s.db.QueryRow(ctx, `SELECT `+turnRunsSQL+` FROM sessions WHERE session_key = $1`, key).Scan(&running)
+	turn, err := s.RunningTurn(ctx, key)
+	return turn != "", err
+}
+
+// RunningTurn is the id of the session key's last turn while it holds
+// its lease (TurnRunning), "" otherwise: the turn a control for the
+// session's running turn names when Redis lost its lock.
+func (s *Store) RunningTurn(ctx context.Context, key string) (string, error) {
+	var turn string
+	err := s.db.QueryRow(ctx, `SELECT l.turn_id FROM sessions JOIN turn_leases l USING (session_key)
+		WHERE sessions.session_key = $1 AND `+turnRunsSQL, key).Scan(&turn)
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-		return false, fmt.Errorf("read turn lease: %w", err)
+		return "", fmt.Errorf("read turn lease: %w", err)
 	}
-	return running, nil
+	return turn, nil
 }
 
 // leaseSQL writes the lease of the turn $2 a start of the session $1

@@ -433,15 +433,37 @@ func (s *Service) handle(ctx context.Context, m *msgCtx, key string) error {
 // (startFree); when the session cannot skip the queue, it gives the lock
 // back and, with no busy session to decide about, records the arrival and
 // the enqueue in one durable transaction, then applies the reset policy
-// and takes the lock for the turn, as route does. A part of what the user
-// sent at once is queued the same way and held there for the rest
-// (holdForRest).
+// and takes the lock for the turn, as route does; a session whose turn
+// holds its lease though its lock was free is busy, and the message goes
+// the busy way (route). A part of what the user sent at once is queued
+// the same way and held there for the rest (holdForRest).
 func (s *Service) routeToFree(ctx context.Context, m *msgCtx) error {
 	m.holder = nil
 	if m.hold == 0 && !branches(m) {
 		started, err := s.startFree(ctx, m)
 		if started || err != nil {
 			return err
+		}
+		// Refused: the session may be busy though its lock was free,
+		// when Redis lost the lock of a turn that still runs (its lease
+		// refused the start). The message then meets that turn as it
+		// would behind its lock: its busy mode interrupts it, steers
+		// into it or queues it with the acknowledgement (route). Read
+		// only after a refusal: a message to an idle session starts.
+		turn, err := s.store.RunningTurn(ctx, m.key)
+		if err != nil {
+			return err
+		}
+		if turn != "" {
+			s.giveBack(ctx, m, false)
+			sess, err := s.session(ctx, m)
+			if err != nil {
+				return err
+			}
+			m.sessionID = sess.ID
+			owner := leaseHolder(turn)
+			m.holder = &owner
+			return s.route(ctx, m, sess, routeOpts{})
 		}
 	}
 	// The queueing path takes the lock again if it is still free.
@@ -1146,13 +1168,19 @@ var errNotTaken = errors.New("approval word taken by no call")
 
 // lockHolder is the value of m's session lock: the one read with the
 // dedupe record for its first use (what changed since is handled as any
-// change after a read), a fresh read after that.
+// change after a read), a fresh read after that, which stands a free
+// lock's running turn in for it (holderOrLease: Redis lost the lock of
+// a turn that still runs).
 func (s *Service) lockHolder(ctx context.Context, m *msgCtx) (string, error) {
 	if h := m.holder; h != nil {
 		m.holder = nil
 		return *h, nil
 	}
-	return s.locker.Owner(ctx, m.key)
+	owner, err := s.locker.Owner(ctx, m.key)
+	if err != nil {
+		return "", err
+	}
+	return s.holderOrLease(ctx, m.key, owner)
 }
 
 // mayApprove: m's sender may answer approvals (/approve is not reserved

@@ -2,6 +2,8 @@ package router
 
 import (
 	"context"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -57,6 +59,80 @@ func TestMessageAfterRedisLostTheLockWaitsForTheRunningTurn(t *testing.T) {
 	turns, _ = w.snapshot()
 	if got := inputsText(turns, key); got[0] != "first" || got[1] != "second" {
 		t.Errorf("turn inputs %q, want first then second", got)
+	}
+}
+
+// A message that arrives while Redis has lost the running turn's lock
+// (its lease in Postgres holds the session) meets the turn as it would
+// behind its lock, in each busy mode: it interrupts the turn (the control
+// names it, for its worker), steers into it, or waits for it, each with
+// its acknowledgement. The router used to learn that a turn ran only
+// when the message's start was refused, and queued it unannounced
+// whatever the mode.
+func TestMessageWhileRedisLostTheLockFollowsTheBusyMode(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		mode string
+		// control is the control the turn gets (0: none).
+		control turnsv1.ControlAction
+		ack     string
+		// answered: the message gets a turn of its own after the first.
+		answered bool
+	}{
+		{BusyInterrupt, controlInterrupt, "⚡ Interrupting current task", true},
+		{BusyQueue, 0, "⏳ Queued for the next turn", true},
+		// The test's worker answers as an older release's, whose
+		// steering the router unqueues: the running turn took it.
+		{BusySteer, controlSteer, "⏩ Steered into current run", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.mode, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			cfg := testConfig()
+			cfg.BusyMode = tt.mode
+			e.startRouter(cfg, nil, nil)
+			w, free, t1 := e.lockLostMidTurn()
+			key := t1.SessionKey
+
+			e.publish(dm("alice", "second"))
+			waitFor(t, "inbound drained", e.inboundDrained)
+			if n := settled(t, "the acknowledgement", 1, func() int { return len(e.noticesTo("alice")) }); n != 1 || !strings.HasPrefix(e.noticesTo("alice")[0], tt.ack) {
+				t.Errorf("answered %q, want one %q", e.noticesTo("alice"), tt.ack)
+			}
+			for _, action := range []turnsv1.ControlAction{controlInterrupt, controlSteer} {
+				got := e.controls(action)
+				switch {
+				case action != tt.control && len(got) > 0:
+					t.Errorf("%d %s controls, want none", len(got), action)
+				case action == tt.control && len(got) != 1:
+					t.Errorf("%d %s controls, want 1", len(got), action)
+				case action == controlInterrupt && len(got) == 1 && got[0].GetTurnId() != t1.TurnId:
+					t.Errorf("interrupt names turn %q, want the running turn %q", got[0].GetTurnId(), t1.TurnId)
+				}
+			}
+			turns, overlap := w.snapshot()
+			if len(turns) != 1 || len(overlap) > 0 {
+				t.Errorf("%d turns requested (overlapping in %v) while the first still ran, want 1", len(turns), overlap)
+			}
+
+			free()
+			want := []string{"first"}
+			if tt.answered {
+				want = append(want, "second")
+				waitFor(t, "the second message's turn", func() bool {
+					turns, _ := w.snapshot()
+					return len(inputsText(turns, key)) == 2
+				})
+			} else {
+				waitFor(t, "the first turn's end", func() bool { return w.hasEnded(t1.TurnId) })
+				time.Sleep(3 * cfg.SweepInterval)
+			}
+			turns, _ = w.snapshot()
+			if got := inputsText(turns, key); !slices.Equal(got, want) {
+				t.Errorf("turn inputs %q, want %q", got, want)
+			}
+		})
 	}
 }
 

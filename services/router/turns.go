@@ -304,6 +304,35 @@ func heldBy(owner string) string {
 	return grant
 }
 
+// leaseHolderID is the holder part of leaseHolder's value.
+const leaseHolderID = "lease"
+
+// leaseHolder stands for the session lock's value while Redis has lost
+// the lock of the turn turnID, which still runs: it holds its lease in
+// Postgres (migration 00148, sessionstore.RunningTurn). It is a claim of
+// the turn's grant, as its worker's is, by a holder nobody knows the id
+// of until the worker claims the lock again. What decides about a busy
+// session by the lock's value (route, command) then meets the turn as
+// behind its lock: heldBy names it (an interruption's control), its
+// grant says when it began (the busy acknowledgement), and steering and
+// approvals go to it (requestControl addresses the session's running
+// turn, whichever worker runs it).
+func leaseHolder(turnID string) string { return redisx.Holder(turnID, leaseHolderID) }
+
+// holderOrLease is owner, the session lock's value, or, when the lock is
+// free, leaseHolder of the turn that holds the session's lease, if one
+// does ("" when none): one Postgres read, for a free lock only.
+func (s *Service) holderOrLease(ctx context.Context, key, owner string) (string, error) {
+	if owner != "" {
+		return owner, nil
+	}
+	turn, err := s.store.RunningTurn(ctx, key)
+	if err != nil || turn == "" {
+		return "", err
+	}
+	return leaseHolder(turn), nil
+}
+
 // controlV2 asks a worker for replies of bus.ControlVersion.
 var controlV2 = nats.Header{bus.HeaderControl: []string{bus.ControlVersion}}
 
