@@ -222,6 +222,11 @@ func (s *Service) turnRow(ctx context.Context, m *msgCtx, owner string, now time
 	case !errors.Is(err, sessionstore.ErrNotFound):
 		s.log.WarnContext(ctx, "agents: read session", "session_key", m.key, "err", err)
 	}
+	if holder == leaseHolderID {
+		// Redis lost the turn's lock, which its worker has not claimed
+		// again yet: its lease says it runs, not where.
+		return row + " · its worker not known until it claims the session's lock again"
+	}
 	return row + " · worker `" + workerOf(holder) + "`"
 }
 

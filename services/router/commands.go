@@ -171,19 +171,18 @@ func (s *Service) command(ctx context.Context, m *msgCtx, cmd command.Command) e
 	if err != nil {
 		return err
 	}
+	// Redis may have lost the running turn's lock: its lease in Postgres
+	// (migration 00148) still says it runs, and the commands meet it as
+	// behind its lock (/status, /steer, /agents see it; a command that
+	// moves the session on, /branch or /resume, would fence it off
+	// unanswered).
+	if owner, err = s.holderOrLease(ctx, m.key, owner); err != nil {
+		return err
+	}
 	// A running memory flush (flush.go) is no task of the user's, as
 	// Hermes's runs beside the chat: commands meet an idle agent.
 	busy := owner != "" && !s.flushRunning(ctx, m.key, owner)
 	if slices.Contains(refusedMidTurn, cmd.Name) {
-		if owner == "" {
-			// Redis may have lost the running turn's lock: its lease in
-			// Postgres (migration 00148) still says it runs, and a
-			// command that moves the session on (/branch, /resume) would
-			// fence it off unanswered.
-			if busy, err = s.store.TurnRunning(ctx, m.key); err != nil {
-				return err
-			}
-		}
 		if busy && ownTurnCommand(cmd.Name) {
 			// A redelivery of one that was queued, whose turn may be the
 			// running one (a crash before the dedupe record): it is

@@ -136,6 +136,37 @@ func TestMessageWhileRedisLostTheLockFollowsTheBusyMode(t *testing.T) {
 	}
 }
 
+// The commands that look at the running turn see it while Redis has lost
+// its lock (its lease in Postgres holds the session), as behind its lock:
+// /status showed the session idle and /steer said no agent ran.
+func TestCommandsSeeTheTurnWhileRedisLostTheLock(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.startRouter(testConfig(), nil, nil)
+	_, free, _ := e.lockLostMidTurn()
+	defer free()
+	tests := []struct {
+		command string
+		want    func(string) bool
+	}{
+		{"/status", func(got string) bool { return strings.Contains(got, "State: working") }},
+		{"/steer", func(got string) bool { return got == "Usage: /steer <prompt>" }},
+		// The test's worker takes the steering.
+		{"/steer faster", func(got string) bool { return got == "⏩ Steer queued — arrives after the next tool call: 'faster'" }},
+		{"/agents", func(got string) bool { return strings.Contains(got, "**Active agents:** 1") }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.command, func(t *testing.T) {
+			if got := e.ask("alice", tt.command); !tt.want(got) {
+				t.Errorf("%s answered %q", tt.command, got)
+			}
+		})
+	}
+	if n := len(e.controls(controlSteer)); n != 1 {
+		t.Errorf("%d steering requests, want 1", n)
+	}
+}
+
 // A command refused mid-turn that moves the session on (/branch: a new
 // conversation, the next generation, the queue cleared) is refused too
 // while Redis has lost the running turn's lock but its lease in
