@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
 	"github.com/switchboard-chat/switchboard/pkg/redisx"
 )
@@ -198,6 +200,93 @@ func TestCommandRefusedMidTurnWhileRedisLostTheLock(t *testing.T) {
 		t.Errorf("/branch answered %q, want the mid-turn refusal", got)
 	}
 	free()
+}
+
+// The sweep leaves the lock of a session whose turn holds its lease
+// alone while Redis has lost it: it took the lock each interval to start
+// the waiting messages, only to give it back when the start found the
+// turn running, and the turn's worker, claiming its lock again in that
+// moment, met another grant there (a tool's lock check meeting it three
+// times failed the attempt). The turn's end starts the messages.
+func TestSweepLeavesTheLockOfATurnHoldingItsLeaseAlone(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	cfg := testConfig()
+	cfg.BusyMode = BusyQueue
+	writes := &lockWrites{}
+	e.startRouterWith(cfg, nil, func(d *Deps) {
+		rdb := redis.NewClient(e.rdb.Options())
+		t.Cleanup(func() { _ = rdb.Close() })
+		rdb.AddHook(writes)
+		d.Redis = rdb
+	})
+	w, free, t1 := e.lockLostMidTurn()
+	key := t1.SessionKey
+
+	e.publish(dm("alice", "second"))
+	waitFor(t, "inbound drained", e.inboundDrained)
+	// From here on only the sweep looks at the session: it waits behind
+	// the running turn.
+	writes.watch(redisx.NewLocker(e.rdb, e.prefix).Key(key))
+	time.Sleep(5 * cfg.SweepInterval)
+	if cmds := writes.seen(); len(cmds) > 0 {
+		t.Errorf("the router wrote the lock of a session whose turn holds its lease: %q", cmds)
+	}
+
+	free()
+	waitFor(t, "the second message's turn", func() bool {
+		turns, _ := w.snapshot()
+		return len(inputsText(turns, key)) == 2
+	})
+}
+
+// lockWrites is a Redis hook that records the commands, other than
+// reads, naming one key (watch).
+type lockWrites struct {
+	mu   sync.Mutex
+	key  string
+	cmds []string
+}
+
+func (h *lockWrites) watch(key string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.key = key
+}
+
+func (h *lockWrites) seen() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]string(nil), h.cmds...)
+}
+
+func (h *lockWrites) see(cmd redis.Cmder) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.key == "" || strings.EqualFold(cmd.Name(), "get") {
+		return
+	}
+	if slices.Contains(cmd.Args(), any(h.key)) {
+		h.cmds = append(h.cmds, cmd.String())
+	}
+}
+
+func (h *lockWrites) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *lockWrites) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.see(cmd)
+		return next(ctx, cmd)
+	}
+}
+
+func (h *lockWrites) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, c := range cmds {
+			h.see(c)
+		}
+		return next(ctx, cmds)
+	}
 }
 
 // lockLostMidTurn starts alice's first turn on a worker that holds it

@@ -601,13 +601,24 @@ func (s *Service) sweepAll(ctx context.Context, olderThan time.Time) {
 }
 
 // sweepOne starts the waiting messages of the session key when its lock
-// is free, or held by an orphaned grant, which it takes over.
+// is free and no turn holds its lease, or when an orphaned grant holds
+// the lock, which it takes over.
 func (s *Service) sweepOne(ctx context.Context, key string) (bool, error) {
 	owner, err := s.locker.Owner(ctx, key)
 	if err != nil {
 		return false, err
 	}
 	if owner == "" {
+		// Redis may have lost the lock of a turn that still runs: while
+		// it holds its lease (migration 00148) a start only takes the
+		// lock to give it back (StartTurn refuses), and the turn's
+		// worker, claiming its lock again in that moment, meets another
+		// grant there (its lock check before a tool fails after three
+		// such). Its end starts the messages (its completion; or this
+		// sweep, once its lease has ended or expired).
+		if running, err := s.store.TurnRunning(ctx, key); err != nil || running {
+			return false, err
+		}
 		started, err := s.tryStart(ctx, key)
 		if started {
 			lockTakeovers.WithLabelValues("expired").Inc()
