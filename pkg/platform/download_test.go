@@ -444,6 +444,45 @@ func TestDownloadTransportFailures(t *testing.T) {
 	}
 }
 
+// No error of a download names its URL (it may hold a bot token, a
+// signature) but for its host: not one a read of the body returns after
+// the body broke off and was asked for again, which the caller, holding
+// only the body, could not take out (the Runner logs it: "attachment not
+// kept"), nor one that wraps the client's for the attempts made. Before,
+// both carried the client's error whole, the URL in it.
+func TestDownloadErrorsHideTheURL(t *testing.T) {
+	t.Parallel()
+	file := strings.Repeat("z", 8<<10)
+	for _, tc := range []struct {
+		name  string
+		steps []serverStep
+	}{
+		{"cut, then dropped twice", []serverStep{cut(file), dropped, dropped}},
+		{"cut, then reset twice", []serverStep{cut(file), reset, reset}},
+		{"dropped three times", []serverStep{dropped, dropped, dropped}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s := newFlakyServer(t, file, tc.steps...)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			resp, err := Download(ctx, &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}, func(ctx context.Context) (*http.Request, error) {
+				return http.NewRequestWithContext(ctx, http.MethodGet, s.URL+"/file/bot123:s3cret/photo.jpg?sig=s3cret", nil)
+			})
+			if err == nil {
+				_, err = io.ReadAll(resp.Body)
+				_ = resp.Body.Close()
+			}
+			if err == nil || !strings.Contains(err.Error(), "3 attempts failed") {
+				t.Fatalf("got %v, want the last attempt's failure", err)
+			}
+			if msg := err.Error(); strings.Contains(msg, "s3cret") || strings.Contains(msg, "/file/") || !strings.Contains(msg, s.Listener.Addr().String()) {
+				t.Fatalf("got %q: want the host, not the URL", msg)
+			}
+		})
+	}
+}
+
 // Nothing is asked again once the caller's ctx is done: ended while the
 // answer is awaited, or while the body is read.
 func TestDownloadTransportCanceled(t *testing.T) {
