@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"sync"
 	"syscall"
 	"time"
@@ -62,8 +63,10 @@ func (e *StatusError) Error() string {
 // would outlast its deadline. After the last attempt the download fails
 // with its error, saying how many were made. The client's other errors
 // (a refused connection, a certificate, an address egress refuses, ctx's
-// end) are returned as they are, at once, so a caller whose URL holds a
-// secret can take it out.
+// end) are returned at once. No error names the URL but for its host
+// (hideURL): it may hold a secret (a bot token, a signature), which a
+// caller could not take out of an error wrapped for the attempts made,
+// nor of one a read of the body returns.
 func Download(ctx context.Context, hc *http.Client, newReq func(context.Context) (*http.Request, error)) (*http.Response, error) {
 	return DownloadReading(ctx, hc, newReq, nil)
 }
@@ -198,6 +201,7 @@ func (d *downloading) open() (*http.Response, *attempt, error) {
 		}
 		resp, err := d.hc.Do(req)
 		if err != nil {
+			err = hideURL(err)
 			a.end()
 			failure, retry := d.broken(a, err, false)
 			if !retry {
@@ -437,6 +441,21 @@ func (b *downloadBody) Close() error {
 	b.closed = true
 	err := b.body.Close()
 	b.a.end()
+	return err
+}
+
+// hideURL takes the request's URL out of err, the client's error (a
+// *url.Error, which names it), leaving its host, before any error wraps
+// it: the URL may hold a secret (a bot token, a signature).
+func hideURL(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		host := ""
+		if u, perr := url.Parse(ue.URL); perr == nil {
+			host = u.Host
+		}
+		ue.URL = host
+	}
 	return err
 }
 

@@ -7,7 +7,6 @@ import (
 	"io"
 	"mime"
 	"net/http"
-	"net/url"
 	"strings"
 	"sync"
 	"time"
@@ -18,13 +17,15 @@ import (
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 )
 
-// DownloadTimeout bounds one download of an attachment to send.
+// DownloadTimeout bounds one download of an attachment to send, every
+// attempt of it (Download) and the waits between them.
 const DownloadTimeout = time.Minute
 
 // Downloader downloads the http(s) URLs of attachments to send. The URL
 // is the agent's (a remote agent's reply, a proactive send), so it
 // reaches only public addresses unless attachments.urls allows more
-// (egress), and each download takes at most DownloadTimeout.
+// (egress), and each download takes at most DownloadTimeout, its
+// attempts included (Download).
 type Downloader struct{ hc *http.Client }
 
 // NewDownloader is a Downloader with cfg's allowances.
@@ -101,32 +102,32 @@ func readOutbound(ctx context.Context, a *eventsv1.Attachment, store *attachment
 	return data, strings.TrimSpace(mimeType), nil
 }
 
-// download fetches u, at most max bytes (one more tells it is larger).
+// download fetches u, at most max bytes (one more tells it is larger),
+// within DownloadTimeout: platform.Download's attempts, as a received
+// file's (a 429 or a 5xx, a connection lost, a body cut off mid-file
+// asked again, three attempts in all). Its error does not name u.
 func download(ctx context.Context, hc *http.Client, u string, max int64) ([]byte, string, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-	if err != nil {
+	if _, err := http.NewRequest(http.MethodGet, u, nil); err != nil {
 		return nil, "", Permanent(errors.New("attachment URL is not a valid URL"))
 	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err
-		}
-		if errors.Is(err, egress.ErrRefused) {
-			// An internal address: no retry reaches it.
-			return nil, "", Permanent(fmt.Errorf("download attachment: %w (allow it with attachments.urls.allow_hosts or allow_private)", err))
-		}
+	ctx, cancel := context.WithTimeout(ctx, DownloadTimeout)
+	defer cancel()
+	resp, err := Download(ctx, hc, func(ctx context.Context) (*http.Request, error) {
+		return http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	})
+	var se *StatusError
+	switch {
+	case errors.Is(err, egress.ErrRefused):
+		// An internal address: no retry reaches it.
+		return nil, "", Permanent(fmt.Errorf("download attachment: %w (allow it with attachments.urls.allow_hosts or allow_private)", err))
+	case errors.As(err, &se) && se.Code >= 400 && se.Code < 500 && se.Code != http.StatusTooManyRequests:
+		return nil, "", Permanent(fmt.Errorf("attachment: %w", err))
+	case se != nil:
+		return nil, "", fmt.Errorf("attachment: %w", err)
+	case err != nil:
 		return nil, "", fmt.Errorf("download attachment: %w", err)
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		err := fmt.Errorf("download attachment: %s", resp.Status)
-		if resp.StatusCode >= 400 && resp.StatusCode < 500 && resp.StatusCode != http.StatusTooManyRequests {
-			return nil, "", Permanent(err)
-		}
-		return nil, "", err
-	}
 	data, err := io.ReadAll(io.LimitReader(resp.Body, max+1))
 	if err != nil {
 		return nil, "", fmt.Errorf("download attachment: %w", err)

@@ -1,6 +1,7 @@
 package platform
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"net/http"
@@ -8,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/switchboard-chat/switchboard/pkg/egress"
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
@@ -120,6 +122,79 @@ func TestReadOutbound(t *testing.T) {
 			}
 			if err != nil || string(data) != tt.data || mt != tt.mime {
 				t.Fatalf("got %q, %q, %v; want %q, %q", data, mt, err, tt.data, tt.mime)
+			}
+		})
+	}
+}
+
+// An attachment to send is downloaded as a received one is
+// (platform.Download): a 429 or a 5xx, a connection lost before the
+// answer and a body cut off mid-file are asked again, three attempts in
+// all within DownloadTimeout and the send's ctx, the file read whole
+// once; a 404 stays final at once, and a wait beyond the bound fails at
+// once. Before, the first such failure failed the send's attempt. The
+// error never names the URL, whichever attempt failed.
+func TestReadOutboundRetries(t *testing.T) {
+	t.Parallel()
+	file := strings.Repeat("0123456789abcdef", 4<<10) // 64 KiB
+	refused := func(status int, retryAfter string) serverStep {
+		return func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Retry-After", retryAfter)
+			w.WriteHeader(status)
+		}
+	}
+	for _, tc := range []struct {
+		name  string
+		steps []serverStep
+		bound time.Duration // the send's ctx
+		// requests the download makes; err is what its error says
+		// ("": the file), permanent whether it is Permanent.
+		requests         int
+		err              string
+		permanent        bool
+		minTime, maxTime time.Duration
+	}{
+		{name: "503, then the file", steps: []serverStep{refused(503, "0")}, requests: 2, maxTime: time.Second},
+		{name: "429 with Retry-After, then the file", steps: []serverStep{refused(429, "1")}, requests: 2, minTime: time.Second, maxTime: 2 * time.Second},
+		{name: "dropped, then the file", steps: []serverStep{dropped}, requests: 2, minTime: 1500 * time.Millisecond, maxTime: 2900 * time.Millisecond},
+		{name: "cut, then the file", steps: []serverStep{cut(file)}, requests: 2, minTime: 1500 * time.Millisecond, maxTime: 2900 * time.Millisecond},
+		{name: "three 503s", steps: []serverStep{refused(503, "0"), refused(503, "0"), refused(503, "0")}, requests: 3, err: "503", maxTime: time.Second},
+		{name: "404 is final", steps: []serverStep{refused(404, "0")}, requests: 1, err: "404", permanent: true, maxTime: time.Second},
+		{name: "a wait beyond the bound", steps: []serverStep{refused(429, "120")}, bound: 10 * time.Second, requests: 1, err: "429", maxTime: time.Second},
+		{name: "dropped three times", steps: []serverStep{dropped, dropped, dropped}, requests: 3, err: "3 attempts failed", minTime: 4500 * time.Millisecond, maxTime: 5900 * time.Millisecond},
+		{name: "cut, then dropped twice", steps: []serverStep{cut(file), dropped, dropped}, requests: 3, err: "3 attempts failed", minTime: 4500 * time.Millisecond, maxTime: 5900 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s := newFlakyServer(t, file, tc.steps...)
+			// A connection for each request: the transport asks again by
+			// itself for a request whose reused connection was closed.
+			dl := &Downloader{hc: egress.Guard(&http.Client{Transport: &http.Transport{DisableKeepAlives: true}}, egress.Config{AllowPrivate: true})}
+			a := &eventsv1.Attachment{Location: &eventsv1.Attachment_Url{Url: s.URL + "/f.txt?sig=secret"}, MimeType: "text/plain"}
+			ctx, cancel := context.WithTimeout(context.Background(), cmp.Or(tc.bound, 30*time.Second))
+			defer cancel()
+			start := time.Now()
+			data, _, err := ReadOutbound(ctx, a, nil, dl, 1<<20)
+			took := time.Since(start)
+			if n := s.count(); n != tc.requests {
+				t.Errorf("%d requests, want %d", n, tc.requests)
+			}
+			if took < tc.minTime || took > tc.maxTime {
+				t.Errorf("took %s, want %s to %s", took, tc.minTime, tc.maxTime)
+			}
+			if tc.err == "" {
+				if err != nil || string(data) != file {
+					t.Fatalf("read %d bytes (%v), want the file's %d", len(data), err, len(file))
+				}
+				return
+			}
+			var se *SendError
+			permanent := errors.As(err, &se) && se.Class == deliveryv1.ErrorClass_ERROR_CLASS_PERMANENT
+			if err == nil || !strings.Contains(err.Error(), tc.err) || permanent != tc.permanent {
+				t.Fatalf("err %v, want one saying %q (permanent: %v)", err, tc.err, tc.permanent)
+			}
+			if msg := err.Error(); strings.Contains(msg, "secret") || strings.Contains(msg, "/f.txt") {
+				t.Fatalf("err %q names the URL", msg)
 			}
 		})
 	}

@@ -20,8 +20,9 @@ import (
 // lost the file to the turn. A 429 is asked again after the wait it
 // names, in the body's retry_after_ms when it has no Retry-After (a
 // homeserver before Matrix 1.10): before, after 1.5 s whatever it named,
-// and a wait beyond the fetch's bound was not seen as one. A 404 or a
-// 403 is final.
+// and a wait beyond the fetch's bound was not seen as one. With both,
+// the header's wait is waited (Matrix 1.10 deprecates the body's): before,
+// the body's. A 404 or a 403 is final.
 func TestFetch(t *testing.T) {
 	t.Parallel()
 	f := matrixfake.New(bot, token)
@@ -52,6 +53,8 @@ func TestFetch(t *testing.T) {
 			fails: []matrixfake.Fail{{Status: http.StatusTooManyRequests, ErrCode: "M_LIMIT_EXCEEDED", RetryAfterMS: 200, BodyOnly: true}}},
 		{name: "a body's wait beyond the bound", mxc: mxc, downloads: 1, status: http.StatusTooManyRequests, wait: 2 * time.Minute, maxTime: time.Second,
 			fails: []matrixfake.Fail{{Status: http.StatusTooManyRequests, ErrCode: "M_LIMIT_EXCEEDED", RetryAfterMS: 120_000, BodyOnly: true}}},
+		{name: "rate limited, the header's wait before the body's", mxc: mxc, downloads: 2, minTime: time.Second, maxTime: 2 * time.Second,
+			fails: []matrixfake.Fail{{Status: http.StatusTooManyRequests, ErrCode: "M_LIMIT_EXCEEDED", RetryAfterMS: 120_000, RetryAfter: "1"}}},
 		{name: "502 then the file", mxc: mxc, downloads: 2,
 			fails: []matrixfake.Fail{{Status: http.StatusBadGateway, ErrCode: "M_UNKNOWN"}}},
 		{name: "forbidden is final", mxc: mxc, downloads: 1, status: http.StatusForbidden,
@@ -96,16 +99,17 @@ func TestFetch(t *testing.T) {
 	}
 }
 
-// A refused download's body names the wait before the next attempt
-// (retry_after_ms), bounded as a send's (maxNamedWait) before it
-// becomes a time.Duration; a body without one leaves the wait to
-// platform.Download (the Retry-After, else its default), and an answer
-// that is not asked again names none.
+// A refused download names the wait before the next attempt in its
+// Retry-After, else its body's retry_after_ms, bounded as a send's
+// (maxNamedWait) before it becomes a time.Duration; one that names none
+// leaves the wait to platform.Download (its default), and an answer that
+// is not asked again names none.
 func TestDownloadRefused(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name   string
 		status int
+		header string // Retry-After ("": none)
 		body   string
 		retry  bool
 		wait   time.Duration // the WaitError's (0: none)
@@ -118,9 +122,16 @@ func TestDownloadRefused(t *testing.T) {
 		{name: "not JSON", status: 502, body: `<html>Bad Gateway</html>`, retry: true},
 		{name: "503 naming a wait", status: 503, body: `{"errcode":"M_UNKNOWN","retry_after_ms":300}`, retry: true, wait: 300 * time.Millisecond},
 		{name: "403 is final", status: 403, body: `{"errcode":"M_FORBIDDEN","retry_after_ms":300}`},
+		{name: "Retry-After before retry_after_ms", status: 429, header: "2", body: `{"errcode":"M_LIMIT_EXCEEDED","retry_after_ms":1500}`, retry: true, wait: 2 * time.Second},
+		{name: "Retry-After before a longer retry_after_ms", status: 429, header: "1", body: `{"errcode":"M_LIMIT_EXCEEDED","retry_after_ms":120000}`, retry: true, wait: time.Second},
+		{name: "Retry-After alone", status: 503, header: "3", body: `<html>Service Unavailable</html>`, retry: true, wait: 3 * time.Second},
+		{name: "Retry-After of 0 names none", status: 429, header: "0", body: `{"errcode":"M_LIMIT_EXCEEDED","retry_after_ms":1500}`, retry: true, wait: 1500 * time.Millisecond},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			resp := &http.Response{StatusCode: tc.status, Status: http.StatusText(tc.status), Header: http.Header{}}
+			if tc.header != "" {
+				resp.Header.Set("Retry-After", tc.header)
+			}
 			retry, err := downloadRefused(resp, []byte(tc.body))
 			var (
 				se   *platform.StatusError

@@ -492,9 +492,9 @@ func (p *Platform) Fetch(ctx context.Context, a *eventsv1.Attachment) (io.ReadCl
 }
 
 // downloadRefused reads a media download's answer other than 200: a 429
-// or a 5xx is asked again (platform.Download's rule), after the
-// retry_after_ms its body names (at most maxNamedWait, as namedWait
-// reads it), else platform.Download's wait (the Retry-After, else 1.5 s
+// or a 5xx is asked again (platform.Download's rule), after the wait it
+// names as namedWait reads it (the Retry-After header, else the body's
+// retry_after_ms, at most maxNamedWait), else platform.Download's (1.5 s
 // then 3 s). A homeserver before Matrix 1.10 (MSC4041) names the wait
 // in the body alone: before, it was asked again after 1.5 s however
 // long it had asked for, even past the fetch's bound (where the download
@@ -503,12 +503,16 @@ func (p *Platform) Fetch(ctx context.Context, a *eventsv1.Attachment) (io.ReadCl
 func downloadRefused(resp *http.Response, body []byte) (bool, error) {
 	retry := resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500
 	var err error = &platform.StatusError{Code: resp.StatusCode, Status: resp.Status}
+	if !retry {
+		return false, err
+	}
+	he := mautrix.HTTPError{Response: resp}
 	var re mautrix.RespError
-	if retry && json.Unmarshal(body, &re) == nil {
-		// The body's wait only: the header's platform.Download reads.
-		if d, ok := namedWait(mautrix.HTTPError{RespError: &re}); ok {
-			err = &platform.WaitError{Err: err, Wait: d}
-		}
+	if json.Unmarshal(body, &re) == nil {
+		he.RespError = &re
+	}
+	if d, ok := namedWait(he); ok {
+		err = &platform.WaitError{Err: err, Wait: d}
 	}
 	return retry, err
 }
@@ -580,8 +584,8 @@ func (p *Platform) mediaContent(ctx context.Context, a *eventsv1.Attachment, i i
 }
 
 // classify maps a homeserver's answer to delivery's error classes:
-// M_LIMIT_EXCEEDED (429) is retried after retry_after_ms (or the
-// Retry-After header); M_FORBIDDEN, M_UNKNOWN_TOKEN and the other 4xx
+// M_LIMIT_EXCEEDED (429) is retried after the Retry-After header (or
+// retry_after_ms); M_FORBIDDEN, M_UNKNOWN_TOKEN and the other 4xx
 // are permanent; 5xx and network errors are retried.
 func classify(err error) error {
 	if err == nil {
@@ -614,8 +618,8 @@ func classify(err error) error {
 	return err
 }
 
-// retryAfter reads the wait a 429 names: retry_after_ms in the body, else
-// the Retry-After header (seconds), else 1 s.
+// retryAfter reads the wait a 429 names (namedWait: the Retry-After
+// header, else retry_after_ms in the body), else 1 s.
 func retryAfter(he mautrix.HTTPError) time.Duration {
 	if d, ok := namedWait(he); ok {
 		return d
@@ -627,24 +631,26 @@ func retryAfter(he mautrix.HTTPError) time.Duration {
 // time.Duration, which a larger one overflows (to 0 or less: no wait).
 const maxNamedWait = 24 * time.Hour
 
-// namedWait is the wait an answer names: retry_after_ms in the body,
-// else the Retry-After header (seconds), at most maxNamedWait; ok false
-// when it names none.
+// namedWait is the wait an answer names: its Retry-After header
+// (seconds or a date), else retry_after_ms in the body, at most
+// maxNamedWait; ok false when it names none (a Retry-After of 0 names
+// none). The header comes first when both are sent: the Client-Server
+// API's "Rate limiting" (changed in v1.10, MSC4041) has homeservers send
+// Retry-After with every 429 and deprecates retry_after_ms "in favour of
+// the Retry-After header", and MSC4041 has clients read the header
+// first, the body's property only without it (a homeserver before 1.10).
 func namedWait(he mautrix.HTTPError) (time.Duration, bool) {
+	if he.Response != nil {
+		if d, ok := platform.ParseRetryAfter(he.Response.Header.Get("Retry-After"), time.Now()); ok && d > 0 {
+			return min(d, maxNamedWait), true
+		}
+	}
 	if he.RespError != nil {
 		if ms, ok := he.RespError.ExtraData["retry_after_ms"].(float64); ok && ms > 0 {
 			if ms >= float64(maxNamedWait/time.Millisecond) {
 				return maxNamedWait, true
 			}
 			return time.Duration(ms) * time.Millisecond, true
-		}
-	}
-	if he.Response != nil {
-		if s := he.Response.Header.Get("Retry-After"); s != "" {
-			var secs int64
-			if _, err := fmt.Sscan(s, &secs); err == nil && secs > 0 {
-				return time.Duration(min(secs, int64(maxNamedWait/time.Second))) * time.Second, true
-			}
 		}
 	}
 	return 0, false

@@ -161,7 +161,7 @@ func (p *Platform) Connect(ctx context.Context, conn platform.Conn) error {
 const maxSyncRetryAfter = 5 * time.Minute
 
 // syncRateLimited reports the wait a /sync refused with a 429
-// (M_LIMIT_EXCEEDED) names (retry_after_ms, or Retry-After), at most
+// (M_LIMIT_EXCEEDED) names (Retry-After, else retry_after_ms), at most
 // maxSyncRetryAfter; ok false when it is no such refusal or names no
 // wait (the reconnect schedule's then).
 func syncRateLimited(err error) (wait time.Duration, ok bool) {

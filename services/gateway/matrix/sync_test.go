@@ -248,20 +248,25 @@ func TestRateLimitWaitBounded(t *testing.T) {
 		he   mautrix.HTTPError
 		sync time.Duration // syncRateLimited's wait
 		min  time.Duration // retryAfter's at least
+		max  time.Duration // retryAfter's at most (0: any)
 	}{
 		{name: "retry_after_ms as named", he: limited(1500.0, ""), sync: 1500 * time.Millisecond, min: 1500 * time.Millisecond},
 		{name: "Retry-After as named", he: limited(nil, "7"), sync: 7 * time.Second, min: 7 * time.Second},
 		{name: "retry_after_ms of centuries", he: limited(1e13, ""), sync: maxSyncRetryAfter, min: time.Hour},
 		{name: "retry_after_ms beyond int64", he: limited(1e20, ""), sync: maxSyncRetryAfter, min: time.Hour},
 		{name: "Retry-After of centuries", he: limited(nil, "10000000000000"), sync: maxSyncRetryAfter, min: time.Hour},
+		// Matrix 1.10 deprecates retry_after_ms in favour of the
+		// header: with both, the header's wait, longer or shorter.
+		{name: "Retry-After before retry_after_ms", he: limited(1500.0, "7"), sync: 7 * time.Second, min: 7 * time.Second},
+		{name: "Retry-After before a longer retry_after_ms", he: limited(600_000.0, "2"), sync: 2 * time.Second, min: 2 * time.Second, max: 2 * time.Second},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			wait, ok := syncRateLimited(tc.he)
 			if !ok || wait != tc.sync {
 				t.Errorf("sync waits %s (named %v), want %s", wait, ok, tc.sync)
 			}
-			if d := retryAfter(tc.he); d < tc.min {
-				t.Errorf("a send's retry after %s, want at least %s", d, tc.min)
+			if d := retryAfter(tc.he); d < tc.min || tc.max > 0 && d > tc.max {
+				t.Errorf("a send's retry after %s, want at least %s and at most %s (0: any)", d, tc.min, tc.max)
 			}
 		})
 	}

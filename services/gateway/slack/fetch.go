@@ -38,7 +38,9 @@ var errSignIn = errors.New("slack answered its sign-in page: the bot token canno
 // is asked again after its Retry-After, else 1.5 s then 3 s, three
 // attempts in all, as Hermes's _download_slack_file, within ctx (the
 // fetch's bound): a wait that would outlast it fails at once
-// (platform.Download).
+// (platform.Download). So is a connection lost, before the answer or in
+// the middle of the file: the body the caller reads asks again and reads
+// on where it broke.
 func (p *Platform) Fetch(ctx context.Context, a *eventsv1.Attachment) (io.ReadCloser, string, error) {
 	id := a.GetPlatformFileId()
 	u, err := url.Parse(a.GetUrl())

@@ -77,6 +77,10 @@ type Fail struct {
 	// BodyOnly sends RetryAfterMS in the body alone, without a
 	// Retry-After, as homeservers before Matrix 1.10 (MSC4041) do.
 	BodyOnly bool
+	// RetryAfter, when set, is the Retry-After sent (seconds or a date)
+	// in place of RetryAfterMS's seconds: a header that names another
+	// wait than the body.
+	RetryAfter string
 	// After lets that many calls of the endpoint through first.
 	After int
 }
@@ -610,6 +614,9 @@ func (f *Fake) fail(w http.ResponseWriter, endpoint string) bool {
 		if !fl.BodyOnly {
 			w.Header().Set("Retry-After", strconv.Itoa((fl.RetryAfterMS+999)/1000))
 		}
+	}
+	if fl.RetryAfter != "" {
+		w.Header().Set("Retry-After", fl.RetryAfter)
 	}
 	writeJSON(w, fl.Status, body)
 	return true

@@ -34,6 +34,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/coder/websocket"
+
+	"github.com/switchboard-chat/switchboard/pkg/platform/platformtest"
 )
 
 // Fake is one Slack workspace with one app installed.
@@ -270,10 +272,13 @@ func (f *Fake) SetFilesRead(ok bool) {
 }
 
 // FileFailure is an answer of files.slack.com other than the file: a
-// status (429, 500, 503 …) with the Retry-After it names ("": none).
+// status (429, 500, 503 …) with the Retry-After it names ("": none),
+// or, Cut, the first half of the file, after which the connection drops
+// (platformtest.CutFile).
 type FileFailure struct {
 	Status     int
 	RetryAfter string
+	Cut        bool
 }
 
 // FailFiles makes the next file requests, one each, answer these
@@ -314,7 +319,9 @@ func (f *Fake) file(w http.ResponseWriter, r *http.Request) {
 	}
 	f.mu.Unlock()
 	switch {
-	case failure != nil:
+	case failure != nil && failure.Cut && ok:
+		platformtest.CutFile(w, file.mimetype, file.data)
+	case failure != nil && !failure.Cut:
 		if failure.RetryAfter != "" {
 			w.Header().Set("Retry-After", failure.RetryAfter)
 		}
