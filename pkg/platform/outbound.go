@@ -102,10 +102,17 @@ func readOutbound(ctx context.Context, a *eventsv1.Attachment, store *attachment
 	return data, strings.TrimSpace(mimeType), nil
 }
 
+// outboundUserAgent names the client that fetches an attachment's URL
+// as a browser-compatible one, as Hermes's media fetches do ("Mozilla/5.0
+// (compatible; HermesAgent/1.0)"): some file hosts refuse a request
+// named as an HTTP library (Go's default, "Go-http-client/1.1").
+const outboundUserAgent = "Mozilla/5.0 (compatible; Switchboard/1.0)"
+
 // download fetches u, at most max bytes (one more tells it is larger),
 // within DownloadTimeout: platform.Download's attempts, as a received
 // file's (a 429 or a 5xx, a connection lost, a body cut off mid-file
-// asked again, three attempts in all). Its error does not name u.
+// asked again, three attempts in all), as outboundUserAgent. Its error
+// does not name u.
 func download(ctx context.Context, hc *http.Client, u string, max int64) ([]byte, string, error) {
 	if _, err := http.NewRequest(http.MethodGet, u, nil); err != nil {
 		return nil, "", Permanent(errors.New("attachment URL is not a valid URL"))
@@ -113,7 +120,11 @@ func download(ctx context.Context, hc *http.Client, u string, max int64) ([]byte
 	ctx, cancel := context.WithTimeout(ctx, DownloadTimeout)
 	defer cancel()
 	resp, err := Download(ctx, hc, func(ctx context.Context) (*http.Request, error) {
-		return http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+		if err == nil {
+			req.Header.Set("User-Agent", outboundUserAgent)
+		}
+		return req, err
 	})
 	var se *StatusError
 	switch {

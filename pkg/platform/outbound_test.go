@@ -78,6 +78,14 @@ func TestReadOutbound(t *testing.T) {
 			w.WriteHeader(http.StatusServiceUnavailable)
 		case "/slow-down":
 			w.WriteHeader(http.StatusTooManyRequests)
+		case "/browsers-only":
+			// As a host that refuses a request named as an HTTP
+			// library (Go's default User-Agent).
+			if !strings.HasPrefix(r.UserAgent(), "Mozilla/5.0 (compatible; ") {
+				w.WriteHeader(http.StatusForbidden)
+				return
+			}
+			_, _ = w.Write([]byte("GIF89a"))
 		default:
 			http.NotFound(w, r)
 		}
@@ -98,6 +106,7 @@ func TestReadOutbound(t *testing.T) {
 		{name: "bad data URL", a: &eventsv1.Attachment{Location: &eventsv1.Attachment_Url{Url: "data:text/plain;base64,@@"}}, err: "data: URL", permanent: true},
 		{name: "download, the server's type without parameters", a: &eventsv1.Attachment{Location: &eventsv1.Attachment_Url{Url: srv.URL + "/cat.png"}}, data: "\x89PNG\r\n\x1a\nfake", mime: "image/png"},
 		{name: "download, sniffed", a: &eventsv1.Attachment{Location: &eventsv1.Attachment_Url{Url: srv.URL + "/plain"}}, data: "%PDF-1.4 body", mime: "application/pdf"},
+		{name: "download, named as a client", a: &eventsv1.Attachment{Location: &eventsv1.Attachment_Url{Url: srv.URL + "/browsers-only"}}, data: "GIF89a", mime: "image/gif"},
 		{name: "not found is for good", a: &eventsv1.Attachment{Location: &eventsv1.Attachment_Url{Url: srv.URL + "/gone"}}, err: "404", permanent: true},
 		{name: "a busy server is retried", a: &eventsv1.Attachment{Location: &eventsv1.Attachment_Url{Url: srv.URL + "/busy"}}, err: "503"},
 		{name: "a rate limit is retried", a: &eventsv1.Attachment{Location: &eventsv1.Attachment_Url{Url: srv.URL + "/slow-down"}}, err: "429"},
