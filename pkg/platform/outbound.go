@@ -133,6 +133,11 @@ func download(ctx context.Context, hc *http.Client, u string, max int64) ([]byte
 		return nil, "", Permanent(fmt.Errorf("download attachment: %w (allow it with attachments.urls.allow_hosts or allow_private)", err))
 	case errors.As(err, &se) && se.Code >= 400 && se.Code < 500 && se.Code != http.StatusTooManyRequests:
 		return nil, "", Permanent(fmt.Errorf("attachment: %w", err))
+	case se != nil && se.Wait > 0:
+		// The file's host asked for a wait past the bound: delivery's
+		// next attempt comes after it, not at its own backoff's pace
+		// into the same refusal.
+		return nil, "", &SendError{Class: deliveryv1.ErrorClass_ERROR_CLASS_RETRYABLE, RetryAfter: se.Wait, Err: fmt.Errorf("attachment: %w", err)}
 	case se != nil:
 		return nil, "", fmt.Errorf("attachment: %w", err)
 	case err != nil:

@@ -157,10 +157,12 @@ func TestReadOutboundRetries(t *testing.T) {
 		steps []serverStep
 		bound time.Duration // the send's ctx
 		// requests the download makes; err is what its error says
-		// ("": the file), permanent whether it is Permanent.
+		// ("": the file), permanent whether it is Permanent, retryAfter
+		// the wait it passes on to delivery.
 		requests         int
 		err              string
 		permanent        bool
+		retryAfter       time.Duration
 		minTime, maxTime time.Duration
 	}{
 		{name: "503, then the file", steps: []serverStep{refused(503, "0")}, requests: 2, maxTime: time.Second},
@@ -169,7 +171,7 @@ func TestReadOutboundRetries(t *testing.T) {
 		{name: "cut, then the file", steps: []serverStep{cut(file)}, requests: 2, minTime: 1500 * time.Millisecond, maxTime: 2900 * time.Millisecond},
 		{name: "three 503s", steps: []serverStep{refused(503, "0"), refused(503, "0"), refused(503, "0")}, requests: 3, err: "503", maxTime: time.Second},
 		{name: "404 is final", steps: []serverStep{refused(404, "0")}, requests: 1, err: "404", permanent: true, maxTime: time.Second},
-		{name: "a wait beyond the bound", steps: []serverStep{refused(429, "120")}, bound: 10 * time.Second, requests: 1, err: "429", maxTime: time.Second},
+		{name: "a wait beyond the bound", steps: []serverStep{refused(429, "120")}, bound: 10 * time.Second, requests: 1, err: "429", retryAfter: 2 * time.Minute, maxTime: time.Second},
 		{name: "dropped three times", steps: []serverStep{dropped, dropped, dropped}, requests: 3, err: "3 attempts failed", minTime: 4500 * time.Millisecond, maxTime: 5900 * time.Millisecond},
 		{name: "cut, then dropped twice", steps: []serverStep{cut(file), dropped, dropped}, requests: 3, err: "3 attempts failed", minTime: 4500 * time.Millisecond, maxTime: 5900 * time.Millisecond},
 	} {
@@ -201,6 +203,14 @@ func TestReadOutboundRetries(t *testing.T) {
 			permanent := errors.As(err, &se) && se.Class == deliveryv1.ErrorClass_ERROR_CLASS_PERMANENT
 			if err == nil || !strings.Contains(err.Error(), tc.err) || permanent != tc.permanent {
 				t.Fatalf("err %v, want one saying %q (permanent: %v)", err, tc.err, tc.permanent)
+			}
+			if after := time.Duration(0); tc.retryAfter > 0 || se != nil {
+				if se != nil {
+					after = se.RetryAfter
+				}
+				if after != tc.retryAfter {
+					t.Errorf("passes on a wait of %s, want %s", after, tc.retryAfter)
+				}
 			}
 			if msg := err.Error(); strings.Contains(msg, "secret") || strings.Contains(msg, "/f.txt") {
 				t.Fatalf("err %q names the URL", msg)
