@@ -11,9 +11,10 @@ import (
 	"github.com/switchboard-chat/switchboard/pkg/pg/pgtest"
 )
 
-// endTurn records the end of the turn id as its worker does as the turn
-// ends (its worker_turns row), which ends the turn's lease.
-func endTurn(t *testing.T, s *Store, id string) {
+// recordEnd records the end of the turn id as its worker does with its
+// answer (its worker_turns row), which does not end the turn's lease:
+// the turn may still run under its lock (a voice reply, a goal step).
+func recordEnd(t *testing.T, s *Store, id string) {
 	t.Helper()
 	if _, err := s.pool.Exec(context.Background(), `INSERT INTO worker_turns (turn_id, session_key, session_id, generation)
 		VALUES ($1, '', '', 0) ON CONFLICT (turn_id) DO NOTHING`, id); err != nil {
@@ -21,11 +22,25 @@ func endTurn(t *testing.T, s *Store, id string) {
 	}
 }
 
+// endTurn ends the turn id as its worker does as it lets go of the
+// session lock: its end recorded, then its lease ended. Once its start
+// committed: until then the lease's row is the start's, which a publish
+// callback cannot end (the worker's end waits for that commit).
+func endTurn(t *testing.T, s *Store, id string) {
+	t.Helper()
+	recordEnd(t, s, id)
+	if _, err := s.pool.Exec(context.Background(), `DELETE FROM turn_leases WHERE turn_id = $1`, id); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // A started turn holds its session in Postgres (migration 00148) until
-// its worker records its end, the session moves on (/stop, /new), or the
-// lease expires: meanwhile no start, free or from the queue, starts
-// another turn, whatever the Redis lock says (Redis may have lost it
-// while the turn ran). The messages stay queued for the turn's end.
+// its worker ends its lease as it lets go of its lock, the session moves
+// on (/stop, /new), or the lease expires: meanwhile no start, free or
+// from the queue, starts another turn, whatever the Redis lock says
+// (Redis may have lost it while the turn ran). Its recorded end (its
+// answer) does not end it: the turn runs on under its lock (a voice
+// reply, a goal step). The messages stay queued for the turn's end.
 func TestTurnStartsWaitForTheLeasedTurn(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -43,6 +58,7 @@ func TestTurnStartsWaitForTheLeasedTurn(t *testing.T) {
 	}{
 		{"running, free start", true, func(*testing.T, string, string) {}, false},
 		{"running, queued start", false, func(*testing.T, string, string) {}, false},
+		{"answered, still under its lock", true, func(t *testing.T, _, turn string) { recordEnd(t, s, turn) }, false},
 		{"ended", false, func(t *testing.T, _, turn string) { endTurn(t, s, turn) }, true},
 		{"stopped", true, func(t *testing.T, key, _ string) {
 			if _, _, _, err := s.Stop(ctx, key); err != nil {

@@ -207,14 +207,16 @@ func (s *Store) WithTurnLease(d time.Duration) *Store {
 }
 
 // turnRunsSQL is true while the session $1's last turn holds its lease
-// (migration 00148): the session is still at the turn's generation, the
-// lease has not expired, and the turn's worker has not recorded its end
-// (worker_turns, see TurnMayRun). It reads the sessions row in scope. A
-// turn start refuses to start anything then, whatever the Redis lock
-// says: the lock may have been lost with Redis's data while the turn ran.
+// (migration 00148): the session is still at the turn's generation, and
+// the lease has not expired nor been ended by the turn's worker, which
+// ends it as it lets go of the session lock. Not at the turn's recorded
+// end (its worker_turns row): the turn still runs under its lock after
+// it (its voice reply, its goal and loop steps). It reads the sessions
+// row in scope. A turn start refuses to start anything then, whatever
+// the Redis lock says: the lock may have been lost with Redis's data
+// while the turn ran.
 const turnRunsSQL = `EXISTS (SELECT 1 FROM turn_leases l
-	WHERE l.session_key = $1 AND l.generation = sessions.generation AND l.expires_at > now()
-	  AND NOT EXISTS (SELECT 1 FROM worker_turns w WHERE w.turn_id = l.turn_id))`
+	WHERE l.session_key = $1 AND l.generation = sessions.generation AND l.expires_at > now())`
 
 // TurnRunning reports whether the session key's last turn holds its
 // lease (turnRunsSQL): it may run though the Redis lock is free, lost

@@ -63,7 +63,6 @@ func TestStartTurnGrouping(t *testing.T) {
 			var more []bool
 			for {
 				started, err := s.StartTurn(ctx, key, "t", tt.max, tt.bytes, func(_ context.Context, turn Turn) error {
-					endTurn(t, s, turn.Session.LastTurnID) // before the next start
 					var texts []string
 					for _, q := range turn.Inputs {
 						texts = append(texts, q.Event.GetEventId())
@@ -79,6 +78,7 @@ func TestStartTurnGrouping(t *testing.T) {
 				if !started {
 					break
 				}
+				endTurn(t, s, "t") // before the next start
 			}
 			if strings.Join(got, "|") != strings.Join(tt.want, "|") {
 				t.Fatalf("turns %q, want %q", got, tt.want)
@@ -461,7 +461,6 @@ func TestStartFree(t *testing.T) {
 				errPub := errors.New("bus down")
 				_, started, err := s.BeginFree(ctx, key, "", src, ev, fmt.Sprint("turn-", i)).Start(ctx, proceed, func(_ context.Context, turn Turn) error {
 					published = append(published, turn)
-					endTurn(t, s, turn.Session.LastTurnID) // before the next start
 					if st.failPub {
 						return errPub
 					}
@@ -476,6 +475,9 @@ func TestStartFree(t *testing.T) {
 				}
 				if started != st.started {
 					t.Fatalf("step %d: started %v, want %v", i, started, st.started)
+				}
+				if started {
+					endTurn(t, s, fmt.Sprint("turn-", i)) // before the next start
 				}
 				if st.started {
 					if len(published) != 1 || published[0].Generation != st.gen || len(published[0].Inputs) != 1 ||

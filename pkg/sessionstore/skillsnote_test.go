@@ -36,7 +36,6 @@ func TestSkillsNoteRidesOneTurn(t *testing.T) {
 		boom := errors.New("bus down")
 		started, err := s.StartTurn(ctx, key, "t", 32, 0, func(_ context.Context, turn Turn) error {
 			note = turn.SkillsNote
-			endTurn(t, s, turn.Session.LastTurnID) // before the next start
 			if fail {
 				return boom
 			}
@@ -52,6 +51,7 @@ func TestSkillsNoteRidesOneTurn(t *testing.T) {
 		if err != nil || !started {
 			t.Fatalf("start: %v %v", started, err)
 		}
+		endTurn(t, s, "t") // before the next start
 		return note, true
 	}
 	if err := s.SetSkillsNote(ctx, key, "first"); err != nil {
@@ -146,7 +146,6 @@ func startOne(ctx context.Context, t *testing.T, s *Store, key string, ev *event
 	var note string
 	publish := func(_ context.Context, turn Turn) error {
 		note = turn.SkillsNote
-		endTurn(t, s, turn.Session.LastTurnID) // before the next start
 		return nil
 	}
 	turnID := fmt.Sprint("t", seq)
@@ -155,6 +154,7 @@ func startOne(ctx context.Context, t *testing.T, s *Store, key string, ev *event
 		if err != nil || !started {
 			t.Fatalf("free start: %v %v", started, err)
 		}
+		endTurn(t, s, turnID) // before the next start
 		return note
 	}
 	if _, err := s.Enqueue(ctx, key, seq, true, ev, 32); err != nil {
@@ -164,5 +164,6 @@ func startOne(ctx context.Context, t *testing.T, s *Store, key string, ev *event
 	if err != nil || !started {
 		t.Fatalf("start: %v %v", started, err)
 	}
+	endTurn(t, s, turnID) // before the next start
 	return note
 }

@@ -483,7 +483,7 @@ func (s *Service) CronRunAlive(ctx context.Context, runID string) (bool, error) 
 		return true, nil
 	}
 	// Redis may have lost the lock of a turn that still runs: its lease
-	// in Postgres (migration 00148) holds until its end is recorded.
+	// in Postgres (migration 00148) holds until its worker lets go of it.
 	if running, err := s.store.TurnRunning(ctx, key); err != nil || running {
 		return running, err
 	}

@@ -523,14 +523,19 @@ func TestCronRunAlive(t *testing.T) {
 	waitFor(t, "the dead worker's claim to lapse", func() bool { v, _ := locker.Owner(ctx, key); return v == "" })
 	alive("its worker dead", false)
 	// Redis lost the lock of a turn that still runs: its lease in
-	// Postgres (migration 00148) says so until the turn's end is
-	// recorded.
+	// Postgres (migration 00148) says so until the turn's worker ends it,
+	// as it lets go of the lock; the turn's recorded end (its answer)
+	// does not.
 	if _, err := e.db.Exec(ctx, `INSERT INTO turn_leases (session_key, turn_id, generation, expires_at)
 		SELECT session_key, 'cron-turn', generation, now() + interval '1 minute' FROM sessions WHERE session_key = $1`, key); err != nil {
 		t.Fatal(err)
 	}
 	alive("its turn's lease holding, the lock lost with Redis's data", true)
 	if _, err := e.db.Exec(ctx, `INSERT INTO worker_turns (turn_id, session_key, session_id, generation) VALUES ('cron-turn', $1, '', 0)`, key); err != nil {
+		t.Fatal(err)
+	}
+	alive("its turn answered, still under its lock", true)
+	if _, err := e.db.Exec(ctx, `DELETE FROM turn_leases WHERE session_key = $1 AND turn_id = 'cron-turn'`, key); err != nil {
 		t.Fatal(err)
 	}
 	alive("its turn ended", false)

@@ -51,9 +51,8 @@ const (
 func (r *turnRun) memoryFlush(ctx context.Context) error {
 	if _, ok := r.s.tools.Get(flushTool); !ok || r.s.agent != nil {
 		// Its end is recorded all the same (a row with no usage, which
-		// keeps one an earlier attempt booked): the row ends the flush's
-		// lease on the session (migration 00148), which the new
-		// conversation's first turn waits for.
+		// keeps one an earlier attempt booked), as a flush that ran
+		// records it.
 		r.log.Info("memory flush skipped: no memory tool")
 		r.bookFlushUsage(ctx, store.StatusCompleted)
 		return nil
@@ -147,12 +146,14 @@ func (r *turnRun) flushed(ctx context.Context) error {
 	}
 	t := r.withUsage()
 	t.Usage.Context = 0
+	t.EndLease = true // nothing follows a flush
 	_, err := r.s.store.Finish(context.WithoutCancel(ctx), t, nil, 0, nil,
 		store.Final{Status: store.StatusCompleted, Kind: store.FinalText, Model: r.model})
 	if err != nil {
 		return err
 	}
 	r.usageRecorded = true
+	r.finished(t)
 	return nil
 }
 

@@ -11,6 +11,7 @@ import (
 
 	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
 	"github.com/switchboard-chat/switchboard/pkg/redisx"
+	"github.com/switchboard-chat/switchboard/pkg/sessionstore"
 	"github.com/switchboard-chat/switchboard/services/worker"
 )
 
@@ -116,10 +117,9 @@ func TestRenewalRenewsTheTurnsLease(t *testing.T) {
 }
 
 // Every way a turn ends at its session's generation records its end
-// (its worker_turns row), which ends its lease (migration 00148): without
-// it the session's next start finds the turn still holding the session
-// and waits, until the lease expires (the start's grant TTL, an hour,
-// when the turn ended before its first renewal).
+// (its worker_turns row) and ends its lease (migration 00148): without
+// that the session's next start finds the turn still holding the session
+// and waits, until the lease expires.
 func TestEveryTurnEndingAtItsGenerationEndsItsLease(t *testing.T) {
 	t.Parallel()
 	noMemory := func(c *worker.Config, _ *worker.Deps) { c.Agent.Toolsets = []string{"todo"} }
@@ -142,6 +142,8 @@ func TestEveryTurnEndingAtItsGenerationEndsItsLease(t *testing.T) {
 			h := newHarness(t)
 			h.setGeneration("s1", 1)
 			h.startWorker("w1", tt.mod)
+			tt.opts.turnID = "turn-ending"
+			grantLease(t, h, tt.opts.turnID)
 			req := h.requestTurn("s1", tt.text, tt.opts)
 			if c := h.waitCompleted(req.TurnId); c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_COMPLETED {
 				t.Fatalf("status %v (%s), want COMPLETED", c.GetStatus(), c.GetError())
@@ -151,9 +153,117 @@ func TestEveryTurnEndingAtItsGenerationEndsItsLease(t *testing.T) {
 				t.Fatal(err)
 			}
 			if !ended {
-				t.Errorf("the turn completed without recording its end: its lease holds the session")
+				t.Errorf("the turn completed without recording its end")
+			}
+			if leaseHolds(t, h) {
+				t.Errorf("the turn completed and its lease still holds the session")
 			}
 		})
+	}
+}
+
+// grantLease writes the lease of the turn turnID on session s1 as the
+// router's start does: for the grant's hour, at the session's generation.
+func grantLease(t *testing.T, h *harness, turnID string) {
+	t.Helper()
+	if _, err := h.db.Exec(context.Background(), `INSERT INTO turn_leases (session_key, turn_id, generation, expires_at)
+		SELECT session_key, $1, generation, now() + interval '1 hour' FROM sessions WHERE session_key = 's1'`, turnID); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// leaseHolds reports whether the last turn of session s1 holds its lease,
+// as a turn start reads it (sessionstore.TurnRunning).
+func leaseHolds(t *testing.T, h *harness) bool {
+	t.Helper()
+	running, err := sessionstore.New(h.db).TurnRunning(context.Background(), "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return running
+}
+
+// A turn holds its lease (migration 00148) until it lets go of its
+// session lock, not only until its recorded end (its worker_turns row,
+// written with its answer): what follows the answer under the lock, here
+// a voice reply whose speech takes its time (the goal judge's and a
+// /loop wakeup's steps likewise), is the turn's still. Before, the row
+// ended the lease: a message whose start found the lock lost with
+// Redis's data in that stretch started the next turn beside it, whose
+// replies could go before the voice message.
+func TestLeaseHoldsUntilTheTurnLetsGoOfItsLock(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.setGeneration("s1", 1)
+	entered, release := make(chan struct{}, 1), make(chan struct{})
+	h.startWorker("w1", func(_ *worker.Config, d *worker.Deps) {
+		d.Speaker = speakFunc(func(ctx context.Context, _ string) ([]byte, string, error) {
+			entered <- struct{}{}
+			select {
+			case <-release:
+				return []byte("OggS speech"), "audio/ogg", nil
+			case <-ctx.Done():
+				return nil, "", ctx.Err()
+			}
+		})
+	})
+	const turnID = "turn-spoken"
+	grantLease(t, h, turnID)
+	h.requestTurn("s1", "hello", turnOpts{turnID: turnID, voiceMode: "all"})
+	select {
+	case <-entered:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no voice reply")
+	}
+	var recorded bool
+	if err := h.db.QueryRow(context.Background(), `SELECT EXISTS (SELECT 1 FROM worker_turns WHERE turn_id = $1)`, turnID).Scan(&recorded); err != nil {
+		t.Fatal(err)
+	}
+	if !recorded {
+		t.Fatal("the turn speaks its answer before recording it")
+	}
+	if !leaseHolds(t, h) {
+		t.Error("the turn's lease ended with its recorded answer while its voice reply still ran under its lock")
+	}
+	close(release)
+	if c := h.waitCompleted(turnID); c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_COMPLETED {
+		t.Fatalf("status %v (%s), want COMPLETED", c.GetStatus(), c.GetError())
+	}
+	if leaseHolds(t, h) {
+		t.Error("the turn's lease still holds the session after the turn let go of its lock")
+	}
+}
+
+// A turn that ends without letting go of its lock past its answer (a
+// panic there, which the bus dead-letters; a worker that dies on a last
+// delivery) leaves its lease to lapse with the lock, a lock's TTL after
+// the last renewal, even when it ends before its first renewal: the
+// write of its answer brings the lease down from the start's grant (an
+// hour) to the lock's TTL. The session's next message waits that long,
+// as it waits for the lock, not the hour.
+func TestLeaseOfATurnEndedWithoutItsReleaseLapsesWithItsLock(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.setGeneration("s1", 1)
+	entered := make(chan struct{}, 1)
+	h.startWorker("w1", func(_ *worker.Config, d *worker.Deps) {
+		d.Speaker = speakFunc(func(context.Context, string) ([]byte, string, error) {
+			entered <- struct{}{}
+			panic("the speech provider's client crashed")
+		})
+	})
+	const turnID = "turn-panicked"
+	grantLease(t, h, turnID)
+	const ttl = 5 * time.Second // its first renewal comes long after the answer
+	h.requestTurn("s1", "hello", turnOpts{turnID: turnID, voiceMode: "all", lockTTL: ttl})
+	select {
+	case <-entered:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no voice reply")
+	}
+	waitFor(t, 2*ttl, "the lease to lapse with the lock", func() bool { return !leaseHolds(t, h) })
+	if c := h.completed(turnID); c != nil {
+		t.Fatalf("the turn completed (%v) after its panic", c.GetStatus())
 	}
 }
 
@@ -181,10 +291,10 @@ func (seqRefused) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	}
 }
 
-// A turn that fails on its last attempt records its end even when its
-// apology's seq or final cannot be had: the row ends its lease
-// (migration 00148). Before, it completed with none, and the session's
-// next message waited for the lease to expire.
+// A turn that fails on its last attempt records its end, and ends its
+// lease (migration 00148), even when its apology's seq or final cannot
+// be had. Before, it completed with no row, which then ended the lease,
+// and the session's next message waited for the lease to expire.
 func TestTurnFailedOnItsLastAttemptEndsItsLease(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
@@ -194,7 +304,8 @@ func TestTurnFailedOnItsLastAttemptEndsItsLease(t *testing.T) {
 		c.MaxDeliver = 1
 		d.Redis = rdb
 	})
-	req := h.requestTurn("s1", "hello", turnOpts{})
+	grantLease(t, h, "turn-failing")
+	req := h.requestTurn("s1", "hello", turnOpts{turnID: "turn-failing"})
 	if c := h.waitCompleted(req.TurnId); c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_FAILED {
 		t.Fatalf("status %v (%s), want FAILED", c.GetStatus(), c.GetError())
 	}
@@ -203,6 +314,9 @@ func TestTurnFailedOnItsLastAttemptEndsItsLease(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !ended {
-		t.Error("the turn failed on its last attempt without recording its end: its lease holds the session")
+		t.Error("the turn failed on its last attempt without recording its end")
+	}
+	if leaseHolds(t, h) {
+		t.Error("the turn failed on its last attempt and its lease still holds the session")
 	}
 }

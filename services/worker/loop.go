@@ -753,12 +753,13 @@ func (r *turnRun) finishSteered(ctx context.Context, ls *loopState, steps []stor
 		next += len(steps)
 	}
 	f.ReturnNote = r.noteToReturn(ls)
-	t := r.withUsage()
+	t := r.finishing()
 	t.Steered = steered
 	f, err = r.s.store.Finish(ctx, t, before, next, last, f)
 	if err == nil {
 		ls.unsaved = 0
 		r.usageRecorded = true
+		r.finished(t)
 		if f.ReturnNote != "" {
 			r.log.Info("reload-skills note given back: no model read it", "returned", f.NoteReturned)
 		}

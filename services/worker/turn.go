@@ -186,6 +186,9 @@ type turnRun struct {
 	// goalQueued: the goal judge queued a continuation behind the turn
 	// (goalStep); its completion must start it.
 	goalQueued bool
+	// leaseEnded: the write of the turn's answer ended its lease
+	// (store.Turn.EndLease), nothing following it under the lock.
+	leaseEnded bool
 	// noteSent: this attempt built a request to a model (or the external
 	// agent) carrying the turn's /reload-skills note (modelTurn).
 	noteSent bool
@@ -425,7 +428,9 @@ func (r *turnRun) run(ctx context.Context) error {
 				// both. (A listing turn's floor handed this attempt 2.)
 				fin.Seq = 1
 			}
-			kept, ferr := r.s.store.Finish(ctx, r.withUsage(), nil, 0, nil, fin)
+			t := r.withUsage()
+			t.EndLease = true // an apology: no voice reply, no goal or loop step
+			kept, ferr := r.s.store.Finish(ctx, t, nil, 0, nil, fin)
 			switch {
 			case errors.Is(ferr, store.ErrStaleGeneration):
 				r.recordFenced(ctx)
@@ -433,15 +438,15 @@ func (r *turnRun) run(ctx context.Context) error {
 			case ferr == nil:
 				fin = kept // an earlier attempt's final, when one was decided
 				r.usageRecorded = true
+				r.finished(t)
 			}
 			_ = r.publishFinal(ctx, fin)
 		}
 		if !r.usageRecorded {
 			// No final stored (its seq or its write failed): the turn's
 			// end is recorded all the same, with no usage (which goes to
-			// the router, as before), so that its lease (migration 00148)
-			// ends with it and the session's next message need not wait
-			// for the lease to expire.
+			// the router, as before), so that it counts as ended
+			// (sessionstore.TurnMayRun) as a decided turn does.
 			if err := r.s.store.BookUsage(ctx, r.st, store.StatusFailed, r.model); err != nil {
 				r.log.Warn("record the end of a turn failed without a final", "err", err)
 			}
@@ -635,16 +640,18 @@ func statusOf(s string) turnsv1.TurnStatus {
 	}
 }
 
-// complete releases the lock (when release) and publishes TurnCompleted,
-// which tells the router whether messages were marked as waiting behind
-// the turn. Only a first attempt that released the lock itself knows: an
-// earlier attempt may have taken the mark and crashed before its
-// completion was published. A completion that leaves the router nothing
-// to do goes to a subject the router does not read.
+// complete releases the lock (when release), its lease first
+// (endLease), and publishes TurnCompleted, which tells the router
+// whether messages were marked as waiting behind the turn. Only a first
+// attempt that released the lock itself knows: an earlier attempt may
+// have taken the mark and crashed before its completion was published. A
+// completion that leaves the router nothing to do goes to a subject the
+// router does not read.
 func (r *turnRun) complete(ctx context.Context, status turnsv1.TurnStatus, reason string, release bool) error {
 	ctx = context.WithoutCancel(ctx)
 	nothingWaiting := false
 	if release {
+		r.endLease(ctx)
 		waiting, err := r.s.locker.ReleaseWaiting(ctx, r.req.GetSessionKey(), r.holder)
 		if err != nil && !errors.Is(err, redisx.ErrNotOwner) {
 			r.log.Warn("release session lock", "err", err)
@@ -676,6 +683,30 @@ func (r *turnRun) complete(ctx context.Context, status turnsv1.TurnStatus, reaso
 	turnSeconds.WithLabelValues(label).Observe(time.Since(r.began).Seconds())
 	r.log.Info("turn completed", "status", status.String(), "model_calls", u.GetModelCalls(), "tool_calls", u.GetToolCalls())
 	return nil
+}
+
+// endLease ends the turn's lease on its session (migration 00148) as it
+// lets go of the lock, not at its recorded end (its worker_turns row),
+// unless nothing follows the answer under the lock (afterAnswer: the
+// answer's write then ended it, leaseEnded, and a plain turn costs no
+// round trip more): what follows the answer (a voice reply, the goal
+// judge's and a /loop wakeup's steps) is the turn's still, and a start
+// that found the lock lost with Redis's data then would run the next
+// turn beside it, its replies before the voice reply. Before the
+// release: a message arriving between the two finds the lock held and
+// marks it (the release takes the mark), where with the lease still
+// held after the release it would be queued behind a lease about to end
+// and wait for the sweep. An attempt whose lock was lost ends nothing
+// (the lease may be a later attempt's now, which the fence does not tell
+// before that attempt's claim). Not ended (Postgres failed), the lease
+// lapses a lock's TTL after its last renewal, as the lock would.
+func (r *turnRun) endLease(ctx context.Context) {
+	if r.leaseEnded || r.lockLost.Load() || r.held.TurnID == "" {
+		return
+	}
+	if err := r.s.store.EndLease(ctx, r.held); err != nil {
+		r.log.Warn("end the turn's lease", "err", err)
+	}
 }
 
 // claimLock makes this attempt the holder of the session lock the router
@@ -993,6 +1024,33 @@ func (r *turnRun) takeSeq(ctx context.Context) (n int64, created bool, err error
 		r.floored.Store(true)
 	}
 	return v[0], v[1] == 1, nil
+}
+
+// afterAnswer reports whether the turn may still run something under
+// its lock once its answer is written: a voice reply (a speaker and a
+// chat's /voice mode), the goal judge's step (an active goal), a /loop
+// wakeup's step. It errs towards yes: the turn then ends its lease as it
+// lets go of the lock (endLease), a round trip more, rather than with
+// its answer's write.
+func (r *turnRun) afterAnswer() bool {
+	voice := r.req.GetVoiceMode() == voiceAll || r.req.GetVoiceMode() == voiceOnly
+	return r.s.tts != nil && voice || r.s.goals != nil && (r.req.GetGoalActive() || r.loopWakeup() != "")
+}
+
+// finishing is the turn for the write of its answer (store.Finish): with
+// what this attempt used, ending its lease in the same transaction when
+// nothing follows the answer under the lock (afterAnswer).
+func (r *turnRun) finishing() store.Turn {
+	t := r.withUsage()
+	t.EndLease = !r.afterAnswer()
+	return t
+}
+
+// finished records what the write of the answer did to the turn's lease.
+func (r *turnRun) finished(t store.Turn) {
+	if t.EndLease {
+		r.leaseEnded = true
+	}
 }
 
 // withUsage is the turn for its final's write: with what this attempt

@@ -59,8 +59,14 @@ type Turn struct {
 	Usage Usage
 	// LockTTL is the session lock's TTL: an attempt after the first
 	// renews the turn's lease in Postgres for it when it claims the turn
-	// (BeginTurn, RenewLease). Zero renews nothing.
+	// (BeginTurn, RenewLease), and the write of the turn's answer
+	// (Finish) unless it ends the lease (EndLease). Zero renews nothing.
 	LockTTL time.Duration
+	// EndLease: the write of the turn's answer (Finish) ends its lease,
+	// in its transaction: nothing follows the answer under the session
+	// lock but its publishing and the release. Otherwise the turn ends
+	// it as it lets go of the lock (Store.EndLease).
+	EndLease bool
 	// Steered are the event ids of the queued messages that carry the
 	// steering a write gives to the model (TurnControlRequested's
 	// queued_event_id): Append and Finish remove them in the write's
@@ -494,6 +500,30 @@ func (s *Store) RenewLease(ctx context.Context, t Turn, ttl time.Duration) error
 	return nil
 }
 
+// endLeaseSQL ends the lease of the turn $2 on the session $1 (migration
+// 00148): nothing when the session's lease is another turn's.
+const endLeaseSQL = `DELETE FROM turn_leases WHERE session_key = $1 AND turn_id = $2`
+
+// EndLease ends the turn's lease on its session as the turn lets go of
+// its session lock, its last step (after its answer, its voice reply,
+// its goal and loop steps): from then on a start may start the session's
+// next turn though Redis lost the lock. Fenced as the turn's writes: an
+// attempt the session moved past (its lease no longer holds the session)
+// or whose turn a later attempt claimed (whose lease it is now) ends
+// nothing, and reports no error. Its commit does not wait for the WAL
+// flush, as RenewLease's; the statement comes last, holding the lease's
+// row while it waits for nothing (migration 00148). A renewal that
+// follows it finds no row and renews nothing.
+func (s *Store) EndLease(ctx context.Context, t Turn) error {
+	t.Steered = nil
+	err := s.write(ctx, t, Deferred, func(b *pgx.Batch) { b.Queue(endLeaseSQL, t.SessionKey, t.TurnID) },
+		func(br pgx.BatchResults) error { return execOne(br, "end turn lease") })
+	if err != nil && !errors.Is(err, ErrStaleGeneration) {
+		return fmt.Errorf("end turn lease: %w", err)
+	}
+	return nil
+}
+
 // Decided returns the turn's final reply if an attempt committed one, read
 // without fencing (a superseded turn may still have answered).
 func (s *Store) Decided(ctx context.Context, turnID string) (*Final, error) {
@@ -612,6 +642,11 @@ func queueInsert(b *pgx.Batch, t Turn, m *Message) {
 // current one (the fence already refuses a turn /new moved on from) and
 // no newer note waits for it: a /reload-skills since the turn started
 // left the one Hermes keeps, the last.
+//
+// Its transaction ends the turn's lease (t.EndLease), or renews it for
+// the lock's TTL (t.LockTTL): a turn that then ends without letting go
+// of its lock (a panic past its answer, a crash on a last delivery)
+// leaves a lease that lapses with the lock, not the start's grant.
 func (s *Store) Finish(ctx context.Context, t Turn, before []Message, step int, last *Message, f Final) (Final, error) {
 	f.Usage = t.Usage
 	var m Message
@@ -622,6 +657,7 @@ func (s *Store) Finish(ctx context.Context, t Turn, before []Message, step int, 
 	}
 	decided := false
 	cut := false
+	lease := false
 	args := []any{t.TurnID, t.SessionKey, t.SessionID, t.Generation, f.Status, f.Kind, f.Text, f.ErrorCode, f.Seq, f.Model,
 		last != nil, t.UserKey, m.Step, m.Role, m.Content, toolCallsJSON(&m), m.ToolCallID, m.ToolName, startedAt(t),
 		t.Usage.Input, t.Usage.Output, t.Usage.CacheRead, t.Usage.CacheWrite, t.Usage.Context}
@@ -658,6 +694,16 @@ func (s *Store) Finish(ctx context.Context, t Turn, before []Message, step int, 
 				ON CONFLICT (session_key) DO UPDATE SET session_id = EXCLUDED.session_id, turn_id = EXCLUDED.turn_id,
 					context_tokens = EXCLUDED.context_tokens, model = EXCLUDED.model, updated_at = now())`+returnNote+`
 			SELECT EXISTS (SELECT 1 FROM t), (SELECT count(*) FROM m), `+returned, args...)
+		// Last: the lease's row is held only by a transaction that waits
+		// for nothing more (migration 00148).
+		switch {
+		case t.EndLease:
+			b.Queue(endLeaseSQL, t.SessionKey, t.TurnID)
+			lease = true
+		case t.LockTTL > 0:
+			b.Queue(renewLeaseSQL, t.SessionKey, t.TurnID, t.LockTTL.Milliseconds())
+			lease = true
+		}
 	}, func(br pgx.BatchResults) error {
 		if err := readCut(br, cut); err != nil {
 			return err
@@ -670,6 +716,9 @@ func (s *Store) Finish(ctx context.Context, t Turn, before []Message, step int, 
 		var n int
 		if err := br.QueryRow().Scan(&decided, &n, &f.NoteReturned); err != nil {
 			return fmt.Errorf("finish turn: %w", err)
+		}
+		if lease {
+			return execOne(br, "finish turn: end or renew its lease")
 		}
 		return nil
 	})
