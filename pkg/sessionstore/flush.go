@@ -32,6 +32,21 @@ func FlushOf(ev *eventsv1.MessageReceived) (sessionID string, ok bool) {
 	return id, ok && id != "" && strings.HasPrefix(ev.GetEventId(), FlushEventPrefix)
 }
 
+// FlushTurn reports whether turnID, the session key's last turn, is a
+// memory flush: its start took the flush's queued event
+// (FlushEventPrefix), the last started of the session. The router's
+// mark of a running flush lives in Redis, lost with the lock; this is
+// what tells a flush that holds the session by its lease alone.
+func (s *Store) FlushTurn(ctx context.Context, key, turnID string) (bool, error) {
+	var flush bool
+	err := s.db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM sessions
+		WHERE session_key = $1 AND last_turn_id = $2 AND starts_with(last_started_event_id, $3))`, key, turnID, FlushEventPrefix).Scan(&flush)
+	if err != nil {
+		return false, fmt.Errorf("read whether turn %s is a memory flush: %w", turnID, err)
+	}
+	return flush, nil
+}
+
 // queueFlush queues, in tx, the memory flush of conversation old of key
 // at the head of its queue, as its own turn, when that conversation had
 // a turn (a worker recorded one; not the end of a turn fenced off

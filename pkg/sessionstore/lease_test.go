@@ -167,3 +167,51 @@ func TestTurnStartsWaitForTheLeasedTurn(t *testing.T) {
 		})
 	}
 }
+
+// FlushTurn tells a memory flush's lease from any other turn's: the
+// router's mark of a running flush is in Redis, lost with the lock, and
+// a message or a command then meets the flush as with the lock held.
+func TestFlushTurnTellsAMemoryFlush(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := New(pgtest.New(t)).WithTurnLease(time.Hour)
+	const key = "agent:main:telegram:dm:flushing"
+	src := &eventsv1.SessionSource{Platform: "telegram", ChatId: "1", UserId: "alice"}
+	publish := func(context.Context, Turn) error { return nil }
+	leased := func(want, turnID string, flush bool) {
+		t.Helper()
+		running, err := s.RunningTurn(ctx, key)
+		if err != nil || running != turnID {
+			t.Fatalf("%s: running turn %q (%v), want %q", want, running, err, turnID)
+		}
+		if f, err := s.FlushTurn(ctx, key, turnID); err != nil || f != flush {
+			t.Fatalf("%s: flush %v (%v), want %v", want, f, err, flush)
+		}
+	}
+	if _, _, err := s.ArriveAndEnqueue(ctx, key, "", src, 1, false, &eventsv1.MessageReceived{EventId: "a", Text: "hi", Source: src}, 32); err != nil {
+		t.Fatal(err)
+	}
+	if started, err := s.StartTurn(ctx, key, "turn-a", 32, 0, publish); err != nil || !started {
+		t.Fatalf("message's turn: started %v, %v", started, err)
+	}
+	leased("a message's turn", "turn-a", false)
+	sess, err := s.Get(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.pool.Exec(ctx, `INSERT INTO worker_turns (turn_id, session_key, session_id, generation, status)
+		VALUES ('turn-a', $1, $2, $3, 'completed')`, key, sess.ID, sess.Generation); err != nil {
+		t.Fatal(err)
+	}
+	endTurn(t, s, "turn-a")
+	if _, err := s.ResetKeepingQueue(ctx, key, "new", &eventsv1.MessageReceived{Source: src}); err != nil {
+		t.Fatal(err)
+	}
+	if started, err := s.StartTurn(ctx, key, "turn-flush", 32, 0, publish); err != nil || !started {
+		t.Fatalf("flush: started %v, %v", started, err)
+	}
+	leased("the flush", "turn-flush", true)
+	if f, err := s.FlushTurn(ctx, key, "turn-a"); err != nil || f {
+		t.Fatalf("an earlier turn read as the flush: %v, %v", f, err)
+	}
+}

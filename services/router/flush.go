@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"maps"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -81,7 +82,11 @@ func (s *Service) markFlush(ctx context.Context, key, turnID string) error {
 // flushRunning reports whether the turn holding key's lock (owner) is a
 // memory flush. One Redis read, for a busy session only, where flushes
 // are on; an unreadable mark counts as none (the message then meets a
-// busy session, as any other turn's).
+// busy session, as any other turn's). A turn that holds the session by
+// its lease alone (leaseHolder: Redis lost its lock, and with it the
+// flush's mark) is one when its start took the flush's queued event
+// (sessionstore.FlushTurn): one Postgres read instead, so that a
+// message or a command meets the flush as with its lock held.
 func (s *Service) flushRunning(ctx context.Context, key, owner string) bool {
 	if !s.cfg.MemoryFlush {
 		return false
@@ -89,6 +94,13 @@ func (s *Service) flushRunning(ctx context.Context, key, owner string) bool {
 	grant := heldBy(owner)
 	if grant == "" {
 		return false
+	}
+	if _, holder, _ := strings.Cut(owner, "/"); holder == leaseHolderID {
+		flush, err := s.store.FlushTurn(ctx, key, grant)
+		if err != nil {
+			s.log.WarnContext(ctx, "read whether the leased turn is a memory flush", "session_key", key, "err", err)
+		}
+		return flush
 	}
 	mark, err := s.rdb.Get(ctx, s.prefix+"flushing:"+key).Result()
 	return err == nil && mark == grant

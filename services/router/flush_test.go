@@ -11,6 +11,7 @@ import (
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	repliesv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/replies/v1"
 	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
+	"github.com/switchboard-chat/switchboard/pkg/redisx"
 	"github.com/switchboard-chat/switchboard/pkg/sessionstore"
 )
 
@@ -131,52 +132,77 @@ func TestMemoryFlushBeforeTheNewConversation(t *testing.T) {
 // TestCommandsDuringMemoryFlush: while the memory flush of a conversation
 // /new ended runs, the agent runs no task of the user's (Hermes runs the
 // flush beside the chat): a command refused mid-turn is not refused, and
-// /status reads idle.
+// /status reads idle. So too when Redis lost the flush's lock (and its
+// mark) while it ran: only the flush's lease in Postgres (migration
+// 00148) says a turn runs, and it says the turn is a flush.
 func TestCommandsDuringMemoryFlush(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	cfg := testConfig()
-	cfg.MemoryFlush = true
-	s, err := New(cfg, Deps{Bus: e.bus, DB: e.db, Redis: e.rdb, RedisPrefix: e.prefix, Environ: []string{}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx) }()
-	defer func() { cancel(); <-done }()
-	entered, release := make(chan struct{}, 1), make(chan struct{})
-	defer close(release)
-	w := e.startWorker(func(tr *turnsv1.TurnRequested) {
-		if tr.GetMemoryFlush() {
-			entered <- struct{}{}
-			<-release
-		}
-	})
-	key := "agent:main:telegram:dm:chat-alice"
-	e.publish(dm("alice", "hello"))
-	waitFor(t, "first turn", func() bool { turns, _ := w.snapshot(); return len(turns) == 1 })
-	waitFor(t, "first turn done", func() bool { return e.lockOf(key) == "" })
-	turns, _ := w.snapshot()
-	if _, err := e.db.Exec(context.Background(), `INSERT INTO worker_turns (turn_id, session_key, session_id, generation, status, started_at, updated_at)
-		VALUES ($1, $2, $3, $4, 'completed', now(), now())`, turns[0].TurnId, key, turns[0].SessionId, turns[0].Generation); err != nil {
-		t.Fatal(err)
-	}
-	e.ask("alice", "/new")
-	select {
-	case <-entered:
-	case <-time.After(30 * time.Second):
-		t.Fatal("no flush turn")
-	}
-	for _, tc := range []struct{ cmd, want string }{
-		{"/title Trip plans", "Trip plans"},
-		{"/usage", ""},
-		{"/status", "State: idle"},
-	} {
-		got := e.ask("alice", tc.cmd)
-		if strings.Contains(got, "can't run mid-turn") || !strings.Contains(got, tc.want) {
-			t.Errorf("%s during the flush: %q, want no mid-turn refusal and %q", tc.cmd, got, tc.want)
-		}
+	for _, lockLost := range []bool{false, true} {
+		t.Run(map[bool]string{false: "lock held", true: "lock lost with Redis's data"}[lockLost], func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			cfg := testConfig()
+			cfg.MemoryFlush = true
+			s, err := New(cfg, Deps{Bus: e.bus, DB: e.db, Redis: e.rdb, RedisPrefix: e.prefix, Environ: []string{}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- s.Run(ctx) }()
+			defer func() { cancel(); <-done }()
+			entered, release := make(chan struct{}, 1), make(chan struct{})
+			defer close(release)
+			w := e.startWorker(func(tr *turnsv1.TurnRequested) {
+				if tr.GetMemoryFlush() {
+					entered <- struct{}{}
+					<-release
+				}
+			})
+			key := "agent:main:telegram:dm:chat-alice"
+			e.publish(dm("alice", "hello"))
+			waitFor(t, "first turn", func() bool { turns, _ := w.snapshot(); return len(turns) == 1 })
+			waitFor(t, "first turn done", func() bool { return e.lockOf(key) == "" })
+			turns, _ := w.snapshot()
+			if _, err := e.db.Exec(context.Background(), `INSERT INTO worker_turns (turn_id, session_key, session_id, generation, status, started_at, updated_at)
+				VALUES ($1, $2, $3, $4, 'completed', now(), now())`, turns[0].TurnId, key, turns[0].SessionId, turns[0].Generation); err != nil {
+				t.Fatal(err)
+			}
+			e.ask("alice", "/new")
+			select {
+			case <-entered:
+			case <-time.After(30 * time.Second):
+				t.Fatal("no flush turn")
+			}
+			if lockLost {
+				locker := redisx.NewLocker(e.rdb, e.prefix)
+				if err := e.rdb.Del(context.Background(), locker.Key(key), e.prefix+"flushing:"+key, e.prefix+"waiting:"+key).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, tc := range []struct{ cmd, want string }{
+				{"/title Trip plans", "Trip plans"},
+				{"/usage", ""},
+				{"/status", "State: idle"},
+			} {
+				got := e.ask("alice", tc.cmd)
+				if strings.Contains(got, "can't run mid-turn") || !strings.Contains(got, tc.want) {
+					t.Errorf("%s during the flush: %q, want no mid-turn refusal and %q", tc.cmd, got, tc.want)
+				}
+			}
+			// A message waits for the flush, with no busy
+			// acknowledgement and no interrupt.
+			e.publish(dm("alice", "back again"))
+			waitFor(t, "the message handled", e.inboundDrained)
+			for _, n := range e.noticesTo("alice") {
+				if strings.Contains(n, "Interrupting") || strings.Contains(n, "Queued for the next turn") {
+					t.Errorf("the user was told of the flush: %q", n)
+				}
+			}
+			if c := e.controls(turnsv1.ControlAction_CONTROL_ACTION_INTERRUPT); len(c) != 0 {
+				t.Errorf("%d interrupts sent", len(c))
+			}
+		})
 	}
 }
 
