@@ -2,6 +2,8 @@ package worker
 
 import (
 	"context"
+	"fmt"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"time"
@@ -135,6 +137,21 @@ func (r *turnRun) memoryFlush(ctx context.Context) error {
 	}
 	r.log.Info("memory flush completed", "memory_calls", saved)
 	return r.flushed(ctx)
+}
+
+// runFlush runs the memory flush; its panic (a provider SDK's, as
+// runAgent recovers a turn's) fails it as any failure does (endFlush),
+// which records its end, ends its lease and lets the session go on. Not
+// recovered, the bus dead-lettered the flush unfinished, and the new
+// conversation's first message waited for its lock and lease to lapse.
+func (r *turnRun) runFlush(ctx context.Context) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			r.log.Error("memory flush panicked", "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+			err = fmt.Errorf("%w: %v", errPanicked, p)
+		}
+	}()
+	return r.memoryFlush(ctx)
 }
 
 // flushed records the flush decided, unless an earlier attempt did: its

@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
+	"github.com/switchboard-chat/switchboard/pkg/llm"
 	"github.com/switchboard-chat/switchboard/pkg/redisx"
 	"github.com/switchboard-chat/switchboard/pkg/sessionstore"
 	"github.com/switchboard-chat/switchboard/services/worker"
@@ -264,6 +265,41 @@ func TestLeaseOfATurnEndedWithoutItsReleaseLapsesWithItsLock(t *testing.T) {
 	waitFor(t, 2*ttl, "the lease to lapse with the lock", func() bool { return !leaseHolds(t, h) })
 	if c := h.completed(turnID); c != nil {
 		t.Fatalf("the turn completed (%v) after its panic", c.GetStatus())
+	}
+}
+
+// panicsOnFlush panics on a memory flush's model call, as a provider SDK
+// meeting an answer it did not expect might.
+type panicsOnFlush struct{ llm.Provider }
+
+func (p panicsOnFlush) Stream(ctx context.Context, req llm.Request, fn func(llm.Delta) error) (*llm.Response, error) {
+	if strings.Contains(req.Messages[len(req.Messages)-1].Content, "about to be reset") {
+		panic("unexpected answer shape")
+	}
+	return p.Provider.Stream(ctx, req, fn)
+}
+
+// A memory flush whose model call panics fails, as a turn whose agent
+// call panics does: it completes, records its end and ends its lease,
+// and the new conversation's first message, which waits behind it, goes
+// on. Before, the bus dead-lettered it unfinished: no completion, and
+// the session held by its lease until that lapsed.
+func TestMemoryFlushThatPanicsFailsAndEndsItsLease(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.setGeneration("s1", 1)
+	h.startWorker("w1", func(_ *worker.Config, d *worker.Deps) { d.LLM.Provider = panicsOnFlush{d.LLM.Provider} })
+	old := turnOpts{sessionID: "old"}
+	for _, text := range []string{"I only drink green tea", "and I live in Lisbon"} {
+		h.waitCompleted(h.requestTurn("s1", text, old).TurnId)
+	}
+	grantLease(t, h, "turn-flush")
+	req := h.requestTurn("s1", "", turnOpts{sessionID: "old", flush: true, turnID: "turn-flush"})
+	if c := h.waitCompleted(req.TurnId); c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_FAILED {
+		t.Fatalf("flush: %v (%s), want FAILED", c.GetStatus(), c.GetError())
+	}
+	if leaseHolds(t, h) {
+		t.Error("the flush failed and its lease still holds the session")
 	}
 }
 

@@ -380,7 +380,7 @@ func (r *turnRun) run(ctx context.Context) error {
 	r.log.Info("turn started")
 
 	if r.req.GetMemoryFlush() {
-		return r.endFlush(ctx, r.memoryFlush(ctx))
+		return r.endFlush(ctx, r.runFlush(ctx))
 	}
 	fin, err := r.runAgent(ctx)
 	r.ctl.closeSteer() // whatever ended the turn, it reads no more
