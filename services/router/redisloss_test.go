@@ -296,6 +296,39 @@ func TestStopMeetingTheTurnsEndWhileRedisLostTheLock(t *testing.T) {
 	}
 }
 
+// /topic <session-id> does not move the main view's conversation into
+// a topic while a turn of it runs there and Redis has lost the turn's
+// lock (its lease in Postgres holds the session), as it does not behind
+// the lock: the move puts the main view on a new conversation, whose
+// generation fences the running turn off, unanswered.
+func TestTopicRestoreRefusedWhileRedisLostTheLock(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.startRouter(testConfig(), nil, nil)
+	_, free, t1 := e.lockLostMidTurn()
+	defer free()
+	key := t1.SessionKey
+	askIn := func(thread, text string) string {
+		t.Helper()
+		before := len(e.noticesTo("alice"))
+		e.publish(topicMsg("alice", thread, text))
+		waitFor(t, "reply to "+text, func() bool { return len(e.noticesTo("alice")) > before })
+		return e.noticesTo("alice")[before]
+	}
+	askIn("", "/topic")
+	askIn("30", "/topic")
+	if got := askIn("30", "/topic "+t1.SessionId); got != midTurnRefusal("topic") {
+		t.Errorf("/topic <id> of the running turn's conversation answered %q, want the mid-turn refusal", got)
+	}
+	var gen int64
+	if err := e.db.QueryRow(context.Background(), `SELECT generation FROM sessions WHERE session_key = $1`, key).Scan(&gen); err != nil {
+		t.Fatal(err)
+	}
+	if gen != t1.Generation {
+		t.Errorf("main view at generation %d while its turn of generation %d still ran", gen, t1.Generation)
+	}
+}
+
 // The sweep leaves the lock of a session whose turn holds its lease
 // alone while Redis has lost it: it took the lock each interval to start
 // the waiting messages, only to give it back when the start found the
