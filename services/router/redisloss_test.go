@@ -329,6 +329,42 @@ func TestTopicRestoreRefusedWhileRedisLostTheLock(t *testing.T) {
 	}
 }
 
+// A due heartbeat does not fire while the session's turn runs and Redis
+// has lost its lock (its lease in Postgres holds the session), as it
+// does not behind the lock (Hermes fires a tick into an idle session
+// only, missed ones coalescing): it fires once the turn has ended.
+func TestHeartbeatWaitsWhileRedisLostTheLock(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	s := e.startRouter(loopTestConfig(), nil, nil)
+	ctx := context.Background()
+	if got := e.ask("alice", "/heartbeat every 10m Check CI"); !strings.HasPrefix(got, "♥ Heartbeat set") {
+		t.Fatalf("/heartbeat answered %q", got)
+	}
+	w, free, t1 := e.lockLostMidTurn()
+	key := t1.SessionKey
+	e.makeDue(key)
+	s.fireLoops(ctx)
+	var queued int
+	if err := e.db.QueryRow(ctx, `SELECT count(*) FROM session_queue WHERE session_key = $1`, key).Scan(&queued); err != nil {
+		t.Fatal(err)
+	}
+	if queued != 0 {
+		t.Errorf("a heartbeat fired into the session of a running turn: %d wakeups queued", queued)
+	}
+
+	free()
+	waitFor(t, "the session to be idle", func() bool {
+		running, _ := s.store.TurnRunning(ctx, key)
+		owner, _ := s.locker.Owner(ctx, key)
+		return !running && owner == ""
+	})
+	waitFor(t, "the heartbeat", func() bool {
+		s.fireLoops(ctx)
+		return len(wakeupTurns(w, "heartbeat")) == 1
+	})
+}
+
 // The sweep leaves the lock of a session whose turn holds its lease
 // alone while Redis has lost it: it took the lock each interval to start
 // the waiting messages, only to give it back when the start found the
