@@ -115,6 +115,16 @@ func TestTurnStartsWaitForTheLeasedTurn(t *testing.T) {
 			if running, err := s.RunningTurn(ctx, key); err != nil || running != want {
 				t.Fatalf("running turn %q (%v), want %q", running, err, want)
 			}
+			// What a /stop or /new that moved the session past the
+			// lease's generation reads of the turn it fenced (FencedTurn):
+			// the turn, unless it ended or its lease expired.
+			wantFenced := firstTurn
+			if tt.name == "ended" || tt.name == "expired" {
+				wantFenced = ""
+			}
+			if fenced, err := s.FencedTurn(ctx, key, gen); err != nil || fenced != wantFenced {
+				t.Fatalf("fenced turn of generation %d %q (%v), want %q", gen, fenced, err, wantFenced)
+			}
 			before, err := s.Generation(ctx, key)
 			if err != nil {
 				t.Fatal(err)

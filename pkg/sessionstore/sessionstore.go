@@ -239,6 +239,26 @@ func (s *Store) RunningTurn(ctx context.Context, key string) (string, error) {
 	return turn, nil
 }
 
+// FencedTurn is RunningTurn for a caller that has just advanced the
+// session key's generation past fenced, in its transaction (Stop, a
+// reset): the id of the turn of generation fenced that still held its
+// lease, unended, as the bump took the generation's lock, "" when none
+// did. Read after the bump, not before it: the bump waits for a fenced
+// write in flight (migration 00203), so a turn whose end committed in
+// that moment is seen ended, and no end of it can commit after (its
+// fence now finds the generation moved on); read before, a turn that
+// ended meanwhile would count as running.
+func (s *Store) FencedTurn(ctx context.Context, key string, fenced int64) (string, error) {
+	var turn string
+	err := s.db.QueryRow(ctx, `SELECT l.turn_id FROM turn_leases l
+		WHERE l.session_key = $1 AND l.generation = $2 AND l.expires_at > now()
+		  AND NOT EXISTS (SELECT 1 FROM worker_turns w WHERE w.turn_id = l.turn_id)`, key, fenced).Scan(&turn)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return "", fmt.Errorf("read fenced turn's lease: %w", err)
+	}
+	return turn, nil
+}
+
 // leaseSQL writes the lease of the turn $2 a start of the session $1
 // just recorded as its last (nothing when it did not), for $3
 // milliseconds. A start queues it after its generation bump: the bump's

@@ -287,7 +287,7 @@ func (s *Service) command(ctx context.Context, m *msgCtx, cmd command.Command) e
 			}
 			// The stop now, the lock freed once the reset has committed
 			// (forceUnlock).
-			if _, unlock, err = s.forceUnlock(ctx, m, sess.LastTurnID); err != nil {
+			if _, unlock, err = s.forceUnlock(ctx, m, st, sess.Generation, sess.LastTurnID); err != nil {
 				return "", 0, err
 			}
 			if s.stopSent != nil {
@@ -340,7 +340,7 @@ func (s *Service) command(ctx context.Context, m *msgCtx, cmd command.Command) e
 			}
 			// The lock is freed once the stop has committed (forceUnlock),
 			// as /new's.
-			owner, release, err := s.forceUnlock(ctx, m, lastTurn)
+			owner, release, err := s.forceUnlock(ctx, m, st, gen, lastTurn)
 			if err != nil {
 				return "", 0, err
 			}

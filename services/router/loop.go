@@ -312,6 +312,11 @@ func (s *Service) fireLoops(ctx context.Context) {
 	}
 	busy := func(ctx context.Context, key string) (bool, error) {
 		owner, err := s.locker.Owner(ctx, key)
+		if err != nil {
+			return false, err
+		}
+		// The turn's lease stands in for a lock Redis lost.
+		owner, err = s.holderOrLease(ctx, key, owner)
 		return owner != "", err
 	}
 	skipped := func(_, kind string, why sessionstore.Skip) {

@@ -168,6 +168,10 @@ func (s *Service) memoryPress(ctx context.Context, m *msgCtx, sess sessionstore.
 		if err != nil {
 			return fmt.Errorf("read memory list owner's lock: %w", err)
 		}
+		// The turn's lease stands in for a lock Redis lost.
+		if holder, err = s.holderOrLease(ctx, key, holder); err != nil {
+			return err
+		}
 		if holder != "" {
 			// Recorded with the event (once), as the decision would be:
 			// a redelivery after the owner's turn ended finds it and is

@@ -325,23 +325,37 @@ func TestMemoryButtonsInPerUserGroup(t *testing.T) {
 		want       string
 		// pending: alice's, bob's in the group and bob's in his DM after.
 		alice, bob, bobDM string
-		// hold: alice's turn runs (her session's lock is held).
-		hold bool
+		// hold: alice's turn runs, her session's lock held ("lock")
+		// or lost with Redis's data while its lease holds ("lease").
+		hold string
 	}{
 		{"another member rejects a write of the owner's", "grp", groupPress("bob", "/memory", "r-"+a1+"."+tag),
-			"Rejected pending memory write '" + a1 + "'.", a2, b1, b2, false},
+			"Rejected pending memory write '" + a1 + "'.", a2, b1, b2, ""},
 		{"another member's own id on the owner's list", "grp", groupPress("bob", "/memory", "a-"+b1+"."+tag),
-			"No pending memory write with id '" + b1 + "'.", a2, b1, b2, false},
-		{"an expired list", "grp", groupPress("bob", "/memory", "a-all.0badf00d"), memoryListExpired, a2, b1, b2, false},
-		{"data without an owner", "grp", groupPress("bob", "/memory", "a-all"), memoryListExpired, a2, b1, b2, false},
-		{"a group list's button without data", "grp", groupPress("bob", "/memory approve all", ""), memoryListExpired, a2, b1, b2, false},
+			"No pending memory write with id '" + b1 + "'.", a2, b1, b2, ""},
+		{"an expired list", "grp", groupPress("bob", "/memory", "a-all.0badf00d"), memoryListExpired, a2, b1, b2, ""},
+		{"data without an owner", "grp", groupPress("bob", "/memory", "a-all"), memoryListExpired, a2, b1, b2, ""},
+		{"a group list's button without data", "grp", groupPress("bob", "/memory approve all", ""), memoryListExpired, a2, b1, b2, ""},
 		{"another member while the owner's turn runs", "grp", groupPress("bob", "/memory", "a-all."+tag),
-			"⏳ Agent is running — `/memory` can't run mid-turn. Wait for the current response or `/stop` first.", a2, b1, b2, true},
-		{"the owner approves all", "grp", groupPress("alice", "/memory", "a-all."+tag), "Approved 1 memory write(s).", "", b1, b2, false},
-		{"a DM's button is the typed command", "bob", press("bob", "/memory approve "+b2, "card-2", ""), "Approved 1 memory write(s).", "", b1, "", false},
+			"⏳ Agent is running — `/memory` can't run mid-turn. Wait for the current response or `/stop` first.", a2, b1, b2, "lock"},
+		{"another member while the owner's turn runs, Redis lost its lock", "grp", groupPress("bob", "/memory", "a-all."+tag),
+			"⏳ Agent is running — `/memory` can't run mid-turn. Wait for the current response or `/stop` first.", a2, b1, b2, "lease"},
+		{"the owner approves all", "grp", groupPress("alice", "/memory", "a-all."+tag), "Approved 1 memory write(s).", "", b1, b2, ""},
+		{"a DM's button is the typed command", "bob", press("bob", "/memory approve "+b2, "card-2", ""), "Approved 1 memory write(s).", "", b1, "", ""},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			if tt.hold {
+			if tt.hold == "lease" {
+				if _, err := e.db.Exec(ctx, `INSERT INTO turn_leases (session_key, turn_id, generation, expires_at)
+					SELECT session_key, 'running', generation, now() + interval '1 minute' FROM sessions WHERE session_key = $1`, aliceKey); err != nil {
+					t.Fatal(err)
+				}
+				defer func() {
+					if _, err := e.db.Exec(ctx, `DELETE FROM turn_leases WHERE session_key = $1`, aliceKey); err != nil {
+						t.Error(err)
+					}
+				}()
+			}
+			if tt.hold == "lock" {
 				locker := redisx.NewLocker(e.rdb, e.prefix)
 				if ok, err := locker.Acquire(ctx, aliceKey, "running", time.Minute); err != nil || !ok {
 					t.Fatal("take alice's lock", ok, err)

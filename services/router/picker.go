@@ -416,6 +416,10 @@ func (s *Service) pickerOwner(ctx context.Context, m *msgCtx, sess sessionstore.
 	if err != nil {
 		return "", sess, false, false, fmt.Errorf("read picker owner's lock: %w", err)
 	}
+	// The turn's lease stands in for a lock Redis lost.
+	if holder, err = s.holderOrLease(ctx, key, holder); err != nil {
+		return "", sess, false, false, err
+	}
 	return key, owner, holder != "", true, nil
 }
 

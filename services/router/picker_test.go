@@ -312,6 +312,22 @@ func TestModelPickerInPerUserGroup(t *testing.T) {
 	if bob, err := store.Get(ctx, "agent:main:telegram:group:chat-grp:bob"); err == nil && bob.ModelOverride != "" {
 		t.Fatalf("bob's session switched to %q by alice's picker", bob.ModelOverride)
 	}
+
+	// While alice's turn runs, a press on her picker is refused, as her
+	// own /model is: also when Redis has lost the turn's lock and its
+	// lease in Postgres (migration 00148) holds her session.
+	if _, err := e.db.Exec(ctx, `INSERT INTO turn_leases (session_key, turn_id, generation, expires_at)
+		SELECT session_key, 'running', generation, now() + interval '1 minute' FROM sessions WHERE session_key = $1`, aliceKey); err != nil {
+		t.Fatal(err)
+	}
+	e.publish(bobPress("card-3", "m2-"+modelSum("o3")+"."+tag))
+	waitFor(t, "the answer", func() bool { return len(e.noticeEvents("grp")) == 5 })
+	if got := e.noticeEvents("grp")[4].GetText(); got != "Agent is running — wait or /stop first, then switch models." {
+		t.Errorf("a press on the picker of a running turn's session answered %q", got)
+	}
+	if alice, err := store.Get(ctx, aliceKey); err != nil || alice.ModelOverride != "gpt-4o-mini" {
+		t.Errorf("alice's session on %q (%v) after a press while her turn ran, want gpt-4o-mini", alice.ModelOverride, err)
+	}
 }
 
 // menus lists a picker's rows as "placeholder: label|command|data|description|danger, …".

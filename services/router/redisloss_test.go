@@ -202,6 +202,169 @@ func TestCommandRefusedMidTurnWhileRedisLostTheLock(t *testing.T) {
 	free()
 }
 
+// /stop and /new stop the running turn while Redis has lost its lock
+// (its lease in Postgres holds the session), as behind its lock: the
+// stop goes to the turn, named, and /stop answers as for a running task.
+// They found the lock free and sent no stop, so the fenced turn ran on
+// until its worker's next renewal, and /stop answered "No active task
+// to stop." while /status said working.
+func TestStopWhileRedisLostTheLockStopsTheRunningTurn(t *testing.T) {
+	t.Parallel()
+	tests := []struct{ command, answer string }{
+		{"/stop", "⚡ Stopped. You can continue this session."},
+		{"/new", "✨ New session started."},
+	}
+	for _, tt := range tests {
+		t.Run(tt.command, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			e.startRouter(testConfig(), nil, nil)
+			w, free, t1 := e.lockLostMidTurn()
+			key := t1.SessionKey
+
+			if got := e.ask("alice", tt.command); got != tt.answer {
+				t.Errorf("%s answered %q, want %q", tt.command, got, tt.answer)
+			}
+			stops := e.controls(controlStop)
+			if len(stops) != 1 || stops[0].GetTurnId() != t1.TurnId {
+				t.Errorf("stop controls %v, want one naming the running turn %q", stops, t1.TurnId)
+			}
+			var gen int64
+			if err := e.db.QueryRow(context.Background(), `SELECT generation FROM sessions WHERE session_key = $1`, key).Scan(&gen); err != nil {
+				t.Fatal(err)
+			}
+			if gen != t1.Generation+1 {
+				t.Errorf("session at generation %d, want %d: the turn fenced off", gen, t1.Generation+1)
+			}
+
+			// The stopped turn ends (its worker heeds the stop): the next
+			// message is answered.
+			free()
+			e.publish(dm("alice", "next"))
+			waitFor(t, "the next message's turn", func() bool {
+				turns, _ := w.snapshot()
+				return slices.Contains(inputsText(turns, key), "next")
+			})
+		})
+	}
+}
+
+// A /stop whose generation bump meets the running turn's end in flight
+// (its worker's fenced final, which the bump waits for) finds the turn
+// ended, as it would find its lock released: no stop, and "No active
+// task to stop.", since the turn answered. The turn's lease is read after
+// the bump: read before it, the turn counted as running.
+func TestStopMeetingTheTurnsEndWhileRedisLostTheLock(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.startRouter(testConfig(), nil, nil)
+	_, free, t1 := e.lockLostMidTurn()
+	defer free()
+	key := t1.SessionKey
+	ctx := context.Background()
+
+	// The worker's final, fenced, not yet committed.
+	tx, err := e.db.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, `SELECT switchboard_fence($1, $2)`, key, t1.Generation); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO worker_turns (turn_id, session_key, session_id, generation, status, final_kind, final_text)
+		VALUES ($1, $2, $3, $4, 'completed', 'text', 'done')`, t1.TurnId, key, t1.SessionId, t1.Generation); err != nil {
+		t.Fatal(err)
+	}
+	before := len(e.noticesTo("alice"))
+	e.publish(dm("alice", "/stop"))
+	waitFor(t, "the stop's bump waiting for the final", func() bool {
+		var waiting bool
+		err := e.db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted
+			AND classid = 21314 AND objid = (hashtext($1)::bigint & 4294967295)::oid)`, key).Scan(&waiting)
+		return err == nil && waiting
+	})
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the answer to /stop", func() bool { return len(e.noticesTo("alice")) > before })
+	if got := e.noticesTo("alice")[before]; got != "No active task to stop." {
+		t.Errorf("/stop answered %q, want %q", got, "No active task to stop.")
+	}
+	if stops := e.controls(controlStop); len(stops) > 0 {
+		t.Errorf("stop controls %v for a turn that had ended, want none", stops)
+	}
+}
+
+// /topic <session-id> does not move the main view's conversation into
+// a topic while a turn of it runs there and Redis has lost the turn's
+// lock (its lease in Postgres holds the session), as it does not behind
+// the lock: the move puts the main view on a new conversation, whose
+// generation fences the running turn off, unanswered.
+func TestTopicRestoreRefusedWhileRedisLostTheLock(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.startRouter(testConfig(), nil, nil)
+	_, free, t1 := e.lockLostMidTurn()
+	defer free()
+	key := t1.SessionKey
+	askIn := func(thread, text string) string {
+		t.Helper()
+		before := len(e.noticesTo("alice"))
+		e.publish(topicMsg("alice", thread, text))
+		waitFor(t, "reply to "+text, func() bool { return len(e.noticesTo("alice")) > before })
+		return e.noticesTo("alice")[before]
+	}
+	askIn("", "/topic")
+	askIn("30", "/topic")
+	if got := askIn("30", "/topic "+t1.SessionId); got != midTurnRefusal("topic") {
+		t.Errorf("/topic <id> of the running turn's conversation answered %q, want the mid-turn refusal", got)
+	}
+	var gen int64
+	if err := e.db.QueryRow(context.Background(), `SELECT generation FROM sessions WHERE session_key = $1`, key).Scan(&gen); err != nil {
+		t.Fatal(err)
+	}
+	if gen != t1.Generation {
+		t.Errorf("main view at generation %d while its turn of generation %d still ran", gen, t1.Generation)
+	}
+}
+
+// A due heartbeat does not fire while the session's turn runs and Redis
+// has lost its lock (its lease in Postgres holds the session), as it
+// does not behind the lock (Hermes fires a tick into an idle session
+// only, missed ones coalescing): it fires once the turn has ended.
+func TestHeartbeatWaitsWhileRedisLostTheLock(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	s := e.startRouter(loopTestConfig(), nil, nil)
+	ctx := context.Background()
+	if got := e.ask("alice", "/heartbeat every 10m Check CI"); !strings.HasPrefix(got, "♥ Heartbeat set") {
+		t.Fatalf("/heartbeat answered %q", got)
+	}
+	w, free, t1 := e.lockLostMidTurn()
+	key := t1.SessionKey
+	e.makeDue(key)
+	s.fireLoops(ctx)
+	var queued int
+	if err := e.db.QueryRow(ctx, `SELECT count(*) FROM session_queue WHERE session_key = $1`, key).Scan(&queued); err != nil {
+		t.Fatal(err)
+	}
+	if queued != 0 {
+		t.Errorf("a heartbeat fired into the session of a running turn: %d wakeups queued", queued)
+	}
+
+	free()
+	waitFor(t, "the session to be idle", func() bool {
+		running, _ := s.store.TurnRunning(ctx, key)
+		owner, _ := s.locker.Owner(ctx, key)
+		return !running && owner == ""
+	})
+	waitFor(t, "the heartbeat", func() bool {
+		s.fireLoops(ctx)
+		return len(wakeupTurns(w, "heartbeat")) == 1
+	})
+}
+
 // The sweep leaves the lock of a session whose turn holds its lease
 // alone while Redis has lost it: it took the lock each interval to start
 // the waiting messages, only to give it back when the start found the

@@ -314,6 +314,10 @@ func (s *Service) restoreTopic(ctx context.Context, st *sessionstore.Store, m *m
 		if err != nil {
 			return "", 0, err
 		}
+		// The turn's lease stands in for a lock Redis lost.
+		if owner, err = s.holderOrLease(ctx, m.rootKey, owner); err != nil {
+			return "", 0, err
+		}
 		if owner != "" && !s.flushRunning(ctx, m.rootKey, owner) {
 			return midTurnRefusal("topic"), sess.Generation, nil
 		}

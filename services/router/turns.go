@@ -427,15 +427,15 @@ func (s *Service) requestControl(ctx context.Context, req *turnsv1.TurnControlRe
 	return false, nil, fmt.Errorf("send control %s: %w", action, err)
 }
 
-// forceUnlock stops the running turn, in the transaction of a command
+// forceUnlock stops the running turn, in the transaction st of a command
 // that fences it off (/stop, /new: the session's row is locked until it
-// commits), and returns the lock's owner and what frees the session for
-// after the commit (nil when nothing is to be freed). The stopped
-// worker's later writes are fenced by the generation. A running memory
-// flush (flush.go) is no task of the user's and is left to end (its
-// owner is not reported): Hermes runs it beside the chat, where /stop
-// finds no agent of the session to stop and a second /new starts
-// another flush without ending the first.
+// commits, and its generation moved on to gen), and returns the lock's
+// owner and what frees the session for after the commit (nil when
+// nothing is to be freed). The stopped worker's later writes are fenced
+// by the generation. A running memory flush (flush.go) is no task of the
+// user's and is left to end (its owner is not reported): Hermes runs it
+// beside the chat, where /stop finds no agent of the session to stop and
+// a second /new starts another flush without ending the first.
 //
 // The lock is freed only after the commit, as the admin API's reset
 // frees it: freed before, a message arriving meanwhile could be granted
@@ -445,10 +445,23 @@ func (s *Service) requestControl(ctx context.Context, req *turnsv1.TurnControlRe
 // row's lock: another grant is a router's for a message whose start
 // waits for the commit, a turn of what follows the command, which must
 // keep its lock (freed, it would run unlocked beside the next turn).
-func (s *Service) forceUnlock(ctx context.Context, m *msgCtx, lastTurn string) (owner string, unlock func(context.Context), err error) {
+//
+// A free lock may be one Redis lost while the turn still runs: the
+// turn's lease (migration 00148), read in st after the bump
+// (sessionstore.FencedTurn), stands in for it (leaseHolder), so the
+// turn gets its stop and the command answers as for a running task.
+func (s *Service) forceUnlock(ctx context.Context, m *msgCtx, st *sessionstore.Store, gen int64, lastTurn string) (owner string, unlock func(context.Context), err error) {
 	owner, err = s.locker.Owner(ctx, m.key)
-	if err != nil || owner == "" {
+	if err != nil {
 		return "", nil, err
+	}
+	stopped := "" // the turn the stop names ("": whichever runs)
+	if owner == "" {
+		turn, err := st.FencedTurn(ctx, m.key, gen-1)
+		if err != nil || turn == "" {
+			return "", nil, err
+		}
+		owner, stopped = leaseHolder(turn), turn
 	}
 	if s.flushRunning(ctx, m.key, owner) {
 		// The messages waiting for it were dropped (both callers drop
@@ -456,7 +469,7 @@ func (s *Service) forceUnlock(ctx context.Context, m *msgCtx, lastTurn string) (
 		s.flushTypingDropped(ctx, m, heldBy(owner))
 		return "", nil, nil
 	}
-	if err := s.control(ctx, m, controlStop, "", ""); err != nil {
+	if err := s.control(ctx, m, controlStop, "", stopped); err != nil {
 		return owner, nil, err
 	}
 	if lastTurn == "" || redisx.GrantOf(owner) != lastTurn {
@@ -464,14 +477,19 @@ func (s *Service) forceUnlock(ctx context.Context, m *msgCtx, lastTurn string) (
 	}
 	return owner, func(ctx context.Context) {
 		ctx = context.WithoutCancel(ctx)
-		// Compare-and-delete with the token we read: a newer owner is kept.
-		err := s.locker.Release(ctx, m.key, owner)
+		// Compare-and-delete with the token we read: a newer owner is
+		// kept. The lease's stand-in holds no lock: nothing to delete.
+		err := redisx.ErrNotOwner
+		if stopped == "" {
+			err = s.locker.Release(ctx, m.key, owner)
+		}
 		if errors.Is(err, redisx.ErrNotOwner) {
-			// A worker claimed the stopped turn's grant after we read it
-			// (the turn was waiting for one): that attempt subscribed to
-			// its controls after the stop went out and runs on, holding
-			// the session, until its first write finds the generation
-			// moved on. Every holder of that grant is an attempt of the
+			// A worker claimed the stopped turn's grant after we read it:
+			// the turn was waiting for one, and that attempt subscribed
+			// to its controls after the stop went out and runs on,
+			// holding the session, until its first write finds the
+			// generation moved on; or its worker claimed back the lock
+			// Redis lost. Every holder of that grant is an attempt of the
 			// stopped turn, which the commit fenced off: it lets go of
 			// the lock too (its renewal then finds the session moved on
 			// and stops it). Another grant's holder is kept.
