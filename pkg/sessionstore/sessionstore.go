@@ -251,8 +251,7 @@ func (s *Store) RunningTurn(ctx context.Context, key string) (string, error) {
 func (s *Store) FencedTurn(ctx context.Context, key string, fenced int64) (string, error) {
 	var turn string
 	err := s.db.QueryRow(ctx, `SELECT l.turn_id FROM turn_leases l
-		WHERE l.session_key = $1 AND l.generation = $2 AND l.expires_at > now()
-		  AND NOT EXISTS (SELECT 1 FROM worker_turns w WHERE w.turn_id = l.turn_id)`, key, fenced).Scan(&turn)
+		WHERE l.session_key = $1 AND l.generation = $2 AND l.expires_at > now()`, key, fenced).Scan(&turn)
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return "", fmt.Errorf("read fenced turn's lease: %w", err)
 	}

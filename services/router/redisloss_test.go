@@ -250,8 +250,8 @@ func TestStopWhileRedisLostTheLockStopsTheRunningTurn(t *testing.T) {
 }
 
 // A /stop whose generation bump meets the running turn's end in flight
-// (its worker's fenced final, which the bump waits for) finds the turn
-// ended, as it would find its lock released: no stop, and "No active
+// (its worker's fenced final, which ends its lease, and which the bump
+// waits for) finds the turn ended, as it would find its lock released: no stop, and "No active
 // task to stop.", since the turn answered. The turn's lease is read after
 // the bump: read before it, the turn counted as running.
 func TestStopMeetingTheTurnsEndWhileRedisLostTheLock(t *testing.T) {
@@ -274,6 +274,10 @@ func TestStopMeetingTheTurnsEndWhileRedisLostTheLock(t *testing.T) {
 	}
 	if _, err := tx.Exec(ctx, `INSERT INTO worker_turns (turn_id, session_key, session_id, generation, status, final_kind, final_text)
 		VALUES ($1, $2, $3, $4, 'completed', 'text', 'done')`, t1.TurnId, key, t1.SessionId, t1.Generation); err != nil {
+		t.Fatal(err)
+	}
+	// A plain turn's answer ends its lease in the same transaction.
+	if _, err := tx.Exec(ctx, `DELETE FROM turn_leases WHERE session_key = $1 AND turn_id = $2`, key, t1.TurnId); err != nil {
 		t.Fatal(err)
 	}
 	before := len(e.noticesTo("alice"))
