@@ -202,6 +202,79 @@ func TestCommandRefusedMidTurnWhileRedisLostTheLock(t *testing.T) {
 	free()
 }
 
+// Steering the running turn took is that turn's, not a message waiting
+// for the next one, on both sides of Redis losing its lock: taken while
+// the turn's lease stood in for the lock (marked as the lease's claim of
+// the turn's grant) once the turn's worker has claimed the lock again,
+// and taken from the worker's claim while the lease stands in for it.
+// /status and /queue counted it as waiting in each case ("1 message
+// waiting", "(2 queued)"), and the queue's cap gave it room.
+func TestSteeringAcrossRedisLosingTheLockStaysTheTurns(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		// lost: Redis loses the lock before the steering (else after).
+		lost bool
+	}{
+		{"steered while the lock is lost, the worker claims it again", true},
+		{"steered before Redis lost the lock", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			cfg := testConfig()
+			cfg.BusyMode = BusyQueue
+			e.startRouter(cfg, nil, nil)
+			e.steerQueue.Store(true)
+			ctx := context.Background()
+			locker := redisx.NewLocker(e.rdb, e.prefix)
+			var w *worker
+			var free func()
+			var t1 *turnsv1.TurnRequested
+			if tt.lost {
+				w, free, t1 = e.lockLostMidTurn()
+			} else {
+				w, free = e.holdFirstTurn()
+				e.publish(dm("alice", "first"))
+				waitFor(t, "the first turn", func() bool { turns, _ := w.snapshot(); return len(turns) == 1 })
+				turns, _ := w.snapshot()
+				t1 = turns[0]
+			}
+			key := t1.SessionKey
+			if got, want := e.ask("alice", "/steer go left"), "⏩ Steer queued — arrives after the next tool call: 'go left'"; got != want {
+				t.Fatalf("/steer answered %q, want %q", got, want)
+			}
+			if tt.lost {
+				// The turn's worker claims its lock again (its renewal).
+				if err := e.rdb.Set(ctx, locker.Key(key), redisx.Holder(t1.LockToken, "test-worker.1"), time.Minute).Err(); err != nil {
+					t.Fatal(err)
+				}
+			} else if err := e.rdb.Del(ctx, locker.Key(key), e.prefix+"waiting:"+key).Err(); err != nil {
+				t.Fatal(err)
+			}
+			if got, want := e.ask("alice", "/status"), "State: working, 0 messages waiting, 1 steer not yet read by the agent\n"; !strings.Contains(got, want) {
+				t.Errorf("/status answered %q, want %q", got, want)
+			}
+			if got, want := e.ask("alice", "/queue q1"), "Queued for the next turn."; got != want {
+				t.Errorf("/queue answered %q, want %q", got, want)
+			}
+
+			// The test's worker never gives the steering to the model:
+			// the next turn answers it, with what waited.
+			free()
+			waitFor(t, "the next turn", func() bool {
+				turns, _ := w.snapshot()
+				return len(inputsText(turns, key)) == 3
+			})
+			turns, _ := w.snapshot()
+			if got, want := inputsText(turns, key), []string{"first", "go left", "q1"}; !slices.Equal(got, want) {
+				t.Errorf("turn inputs %q, want %q", got, want)
+			}
+		})
+	}
+}
+
 // The sweep leaves the lock of a session whose turn holds its lease
 // alone while Redis has lost it: it took the lock each interval to start
 // the waiting messages, only to give it back when the start found the

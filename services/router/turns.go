@@ -305,7 +305,7 @@ func heldBy(owner string) string {
 }
 
 // leaseHolderID is the holder part of leaseHolder's value.
-const leaseHolderID = "lease"
+const leaseHolderID = sessionstore.LeaseHolderID
 
 // leaseHolder stands for the session lock's value while Redis has lost
 // the lock of the turn turnID, which still runs: it holds its lease in
@@ -316,8 +316,9 @@ const leaseHolderID = "lease"
 // behind its lock: heldBy names it (an interruption's control), its
 // grant says when it began (the busy acknowledgement), and steering and
 // approvals go to it (requestControl addresses the session's running
-// turn, whichever worker runs it).
-func leaseHolder(turnID string) string { return redisx.Holder(turnID, leaseHolderID) }
+// turn, whichever worker runs it), and steering it took is the turn's
+// whichever of its holders the lock names (sessionstore.Queued.IsSteeringOf).
+func leaseHolder(turnID string) string { return sessionstore.LeaseHolder(turnID) }
 
 // holderOrLease is owner, the session lock's value, or, when the lock is
 // free, leaseHolder of the turn that holds the session's lease, if one
