@@ -2,6 +2,7 @@ package router
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -311,6 +312,130 @@ func TestSweepLeavesTheLockOfATurnHoldingItsLeaseAlone(t *testing.T) {
 		turns, _ := w.snapshot()
 		return len(inputsText(turns, key)) == 2
 	})
+}
+
+// A message queued while Redis has lost the running turn's lock is
+// started by the turn's completion even when that completion comes while
+// the message's own start holds the lock for the moment it takes to find
+// the turn running (its lease) and give the lock back: the completion's
+// start then only marks the lock, which nobody holds after, and the
+// message waited for the sweep (router.sweep_interval; here an hour).
+// Likeliest in the interrupt mode, whose interrupt ends the turn just as
+// the message's start looks.
+func TestTurnEndingDuringARefusedStartStartsTheMessage(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	cfg := testConfig()
+	cfg.BusyMode = BusyQueue
+	cfg.SweepInterval = time.Hour
+	race := &refusedStartRace{completionMarked: make(chan struct{})}
+	e.startRouterWith(cfg, nil, func(d *Deps) {
+		rdb := redis.NewClient(e.rdb.Options())
+		t.Cleanup(func() { _ = rdb.Close() })
+		rdb.AddHook(race)
+		d.Redis = rdb
+	})
+	w, free, t1 := e.lockLostMidTurn()
+	key := t1.SessionKey
+	// The message's start takes the lock (the lease refuses it); before
+	// it gives the lock back the turn ends and its completion's start
+	// meets the lock held.
+	race.arm(redisx.NewLocker(e.rdb, e.prefix).Key(key), free)
+
+	e.publish(dm("alice", "second"))
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		turns, _ := w.snapshot()
+		if got := inputsText(turns, key); len(got) == 2 {
+			if got[1] != "second" {
+				t.Errorf("turn inputs %q, want first then second", got)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the second message did not start after the first turn ended (race played: %v)", race.played())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if !race.played() {
+		t.Error("the completion's start did not meet the refused start's lock")
+	}
+}
+
+// refusedStartRace is a Redis hook of the router's client that, once
+// armed, holds up the router giving back a session lock it took
+// (AcquireOrMark) until the running turn has ended (end) and the
+// router's start for its completion has met that lock (and marked it).
+type refusedStartRace struct {
+	mu               sync.Mutex
+	key              string
+	end              func()
+	taken, released  bool
+	met              bool
+	completionMarked chan struct{}
+}
+
+func (h *refusedStartRace) arm(key string, end func()) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.key, h.end = key, end
+}
+
+func (h *refusedStartRace) played() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.met
+}
+
+func (h *refusedStartRace) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *refusedStartRace) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (h *refusedStartRace) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		name := strings.ToLower(cmd.Name())
+		args := cmd.Args()
+		if (name != "evalsha" && name != "eval") || len(args) < 4 {
+			return next(ctx, cmd)
+		}
+		h.mu.Lock()
+		key, end := h.key, h.end
+		h.mu.Unlock()
+		if key == "" || args[3] != any(key) {
+			return next(ctx, cmd)
+		}
+		numKeys := fmt.Sprint(args[2])
+		release := numKeys == "1" && len(args) == 5
+		h.mu.Lock()
+		hold := release && h.taken && !h.released
+		if hold {
+			h.released = true
+		}
+		h.mu.Unlock()
+		if hold {
+			end()
+			select {
+			case <-h.completionMarked:
+			case <-time.After(10 * time.Second):
+			}
+		}
+		err := next(ctx, cmd)
+		if numKeys == "2" { // AcquireOrMark: 1 taken, 0 marked
+			n, _ := cmd.(*redis.Cmd).Int()
+			h.mu.Lock()
+			switch {
+			case n == 1 && !h.taken:
+				h.taken = true
+			case n == 0 && h.released && !h.met:
+				h.met = true
+				close(h.completionMarked)
+			}
+			h.mu.Unlock()
+		}
+		return err
+	}
 }
 
 // lockWrites is a Redis hook that records the commands, other than

@@ -112,7 +112,23 @@ func (s *Service) startNext(ctx context.Context, key, token string) (started, fl
 			s.log.WarnContext(ctx, "mark the session's waiting messages; the sweep starts them", "session_key", key, "err", err)
 		}
 		s.releaseUnused(ctx, key, token)
-		return false, false, nil
+		// The turn may have ended while the lock was held here: its
+		// completion's start then met it and only marked it, for a
+		// holder that lets go without looking (the turn's end is
+		// recorded before its completion goes out). Started here, or
+		// the messages waited for the sweep. Still running: its end
+		// finds the mark or its lock gone, and its completion starts
+		// them.
+		running, err := s.store.TurnRunning(ctx, key)
+		if err != nil {
+			s.log.WarnContext(ctx, "read the running turn's lease again; the sweep starts the messages if it has ended", "session_key", key, "err", err)
+			return false, false, nil
+		}
+		if running {
+			return false, false, nil
+		}
+		started, err := s.tryStart(ctx, key)
+		return started, false, err
 	}
 	if err != nil || !started {
 		s.releaseUnused(ctx, key, token)
