@@ -121,9 +121,42 @@ type Queued struct {
 // IsSteeringOf reports whether q is steering the turn holding the
 // session lock with value owner took and has not yet given to the
 // model: to the user a part of that turn, not a message waiting for the
-// next one. With owner "" (no turn runs) nothing is.
+// next one. With owner "" (no turn runs) nothing is. Across Redis losing
+// the lock, the value that stands in for it (LeaseHolder) and a claim of
+// the same turn's grant name the same holder: steering taken while the
+// lease stood in is the turn's once its worker claims the lock again,
+// and steering taken under the worker's claim is the turn's while the
+// lease stands in (steeringOfSQL).
 func (q Queued) IsSteeringOf(owner string) bool {
-	return owner != "" && q.SteeredBy == owner
+	if owner == "" || q.SteeredBy == "" {
+		return false
+	}
+	if q.SteeredBy == owner {
+		return true
+	}
+	grant, _, claimed := strings.Cut(owner, "/")
+	steeredGrant, _, steeredClaimed := strings.Cut(q.SteeredBy, "/")
+	return claimed && steeredClaimed && grant == steeredGrant &&
+		(owner == LeaseHolder(grant) || q.SteeredBy == LeaseHolder(grant))
+}
+
+// LeaseHolderID is the holder part of LeaseHolder's value.
+const LeaseHolderID = "lease"
+
+// LeaseHolder is the value that stands in for the session lock's while
+// Redis has lost the lock of the turn turnID, which still holds its
+// lease (RunningTurn): a claim of the turn's grant ("<grant>/<holder>",
+// as redisx.Holder; a turn's id is its grant) by a holder nobody knows
+// until the turn's worker claims the lock again. A worker's holder id
+// ("<worker id>.<attempt>") is never LeaseHolderID.
+func LeaseHolder(turnID string) string { return turnID + "/" + LeaseHolderID }
+
+// steeringOfSQL is Queued.IsSteeringOf for a session_queue row, with
+// owner the query's parameter p ("$2").
+func steeringOfSQL(p string) string {
+	return `(` + p + ` <> '' AND steered_by <> '' AND (steered_by = ` + p + `
+		OR strpos(` + p + `, '/') > 0 AND steered_by = split_part(` + p + `, '/', 1) || '/` + LeaseHolderID + `'
+		OR strpos(steered_by, '/') > 0 AND ` + p + ` = split_part(steered_by, '/', 1) || '/` + LeaseHolderID + `'))`
 }
 
 // Store reads and writes sessions.
@@ -906,7 +939,7 @@ func (s *Store) QueuedOrStarted(ctx context.Context, key, eventID string) (bool,
 func (s *Store) queueEnqueue(b *pgx.Batch, key, owner string, streamSeq int64, ownTurn bool, ev *eventsv1.MessageReceived, data []byte, max int, traceparent string) {
 	// Serialise enqueues per session (until the batch commits) so the cap holds.
 	b.Queue(`SELECT pg_advisory_xact_lock(hashtextextended('queue:' || $1, 0))`, key)
-	b.Queue(`WITH n AS (SELECT count(*) AS c FROM session_queue WHERE session_key = $1 AND ($10 = '' OR steered_by <> $10)),
+	b.Queue(`WITH n AS (SELECT count(*) AS c FROM session_queue WHERE session_key = $1 AND NOT `+steeringOfSQL("$10")+`),
 		started AS (SELECT EXISTS (SELECT 1 FROM sessions WHERE session_key = $1 AND last_started_event_id = $3) AS yes),
 		ins AS (
 			INSERT INTO session_queue (session_key, stream_seq, event_id, own_turn, event, enqueued_at, traceparent, takes_skills_note)
@@ -973,8 +1006,8 @@ func (s *Store) MarkSteering(ctx context.Context, key, eventID, owner string) er
 // messages for the next turns, and steering, the text the running turn
 // took and has not yet given to the model (Queued.IsSteeringOf).
 func (s *Store) Waiting(ctx context.Context, key, owner string) (waiting, steering int, err error) {
-	if err := s.db.QueryRow(ctx, `SELECT count(*) FILTER (WHERE $2 = '' OR steered_by <> $2),
-			count(*) FILTER (WHERE $2 <> '' AND steered_by = $2)
+	if err := s.db.QueryRow(ctx, `SELECT count(*) FILTER (WHERE NOT `+steeringOfSQL("$2")+`),
+			count(*) FILTER (WHERE `+steeringOfSQL("$2")+`)
 		FROM session_queue WHERE session_key = $1`, key, owner).Scan(&waiting, &steering); err != nil {
 		return 0, 0, fmt.Errorf("count queue: %w", err)
 	}
@@ -1007,7 +1040,7 @@ func (s *Store) Peek(ctx context.Context, key string, limit int) (total int, hea
 // nothing is left out).
 func (s *Store) PeekWaiting(ctx context.Context, key, owner string, limit int) (total int, head []Queued, err error) {
 	rows, err := s.db.Query(ctx, `SELECT id, stream_seq, event_id, own_turn, event, traceparent, enqueued_at, steered_by,
-			count(*) OVER () FROM session_queue WHERE session_key = $1 AND ($3 = '' OR steered_by <> $3)
+			count(*) OVER () FROM session_queue WHERE session_key = $1 AND NOT `+steeringOfSQL("$3")+`
 			ORDER BY stream_seq, id LIMIT $2`, key, limit, owner)
 	if err != nil {
 		return 0, nil, fmt.Errorf("read queue: %w", err)

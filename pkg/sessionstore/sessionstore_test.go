@@ -786,6 +786,65 @@ func TestWaitingLeavesOutSteering(t *testing.T) {
 	}
 }
 
+// Across Redis losing a running turn's lock, the value that stands in
+// for the lock (LeaseHolder) and a claim of the same turn's grant name
+// the same holder for its steering: steering marked under one is the
+// turn's under the other (Waiting, PeekWaiting, the queue's cap,
+// IsSteeringOf), while a claim of another attempt, the bare grant or
+// another turn leaves it waiting as before.
+func TestSteeringAcrossTheLeaseStandIn(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := New(pgtest.New(t))
+	const grant = "g1.turn"
+	lease, claim := LeaseHolder(grant), grant+"/worker-a.1"
+	tests := []struct {
+		marked, owner string
+		steering      bool
+	}{
+		{marked: lease, owner: claim, steering: true},
+		{marked: claim, owner: lease, steering: true},
+		{marked: lease, owner: lease, steering: true},
+		{marked: claim, owner: grant + "/worker-b.2"},
+		{marked: lease, owner: grant},
+		{marked: lease, owner: "g2.next/worker-a.1"},
+		{marked: claim, owner: LeaseHolder("g2.next")},
+		{marked: lease, owner: ""},
+	}
+	for i, tt := range tests {
+		key := fmt.Sprintf("agent:main:telegram:dm:lease-%d", i)
+		if _, _, _, err := s.Arrive(ctx, key, "", &eventsv1.SessionSource{Platform: "telegram", ChatId: "1"}, ""); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Enqueue(ctx, key, 100, false, &eventsv1.MessageReceived{EventId: "steer", Text: "steer"}, 32); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.MarkSteering(ctx, key, "steer", tt.marked); err != nil {
+			t.Fatal(err)
+		}
+		want := 1
+		if tt.steering {
+			want = 0
+		}
+		waiting, steering, err := s.Waiting(ctx, key, tt.owner)
+		if err != nil || waiting != want || steering != 1-want {
+			t.Errorf("marked %q, owner %q: %d waiting, %d steering (%v), want %d waiting", tt.marked, tt.owner, waiting, steering, err, want)
+		}
+		if total, _, err := s.PeekWaiting(ctx, key, tt.owner, 10); err != nil || total != want {
+			t.Errorf("marked %q, owner %q: peek %d (%v), want %d", tt.marked, tt.owner, total, err, want)
+		}
+		// A cap of one has room for a message only beside steering.
+		_, err = s.EnqueueWhileHeld(ctx, key, tt.owner, 101, false, &eventsv1.MessageReceived{EventId: "next", Text: "next"}, 1)
+		if full := errors.Is(err, ErrQueueFull); full != !tt.steering || (err != nil && !full) {
+			t.Errorf("marked %q, owner %q: enqueue under a cap of 1: %v", tt.marked, tt.owner, err)
+		}
+		q := Queued{SteeredBy: tt.marked}
+		if got := q.IsSteeringOf(tt.owner); got != tt.steering {
+			t.Errorf("marked %q: IsSteeringOf(%q) = %v, want %v", tt.marked, tt.owner, got, tt.steering)
+		}
+	}
+}
+
 func TestLastTurnEnd(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()

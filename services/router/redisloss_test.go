@@ -2,6 +2,7 @@ package router
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -249,6 +250,79 @@ func TestStopWhileRedisLostTheLockStopsTheRunningTurn(t *testing.T) {
 	}
 }
 
+// Steering the running turn took is that turn's, not a message waiting
+// for the next one, on both sides of Redis losing its lock: taken while
+// the turn's lease stood in for the lock (marked as the lease's claim of
+// the turn's grant) once the turn's worker has claimed the lock again,
+// and taken from the worker's claim while the lease stands in for it.
+// /status and /queue counted it as waiting in each case ("1 message
+// waiting", "(2 queued)"), and the queue's cap gave it room.
+func TestSteeringAcrossRedisLosingTheLockStaysTheTurns(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		// lost: Redis loses the lock before the steering (else after).
+		lost bool
+	}{
+		{"steered while the lock is lost, the worker claims it again", true},
+		{"steered before Redis lost the lock", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			cfg := testConfig()
+			cfg.BusyMode = BusyQueue
+			e.startRouter(cfg, nil, nil)
+			e.steerQueue.Store(true)
+			ctx := context.Background()
+			locker := redisx.NewLocker(e.rdb, e.prefix)
+			var w *worker
+			var free func()
+			var t1 *turnsv1.TurnRequested
+			if tt.lost {
+				w, free, t1 = e.lockLostMidTurn()
+			} else {
+				w, free = e.holdFirstTurn()
+				e.publish(dm("alice", "first"))
+				waitFor(t, "the first turn", func() bool { turns, _ := w.snapshot(); return len(turns) == 1 })
+				turns, _ := w.snapshot()
+				t1 = turns[0]
+			}
+			key := t1.SessionKey
+			if got, want := e.ask("alice", "/steer go left"), "⏩ Steer queued — arrives after the next tool call: 'go left'"; got != want {
+				t.Fatalf("/steer answered %q, want %q", got, want)
+			}
+			if tt.lost {
+				// The turn's worker claims its lock again (its renewal).
+				if err := e.rdb.Set(ctx, locker.Key(key), redisx.Holder(t1.LockToken, "test-worker.1"), time.Minute).Err(); err != nil {
+					t.Fatal(err)
+				}
+			} else if err := e.rdb.Del(ctx, locker.Key(key), e.prefix+"waiting:"+key).Err(); err != nil {
+				t.Fatal(err)
+			}
+			if got, want := e.ask("alice", "/status"), "State: working, 0 messages waiting, 1 steer not yet read by the agent\n"; !strings.Contains(got, want) {
+				t.Errorf("/status answered %q, want %q", got, want)
+			}
+			if got, want := e.ask("alice", "/queue q1"), "Queued for the next turn."; got != want {
+				t.Errorf("/queue answered %q, want %q", got, want)
+			}
+
+			// The test's worker never gives the steering to the model:
+			// the next turn answers it, with what waited.
+			free()
+			waitFor(t, "the next turn", func() bool {
+				turns, _ := w.snapshot()
+				return len(inputsText(turns, key)) == 3
+			})
+			turns, _ := w.snapshot()
+			if got, want := inputsText(turns, key), []string{"first", "go left", "q1"}; !slices.Equal(got, want) {
+				t.Errorf("turn inputs %q, want %q", got, want)
+			}
+		})
+	}
+}
+
 // A /stop whose generation bump meets the running turn's end in flight
 // (its worker's fenced final, which ends its lease, and which the bump
 // waits for) finds the turn ended, as it would find its lock released: no stop, and "No active
@@ -405,6 +479,130 @@ func TestSweepLeavesTheLockOfATurnHoldingItsLeaseAlone(t *testing.T) {
 		turns, _ := w.snapshot()
 		return len(inputsText(turns, key)) == 2
 	})
+}
+
+// A message queued while Redis has lost the running turn's lock is
+// started by the turn's completion even when that completion comes while
+// the message's own start holds the lock for the moment it takes to find
+// the turn running (its lease) and give the lock back: the completion's
+// start then only marks the lock, which nobody holds after, and the
+// message waited for the sweep (router.sweep_interval; here an hour).
+// Likeliest in the interrupt mode, whose interrupt ends the turn just as
+// the message's start looks.
+func TestTurnEndingDuringARefusedStartStartsTheMessage(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	cfg := testConfig()
+	cfg.BusyMode = BusyQueue
+	cfg.SweepInterval = time.Hour
+	race := &refusedStartRace{completionMarked: make(chan struct{})}
+	e.startRouterWith(cfg, nil, func(d *Deps) {
+		rdb := redis.NewClient(e.rdb.Options())
+		t.Cleanup(func() { _ = rdb.Close() })
+		rdb.AddHook(race)
+		d.Redis = rdb
+	})
+	w, free, t1 := e.lockLostMidTurn()
+	key := t1.SessionKey
+	// The message's start takes the lock (the lease refuses it); before
+	// it gives the lock back the turn ends and its completion's start
+	// meets the lock held.
+	race.arm(redisx.NewLocker(e.rdb, e.prefix).Key(key), free)
+
+	e.publish(dm("alice", "second"))
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		turns, _ := w.snapshot()
+		if got := inputsText(turns, key); len(got) == 2 {
+			if got[1] != "second" {
+				t.Errorf("turn inputs %q, want first then second", got)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the second message did not start after the first turn ended (race played: %v)", race.played())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if !race.played() {
+		t.Error("the completion's start did not meet the refused start's lock")
+	}
+}
+
+// refusedStartRace is a Redis hook of the router's client that, once
+// armed, holds up the router giving back a session lock it took
+// (AcquireOrMark) until the running turn has ended (end) and the
+// router's start for its completion has met that lock (and marked it).
+type refusedStartRace struct {
+	mu               sync.Mutex
+	key              string
+	end              func()
+	taken, released  bool
+	met              bool
+	completionMarked chan struct{}
+}
+
+func (h *refusedStartRace) arm(key string, end func()) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.key, h.end = key, end
+}
+
+func (h *refusedStartRace) played() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.met
+}
+
+func (h *refusedStartRace) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *refusedStartRace) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (h *refusedStartRace) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		name := strings.ToLower(cmd.Name())
+		args := cmd.Args()
+		if (name != "evalsha" && name != "eval") || len(args) < 4 {
+			return next(ctx, cmd)
+		}
+		h.mu.Lock()
+		key, end := h.key, h.end
+		h.mu.Unlock()
+		if key == "" || args[3] != any(key) {
+			return next(ctx, cmd)
+		}
+		numKeys := fmt.Sprint(args[2])
+		release := numKeys == "1" && len(args) == 5
+		h.mu.Lock()
+		hold := release && h.taken && !h.released
+		if hold {
+			h.released = true
+		}
+		h.mu.Unlock()
+		if hold {
+			end()
+			select {
+			case <-h.completionMarked:
+			case <-time.After(10 * time.Second):
+			}
+		}
+		err := next(ctx, cmd)
+		if numKeys == "2" { // AcquireOrMark: 1 taken, 0 marked
+			n, _ := cmd.(*redis.Cmd).Int()
+			h.mu.Lock()
+			switch {
+			case n == 1 && !h.taken:
+				h.taken = true
+			case n == 0 && h.released && !h.met:
+				h.met = true
+				close(h.completionMarked)
+			}
+			h.mu.Unlock()
+		}
+		return err
+	}
 }
 
 // lockWrites is a Redis hook that records the commands, other than

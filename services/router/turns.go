@@ -112,7 +112,23 @@ func (s *Service) startNext(ctx context.Context, key, token string) (started, fl
 			s.log.WarnContext(ctx, "mark the session's waiting messages; the sweep starts them", "session_key", key, "err", err)
 		}
 		s.releaseUnused(ctx, key, token)
-		return false, false, nil
+		// The turn may have ended while the lock was held here: its
+		// completion's start then met it and only marked it, for a
+		// holder that lets go without looking (the turn's end is
+		// recorded before its completion goes out). Started here, or
+		// the messages waited for the sweep. Still running: its end
+		// finds the mark or its lock gone, and its completion starts
+		// them.
+		running, err := s.store.TurnRunning(ctx, key)
+		if err != nil {
+			s.log.WarnContext(ctx, "read the running turn's lease again; the sweep starts the messages if it has ended", "session_key", key, "err", err)
+			return false, false, nil
+		}
+		if running {
+			return false, false, nil
+		}
+		started, err := s.tryStart(ctx, key)
+		return started, false, err
 	}
 	if err != nil || !started {
 		s.releaseUnused(ctx, key, token)
@@ -305,7 +321,7 @@ func heldBy(owner string) string {
 }
 
 // leaseHolderID is the holder part of leaseHolder's value.
-const leaseHolderID = "lease"
+const leaseHolderID = sessionstore.LeaseHolderID
 
 // leaseHolder stands for the session lock's value while Redis has lost
 // the lock of the turn turnID, which still runs: it holds its lease in
@@ -316,8 +332,9 @@ const leaseHolderID = "lease"
 // behind its lock: heldBy names it (an interruption's control), its
 // grant says when it began (the busy acknowledgement), and steering and
 // approvals go to it (requestControl addresses the session's running
-// turn, whichever worker runs it).
-func leaseHolder(turnID string) string { return redisx.Holder(turnID, leaseHolderID) }
+// turn, whichever worker runs it), and steering it took is the turn's
+// whichever of its holders the lock names (sessionstore.Queued.IsSteeringOf).
+func leaseHolder(turnID string) string { return sessionstore.LeaseHolder(turnID) }
 
 // holderOrLease is owner, the session lock's value, or, when the lock is
 // free, leaseHolder of the turn that holds the session's lease, if one
