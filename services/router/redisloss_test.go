@@ -325,9 +325,10 @@ func TestSteeringAcrossRedisLosingTheLockStaysTheTurns(t *testing.T) {
 
 // A /stop whose generation bump meets the running turn's end in flight
 // (its worker's fenced final, which ends its lease, and which the bump
-// waits for) finds the turn ended, as it would find its lock released: no stop, and "No active
-// task to stop.", since the turn answered. The turn's lease is read after
-// the bump: read before it, the turn counted as running.
+// waits for) finds the turn ended, as it would find its lock released:
+// no stop, and "No active task to stop.", since the turn answered. The
+// turn's lease is read after the bump: read before it, the turn counted
+// as running.
 func TestStopMeetingTheTurnsEndWhileRedisLostTheLock(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
